@@ -1,0 +1,6 @@
+"""Diagnostics: the code registry, the `Diagnostic` type, and its renderers."""
+
+from wgc.diagnostics.codes import REGISTRY, Severity
+from wgc.diagnostics.diagnostic import NO_SPAN, Diagnostic, Label, SourceMap, Span, diag
+
+__all__ = ["REGISTRY", "NO_SPAN", "Diagnostic", "Label", "Severity", "SourceMap", "Span", "diag"]

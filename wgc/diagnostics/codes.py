@@ -1,0 +1,136 @@
+"""The registry of every diagnostic code wgc can emit, grouped by pipeline stage.
+
+Codes are never reused: a retired code stays here with ``retired=True``. Every live code has an
+explanation file ``wgc/diagnostics/explanations/<CODE>.md`` (a failing and a fixed example that
+the test-suite compiles) and at least one UI test under ``tests/ui/``.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+class Severity(enum.Enum):
+    ERROR = "error"
+    WARNING = "warning"
+    NOTE = "note"
+
+
+@dataclass(frozen=True, slots=True)
+class Code:
+    code: str
+    stage: str
+    severity: Severity
+    title: str
+    retired: bool = False
+
+
+E = Severity.ERROR
+W = Severity.WARNING
+
+_STAGES = {
+    "0": "syntax",
+    "1": "names",
+    "2": "types",
+    "3": "loop-shape staticity",
+    "4": "channel disjointness",
+    "5": "chunk-policy types",
+    "6": "dataflow",
+    "7": "flows",
+    "8": "placement",
+    "9": "lints",
+}
+
+_TABLE: tuple[tuple[str, Severity, str], ...] = (
+    # -- syntax (WG0xx): the file does not parse, or a parsed word is not one the language knows
+    ("WG001", E, "syntax error"),
+    ("WG002", E, "unexpected end of file"),
+    ("WG003", E, "invalid character"),
+    ("WG004", E, "unknown dtype"),
+    ("WG005", E, "unknown stream option value"),
+    ("WG006", E, "unknown chunk policy"),
+    ("WG007", E, "malformed flow construct"),
+    ("WG008", E, "unknown modality"),
+    ("WG009", E, "invalid option declaration"),
+    ("WG010", E, "cannot read source file"),
+    ("WG011", E, "unknown node engine or engine argument"),
+    # -- names (WG1xx): every name resolves, none is declared twice
+    ("WG101", E, "duplicate declaration"),
+    ("WG102", E, "unknown node"),
+    ("WG103", E, "unknown port"),
+    ("WG104", E, "unknown type name"),
+    ("WG105", E, "unknown name in expression"),
+    ("WG106", E, "unknown walk"),
+    ("WG107", E, "unknown stream"),
+    ("WG108", E, "unknown option"),
+    ("WG109", E, "duplicate port"),
+    ("WG110", E, "invalid `like` base"),
+    ("WG111", E, "invalid kv-cache label"),
+    ("WG112", E, "duplicate binding in one call or signature"),
+    ("WG113", E, "port used in the wrong direction"),
+    ("WG114", E, "unknown walk argument"),
+    ("WG115", E, "node has no `impl`"),
+    # -- types (WG2xx): producer and consumer types agree; expressions are well typed
+    ("WG201", E, "channel type mismatch"),
+    ("WG202", E, "invalid dimension"),
+    ("WG203", E, "invalid compile-time expression"),
+    ("WG204", E, "option used with the wrong type"),
+    # -- loop-shape staticity (WG3xx): what a loop carries or calls has a static shape
+    ("WG301", E, "loop-carried channel has a dynamic shape"),
+    ("WG302", E, "node called in a loop has a dynamic port shape"),
+    ("WG303", E, "loop bound is not a static positive integer"),
+    ("WG304", W, "eager loop with dynamic shapes will not be graph-captured"),
+    # -- channel disjointness (WG4xx): who writes a channel is never ambiguous
+    ("WG401", E, "`par` branches write the same channel"),
+    ("WG402", E, "channel bound twice in one scope"),
+    ("WG403", E, "channel yielded both `last` and `all`"),
+    ("WG404", E, "yielded channel is not bound in the loop body"),
+    ("WG405", E, "`par` branch reads a channel written by a sibling branch"),
+    ("WG406", E, "loop-local channel read after the loop"),
+    # -- chunk-policy types (WG5xx): streams deliver what their consumers declare
+    ("WG501", E, "chunk-policy parameter out of range"),
+    ("WG502", E, "wrong chunk-policy parameters"),
+    ("WG503", E, "consumer leading dimension does not match the chunk policy"),
+    ("WG504", E, "consumer item type does not match the producer"),
+    ("WG505", E, "static consumer can receive a short chunk"),
+    ("WG506", E, "stream endpoint has the wrong direction"),
+    ("WG507", E, "consumer port fed twice"),
+    ("WG508", E, "`after_done continue` needs a consumer that accepts empty chunks"),
+    # -- dataflow (WG6xx): every port is fed, no cycle outside a loop, `until` is sound
+    ("WG601", E, "port reads a channel that is never bound"),
+    ("WG602", E, "dataflow cycle outside a loop"),
+    ("WG603", E, "`until` channel is not `bool[]`"),
+    ("WG604", E, "`until` channel is not bound in the loop body"),
+    ("WG605", E, "loop-carried channel has no initial value"),
+    ("WG606", E, "emitted or persisted channel is never bound"),
+    # -- flows (WG7xx): the per-request state machine is well formed
+    ("WG701", E, "walk is not reachable from any flow"),
+    ("WG702", E, "persisted channel may be used before it is persisted"),
+    ("WG703", E, "walk argument type mismatch"),
+    ("WG704", E, "missing walk argument"),
+    ("WG705", E, "unknown value in walk argument"),
+    ("WG706", E, "model declares walks but no flow"),
+    # -- placement (WG8xx): reserved for the placement stage
+    # -- lints (WG9xx): warnings for declarations nothing uses
+    ("WG901", W, "unused node"),
+    ("WG902", W, "unused param"),
+    ("WG903", W, "unused type"),
+    ("WG904", W, "unused stream"),
+    ("WG905", W, "channel bound but never read"),
+    ("WG906", W, "unused option"),
+    ("WG907", W, "unused walk input"),
+)
+
+REGISTRY: dict[str, Code] = {
+    code: Code(code, _STAGES[code[2]], sev, title) for code, sev, title in _TABLE
+}
+
+
+def lookup(code: str) -> Code:
+    """The registered code ``code`` (KeyError if it was never registered)."""
+    return REGISTRY[code]
+
+
+def stage_of(code: str) -> str:
+    return _STAGES[code[2]]

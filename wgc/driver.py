@@ -1,0 +1,90 @@
+"""The front-end driver: read a file, parse, build the IR, run the verifier pipeline.
+
+`front_end(path)` is what `wgc check`, `show` and `fmt` call. One `Parser` is made per
+`Driver` (the grammar is compiled once) and reused for every file it reads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from wgc.diagnostics.diagnostic import Diagnostic, SourceMap, Span, diag
+from wgc.ir.build import build
+from wgc.ir.model import Model
+from wgc.parse.parser import Comment, Parser
+from wgc.passes import PIPELINE
+
+
+@dataclass
+class FrontEndResult:
+    path: str
+    model: Model | None
+    diagnostics: list[Diagnostic]
+    sources: SourceMap
+    comments: tuple[Comment, ...] = ()
+    text: str = ""
+    dumps: dict[str, Model] = field(default_factory=dict)
+
+    @property
+    def errors(self) -> list[Diagnostic]:
+        return [d for d in self.diagnostics if d.is_error]
+
+
+class Driver:
+    """Runs the front end over many files, reusing one parser."""
+
+    def __init__(self) -> None:
+        self._parser: Parser | None = None
+
+    @property
+    def parser(self) -> Parser:
+        if self._parser is None:
+            self._parser = Parser()
+        return self._parser
+
+    def read(self, path: str) -> tuple[str | None, Diagnostic | None]:
+        try:
+            with open(path, encoding="utf-8") as f:
+                return f.read(), None
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            return None, diag(
+                "WG010",
+                f"cannot read `{path}`: {reason}",
+                Span(path, 0, 0, 0, 0),
+                help="check the path and that the file is UTF-8 text",
+            )
+
+    def front_end(self, path: str, text: str | None = None, verify: bool = True) -> FrontEndResult:
+        sources = SourceMap()
+        if text is None:
+            text, err = self.read(path)
+            if err is not None:
+                return FrontEndResult(path, None, [err], sources)
+        assert text is not None
+        sources.add(path, text)
+        parsed = self.parser.parse(text, path)
+        if parsed.tree is None:
+            return FrontEndResult(path, None, list(parsed.diagnostics), sources, text=text)
+        model, diags = build(parsed.tree, path)
+        if verify:
+            for p in PIPELINE:
+                diags.extend(p.run(model))
+        diags = sorted(_dedupe(diags), key=Diagnostic.sort_key)
+        return FrontEndResult(path, model, diags, sources, parsed.comments, text)
+
+
+def _dedupe(diags: list[Diagnostic]) -> list[Diagnostic]:
+    seen = set()
+    out = []
+    for d in diags:
+        key = (d.code, d.message, d.span)
+        if key not in seen:
+            seen.add(key)
+            out.append(d)
+    return out
+
+
+def front_end(path: str, text: str | None = None) -> FrontEndResult:
+    """One-shot convenience: the front end of one file."""
+    return Driver().front_end(path, text)

@@ -1,0 +1,185 @@
+"""Flows: the per-request state machine, a small structured program over walks."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Union
+
+from wgc.diagnostics.diagnostic import Span
+from wgc.ir.expr import Expr
+
+MODALITIES = ("text", "image", "audio", "video", "action", "tensor")
+
+
+# ---------------------------------------------------------------- conditions
+@dataclass(frozen=True, slots=True)
+class RequestPred:
+    """`request.wants(m)` or `request.has(m)`."""
+
+    pred: str  # "wants" | "has"
+    modality: str
+    span: Span = field(compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class OptionCond:
+    name: str
+    span: Span = field(compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Placed:
+    node: str
+    span: Span = field(compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Const:
+    value: bool
+    span: Span = field(compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Not:
+    operand: Cond
+    span: Span = field(compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class BoolOp:
+    op: str  # "and" | "or"
+    left: Cond
+    right: Cond
+    span: Span = field(compare=False)
+
+
+Cond = Union[RequestPred, OptionCond, Placed, Const, Not, BoolOp]
+
+
+def cond_atoms(c: Cond):
+    """Every leaf of a condition, left to right."""
+    if isinstance(c, Not):
+        yield from cond_atoms(c.operand)
+    elif isinstance(c, BoolOp):
+        yield from cond_atoms(c.left)
+        yield from cond_atoms(c.right)
+    else:
+        yield c
+
+
+# ---------------------------------------------------------------- walk arguments
+class ArgKind(enum.Enum):
+    NAME = "name"  # a bare name: the `for` variable, or a channel persisted earlier
+    OPTION = "option"  # `option.NAME`
+    SEGMENT_FIELD = "segment_field"  # `seg.FIELD` of the `for` variable
+
+
+@dataclass(frozen=True, slots=True)
+class FArg:
+    """`param = value` in a walk call; `param` alone means `param = param`."""
+
+    param: str
+    kind: ArgKind
+    name: str  # the name, option name, or segment variable
+    attr: str | None  # the field for SEGMENT_FIELD
+    span: Span = field(compare=False)
+
+
+# ---------------------------------------------------------------- statements
+@dataclass(frozen=True, slots=True)
+class WalkCall:
+    walk: str
+    args: tuple[FArg, ...]
+    span: Span = field(compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class FBlock:
+    stmts: tuple[FStmt, ...]
+    span: Span = field(compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class For:
+    """`for VAR in request.inputs { ... }`: once per input segment, in order (at least once)."""
+
+    var: str
+    body: FBlock
+    span: Span = field(compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Arm:
+    patterns: tuple[str, ...]  # modalities, or ("_",) for the default arm
+    body: FBlock
+    span: Span = field(compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Match:
+    """`match VAR.modality { text => ..., image | video => ..., _ => ... }`."""
+
+    var: str
+    arms: tuple[Arm, ...]
+    span: Span = field(compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class If:
+    cond: Cond
+    then: FBlock
+    else_: FBlock | None
+    span: Span = field(compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Repeat:
+    count: Expr
+    body: FBlock
+    span: Span = field(compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Fail:
+    """`fail "message"`: end the request with an error (this path persists nothing further)."""
+
+    message: str
+    span: Span = field(compare=False)
+
+
+FStmt = Union[WalkCall, For, Match, If, Repeat, Fail]
+
+
+class FlowKind(enum.Enum):
+    ALWAYS = "always"  # `flow NAME { ... }`
+    WHEN = "when"  # `flow NAME when COND { ... }`: runs beside the others when COND holds
+    ON_STREAM = "on_stream"  # `flow NAME on STREAM { ... }`: once per chunk of STREAM
+    EXTERN = "extern"  # `flow NAME = "module:function"`: a Python generator
+
+
+@dataclass(frozen=True, slots=True)
+class Flow:
+    name: str
+    kind: FlowKind
+    when: Cond | None
+    on_stream: str | None
+    extern: str | None
+    body: FBlock | None
+    span: Span = field(compare=False)
+    trigger_span: Span | None = field(default=None, compare=False)
+
+
+def iter_fstmts(block: FBlock):
+    """Every flow statement in ``block``, depth first in source order."""
+    for s in block.stmts:
+        yield s
+        if isinstance(s, For | Repeat):
+            yield from iter_fstmts(s.body)
+        elif isinstance(s, Match):
+            for a in s.arms:
+                yield from iter_fstmts(a.body)
+        elif isinstance(s, If):
+            yield from iter_fstmts(s.then)
+            if s.else_ is not None:
+                yield from iter_fstmts(s.else_)

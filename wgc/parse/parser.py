@@ -1,0 +1,186 @@
+"""The `.walk` parser: one lark LALR parser per `Parser`, friendly syntax diagnostics.
+
+Owns: loading the grammar (once per `Parser`), collecting comments for `wgc fmt`, and turning
+lark's exceptions into `WG001`-`WG003` diagnostics that say what was expected in words and
+recognise the common mistakes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from lark import Lark, Token, Tree
+from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
+
+from wgc.diagnostics.diagnostic import Diagnostic, Label, Span, diag
+from wgc.parse.grammar import grammar_text
+from wgc.parse.hints import describe_expected, hint_for
+
+# Terminals whose meaning is clearer in words than as a regular expression.
+_WORDS = {
+    "NAME": "a name",
+    "INT": "an integer",
+    "FLOAT": "a number",
+    "STRING": 'a string ("...")',
+    "QMARK": "`?`",
+    "$END": "end of file",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Comment:
+    line: int
+    col: int
+    text: str  # including the leading `#`
+    own_line: bool  # nothing but whitespace before it on its line
+
+
+@dataclass(frozen=True, slots=True)
+class ParseResult:
+    tree: Tree | None
+    comments: tuple[Comment, ...]
+    diagnostics: tuple[Diagnostic, ...]
+
+
+class Parser:
+    """Parses `.walk` source. Build one and reuse it: the grammar is compiled once."""
+
+    def __init__(self) -> None:
+        self._comments: list[Token] = []
+        self._lark = Lark(
+            grammar_text(),
+            parser="lalr",
+            strict=True,
+            propagate_positions=True,
+            maybe_placeholders=True,
+            lexer_callbacks={"COMMENT": self._comments.append},
+        )
+        self._names = {t.name: self._describe_terminal(t) for t in self._lark.terminals}
+
+    @staticmethod
+    def _describe_terminal(t) -> str:
+        if t.name in _WORDS:
+            return _WORDS[t.name]
+        if t.pattern.type == "str":
+            return f"`{t.pattern.value}`"
+        return t.name.lower()
+
+    def parse(self, text: str, file: str) -> ParseResult:
+        self._comments.clear()
+        try:
+            tree = self._lark.parse(text)
+        except UnexpectedInput as exc:
+            return ParseResult(None, (), (self._syntax_error(exc, text, file),))
+        lines = text.splitlines()
+        comments = tuple(
+            Comment(
+                c.line,
+                c.column,
+                str(c).rstrip(),
+                not lines[c.line - 1][: c.column - 1].strip(),
+            )
+            for c in self._comments
+        )
+        return ParseResult(tree, comments, ())
+
+    # ------------------------------------------------------------------ syntax errors
+    def _syntax_error(self, exc: UnexpectedInput, text: str, file: str) -> Diagnostic:
+        lines = text.splitlines() or [""]
+        if isinstance(exc, UnexpectedCharacters):
+            ch = text[exc.pos_in_stream] if exc.pos_in_stream < len(text) else "?"
+            span = Span(file, exc.line, exc.column, exc.line, exc.column + 1)
+            msg, help_ = hint_for_char(ch)
+            return diag("WG003", msg, span, label="not valid here", help=help_)
+        if isinstance(exc, UnexpectedEOF) or (
+            isinstance(exc, UnexpectedToken) and exc.token.type == "$END"
+        ):
+            return self._eof_error(exc, text, lines, file)
+        assert isinstance(exc, UnexpectedToken)
+        tok = exc.token
+        expected = sorted(self._names.get(t, t) for t in exc.expected)
+        found = f"`{tok}`" if tok.type != "NAME" else f"name `{tok}`"
+        span = Span(file, tok.line, tok.column, tok.end_line or tok.line, tok.end_column or tok.column + 1)
+        prev = _previous_token_text(lines, tok.line, tok.column)
+        hint = hint_for(str(tok), tok.type, set(exc.expected), prev)
+        message = hint.message if hint and hint.message else f"expected {describe_expected(expected)}, found {found}"
+        return diag(
+            "WG001",
+            message,
+            span,
+            label=hint.label if hint and hint.label else f"unexpected {found}",
+            help=hint.help if hint else None,
+            notes=(f"expected one of: {', '.join(expected)}",) if len(expected) > 1 else (),
+        )
+
+    def _eof_error(self, exc, text: str, lines: list[str], file: str) -> Diagnostic:
+        last = len(lines)
+        span = Span(file, last, len(lines[-1]) + 1, last, len(lines[-1]) + 2)
+        opener = _unclosed_brace(text)
+        labels = []
+        help_ = None
+        if opener is not None:
+            line, col = opener
+            labels.append(Label(Span(file, line, col, line, col + 1), "this `{` is never closed"))
+            help_ = "add the missing `}`"
+        return diag(
+            "WG002",
+            "unexpected end of file",
+            span,
+            label="the file ends here",
+            labels=labels,
+            help=help_,
+        )
+
+
+def hint_for_char(ch: str) -> tuple[str, str | None]:
+    if ch == ";":
+        return "invalid character `;`", "statements end at the end of the line; remove the `;`"
+    if ch == "'":
+        return "invalid character `'`", 'strings use double quotes: "..."'
+    if ch == ":" or ch == "=":
+        return f"invalid character `{ch}`", None
+    return f"invalid character `{ch}`", None
+
+
+def _previous_token_text(lines: list[str], line: int, col: int) -> str:
+    """The word just before (line, col), skipping whitespace, for context-aware hints."""
+    before = lines[line - 1][: col - 1] if 0 < line <= len(lines) else ""
+    before = before.rstrip()
+    i = len(before)
+    while i > 0 and (before[i - 1].isalnum() or before[i - 1] == "_"):
+        i -= 1
+    return before[i:] if i < len(before) else before[-1:] if before else ""
+
+
+def _unclosed_brace(text: str) -> tuple[int, int] | None:
+    """Position of the innermost `{` left open at the end of ``text`` (comments and strings skipped)."""
+    stack: list[tuple[int, int]] = []
+    line, col = 1, 0
+    in_str = in_comment = False
+    escape = False
+    for ch in text:
+        col += 1
+        if ch == "\n":
+            line, col = line + 1, 0
+            in_comment = False
+            in_str = False
+            continue
+        if in_comment:
+            continue
+        if in_str:
+            if escape:
+                escape = False
+            elif ch == "\\":
+                escape = True
+            elif ch == '"':
+                in_str = False
+            continue
+        if ch == "#":
+            in_comment = True
+        elif ch == '"':
+            in_str = True
+        elif ch == "{":
+            stack.append((line, col))
+        elif ch == "}" and stack:
+            stack.pop()
+    return stack[-1] if stack else None

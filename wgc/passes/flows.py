@@ -1,0 +1,13 @@
+"""Pass `flows` (placeholder until implemented)."""
+
+from __future__ import annotations
+
+from wgc.diagnostics.diagnostic import Diagnostic
+from wgc.ir.model import Model
+
+NAME = "flows"
+CODES: tuple[str, ...] = ()
+
+
+def run(model: Model) -> list[Diagnostic]:
+    return []
