@@ -32,13 +32,13 @@ from wgc.ir.decls import (
 )
 from wgc.ir.flow import (
     MODALITIES,
-    Arm,
     ArgKind,
+    Arm,
     BoolOp,
     Const,
+    Fail,
     FArg,
     FBlock,
-    Fail,
     Flow,
     FlowKind,
     For,
@@ -93,7 +93,9 @@ class _Builder:
         return Span(self.file, m.line, m.column, m.end_line, m.end_column)
 
     def error(self, code: str, message: str, at, **kw) -> None:
-        self.diags.append(diag(code, message, self.span(at) if not isinstance(at, Span) else at, **kw))
+        self.diags.append(
+            diag(code, message, self.span(at) if not isinstance(at, Span) else at, **kw)
+        )
 
     # ------------------------------------------------------------------ model
     def model(self, tree: Tree) -> tuple[Model, list[Diagnostic]]:
@@ -102,7 +104,15 @@ class _Builder:
         for it in items:
             if it.data == "type_decl":
                 self.aliases.setdefault(str(it.children[0]), it.children[1])
-        params, types, options, raw_nodes, streams, walk_trees, flow_trees = [], [], [], [], [], [], []
+        params, types, options, raw_nodes, streams, walk_trees, flow_trees = (
+            [],
+            [],
+            [],
+            [],
+            [],
+            [],
+            [],
+        )
         for it in items:
             kind = it.data
             if kind == "model_decl":
@@ -450,7 +460,9 @@ class _Builder:
                     )
         if policy is None:
             policy = ChunkPolicy(
-                PolicyKind.FIXED, (PolicyArg("k", E.Lit(1, self.span(t)), 1, self.span(t)),), self.span(t)
+                PolicyKind.FIXED,
+                (PolicyArg("k", E.Lit(1, self.span(t)), 1, self.span(t)),),
+                self.span(t),
             )
         return Stream(name, prod, cons, policy, final, after, self.span(t), final_span, after_span)
 
@@ -547,7 +559,13 @@ class _Builder:
             else:
                 writes.append(Bind(str(b) if b is not None else str(a), str(a), self.span(c)))
         call = Call(
-            self._call_id, str(node_tok), tuple(reads), tuple(writes), loops, self.span(t), self.span(node_tok)
+            self._call_id,
+            str(node_tok),
+            tuple(reads),
+            tuple(writes),
+            loops,
+            self.span(t),
+            self.span(node_tok),
         )
         self._call_id += 1
         self._calls.append(call)
@@ -562,7 +580,9 @@ class _Builder:
         body = None
         yl: list[Named] = []
         ya: list[Named] = []
-        placeholder = Loop(name, max_expr, None, None, False, True, Block((), self.span(t)), (), (), self.span(t))
+        placeholder = Loop(
+            name, max_expr, None, None, False, True, Block((), self.span(t)), (), (), self.span(t)
+        )
         self._loops.append(placeholder)
         index = len(self._loops) - 1
         for c in t.children[2:]:
@@ -587,8 +607,22 @@ class _Builder:
             except E.EvalError:
                 mx = None
         header = self.span(t)
-        header = Span(header.file, header.line, header.col, header.line, header.col + 4 + len(name) + 1)
-        loop = Loop(name, max_expr, mx, until, eager, speculate, body, tuple(yl), tuple(ya), self.span(t), header)  # type: ignore[arg-type]
+        header = Span(
+            header.file, header.line, header.col, header.line, header.col + 4 + len(name) + 1
+        )
+        loop = Loop(
+            name,
+            max_expr,
+            mx,
+            until,
+            eager,
+            speculate,
+            body,
+            tuple(yl),
+            tuple(ya),
+            self.span(t),
+            header,
+        )  # type: ignore[arg-type]
         self._loops[index] = loop
         return loop
 
@@ -601,7 +635,8 @@ class _Builder:
             f"unknown modality `{m}`",
             tok,
             label="not a modality",
-            help=f"{_did_you_mean(m, MODALITIES)}modalities are " + " ".join(f"`{x}`" for x in MODALITIES),
+            help=f"{_did_you_mean(m, MODALITIES)}modalities are "
+            + " ".join(f"`{x}`" for x in MODALITIES),
         )
         return False
 
@@ -656,7 +691,13 @@ class _Builder:
                     args.append(FArg(pname, ArgKind.OPTION, str(v.children[0]), None, self.span(a)))
                 else:
                     args.append(
-                        FArg(pname, ArgKind.SEGMENT_FIELD, str(v.children[0]), str(v.children[1]), self.span(a))
+                        FArg(
+                            pname,
+                            ArgKind.SEGMENT_FIELD,
+                            str(v.children[0]),
+                            str(v.children[1]),
+                            self.span(a),
+                        )
                     )
             return WalkCall(str(t.children[0]), tuple(args), sp)
         if d == "for_stmt":
@@ -690,7 +731,11 @@ class _Builder:
                     if str(p) != "_":
                         self.check_modality(p)
                 body = arm.children[1]
-                block = self.fblock(body) if body.data == "fblock" else FBlock((self.fstmt(body),), self.span(body))
+                block = (
+                    self.fblock(body)
+                    if body.data == "fblock"
+                    else FBlock((self.fstmt(body),), self.span(body))
+                )
                 arms.append(Arm(pats, block, self.span(arm)))
             return Match(str(var), tuple(arms), sp)
         if d == "if_stmt":

@@ -12,7 +12,7 @@ from wgc.ir.types import TensorType
 
 @dataclass(frozen=True, slots=True)
 class Param:
-    """`param NAME = EXPR`: a compile-time constant; ``value`` is None when it failed to evaluate."""
+    """`param NAME = EXPR`: a compile-time constant (``value`` None if it failed to evaluate)."""
 
     name: str
     expr: Expr

@@ -7,11 +7,10 @@ Expressions are tiny: literals, references to params, `option.NAME`, `+ - * /` a
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Union
 
 from wgc.diagnostics.diagnostic import Span
 
-Value = Union[int, float, str, bool]
+Value = int | float | str | bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +45,7 @@ class Neg:
     span: Span = field(compare=False)
 
 
-Expr = Union[Lit, Ref, OptionRef, BinOp, Neg]
+Expr = Lit | Ref | OptionRef | BinOp | Neg
 
 
 class EvalError(Exception):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Union
 
 from wgc.diagnostics.diagnostic import Span
 from wgc.ir.expr import Expr
@@ -54,7 +53,7 @@ class BoolOp:
     span: Span = field(compare=False)
 
 
-Cond = Union[RequestPred, OptionCond, Placed, Const, Not, BoolOp]
+Cond = RequestPred | OptionCond | Placed | Const | Not | BoolOp
 
 
 def cond_atoms(c: Cond):
@@ -148,7 +147,7 @@ class Fail:
     span: Span = field(compare=False)
 
 
-FStmt = Union[WalkCall, For, Match, If, Repeat, Fail]
+FStmt = WalkCall | For | Match | If | Repeat | Fail
 
 
 class FlowKind(enum.Enum):

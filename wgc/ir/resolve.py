@@ -94,7 +94,9 @@ def resolve_walk(
 
 class _Resolver:
     def __init__(self, inputs, nodes, streams) -> None:
-        self.inputs = {i.name: _Def("input", End(EndKind.INPUT, name=i.name), i.type) for i in inputs}
+        self.inputs = {
+            i.name: _Def("input", End(EndKind.INPUT, name=i.name), i.type) for i in inputs
+        }
         self.nodes = nodes
         self.producers: dict[tuple[str, str], list[Stream]] = {}
         self.consumers: dict[tuple[str, str], list[Stream]] = {}
@@ -119,7 +121,10 @@ class _Resolver:
     def stmt_defs(self, s) -> list[tuple[str, _Def]]:
         if isinstance(s, Call):
             return [
-                (w.channel, _Def("port", End(EndKind.CALL, s.id, w.port), self.port_type(s.node, w.port)))
+                (
+                    w.channel,
+                    _Def("port", End(EndKind.CALL, s.id, w.port), self.port_type(s.node, w.port)),
+                )
                 for w in s.writes
             ]
         if isinstance(s, Par):
@@ -131,13 +136,19 @@ class _Resolver:
         if isinstance(s, Loop):
             body = self.level("loop", s.body, None, 0, loop=s)
             out = []
-            for named, kind in [(n, "last") for n in s.yield_last] + [(n, "all") for n in s.yield_all]:
+            for named, kind in [(n, "last") for n in s.yield_last] + [
+                (n, "all") for n in s.yield_all
+            ]:
                 inner = body.last(named.name)
                 if inner is None:
                     continue
                 typ = inner.type
                 if kind == "all" and typ is not None:
-                    lead = Dim.sym(f"{s.name}_iterations") if s.until or s.max is None else Dim.int_(s.max)
+                    lead = (
+                        Dim.sym(f"{s.name}_iterations")
+                        if s.until or s.max is None
+                        else Dim.int_(s.max)
+                    )
                     typ = typ.with_leading(lead)
                 out.append((named.name, _Def(kind, inner.end, typ, s.name)))
             return out
@@ -160,16 +171,35 @@ class _Resolver:
                 self.loop_end(s, body)
             elif isinstance(s, Emit):
                 self.read(
-                    s.channel, lv, i, End(EndKind.CLIENT, name=s.modality), s.span, "emit", EdgeKind.EMITTED
+                    s.channel,
+                    lv,
+                    i,
+                    End(EndKind.CLIENT, name=s.modality),
+                    s.span,
+                    "emit",
+                    EdgeKind.EMITTED,
                 )
             elif isinstance(s, Persist):
                 self.read(
-                    s.channel, lv, i, End(EndKind.PERSIST, name=s.channel), s.span, "persist", EdgeKind.PERSISTED
+                    s.channel,
+                    lv,
+                    i,
+                    End(EndKind.PERSIST, name=s.channel),
+                    s.span,
+                    "persist",
+                    EdgeKind.PERSISTED,
                 )
 
     def call(self, c: Call, lv: _Level, i: int) -> None:
         for b in c.reads:
-            self.read(b.channel, lv, i, End(EndKind.CALL, c.id, b.port), b.span, f"port `{b.port}` of `{c.node}`")
+            self.read(
+                b.channel,
+                lv,
+                i,
+                End(EndKind.CALL, c.id, b.port),
+                b.span,
+                f"port `{b.port}` of `{c.node}`",
+            )
         inner = c.loops[-1] if c.loops else None
         node = self.nodes.get(c.node)
         if node is None:
@@ -177,12 +207,28 @@ class _Resolver:
         for p in node.inputs:
             for s in self.consumers.get((c.node, p.name), []):
                 self.edges.append(
-                    Edge(EdgeKind.STREAMED, s.name, End(EndKind.STREAM, name=s.name), End(EndKind.CALL, c.id, p.name), inner, p.type, c.span)
+                    Edge(
+                        EdgeKind.STREAMED,
+                        s.name,
+                        End(EndKind.STREAM, name=s.name),
+                        End(EndKind.CALL, c.id, p.name),
+                        inner,
+                        p.type,
+                        c.span,
+                    )
                 )
         for p in node.outputs:
             for s in self.producers.get((c.node, p.name), []):
                 self.edges.append(
-                    Edge(EdgeKind.STREAMED, s.name, End(EndKind.CALL, c.id, p.name), End(EndKind.STREAM, name=s.name), inner, p.type, c.span)
+                    Edge(
+                        EdgeKind.STREAMED,
+                        s.name,
+                        End(EndKind.CALL, c.id, p.name),
+                        End(EndKind.STREAM, name=s.name),
+                        inner,
+                        p.type,
+                        c.span,
+                    )
                 )
 
     def loop_end(self, loop: Loop, body: _Level) -> None:
@@ -191,17 +237,39 @@ class _Resolver:
             d = body.before(loop.until.name, n)
             if d is None:
                 self.issues.append(
-                    Issue(IssueKind.YIELD_UNBOUND, loop.until.name, loop.until.span, loop.header_span, loop.name, "until")
+                    Issue(
+                        IssueKind.YIELD_UNBOUND,
+                        loop.until.name,
+                        loop.until.span,
+                        loop.header_span,
+                        loop.name,
+                        "until",
+                    )
                 )
             else:
                 self.edges.append(
-                    Edge(EdgeKind.UNTIL, loop.until.name, d.end, End(EndKind.UNTIL, name=loop.name), loop.name, d.type, loop.until.span)
+                    Edge(
+                        EdgeKind.UNTIL,
+                        loop.until.name,
+                        d.end,
+                        End(EndKind.UNTIL, name=loop.name),
+                        loop.name,
+                        d.type,
+                        loop.until.span,
+                    )
                 )
         seen: dict[str, Span] = {}
         for named in (*loop.yield_last, *loop.yield_all):
             if body.before(named.name, n) is None:
                 self.issues.append(
-                    Issue(IssueKind.YIELD_UNBOUND, named.name, named.span, loop.header_span, loop.name, "yield")
+                    Issue(
+                        IssueKind.YIELD_UNBOUND,
+                        named.name,
+                        named.span,
+                        loop.header_span,
+                        loop.name,
+                        "yield",
+                    )
                 )
             seen.setdefault(named.name, named.span)
         for defs in body.defs:
@@ -219,7 +287,11 @@ class _Resolver:
             kind2 = kind
             if kind_override is not None and kind not in (EdgeKind.LOOP_INIT,):
                 kind2 = kind_override
-                loop = loop if kind in (EdgeKind.LOOP_CARRIED, EdgeKind.TERMINAL, EdgeKind.ACCUMULATED) else inner_loop
+                loop = (
+                    loop
+                    if kind in (EdgeKind.LOOP_CARRIED, EdgeKind.TERMINAL, EdgeKind.ACCUMULATED)
+                    else inner_loop
+                )
             self.edges.append(Edge(kind2, channel, d.end, dst, loop, d.type, span))
 
     def lookup(self, channel, lv, pos, span, reader):
@@ -239,7 +311,9 @@ class _Resolver:
                 if level.parent is not None:
                     init = self.lookup_quiet(channel, level.parent, level.pos_in_parent)
                 if init is None:
-                    self.issues.append(Issue(IssueKind.NO_INIT, channel, span, loop.header_span, loop.name, reader))
+                    self.issues.append(
+                        Issue(IssueKind.NO_INIT, channel, span, loop.header_span, loop.name, reader)
+                    )
                 else:
                     edges.append((EdgeKind.LOOP_INIT, init, loop.name))
                 return edges
@@ -250,7 +324,9 @@ class _Resolver:
                 for bi, writes in enumerate(level.siblings):
                     if bi != level.par_index and channel in writes:
                         other = _branch_span(level, bi)
-                        self.issues.append(Issue(IssueKind.SIBLING_READ, channel, span, other, None, reader))
+                        self.issues.append(
+                            Issue(IssueKind.SIBLING_READ, channel, span, other, None, reader)
+                        )
                         return None
             elif level.kind == "top" and later is not None:
                 return [self.found(later, crossed, level)]

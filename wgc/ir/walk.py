@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Union
 
 from wgc.diagnostics.diagnostic import Span
 from wgc.ir.expr import Expr
@@ -85,7 +84,7 @@ class Persist:
     span: Span = field(compare=False)
 
 
-Stmt = Union[Call, Par, Loop, Emit, Persist]
+Stmt = Call | Par | Loop | Emit | Persist
 
 
 @dataclass(frozen=True, slots=True)

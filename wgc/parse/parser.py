@@ -99,10 +99,16 @@ class Parser:
         tok = exc.token
         expected = sorted(self._names.get(t, t) for t in exc.expected)
         found = f"`{tok}`" if tok.type != "NAME" else f"name `{tok}`"
-        span = Span(file, tok.line, tok.column, tok.end_line or tok.line, tok.end_column or tok.column + 1)
+        span = Span(
+            file, tok.line, tok.column, tok.end_line or tok.line, tok.end_column or tok.column + 1
+        )
         prev = _previous_token_text(lines, tok.line, tok.column)
         hint = hint_for(str(tok), tok.type, set(exc.expected), prev)
-        message = hint.message if hint and hint.message else f"expected {describe_expected(expected)}, found {found}"
+        message = (
+            hint.message
+            if hint and hint.message
+            else f"expected {describe_expected(expected)}, found {found}"
+        )
         return diag(
             "WG001",
             message,
@@ -153,7 +159,7 @@ def _previous_token_text(lines: list[str], line: int, col: int) -> str:
 
 
 def _unclosed_brace(text: str) -> tuple[int, int] | None:
-    """Position of the innermost `{` left open at the end of ``text`` (comments and strings skipped)."""
+    """Where the innermost `{` left open at the end of ``text`` is (skips comments, strings)."""
     stack: list[tuple[int, int]] = []
     line, col = 1, 0
     in_str = in_comment = False

@@ -1,0 +1,1 @@
+"""Package data: the Walk grammar, shipped inside wgc as `wgc._grammar`."""
