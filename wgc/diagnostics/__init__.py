@@ -3,4 +3,4 @@
 from wgc.diagnostics.codes import REGISTRY, Severity
 from wgc.diagnostics.diagnostic import NO_SPAN, Diagnostic, Label, SourceMap, Span, diag
 
-__all__ = ["REGISTRY", "NO_SPAN", "Diagnostic", "Label", "Severity", "SourceMap", "Span", "diag"]
+__all__ = ["NO_SPAN", "REGISTRY", "Diagnostic", "Label", "Severity", "SourceMap", "Span", "diag"]

@@ -1,0 +1,179 @@
+"""`wgc check PATH...`: run the front end on every `.walk` file and report its diagnostics.
+
+Text goes to stderr like rustc's; `json`, `github` and `sarif` go to stdout for CI to consume.
+Exit 0 when clean, 1 on any error (or any warning under `-W`).
+"""
+
+from __future__ import annotations
+
+import glob
+import importlib
+import os
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import click
+
+from wgc.cli.errors import EXIT_OK, EXIT_USER, UserError
+from wgc.config import Env
+from wgc.diagnostics.codes import Severity
+from wgc.diagnostics.diagnostic import Diagnostic, SourceMap
+from wgc.diagnostics.render import (
+    render_github,
+    render_json,
+    render_sarif,
+    render_summary,
+    render_text,
+)
+
+_GLOB_CHARS = frozenset("*?[")
+
+
+class FrontEndResult(Protocol):
+    """What `wgc.driver.front_end(path)` returns."""
+
+    model: Any
+    diagnostics: list[Diagnostic]
+    sources: SourceMap
+
+
+# -- path expansion ------------------------------------------------------------------------------
+
+
+def _walk_files(directory: Path) -> list[Path]:
+    """Every `*.walk` under ``directory``, skipping hidden folders such as `.venv` and `.git`."""
+    found = []
+    for root, dirs, files in os.walk(directory):
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d != "__pycache__")
+        found += [Path(root, f) for f in files if f.endswith(".walk")]
+    return found
+
+
+def _expand_one(arg: str) -> list[Path]:
+    path = Path(arg)
+    if path.is_dir():
+        return _walk_files(path)
+    if path.is_file():
+        return [path]
+    if _GLOB_CHARS & set(arg):
+        matches: list[Path] = []
+        for match in glob.glob(arg, recursive=True):
+            matches += _expand_one(match) if Path(match).is_dir() else [Path(match)]
+        return matches
+    raise UserError(f"no such file or directory: `{arg}`")
+
+
+def expand_paths(args: Iterable[str]) -> list[str]:
+    """Files named by ``args`` (files, folders searched for `*.walk`, or globs), sorted, unique.
+
+    A path that names nothing is a user error, so a typo in CI never passes as "0 files checked".
+    """
+    seen: dict[str, str] = {}
+    for arg in args:
+        files = _expand_one(arg)
+        if not files:
+            raise UserError(f"`{arg}` matches no `.walk` files")
+        for file in files:
+            seen.setdefault(os.path.realpath(file), os.path.normpath(file))
+    return sorted(seen.values())
+
+
+# -- running -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Checked:
+    path: str
+    diagnostics: list[Diagnostic]
+    sources: SourceMap
+
+
+def _front_end(path: str) -> FrontEndResult:
+    # looked up per call so tests (and a driver written later) can replace it
+    driver = importlib.import_module("wgc.driver")
+    return driver.front_end(path)
+
+
+def _use_color(choice: str, env: Env) -> bool:
+    if choice != "auto":
+        return choice == "always"
+    if env.no_color:
+        return False
+    return env.force_color or sys.stderr.isatty()
+
+
+def _count(diags: Iterable[Diagnostic], severity: Severity) -> int:
+    return sum(d.severity is severity for d in diags)
+
+
+def _emit_text(
+    results: Sequence[_Checked], *, color: bool, quiet: bool, warnings_as_errors: bool
+) -> None:
+    shown = {Severity.ERROR} if quiet and not warnings_as_errors else set(Severity)
+    for result in results:
+        diags = [d for d in result.diagnostics if d.severity in shown]
+        if not diags:
+            continue
+        click.echo(render_text(diags, result.sources, color=color), err=True, nl=False)
+        if not quiet:
+            n_err = _count(diags, Severity.ERROR)
+            summary = render_summary(n_err, _count(diags, Severity.WARNING), result.path, color)
+            click.echo(summary + "\n", err=True)
+    if not quiet:
+        every = [d for r in results for d in r.diagnostics]
+        n_files = f"{len(results)} file" + ("" if len(results) == 1 else "s")
+        errors, warnings = _count(every, Severity.ERROR), _count(every, Severity.WARNING)
+        e_word = "error" if errors == 1 else "errors"
+        w_word = "warning" if warnings == 1 else "warnings"
+        click.echo(f"checked {n_files}: {errors} {e_word}, {warnings} {w_word}", err=True)
+
+
+def _emit_machine(fmt: str, results: Sequence[_Checked]) -> None:
+    every = [d for r in results for d in r.diagnostics]
+    render = {"json": render_json, "github": render_github, "sarif": render_sarif}[fmt]
+    click.echo(render(every), nl=False)
+
+
+@click.command()
+@click.argument("paths", nargs=-1, required=True)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "json", "github", "sarif"]),
+    default="text",
+    show_default=True,
+    help="text for people (stderr); json, github or sarif for CI (stdout).",
+)
+@click.option("-W", "--warnings-as-errors", is_flag=True, help="Fail (exit 1) on warnings too.")
+@click.option(
+    "--color",
+    type=click.Choice(["auto", "always", "never"]),
+    default="auto",
+    show_default=True,
+    help="Color text output.",
+)
+@click.option("-q", "--quiet", is_flag=True, help="Text output: only errors, no summary.")
+@click.pass_obj
+def check(
+    env: Env, paths: tuple[str, ...], fmt: str, warnings_as_errors: bool, color: str, quiet: bool
+) -> None:
+    """Check .walk files: parse, resolve, type-check and verify them.
+
+    PATHS are files, folders (searched recursively for *.walk) or glob patterns.
+    """
+    results = []
+    for path in expand_paths(paths):
+        outcome = _front_end(path)
+        results.append(_Checked(path, list(outcome.diagnostics), outcome.sources))
+    if fmt == "text":
+        use_color = _use_color(color, env)
+        _emit_text(results, color=use_color, quiet=quiet, warnings_as_errors=warnings_as_errors)
+    else:
+        _emit_machine(fmt, results)
+    every = [d for r in results for d in r.diagnostics]
+    failing = {Severity.ERROR, Severity.WARNING} if warnings_as_errors else {Severity.ERROR}
+    code = EXIT_USER if any(d.severity in failing for d in every) else EXIT_OK
+    click.get_current_context().exit(code)
