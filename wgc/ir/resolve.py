@@ -114,8 +114,9 @@ class _Resolver:
         return lv
 
     def port_type(self, node: str, port: str) -> TensorType | None:
+        """The type a write binds: the node's *output* port (a node may have `in x` and `out x`)."""
         n = self.nodes.get(node)
-        p = n.port(port) if n else None
+        p = n.output(port) if n else None
         return p.type if p else None
 
     def stmt_defs(self, s) -> list[tuple[str, _Def]]:
@@ -328,11 +329,13 @@ class _Resolver:
                             Issue(IssueKind.SIBLING_READ, channel, span, other, None, reader)
                         )
                         return None
-            elif level.kind == "top" and later is not None:
-                return [self.found(later, crossed, level)]
             if level.kind == "top":
+                # walk inputs are bound before the first statement; a forward reference only
+                # applies when nothing earlier binds the channel
                 if channel in self.inputs:
                     return [self.found(self.inputs[channel], crossed, level)]
+                if later is not None:
+                    return [self.found(later, crossed, level)]
                 break
             if level.kind == "loop":
                 crossed = level.loop

@@ -1,0 +1,1 @@
+"""Lowering: a verified `Model` plus a `Placement` becomes a `Plan` (plain, JSON-dumpable data)."""

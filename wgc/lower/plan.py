@@ -1,0 +1,297 @@
+"""The `Plan`: what lowering a verified `Model` against a `Placement` produces, as plain data.
+
+Frozen dataclasses of strings, ints, tuples and other plan records only, so a plan dumps to JSON
+(`Plan.to_json`) and codegen renders it without looking back at the IR. The runtime never sees
+these classes: codegen turns them into `wgc_runtime.spec` constructors in generated modules.
+
+Vocabulary (the runtime contract, documented in docs/plan.md):
+
+* A *piece* is the part of one walk that one rank runs: its calls, and its own copy of every
+  loop it takes part in.
+* Every call input port has a *mode*: ``once`` (one value per walk instance, kept for every
+  iteration of enclosing loops: walk inputs, values from before a loop, terminal and accumulated
+  values), ``per_iteration`` (one value per iteration of the innermost loop, same iteration),
+  ``carried`` (iteration 0 from ``init``, iteration i+1 from ``src`` of iteration i), or
+  ``stream`` (the next chunk of a stream).
+* Every call output port has *destinations*: other calls (same or another rank; the edge kind
+  says when the value travels: ``loop_carried`` ones feed the next iteration, ``terminal`` ones
+  travel once after the loop, ``accumulated`` ones are stacked and travel after the loop), the
+  client (emit), the request's persisted store, a stream, or a loop's stop condition.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+
+# ---------------------------------------------------------------- sources and destinations
+
+
+@dataclass(frozen=True, slots=True)
+class TypeSpec:
+    """A port type for the runtime: dtype name and dims (int, or a str for symbolic / `?`)."""
+
+    dtype: str
+    dims: tuple[int | str, ...]
+
+    @property
+    def is_static(self) -> bool:
+        return all(isinstance(d, int) for d in self.dims)
+
+    def nbytes(self, itemsize: int) -> int | None:
+        if not self.is_static:
+            return None
+        n = itemsize
+        for d in self.dims:
+            n *= int(d)
+        return n
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    """Where an input value comes from.
+
+    kind: ``input`` (walk input ``name``; absent optional inputs arrive as a bare signal),
+    ``call`` (output ``port`` of call ``call`` on rank ``rank``), ``stream`` (stream ``name``).
+    """
+
+    kind: str
+    name: str | None = None
+    rank: int | None = None
+    call: int | None = None
+    port: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Dest:
+    """Where an output value goes.
+
+    kind: ``call`` (input ``port`` of call ``call`` on ``rank``), ``client`` (emit as modality
+    ``name``), ``persist`` (persisted as ``name``), ``stream`` (appended to stream ``name``),
+    ``until`` (the stop condition of loop ``name``; ``ranks`` lists every rank whose copy of the
+    loop must learn it).
+    ``edge`` is the IR edge kind (internal, loop_init, loop_carried, loop_invariant, terminal,
+    accumulated, emitted, persisted, streamed, until); ``loop`` the loop it is scoped to.
+    """
+
+    kind: str
+    edge: str
+    rank: int | None = None
+    call: int | None = None
+    port: str | None = None
+    name: str | None = None
+    loop: str | None = None
+    ranks: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PortIn:
+    port: str
+    channel: str
+    mode: str  # once | per_iteration | carried | stream
+    src: Source
+    init: Source | None  # for carried: the value iteration 0 reads
+    type: TypeSpec | None
+    optional: bool = False  # fed by an optional walk input: may be a bare signal
+
+
+@dataclass(frozen=True, slots=True)
+class PortOut:
+    port: str
+    type: TypeSpec | None
+    dests: tuple[Dest, ...]
+
+
+# ---------------------------------------------------------------- pieces of walks
+
+
+@dataclass(frozen=True, slots=True)
+class CallPlan:
+    id: int  # the IR call id, unique within its walk
+    node: str
+    rank: int
+    loops: tuple[str, ...]  # enclosing loops, outermost first
+    inputs: tuple[PortIn, ...]
+    outputs: tuple[PortOut, ...]
+    source: str  # "file.walk:line"
+
+
+@dataclass(frozen=True, slots=True)
+class LoopPlan:
+    """One rank's copy of a loop. Every rank with a call in the body (or feeding it each
+    iteration) has a copy; ``ranks`` lists them all so copies can agree on when it ends."""
+
+    name: str
+    parent: str | None
+    max: int
+    until: Source | None  # the `stop` producer
+    eager: bool
+    speculate: bool
+    ranks: tuple[int, ...]
+    calls: tuple[int, ...]  # this rank's calls in the body (nested loops included)
+    yield_last: tuple[str, ...]
+    yield_all: tuple[str, ...]
+    source: str
+
+
+@dataclass(frozen=True, slots=True)
+class PiecePlan:
+    walk: str
+    rank: int
+    calls: tuple[CallPlan, ...]
+    loops: tuple[LoopPlan, ...]
+    inputs: tuple[str, ...]  # walk inputs this piece reads
+    source: str
+
+
+# ---------------------------------------------------------------- ranks
+
+
+@dataclass(frozen=True, slots=True)
+class NodePlan:
+    name: str
+    impl: str
+    engine: str  # stateless | kv_cache
+    labels: tuple[str, ...]
+    config: tuple[tuple[str, object], ...]
+    ranks: tuple[int, ...]  # the rank group hosting it (tp shards across it)
+    tp: int
+    walks: tuple[str, ...]  # the walks it serves on this group ("*" = every walk)
+    source: str
+
+
+@dataclass(frozen=True, slots=True)
+class StreamPlan:
+    name: str
+    producer: tuple[str, str]  # node, port
+    consumer: tuple[str, str]
+    producer_ranks: tuple[int, ...]
+    owner: int  # the consumer's rank: it owns the buffer
+    policy: str  # fixed | sliding | left_context
+    params: tuple[tuple[str, int], ...]  # canonical names, in declaration order
+    final: str  # partial | pad | drop
+    after_done: bool
+    item: TypeSpec | None
+    capacity: int  # items buffered before back-pressure
+    done_after_flows: tuple[str, ...]  # the producer is done when these flows have ended
+    source: str
+
+
+@dataclass(frozen=True, slots=True)
+class CaptureEntry:
+    """A shape-static unit the runtime may capture as a CUDA graph, per batch bucket."""
+
+    walk: str
+    rank: int
+    scope: str  # "loop" (a whole loop body on one rank) | "call" (one node step)
+    loop: str | None
+    calls: tuple[int, ...]
+    ports: tuple[tuple[str, TypeSpec], ...]  # "call#port" -> static type, inputs then outputs
+    buckets: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryEstimate:
+    kv_bytes: int
+    static_buffer_bytes: int
+    stream_bytes: int
+
+    @property
+    def total(self) -> int:
+        return self.kv_bytes + self.static_buffer_bytes + self.stream_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class RankPlan:
+    rank: int
+    device: str
+    host: str
+    nodes: tuple[NodePlan, ...]
+    pieces: tuple[PiecePlan, ...]
+    streams: tuple[StreamPlan, ...]  # the stream buffers this rank owns
+    captures: tuple[CaptureEntry, ...]
+    memory: MemoryEstimate
+
+
+# ---------------------------------------------------------------- conductor and the whole plan
+
+
+@dataclass(frozen=True, slots=True)
+class WalkInputPlan:
+    name: str
+    optional: bool
+    ranks: tuple[int, ...]  # the ranks that read it
+
+
+@dataclass(frozen=True, slots=True)
+class WalkPlan:
+    name: str
+    ranks: tuple[int, ...]  # every rank with a piece
+    report: tuple[int, ...]  # ranks that must report before the walk is done
+    inputs: tuple[WalkInputPlan, ...]
+    persists: tuple[tuple[str, int], ...]  # persisted channel -> the rank that keeps it
+    source: str
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """One row of the route table: (walk, node, channel) produced on ``rank`` -> destinations."""
+
+    walk: str
+    rank: int
+    call: int
+    node: str
+    port: str
+    channel: str
+    dests: tuple[Dest, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Transfer:
+    """A cross-rank hop, with its byte size per occurrence (None when the shape is dynamic)."""
+
+    walk: str
+    channel: str
+    src_rank: int
+    dst_rank: int
+    edge: str
+    per: str  # "request" | "iteration"
+    loop: str | None
+    nbytes: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class SourceFile:
+    path: str
+    sha256: str
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    model: str
+    placement: str  # the placement's name (its file stem)
+    sources: tuple[SourceFile, ...]
+    params: tuple[tuple[str, object], ...]  # effective values after placement/--set overrides
+    options: tuple[tuple[str, str, object], ...]  # name, type, default
+    ranks: tuple[RankPlan, ...]
+    walks: tuple[WalkPlan, ...]
+    routes: tuple[Route, ...]
+    transfers: tuple[Transfer, ...]
+    placed: tuple[str, ...]  # nodes placed on some rank (for `placed(NODE)` in flows)
+    kv_cache: tuple[tuple[str, int], ...]
+    batching: tuple[tuple[str, object], ...]
+    max_concurrent_requests: int
+
+    def rank(self, r: int) -> RankPlan:
+        return self.ranks[r]
+
+    def walk(self, name: str) -> WalkPlan | None:
+        return next((w for w in self.walks if w.name == name), None)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def to_json(self) -> str:
+        """Deterministic JSON (sorted keys, 2-space indent, trailing newline)."""
+        return json.dumps(self.to_dict(), sort_keys=True, indent=2) + "\n"
