@@ -304,23 +304,15 @@ class _Resolver:
                 return [self.found(d, crossed, level)]
             later = level.at_or_after(channel, pos)
             if level.kind == "loop" and later is not None:
-                loop = level.loop
-                assert loop is not None
-                carried = level.last(channel)
-                edges = [(EdgeKind.LOOP_CARRIED, carried, loop.name)]
-                init = None
-                if level.parent is not None:
-                    init = self.lookup_quiet(channel, level.parent, level.pos_in_parent)
-                if init is None:
-                    self.issues.append(
-                        Issue(IssueKind.NO_INIT, channel, span, loop.header_span, loop.name, reader)
-                    )
-                else:
-                    edges.append((EdgeKind.LOOP_INIT, init, loop.name))
-                return edges
+                return self.carried(level, channel, span, reader)
             if level.kind == "branch":
                 own = level.at_or_after(channel, pos)
                 if own is not None:
+                    # bound later in this branch: inside a loop that is the next iteration's
+                    # value (the branch is part of the body); outside, a forward reference
+                    loop_level = _enclosing_loop_level(level)
+                    if loop_level is not None:
+                        return self.carried(loop_level, channel, span, reader)
                     return [self.found(own, crossed, level)]
                 for bi, writes in enumerate(level.siblings):
                     if bi != level.par_index and channel in writes:
@@ -343,6 +335,23 @@ class _Resolver:
             level = level.parent
         self.issues.append(self.unbound(channel, span, reader))
         return None
+
+    def carried(self, level: _Level, channel, span, reader):
+        """Edges of a loop-carried read in loop ``level``'s body: the body's last binding feeds
+        the next iteration; the value visible before the loop feeds iteration 0."""
+        loop = level.loop
+        assert loop is not None
+        edges = [(EdgeKind.LOOP_CARRIED, level.last(channel), loop.name)]
+        init = None
+        if level.parent is not None:
+            init = self.lookup_quiet(channel, level.parent, level.pos_in_parent)
+        if init is None:
+            self.issues.append(
+                Issue(IssueKind.NO_INIT, channel, span, loop.header_span, loop.name, reader)
+            )
+        else:
+            edges.append((EdgeKind.LOOP_INIT, init, loop.name))
+        return edges
 
     def lookup_quiet(self, channel, level, pos) -> _Def | None:
         """The value of ``channel`` visible at ``pos`` of ``level`` (for a loop's initial value)."""
@@ -378,6 +387,14 @@ class _Resolver:
         if loop is not None:
             return Issue(IssueKind.LOOP_LOCAL, channel, span, loop.header_span, loop.name, reader)
         return Issue(IssueKind.UNBOUND, channel, span, None, None, reader)
+
+
+def _enclosing_loop_level(lv: _Level | None) -> _Level | None:
+    while lv is not None:
+        if lv.kind == "loop":
+            return lv
+        lv = lv.parent
+    return None
 
 
 def _innermost_loop(lv: _Level | None) -> str | None:
