@@ -14,7 +14,7 @@ from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput
 
 from wgc.diagnostics.diagnostic import Diagnostic, Label, Span, diag
 from wgc.parse.grammar import grammar_text
-from wgc.parse.hints import describe_expected, hint_for
+from wgc.parse.hints import context, describe_expected, hint_for
 
 # Terminals whose meaning is clearer in words than as a regular expression.
 _WORDS = {
@@ -56,6 +56,11 @@ class Parser:
             lexer_callbacks={"COMMENT": self._comments.append},
         )
         self._names = {t.name: self._describe_terminal(t) for t in self._lark.terminals}
+        # hints match expected terminals by spelling (`->`, `max`), not by lark's names
+        self._spelling = {
+            t.name: t.pattern.value if t.pattern.type == "str" else t.name
+            for t in self._lark.terminals
+        }
 
     @staticmethod
     def _describe_terminal(t) -> str:
@@ -90,7 +95,8 @@ class Parser:
             ch = text[exc.pos_in_stream] if exc.pos_in_stream < len(text) else "?"
             span = Span(file, exc.line, exc.column, exc.line, exc.column + 1)
             msg, help_ = hint_for_char(ch)
-            return diag("WG003", msg, span, label="not valid here", help=help_)
+            label = "the string starts here" if ch == '"' else "not valid here"
+            return diag("WG003", msg, span, label=label, help=help_)
         if isinstance(exc, UnexpectedEOF) or (
             isinstance(exc, UnexpectedToken) and exc.token.type == "$END"
         ):
@@ -102,8 +108,9 @@ class Parser:
         span = Span(
             file, tok.line, tok.column, tok.end_line or tok.line, tok.end_column or tok.column + 1
         )
-        prev = _previous_token_text(lines, tok.line, tok.column)
-        hint = hint_for(str(tok), tok.type, set(exc.expected), prev)
+        before = text[: tok.start_pos] if tok.start_pos is not None else ""
+        spelled = {self._spelling.get(t, t) for t in exc.expected}
+        hint = hint_for(context(str(tok), tok.type, spelled, before))
         message = (
             hint.message
             if hint and hint.message
@@ -121,13 +128,15 @@ class Parser:
     def _eof_error(self, exc, text: str, lines: list[str], file: str) -> Diagnostic:
         last = len(lines)
         span = Span(file, last, len(lines[-1]) + 1, last, len(lines[-1]) + 2)
-        opener = _unclosed_brace(text)
+        opener = _unclosed_bracket(text)
         labels = []
         help_ = None
         if opener is not None:
-            line, col = opener
-            labels.append(Label(Span(file, line, col, line, col + 1), "this `{` is never closed"))
-            help_ = "add the missing `}`"
+            line, col, ch = opener
+            labels.append(
+                Label(Span(file, line, col, line, col + 1), f"this `{ch}` is never closed")
+            )
+            help_ = f"add the missing `{_CLOSER[ch]}`"
         return diag(
             "WG002",
             "unexpected end of file",
@@ -138,29 +147,30 @@ class Parser:
         )
 
 
+_CHAR_HINTS = {
+    ";": "statements end at the end of the line; remove the `;`",
+    "'": 'strings use double quotes: "..."',
+    '"': 'this string is never closed: end it with `"` on the same line',
+    "!": "conditions negate with `not`: `not request.wants(text)`",
+    "&": "conditions combine with `and`",
+    "<": "conditions do not compare values; use a bool `option` or `request.wants(m)`",
+    ">": "conditions do not compare values; use a bool `option` or `request.wants(m)`",
+}
+
+
 def hint_for_char(ch: str) -> tuple[str, str | None]:
-    if ch == ";":
-        return "invalid character `;`", "statements end at the end of the line; remove the `;`"
-    if ch == "'":
-        return "invalid character `'`", 'strings use double quotes: "..."'
-    if ch == ":" or ch == "=":
-        return f"invalid character `{ch}`", None
-    return f"invalid character `{ch}`", None
+    if ch == '"':
+        return "unterminated string", _CHAR_HINTS[ch]
+    return f"invalid character `{ch}`", _CHAR_HINTS.get(ch)
 
 
-def _previous_token_text(lines: list[str], line: int, col: int) -> str:
-    """The word just before (line, col), skipping whitespace, for context-aware hints."""
-    before = lines[line - 1][: col - 1] if 0 < line <= len(lines) else ""
-    before = before.rstrip()
-    i = len(before)
-    while i > 0 and (before[i - 1].isalnum() or before[i - 1] == "_"):
-        i -= 1
-    return before[i:] if i < len(before) else before[-1:] if before else ""
+_CLOSER = {"{": "}", "(": ")", "[": "]"}
 
 
-def _unclosed_brace(text: str) -> tuple[int, int] | None:
-    """Where the innermost `{` left open at the end of ``text`` is (skips comments, strings)."""
-    stack: list[tuple[int, int]] = []
+def _unclosed_bracket(text: str) -> tuple[int, int, str] | None:
+    """Position and kind of the innermost bracket left open at the end of ``text`` (comments and
+    strings skipped)."""
+    stack: list[tuple[int, int, str]] = []
     line, col = 1, 0
     in_str = in_comment = False
     escape = False
@@ -185,8 +195,8 @@ def _unclosed_brace(text: str) -> tuple[int, int] | None:
             in_comment = True
         elif ch == '"':
             in_str = True
-        elif ch == "{":
-            stack.append((line, col))
-        elif ch == "}" and stack:
+        elif ch in _CLOSER:
+            stack.append((line, col, ch))
+        elif ch in ")}]" and stack:
             stack.pop()
     return stack[-1] if stack else None
