@@ -57,9 +57,15 @@ from wgc.ir.types import DTYPE_NAMES, Dim, DType, TensorType
 from wgc.ir.walk import Bind, Block, Call, Emit, Loop, Named, Par, Persist, Walk, WalkInput
 
 
-def build(tree: Tree, file: str) -> tuple[Model, list[Diagnostic]]:
-    """The IR of one parsed file, and the diagnostics found while building it."""
-    return _Builder(file).model(tree)
+def build(
+    tree: Tree, file: str, overrides: dict[str, E.Value] | None = None
+) -> tuple[Model, list[Diagnostic]]:
+    """The IR of one parsed file, and the diagnostics found while building it.
+
+    ``overrides`` replaces the value of the named params at their declaration (placement
+    `params:` and `--set`), so every param, dim and loop bound derived from them follows.
+    """
+    return _Builder(file, overrides).model(tree)
 
 
 def _did_you_mean(word: str, choices) -> str:
@@ -70,8 +76,9 @@ def _did_you_mean(word: str, choices) -> str:
 
 
 class _Builder:
-    def __init__(self, file: str) -> None:
+    def __init__(self, file: str, overrides: dict[str, E.Value] | None = None) -> None:
         self.file = file
+        self.overrides = dict(overrides or {})
         self.diags: list[Diagnostic] = []
         self.params: dict[str, E.Value] = {}
         self.aliases: dict[str, Tree] = {}
@@ -186,10 +193,10 @@ class _Builder:
     def param(self, t: Tree) -> Param:
         name = str(t.children[0])
         ex = self.expr(t.children[1])
-        value = self.static_value(ex)
+        value = self.overrides[name] if name in self.overrides else self.static_value(ex)
         if value is not None and name not in self.params:
             self.params[name] = value
-        return Param(name, ex, value, self.span(t))
+        return Param(name, ex, value, self.span(t), self.span(t.children[0]))
 
     def option(self, t: Tree) -> OptionDecl:
         name, typ, default_t = str(t.children[0]), str(t.children[1]), t.children[2]
@@ -222,14 +229,14 @@ class _Builder:
                 )
             elif ok:
                 default = float(v) if typ == "float" else v  # type: ignore[arg-type]
-        return OptionDecl(name, typ, default, self.span(t))
+        return OptionDecl(name, typ, default, self.span(t), self.span(t.children[0]), ex)
 
     # ------------------------------------------------------------------ types
     def type_decl(self, t: Tree) -> TypeAlias:
         name = str(t.children[0])
         te = t.children[1]
         ref = str(te.children[0]) if te.data == "type_ref" else None
-        return TypeAlias(name, self.alias_type(name), ref, self.span(t))
+        return TypeAlias(name, self.alias_type(name), ref, self.span(t), self.span(t.children[0]))
 
     def alias_type(self, name: str, seen: frozenset = frozenset()) -> TensorType | None:
         if name in self.resolved_aliases:
@@ -348,6 +355,7 @@ class _Builder:
             inputs = {p.name: p for p in base.inputs} if base else {}
             outputs = {p.name: p for p in base.outputs} if base else {}
             config = dict(base.config) if base else {}
+            config_exprs = dict(base.config_exprs) if base else {}
             label = None
             label_span = None
             own_inputs: list[Port] = []
@@ -363,7 +371,9 @@ class _Builder:
                     label = str(it.children[0])
                     label_span = self.span(it)
                 elif it.data == "config":
-                    config[str(it.children[0])] = self.static_value(self.expr(it.children[1]))
+                    key, ex = str(it.children[0]), self.expr(it.children[1])
+                    config[key] = self.static_value(ex)
+                    config_exprs[key] = ex
             if like is not None:
                 for p in own_inputs:
                     inputs[p.name] = p
@@ -387,6 +397,8 @@ class _Builder:
                 span=self.span(t),
                 label_span=label_span,
                 impl_span=impl_span,
+                name_span=self.span(t.children[0]),
+                config_exprs=tuple(config_exprs.items()),
             )
             if t is by_name.get(name):
                 done[name] = node
@@ -464,7 +476,18 @@ class _Builder:
                 (PolicyArg("k", E.Lit(1, self.span(t)), 1, self.span(t)),),
                 self.span(t),
             )
-        return Stream(name, prod, cons, policy, final, after, self.span(t), final_span, after_span)
+        return Stream(
+            name,
+            prod,
+            cons,
+            policy,
+            final,
+            after,
+            self.span(t),
+            final_span,
+            after_span,
+            self.span(t.children[0]),
+        )
 
     def port_ref(self, t: Tree) -> PortRef:
         return PortRef(str(t.children[0]), str(t.children[1]), self.span(t))
@@ -515,7 +538,17 @@ class _Builder:
         calls = tuple(sorted(self._calls, key=lambda c: c.id))
         loops = tuple(self._loops)
         edges, issues = resolve_walk(body, tuple(inputs), nodes, streams, self.params)
-        return Walk(name, tuple(inputs), body, calls, loops, edges, issues, self.span(t))
+        return Walk(
+            name,
+            tuple(inputs),
+            body,
+            calls,
+            loops,
+            edges,
+            issues,
+            self.span(t),
+            self.span(t.children[0]),
+        )
 
     def block(self, t: Tree, loops: tuple[str, ...]) -> Block:
         stmts = []
@@ -664,9 +697,29 @@ class _Builder:
                     label="expected `module:function`",
                     help='write `flow main = "examples.bagel.flows:main"`',
                 )
-            return Flow(name, FlowKind.EXTERN, None, on, target, None, self.span(t), trig_span)
+            return Flow(
+                name,
+                FlowKind.EXTERN,
+                None,
+                on,
+                target,
+                None,
+                self.span(t),
+                trig_span,
+                self.span(t.children[0]),
+            )
         self._flow_vars: list[str] = []
-        return Flow(name, kind, when, on, None, self.fblock(body_t), self.span(t), trig_span)
+        return Flow(
+            name,
+            kind,
+            when,
+            on,
+            None,
+            self.fblock(body_t),
+            self.span(t),
+            trig_span,
+            self.span(t.children[0]),
+        )
 
     def fblock(self, t: Tree) -> FBlock:
         return FBlock(tuple(self.fstmt(s) for s in t.children), self.span(t))

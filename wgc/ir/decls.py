@@ -18,6 +18,7 @@ class Param:
     expr: Expr
     value: Value | None
     span: Span = field(compare=False)
+    name_span: Span | None = field(default=None, compare=False)  # the declared name's token
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +27,7 @@ class TypeAlias:
     type: TensorType | None
     ref: str | None  # `type A = B`: the alias it names (resolved into ``type`` when known)
     span: Span = field(compare=False)
+    name_span: Span | None = field(default=None, compare=False)  # the declared name's token
 
 
 OPTION_TYPES = ("bool", "int", "float", "str")
@@ -39,6 +41,8 @@ class OptionDecl:
     type: str
     default: Value
     span: Span = field(compare=False)
+    name_span: Span | None = field(default=None, compare=False)  # the declared name's token
+    default_expr: Expr | None = field(default=None, compare=False)  # as written
 
 
 class PortDir(enum.Enum):
@@ -77,6 +81,9 @@ class Node:
     span: Span = field(compare=False)
     label_span: Span | None = field(default=None, compare=False)
     impl_span: Span | None = field(default=None, compare=False)
+    name_span: Span | None = field(default=None, compare=False)  # the declared name's token
+    # `config KEY = EXPR` as written (``config`` holds the values), for lints that need names
+    config_exprs: tuple[tuple[str, Expr], ...] = field(default=(), compare=False)
 
     def input(self, name: str) -> Port | None:
         return next((p for p in self.inputs if p.name == name), None)
@@ -151,3 +158,4 @@ class Stream:
     span: Span = field(compare=False)
     final_span: Span | None = field(default=None, compare=False)
     after_done_span: Span | None = field(default=None, compare=False)
+    name_span: Span | None = field(default=None, compare=False)  # the declared name's token

@@ -167,6 +167,7 @@ class Flow:
     body: FBlock | None
     span: Span = field(compare=False)
     trigger_span: Span | None = field(default=None, compare=False)
+    name_span: Span | None = field(default=None, compare=False)  # the declared name's token
 
 
 def iter_fstmts(block: FBlock):

@@ -171,6 +171,7 @@ class Walk:
     edges: tuple[Edge, ...]
     issues: tuple[Issue, ...]
     span: Span = field(compare=False)
+    name_span: Span | None = field(default=None, compare=False)  # the declared name's token
 
     def input(self, name: str) -> WalkInput | None:
         return next((i for i in self.inputs if i.name == name), None)
