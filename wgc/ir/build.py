@@ -222,7 +222,7 @@ class _Builder:
             if v is not None and not ok:
                 self.error(
                     "WG009",
-                    f"default of option `{name}` is not a `{typ}`",
+                    f"default of option `{name}` is not of type `{typ}`",
                     default_t,
                     label=f"expected a `{typ}`",
                     help=f"give a `{typ}` default, e.g. `option {name}: {typ} = {_example(typ)}`",
