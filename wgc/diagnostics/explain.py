@@ -19,11 +19,13 @@ __all__ = [
     "explanation",
     "normalize_code",
     "parse_examples",
+    "placement_examples",
 ]
 
 _CODE_FILE = re.compile(r"^WG\d{3}\.md$")
 _SECTION = re.compile(r"^## (Failing|Fixed) example\s*$", re.MULTILINE)
 _FENCE = re.compile(r"^```walk[ \t]*\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
+_YAML_FENCE = re.compile(r"^```yaml[ \t]*\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
 
 
 def _folder() -> Traversable:
@@ -75,6 +77,29 @@ def parse_examples(text: str) -> tuple[str, str]:
 def examples(code: str) -> tuple[str, str]:
     """(failing, fixed) example programs of ``code``."""
     return parse_examples(explanation(code))
+
+
+def placement_examples(code: str) -> tuple[str, str, str, str]:
+    """(walk_failing, yaml_failing, walk_fixed, yaml_fixed) of a placement-stage ``code``: each
+    example section holds a ```walk model, then the ```yaml placement checked against it."""
+    text = explanation(code)
+    found: dict[str, tuple[str, str]] = {}
+    headings = list(_SECTION.finditer(text))
+    for i, heading in enumerate(headings):
+        end = headings[i + 1].start() if i + 1 < len(headings) else len(text)
+        walk = _FENCE.search(text, heading.end(), end)
+        if walk is None:
+            raise ValueError(f"`## {heading.group(1)} example` has no ```walk block")
+        placement = _YAML_FENCE.search(text, walk.end(), end)
+        if placement is None:
+            raise ValueError(
+                f"`## {heading.group(1)} example` has no ```yaml block after its model"
+            )
+        found.setdefault(heading.group(1), (walk.group(1), placement.group(1)))
+    missing = [k for k in ("Failing", "Fixed") if k not in found]
+    if missing:
+        raise ValueError(f"explanation lacks a `## {missing[0]} example` section")
+    return (*found["Failing"], *found["Fixed"])
 
 
 def all_codes_with_explanations() -> tuple[str, ...]:

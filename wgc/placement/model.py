@@ -3,6 +3,10 @@
 Loaded from YAML by `wgc.placement.load` (wgc's own format, or M*'s `node_groups` configs,
 normalised into the same records); checked against a `Model` by `wgc.placement.rules`.
 Every record keeps the YAML span it came from, so placement errors point at the YAML line.
+
+Devices are `cpu`, `cuda`, `cuda:N` or `auto:N`; `auto:N` (what M* configs, which name no
+devices, get for rank N) means `cuda:N` where CUDA is available and `cpu` elsewhere: the
+runtime decides when it starts, so one compiled plan runs on a GPU box and a laptop alike.
 """
 
 from __future__ import annotations
@@ -31,6 +35,13 @@ class Group:
     span: Span = field(compare=False)
     ranks_span: Span | None = field(default=None, compare=False)
     tp_span: Span | None = field(default=None, compare=False)
+    rank_spans: tuple[Span, ...] = field(default=(), compare=False)  # one per entry of ``ranks``
+
+    def places(self, walk: str, node: str) -> bool:
+        """Whether this group runs ``node`` when ``walk`` calls it."""
+        if self.walks is not None and all(w.name != walk for w in self.walks):
+            return False
+        return any(n.name == node for n in self.nodes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +63,8 @@ class Batching:
 class ParamOverride:
     name: str
     value: int | float | str | bool
-    span: Span = field(compare=False)
+    span: Span = field(compare=False)  # the name
+    value_span: Span | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,10 +81,21 @@ class Placement:
     max_concurrent_requests: int
     attention: str  # "auto" | "torch" | "triton" | "flashinfer"
     span: Span = field(compare=False)
+    # Ranks that run every node no group names (M*: rank 0, its driver); empty: wgc's format,
+    # where every (walk, node) a flow can reach must be placed explicitly.
+    default_ranks: tuple[int, ...] = ()
+    # The `place:` (M*: `node_groups:`) key, where "add a group" diagnostics point.
+    groups_span: Span | None = field(default=None, compare=False)
+    # M*'s own keys that wgc reads but does not use (e.g. `kv_cache.cpu_offload_pages`), dotted.
+    ignored_keys: tuple[str, ...] = ()
 
     @property
     def world_size(self) -> int:
         return len(self.devices)
+
+    def placed(self, node: str) -> bool:
+        """`placed(NODE)` in a flow: some group names ``node`` (defaults do not count)."""
+        return any(n.name == node for g in self.groups for n in g.nodes)
 
     def host(self, rank: int) -> str:
         return dict(self.hosts).get(rank, "127.0.0.1")

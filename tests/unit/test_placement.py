@@ -1,0 +1,272 @@
+"""Unit tests for placement loading, reachability, assignment, rules and param overrides."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from wgc.driver import Driver
+from wgc.ir.flow import BoolOp, Const, Not, OptionCond, Placed
+from wgc.placement.check import check_placement
+from wgc.placement.load import load
+from wgc.placement.params import apply_overrides, parse_value
+from wgc.placement.reach import assignment, reachable_walks, truth
+from wgc.placement.rules import value_fits
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
+PLACEMENTS = sorted(EXAMPLES.glob("*/placements/*.yaml"))
+_driver = Driver()
+_models: dict[str, object] = {}
+
+
+def model(family: str):
+    if family not in _models:
+        path = EXAMPLES / family / f"{family}.walk"
+        result = _driver.front_end(str(path))
+        assert not result.errors
+        _models[family] = result.model
+    return _models[family]
+
+
+def codes(diags) -> list[str]:
+    return sorted(d.code for d in diags)
+
+
+def loaded(text: str, name: str = "p.yaml"):
+    placement, diags = load(name, text)
+    return placement, codes(diags)
+
+
+# ---------------------------------------------------------------- the examples
+@pytest.mark.parametrize("path", PLACEMENTS, ids=[f"{p.parts[-3]}/{p.name}" for p in PLACEMENTS])
+def test_example_placements_are_clean(path: Path):
+    family = path.parts[-3]
+    result = check_placement(model(family), str(path))
+    assert result.placement is not None
+    assert not result.diagnostics, [(d.code, d.message, str(d.span)) for d in result.diagnostics]
+    assert path.read_text(encoding="utf-8").startswith("# "), "start with a comment"
+
+
+def test_every_family_has_the_cpu_placements():
+    for family in ("bagel", "qwen3_omni", "orpheus", "vjepa2_ac", "pi05"):
+        for name in ("cpu", "cpu-2rank", "cpu-3rank"):
+            p, _ = load(str(EXAMPLES / family / "placements" / f"{name}.yaml"))
+            assert p is not None and set(p.devices) == {"cpu"}
+            assert p.world_size == {"cpu": 1, "cpu-2rank": 2, "cpu-3rank": 3}[name]
+
+
+def test_mstar_config_loads_as_is():
+    path = EXAMPLES / "bagel" / "placements" / "mstar-cfg-parallel.yaml"
+    p, diags = load(str(path))
+    assert not diags and p is not None
+    assert p.format == "mstar"
+    assert p.devices == ("auto:0", "auto:1", "auto:2")
+    assert p.default_ranks == (0,)
+    assert p.max_concurrent_requests == 8
+    assert p.ignored_keys == ("model", "max_seq_len", "kv_cache.cpu_offload_pages")
+    where = {(w, n): g.ranks for (w, n), g in assignment(model("bagel"), p).items()}
+    assert where[("image_gen_cfg", "LLM_cfg_text")] == (1,)
+    assert where[("image_gen_cfg", "LLM_cfg_img")] == (2,)
+    assert where[("image_gen_cfg", "vae_decoder")] == (0,)  # not named: M*'s rank 0
+    assert where[("prefill_vae", "vae_encoder")] == (0,)
+
+
+def test_3xh100_assignment():
+    p, _ = load(str(EXAMPLES / "bagel" / "placements" / "3xh100.yaml"))
+    where = {(w, n): g.ranks for (w, n), g in assignment(model("bagel"), p).items()}
+    assert where == {
+        **{(w, "LLM"): (0,) for w in ("prefill_text", "prefill_vit", "prefill_vae", "decode")},
+        ("prefill_vit", "vit_encoder"): (0,),
+        ("prefill_vae", "vae_encoder"): (0,),
+        ("image_gen_cfg", "LLM"): (0,),
+        ("image_gen_cfg", "LLM_cfg_text"): (1,),
+        ("image_gen_cfg", "LLM_cfg_img"): (2,),
+        ("image_gen_cfg", "combine_cfg"): (0,),
+        ("image_gen_cfg", "vae_decoder"): (0,),
+    }
+
+
+def test_placed_decides_which_image_walk_runs():
+    bagel = model("bagel")
+    pd, _ = load(str(EXAMPLES / "bagel" / "placements" / "pd-split.yaml"))
+    cpu, _ = load(str(EXAMPLES / "bagel" / "placements" / "cpu.yaml"))
+    assert "image_gen" in reachable_walks(bagel, pd)
+    assert "image_gen_cfg" not in reachable_walks(bagel, pd)
+    assert "image_gen_cfg" in reachable_walks(bagel, cpu)
+    assert "image_gen" not in reachable_walks(bagel, cpu)
+
+
+def test_truth_is_three_valued():
+    p, _ = loaded("place: [{nodes: [A], ranks: [0]}]")
+    span = p.span
+    a, b, opt = Placed("A", span), Placed("B", span), OptionCond("x", span)
+    assert truth(a, p) is True and truth(b, p) is False and truth(opt, p) is None
+    assert truth(Not(b, span), p) is True
+    assert truth(BoolOp("and", a, opt, span), p) is None
+    assert truth(BoolOp("and", b, opt, span), p) is False
+    assert truth(BoolOp("or", a, opt, span), p) is True
+    assert truth(BoolOp("or", b, Const(False, span), span), p) is False
+
+
+def test_extern_flow_reaches_every_walk():
+    text = (EXAMPLES / "orpheus" / "orpheus.walk").read_text()
+    text = text.replace("flow codec on tokens {\n  snac_chunk()\n}", 'flow codec = "m:codec"')
+    result = _driver.front_end("orpheus_extern.walk", text)
+    assert result.model is not None
+    p, _ = load(str(EXAMPLES / "orpheus" / "placements" / "cpu.yaml"))
+    assert reachable_walks(result.model, p) == {w.name for w in result.model.walks}
+
+
+# ---------------------------------------------------------------- loading
+def test_defaults_and_derived_devices():
+    p, c = loaded("place: [{nodes: [A], ranks: [0, 1]}]")
+    assert c == [] and p is not None
+    assert p.devices == ("auto:0", "auto:1") and p.format == "wgc"
+    assert p.groups[0].tp == 2 and p.groups[0].walks is None
+    assert p.kv_cache.page_size == 16 and p.batching.capture == (1, 2, 4, 8, 16)
+    assert p.attention == "auto" and p.default_ranks == ()
+
+
+def test_batching_defaults_follow_what_is_given():
+    p, _ = loaded("batching: {max_batch: 6}")
+    assert p.batching.capture == (1, 2, 4, 6)
+    p, _ = loaded("batching: {capture: [1, 3, 32]}")
+    assert p.batching.max_batch == 32 and p.batching.capture == (1, 3, 32)
+
+
+def test_mstar_resources():
+    text = """node_groups:
+  - node_names: [A]
+    ranks: [0, 1]
+    tp_size: 2
+resources:
+  kv: {max_seq_len: 4096, page_size: 32, max_num_pages: 100}
+  attn: {backend: triton}
+"""
+    p, c = loaded(text)
+    assert c == [] and p.format == "mstar"
+    assert (p.kv_cache.page_size, p.kv_cache.pages, p.attention) == (32, 100, "triton")
+    assert p.groups[0].tp == 2 and "resources.kv.max_seq_len" in p.ignored_keys
+
+
+def test_mixed_formats_follow_the_first_key():
+    _, c = loaded("node_groups: []\ndevices: [cpu]\n")
+    assert c == ["WG806"]
+    _, c = loaded("kv_cache: {cpu_offload_pages: 3}\nplace: []\n")
+    assert c == ["WG806"]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("", ["WG803"]),
+        ("- a\n- b\n", ["WG803"]),
+        ("place: [{nodes: [A], ranks: [0]}\n", ["WG801"]),
+        ("place:\n\t- nodes: [A]\n", ["WG801"]),
+        ("devices: [cpu]\nplace: [{nodes: [A], ranks: [0], tp: 0}]", ["WG810"]),
+        ("place: [{nodes: [A], ranks: [0], walks: x}]", ["WG803"]),
+        ("devices: [cuda:0, auto:1, cuda, cpu]\nplace: [{nodes: [A], ranks: [0, 1, 2, 3]}]", []),
+        ("devices: []", ["WG818"]),
+        ("params: {a: [1]}", ["WG803"]),
+        ("params: {a: 1, a: 2}", ["WG805"]),
+        ("place: [{nodes: [A], ranks: [0]}]\nhosts: {0: a, -1: b}", ["WG819"]),
+        ("place: [{nodes: [A], ranks: [0]}]\n!!python/object:os.system {}: 1", ["WG803"]),
+    ],
+)
+def test_load_problems(text, expected):
+    _, c = loaded(text)
+    assert c == expected
+
+
+def test_unreadable_file():
+    p, diags = load(str(ROOT / "no" / "such.yaml"))
+    assert p is None and codes(diags) == ["WG010"]
+
+
+def test_yaml_spans_are_one_based():
+    p, _ = loaded("devices: [cpu]\nplace:\n  - nodes: [A, B]\n    ranks: [0]\n")
+    b = p.groups[0].nodes[1]
+    assert (b.span.line, b.span.col, b.span.end_col) == (3, 16, 17)
+
+
+# ---------------------------------------------------------------- rules
+def test_disjoint_walk_restrictions_are_not_overlaps():
+    text = (EXAMPLES / "orpheus" / "placements" / "cpu-3rank.yaml").read_text()
+    result = check_placement(model("orpheus"), "x.yaml", text)
+    assert not result.diagnostics
+
+
+def test_overlapping_walk_lists_report_once_per_group_pair():
+    text = """devices: [cpu, cpu]
+place:
+  - nodes: [LLM, snac_decoder]
+    ranks: [0]
+    walks: [prefill, decode, snac_chunk]
+  - nodes: [LLM]
+    ranks: [1]
+    walks: [decode, prefill]
+"""
+    result = check_placement(model("orpheus"), "x.yaml", text)
+    assert codes(result.diagnostics) == ["WG812"]
+    assert "`prefill`, `decode`" in result.diagnostics[0].message
+
+
+def test_named_mstar_node_leaves_the_default():
+    text = """node_groups:
+  - node_names: [LLM]
+    ranks: [0]
+    graph_walks: [prefill]
+"""
+    result = check_placement(model("orpheus"), "x.yaml", text)
+    # snac_decoder is never named: rank 0; LLM is named, so `decode` needs a group for it
+    assert codes(result.diagnostics) == ["WG811"]
+    assert "`LLM`" in result.diagnostics[0].message
+
+
+@pytest.mark.parametrize(
+    ("declared", "value", "ok"),
+    [
+        (1, 2, True),
+        (1, 2.0, False),
+        (1.0, 2, True),
+        (True, 1, False),
+        (1, True, False),
+        ("a", "b", True),
+        ("a", 1, False),
+        (False, True, True),
+    ],
+)
+def test_value_fits(declared, value, ok):
+    assert value_fits(declared, value) is ok
+
+
+# ---------------------------------------------------------------- params
+def test_overrides_cli_wins_and_dependents_follow():
+    bagel = model("bagel")
+    p, _ = loaded("params: {latent_side: 8, steps: 10}")
+    values, diags = apply_overrides(bagel.params, p, {"steps": "20"})
+    assert not diags
+    assert values["steps"] == 20 and values["latent_side"] == 8
+    assert values["latent_tokens"] == 64 and values["image_side"] == 128
+
+
+def test_invalid_yaml_overrides_are_skipped_not_reported_twice():
+    bagel = model("bagel")
+    p, _ = loaded("params: {steps: 1.5, nope: 3}")
+    values, diags = apply_overrides(bagel.params, p, {})
+    assert not diags and values["steps"] == 50
+
+
+def test_bad_cli_sets():
+    bagel = model("bagel")
+    _, diags = apply_overrides(bagel.params, None, {"stpes": "3", "steps": "many"})
+    assert codes(diags) == ["WG815", "WG815"]
+    assert any("did you mean `steps`?" in (d.help or "") for d in diags)
+
+
+def test_parse_value():
+    assert parse_value(1, "7") == 7 and parse_value(1.0, "7") == 7.0
+    assert parse_value(True, "FALSE") is False and parse_value(True, "no") is None
+    assert parse_value("x", " y ") == "y" and parse_value(1, "1.5") is None

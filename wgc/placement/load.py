@@ -1,0 +1,854 @@
+"""Loading placement files: YAML text -> `Placement`, with every problem a diagnostic.
+
+Two formats, told apart by their top-level keys (a file that uses keys only one of them knows
+from both is WG806):
+
+* **wgc**: `devices` (rank i runs on devices[i]), `hosts` (rank -> host), `place` (groups of
+  `nodes`, `ranks`, optional `walks`, optional `tp`, default the group size), `kv_cache`
+  (`page_size`, `pages`, `dtype`), `batching` (`max_batch`, `capture`), `params`,
+  `max_concurrent_requests`, `attention`.
+* **M\\***: the reference implementation's configs as they are: `node_groups` (`node_names`,
+  `ranks`, `graph_walks`, `tp_size`), `resources` (`kv`: `page_size`, `max_num_pages`;
+  `attn`: `backend`), `max_concurrent_requests`, and M*'s own keys wgc does not use (`model`,
+  `max_seq_len`, `kv_cache.cpu_offload_pages`, `resources.kv.max_seq_len`), which are accepted
+  and recorded in `Placement.ignored_keys`. M* names no devices: the world size is the largest
+  rank + 1 and rank i runs on `auto:i`; nodes no group names run on rank 0, M*'s driver rank.
+
+This module proves everything that needs no model (codes below); `wgc.placement.rules` checks
+the placement against the model. Records are built even from a file with errors (bad entries
+dropped) so the rules still run and report what else is wrong; None only when the file is not a
+YAML mapping at all.
+
+Codes owned: WG801 (YAML syntax), WG802 (unknown key, with did-you-mean), WG803 (wrong value
+type), WG804 (missing or empty required entry), WG805 (duplicate key), WG806 (formats mixed),
+WG809 (rank negative, repeated in a group, or beyond `devices`), WG810 (`tp` < 1 or not dividing
+the group), WG816 (capture buckets not positive, not ascending, or above `max_batch`), WG817
+(kv-cache, batching, concurrency or attention setting out of range), WG818 (device not `cpu`,
+`cuda`, `cuda:N` or `auto:N`), WG819 (host for a rank that does not exist), WG821 (a device
+whose rank no group uses).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import yaml
+
+from wgc.diagnostics.diagnostic import Diagnostic, Label, Span, diag
+from wgc.ir.types import DTYPE_NAMES
+from wgc.placement.model import Batching, Group, KvCache, Named, ParamOverride, Placement
+from wgc.placement.yamlnodes import describe, did_you_mean, kind, mark_span, scalar, span
+
+NAME = "placement-load"
+CODES = (
+    "WG801",
+    "WG802",
+    "WG803",
+    "WG804",
+    "WG805",
+    "WG806",
+    "WG809",
+    "WG810",
+    "WG816",
+    "WG817",
+    "WG818",
+    "WG819",
+    "WG821",
+)
+
+TOP = {
+    "wgc": (
+        "devices",
+        "hosts",
+        "place",
+        "kv_cache",
+        "batching",
+        "params",
+        "max_concurrent_requests",
+        "attention",
+    ),
+    "mstar": (
+        "model",
+        "max_seq_len",
+        "max_concurrent_requests",
+        "kv_cache",
+        "node_groups",
+        "resources",
+    ),
+}
+GROUP = {
+    "wgc": ("nodes", "ranks", "walks", "tp"),
+    "mstar": ("node_names", "ranks", "graph_walks", "tp_size"),
+}
+KV = {"wgc": ("page_size", "pages", "dtype"), "mstar": ("cpu_offload_pages",)}
+BATCHING = ("max_batch", "capture")
+MSTAR_RESOURCES = ("kv", "attn")
+MSTAR_RES_KV = ("max_seq_len", "page_size", "max_num_pages")
+MSTAR_ATTN = ("backend",)
+ATTENTION = ("auto", "torch", "triton", "flashinfer")
+FORMAT_NAME = {"wgc": "wgc's", "mstar": "M*'s"}
+# The other format's spelling of a key, for "write `x` instead" help lines.
+EQUIVALENT = {
+    "node_groups": "place",
+    "node_names": "nodes",
+    "graph_walks": "walks",
+    "tp_size": "tp",
+    "place": "node_groups",
+    "nodes": "node_names",
+    "walks": "graph_walks",
+    "tp": "tp_size",
+}
+DEFAULT_CAPTURE = (1, 2, 4, 8, 16)
+_KV_DEFAULT = KvCache()  # slotted dataclasses have no class-level defaults to read
+_BATCHING_DEFAULT = Batching()
+DEFAULT_MAX_CONCURRENT = 16
+_DEVICE = re.compile(r"^(cpu|cuda|cuda:\d+|auto:\d+)$")
+_DEVICE_LIKE = re.compile(r"^(?:gpu|cuda|auto)\s*[:/ _-]?\s*(\d+)$", re.IGNORECASE)
+
+_LIST_EXAMPLES = {
+    "ranks": "[0]",
+    "nodes": "[LLM]",
+    "node_names": "[LLM]",
+    "devices": "[cpu]",
+    "capture": "[1, 2, 4, 8]",
+    "place": "[{nodes: [LLM], ranks: [0]}]",
+    "node_groups": "[{node_names: [LLM], ranks: [0]}]",
+}
+
+Entries = dict[str, tuple[yaml.Node, yaml.Node]]
+
+
+def load(path: str, text: str | None = None) -> tuple[Placement | None, list[Diagnostic]]:
+    """The placement in ``path`` (read from disk unless ``text`` is given), and its problems."""
+    if text is None:
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            return None, [
+                diag(
+                    "WG010",
+                    f"cannot read `{path}`: {reason}",
+                    Span(path, 0, 0, 0, 0),
+                    help="check the path and that the file is UTF-8 text",
+                )
+            ]
+    loader = _Loader(path, text)
+    placement = loader.run()
+    return placement, sorted(loader.diags, key=Diagnostic.sort_key)
+
+
+class _Loader:
+    def __init__(self, file: str, text: str) -> None:
+        self.file = file
+        self.text = text
+        self.diags: list[Diagnostic] = []
+        self.format = "wgc"
+        self.deciding: yaml.Node | None = None  # the key that chose the format
+        self.ignored: list[str] = []
+        self.rank_trouble = False  # a `ranks` entry was unreadable: idle ranks are no news
+
+    # ------------------------------------------------------------------ entry
+    def run(self) -> Placement | None:
+        root = self.compose()
+        if root is None:
+            return None
+        self.format, self.deciding = _detect(root)
+        top = self.keys(root, TOP[self.format], TOP[_other(self.format)], "at the top level")
+        if self.format == "mstar":
+            return self.mstar(root, top)
+        return self.wgc(root, top)
+
+    def compose(self) -> yaml.Node | None:
+        try:
+            root = yaml.compose(self.text, Loader=yaml.SafeLoader)
+        except yaml.MarkedYAMLError as exc:
+            self.syntax(exc)
+            return None
+        except yaml.YAMLError as exc:
+            self.error("WG801", f"invalid YAML: {exc}", Span(self.file, 1, 1, 1, 2))
+            return None
+        if root is None:
+            self.error(
+                "WG803",
+                "placement file is empty",
+                Span(self.file, 1, 1, 1, 2),
+                help="a placement is a YAML mapping, e.g. `place: [{nodes: [LLM], ranks: [0]}]`",
+            )
+            return None
+        if not isinstance(root, yaml.MappingNode):
+            self.wrong(
+                root,
+                "a placement file",
+                "a mapping",
+                "write `key: value` lines at the top level (`devices:`, `place:`, ...)",
+            )
+            return None
+        return root
+
+    def syntax(self, exc: yaml.MarkedYAMLError) -> None:
+        where = exc.problem_mark or exc.context_mark
+        labels = []
+        if exc.context and exc.context_mark is not None and exc.context_mark != where:
+            labels.append(Label(mark_span(self.file, exc.context_mark), exc.context))
+        problem = exc.problem or exc.context or "malformed YAML"
+        hint = "YAML indents with spaces, never tabs" if "'\\t'" in problem else None
+        self.error(
+            "WG801",
+            f"invalid YAML: {problem}",
+            mark_span(self.file, where),
+            label="here",
+            labels=labels,
+            help=hint or "check the indentation, colons and brackets around this point",
+        )
+
+    # ------------------------------------------------------------------ wgc format
+    def wgc(self, root: yaml.Node, top: Entries) -> Placement:
+        devices, device_spans, devices_key = self.devices(top.get("devices"))
+        groups = self.groups(top.get("place"), "place")
+        world = len(devices) if devices is not None else _derived_world(groups)
+        if devices is None:
+            devices = tuple(f"auto:{i}" for i in range(world))
+        else:
+            self.ranks_exist(groups, world, devices_key)
+            self.idle_ranks(groups, device_spans, devices)
+        kv = self.kv_cache(top.get("kv_cache"))
+        batching = self.batching(top.get("batching"))
+        return Placement(
+            name=Path(self.file).stem,
+            file=self.file,
+            format="wgc",
+            devices=devices,
+            hosts=self.hosts(top.get("hosts"), world),
+            groups=groups,
+            kv_cache=kv,
+            batching=batching,
+            params=self.params(top.get("params")),
+            max_concurrent_requests=self.max_concurrent(top.get("max_concurrent_requests")),
+            attention=self.attention(top.get("attention")),
+            span=span(self.file, root),
+            groups_span=self.key_span(top.get("place")),
+        )
+
+    def devices(self, entry) -> tuple[tuple[str, ...] | None, list[Span], yaml.Node | None]:
+        if entry is None:
+            return None, [], None
+        key, node = entry
+        items = self.list_(node, "`devices`")
+        if items is None:
+            return None, [], key
+        if not items:
+            self.error(
+                "WG818",
+                "`devices` is empty",
+                span(self.file, node),
+                label="no devices",
+                help="list one device per rank, e.g. `devices: [cpu]` or `[cuda:0, cuda:1]`",
+            )
+            return None, [], key
+        out, spans = [], []
+        for item in items:
+            name = self.str_(item, "a device")
+            if name is None:
+                name = "cpu"
+            elif not _DEVICE.match(name):
+                self.bad_device(item, name)
+            out.append(name)
+            spans.append(span(self.file, item))
+        return tuple(out), spans, key
+
+    def bad_device(self, item: yaml.Node, name: str) -> None:
+        m = _DEVICE_LIKE.match(name.strip())
+        suggestion = f"did you mean `cuda:{m.group(1)}`? " if m else ""
+        self.error(
+            "WG818",
+            f"`{name}` is not a device",
+            span(self.file, item),
+            label="unknown device",
+            help=f"{suggestion}a device is `cpu`, `cuda`, `cuda:N` or `auto:N` "
+            "(`auto:N`: `cuda:N` where CUDA is available, else `cpu`)",
+        )
+
+    def hosts(self, entry, world: int) -> tuple[tuple[int, str], ...]:
+        if entry is None:
+            return ()
+        _, node = entry
+        if not self.map_(node, "`hosts`"):
+            return ()
+        out: dict[int, str] = {}
+        for k, v in node.value:
+            rank = self.int_(k, "a `hosts` key (a rank)")
+            host = self.str_(v, "a host name")
+            if rank is None or host is None:
+                continue
+            if not 0 <= rank < world:
+                self.error(
+                    "WG819",
+                    f"`hosts` names rank {rank}, which does not exist",
+                    span(self.file, k),
+                    label=f"no rank {rank}",
+                    help=f"this placement has {_ranks_phrase(world)}: remove this entry "
+                    "or add a device for it",
+                )
+                continue
+            if rank in out:
+                self.error("WG805", f"rank {rank} appears twice in `hosts`", span(self.file, k))
+                continue
+            out[rank] = host
+        return tuple(sorted(out.items()))
+
+    def params(self, entry) -> tuple[ParamOverride, ...]:
+        if entry is None:
+            return ()
+        _, node = entry
+        if not self.map_(node, "`params`"):
+            return ()
+        out = []
+        seen: dict[str, yaml.Node] = {}
+        for k, v in node.value:
+            name = self.str_(k, "a param name")
+            if name is None:
+                continue
+            if name in seen:
+                self.duplicate(k, seen[name], f"param `{name}`")
+                continue
+            seen[name] = k
+            if kind(v) not in ("int", "float", "bool", "str"):
+                self.wrong(v, f"param `{name}`", "a number, boolean or string")
+                continue
+            out.append(
+                ParamOverride(name, scalar(v), span(self.file, k), value_span=span(self.file, v))  # type: ignore[arg-type]
+            )
+        return tuple(out)
+
+    # ------------------------------------------------------------------ M* format
+    def mstar(self, root: yaml.Node, top: Entries) -> Placement:
+        for name in ("model", "max_seq_len"):
+            if name in top:
+                self.ignored.append(name)
+        groups = self.groups(top.get("node_groups"), "node_groups")
+        world = _derived_world(groups)
+        kv = self.mstar_kv(top.get("kv_cache"), top.get("resources"))
+        return Placement(
+            name=Path(self.file).stem,
+            file=self.file,
+            format="mstar",
+            devices=tuple(f"auto:{i}" for i in range(world)),
+            hosts=(),
+            groups=groups,
+            kv_cache=kv,
+            batching=Batching(),
+            params=(),
+            max_concurrent_requests=self.max_concurrent(top.get("max_concurrent_requests")),
+            attention=self.mstar_attention(top.get("resources")),
+            span=span(self.file, root),
+            default_ranks=(0,),
+            groups_span=self.key_span(top.get("node_groups")),
+            ignored_keys=tuple(self.ignored),
+        )
+
+    def mstar_kv(self, kv_entry, resources) -> KvCache:
+        if kv_entry is not None:
+            _, node = kv_entry
+            if self.map_(node, "`kv_cache`"):
+                for k in self.keys(node, KV["mstar"], KV["wgc"], "in `kv_cache`"):
+                    self.ignored.append(f"kv_cache.{k}")
+        res = self.resources(resources)
+        kv = res.get("kv")
+        if kv is None:
+            return KvCache()
+        _, node = kv
+        if not self.map_(node, "`resources.kv`"):
+            return KvCache()
+        e = self.keys(node, MSTAR_RES_KV, (), "in `resources.kv`")
+        if "max_seq_len" in e:
+            self.ignored.append("resources.kv.max_seq_len")
+        page_size = self.positive(e.get("page_size"), "`page_size`", "WG817")
+        pages = self.positive(e.get("max_num_pages"), "`max_num_pages`", "WG817")
+        return KvCache(
+            page_size=page_size or _KV_DEFAULT.page_size,
+            pages=pages or _KV_DEFAULT.pages,
+            span=span(self.file, node),
+        )
+
+    def resources(self, entry) -> Entries:
+        if entry is None:
+            return {}
+        _, node = entry
+        if not self.map_(node, "`resources`"):
+            return {}
+        return self.keys(node, MSTAR_RESOURCES, (), "in `resources`")
+
+    def mstar_attention(self, resources) -> str:
+        attn = self.resources_quiet(resources).get("attn")
+        if attn is None:
+            return "auto"
+        _, node = attn
+        if not self.map_(node, "`resources.attn`"):
+            return "auto"
+        e = self.keys(node, MSTAR_ATTN, (), "in `resources.attn`")
+        return self.attention(e.get("backend"))
+
+    def resources_quiet(self, entry) -> Entries:
+        """`resources` again, without reporting its problems a second time."""
+        if entry is None or not isinstance(entry[1], yaml.MappingNode):
+            return {}
+        return {
+            str(k.value): (k, v)
+            for k, v in entry[1].value
+            if isinstance(k, yaml.ScalarNode) and k.value in MSTAR_RESOURCES
+        }
+
+    # ------------------------------------------------------------------ groups (both formats)
+    def groups(self, entry, key_name: str) -> tuple[Group, ...]:
+        if entry is None:
+            return ()
+        _, node = entry
+        items = self.list_(node, f"`{key_name}`")
+        if items is None:
+            return ()
+        out = []
+        for item in items:
+            g = self.group(item)
+            if g is not None:
+                out.append(g)
+        return tuple(out)
+
+    def group(self, node: yaml.Node) -> Group | None:
+        if not isinstance(node, yaml.MappingNode):
+            self.wrong(
+                node, "a group", "a mapping", "write a group as `{nodes: [...], ranks: [...]}`"
+            )
+            return None
+        own = GROUP[self.format]
+        other = tuple(k for k in GROUP[_other(self.format)] if k not in own)
+        e = self.keys(node, own, other, "in a group")
+        nodes_key, ranks_key, walks_key, tp_key = own
+        first_key = span(self.file, node.value[0][0]) if node.value else span(self.file, node)
+        nodes = self.names(e.get(nodes_key), nodes_key, first_key, "node")
+        ranks, rank_spans = self.ranks(e.get(ranks_key), ranks_key, first_key)
+        walks = None
+        if walks_key in e:
+            walks = self.names(e[walks_key], walks_key, first_key, "walk")
+        tp, tp_span = self.tp(e.get(tp_key), tp_key, ranks, e.get(ranks_key))
+        return Group(
+            nodes=nodes,
+            ranks=ranks,
+            walks=walks,
+            tp=tp,
+            span=span(self.file, node),
+            ranks_span=self.value_span(e.get(ranks_key)),
+            tp_span=tp_span,
+            rank_spans=rank_spans,
+        )
+
+    def names(self, entry, key: str, where: Span, what: str) -> tuple[Named, ...]:
+        if entry is None:
+            self.error(
+                "WG804",
+                f"group has no `{key}`",
+                where,
+                label=f"this group lists no {what}s",
+                help=f"add `{key}: [...]` naming the {what}s this group runs",
+            )
+            return ()
+        _, node = entry
+        items = self.list_(node, f"`{key}`")
+        if items is None:
+            return ()
+        if not items:
+            extra = "; omit `{key}` to place the nodes for every walk" if what == "walk" else ""
+            self.error(
+                "WG804",
+                f"`{key}` is empty",
+                span(self.file, node),
+                label=f"no {what}s",
+                help=f"name at least one {what}{extra.format(key=key)}",
+            )
+        out = []
+        for item in items:
+            name = self.str_(item, f"a {what} name")
+            if name is not None:
+                out.append(Named(name, span(self.file, item)))
+        return tuple(out)
+
+    def ranks(self, entry, key: str, where: Span) -> tuple[tuple[int, ...], tuple[Span, ...]]:
+        count = len(self.diags)
+        got = self._ranks(entry, key, where)
+        self.rank_trouble |= len(self.diags) > count
+        return got
+
+    def _ranks(self, entry, key: str, where: Span) -> tuple[tuple[int, ...], tuple[Span, ...]]:
+        if entry is None:
+            self.error(
+                "WG804",
+                f"group has no `{key}`",
+                where,
+                label="this group runs on no rank",
+                help=f"add `{key}: [0]` (the ranks this group runs on)",
+            )
+            return (), ()
+        _, node = entry
+        items = self.list_(node, f"`{key}`")
+        if items is None:
+            return (), ()
+        if not items:
+            self.error(
+                "WG809",
+                f"`{key}` is empty",
+                span(self.file, node),
+                label="no ranks",
+                help="list the ranks this group runs on, e.g. `[0]`",
+            )
+        ranks: list[int] = []
+        spans: list[Span] = []
+        for item in items:
+            r = self.int_(item, "a rank")
+            if r is None:
+                continue
+            s = span(self.file, item)
+            if r < 0:
+                self.error(
+                    "WG809",
+                    f"rank {r} is negative",
+                    s,
+                    label="not a rank",
+                    help="ranks count from 0",
+                )
+                continue
+            if r in ranks:
+                self.error(
+                    "WG809",
+                    f"rank {r} appears twice in one group",
+                    s,
+                    label="repeated",
+                    labels=[Label(spans[ranks.index(r)], "first listed here")],
+                    help="list each rank of a group once",
+                )
+                continue
+            ranks.append(r)
+            spans.append(s)
+        return tuple(ranks), tuple(spans)
+
+    def tp(self, entry, key: str, ranks: tuple[int, ...], ranks_entry) -> tuple[int, Span | None]:
+        size = max(len(ranks), 1)
+        if entry is None:
+            return size, None
+        _, node = entry
+        s = span(self.file, node)
+        tp = self.int_(node, f"`{key}`")
+        if tp is None:
+            return size, s
+        if tp < 1:
+            self.error(
+                "WG810",
+                f"`{key}` is {tp}: a tensor-parallel size is at least 1",
+                s,
+                label="not a size",
+                help=f"use `{key}: 1` for no tensor parallelism",
+            )
+            return size, s
+        if ranks and len(ranks) % tp:
+            divisors = [d for d in range(1, len(ranks) + 1) if len(ranks) % d == 0]
+            self.error(
+                "WG810",
+                f"`{key}: {tp}` does not divide the group's {len(ranks)} ranks",
+                s,
+                label=f"{len(ranks)} ranks cannot split into groups of {tp}",
+                labels=[Label(self.value_span(ranks_entry), f"{len(ranks)} ranks")]
+                if ranks_entry
+                else [],
+                help=f"use a `{key}` that divides {len(ranks)} "
+                f"({', '.join(map(str, divisors))}), or list a multiple of {tp} ranks",
+            )
+        return tp, s
+
+    def ranks_exist(
+        self, groups: tuple[Group, ...], world: int, devices_key: yaml.Node | None
+    ) -> None:
+        for g in groups:
+            for r, s in zip(g.ranks, g.rank_spans, strict=True):
+                if r >= world:
+                    self.rank_trouble = True
+                    labels = [Label(span(self.file, devices_key), "devices listed here")]
+                    self.error(
+                        "WG809",
+                        f"rank {r} does not exist: `devices` lists {_ranks_phrase(world)}",
+                        s,
+                        label="no such rank",
+                        labels=labels if devices_key is not None else [],
+                        help=f"add a device for rank {r} to `devices`, or use a rank below {world}",
+                    )
+
+    def idle_ranks(
+        self, groups: tuple[Group, ...], device_spans: list[Span], devices: tuple[str, ...]
+    ) -> None:
+        used = {r for g in groups for r in g.ranks}
+        if not groups or self.rank_trouble:
+            return  # nothing placed, or ranks already reported: the idle rank is a consequence
+        for r, s in enumerate(device_spans):
+            if r not in used:
+                self.error(
+                    "WG821",
+                    f"rank {r} (`{devices[r]}`) runs no node",
+                    s,
+                    label="no group uses this rank",
+                    help=f"place nodes on rank {r}, or remove its device from `devices`",
+                )
+
+    # ------------------------------------------------------------------ serving settings
+    def kv_cache(self, entry) -> KvCache:
+        if entry is None:
+            return KvCache()
+        _, node = entry
+        if not self.map_(node, "`kv_cache`"):
+            return KvCache()
+        e = self.keys(node, KV["wgc"], KV["mstar"], "in `kv_cache`")
+        page_size = self.positive(e.get("page_size"), "`page_size`", "WG817")
+        pages = self.positive(e.get("pages"), "`pages`", "WG817")
+        dtype = _KV_DEFAULT.dtype
+        if "dtype" in e:
+            d = self.str_(e["dtype"][1], "`dtype`")
+            if d is not None and d not in DTYPE_NAMES:
+                self.choice_error(e["dtype"][1], d, "`kv_cache.dtype`", DTYPE_NAMES)
+            elif d is not None:
+                dtype = d
+        return KvCache(
+            page_size=page_size or _KV_DEFAULT.page_size,
+            pages=pages or _KV_DEFAULT.pages,
+            dtype=dtype,
+            span=span(self.file, node),
+        )
+
+    def batching(self, entry) -> Batching:
+        if entry is None:
+            return Batching()
+        _, node = entry
+        if not self.map_(node, "`batching`"):
+            return Batching()
+        e = self.keys(node, BATCHING, (), "in `batching`")
+        max_batch = self.positive(e.get("max_batch"), "`max_batch`", "WG817")
+        capture = self.capture(e.get("capture"), max_batch, e.get("max_batch"))
+        if max_batch is None:
+            max_batch = max(capture) if "capture" in e and capture else _BATCHING_DEFAULT.max_batch
+        if "capture" not in e:
+            capture = (*(b for b in DEFAULT_CAPTURE if b < max_batch), max_batch)
+        return Batching(max_batch=max_batch, capture=capture, span=span(self.file, node))
+
+    def capture(self, entry, max_batch: int | None, max_entry) -> tuple[int, ...]:
+        if entry is None:
+            return ()
+        _, node = entry
+        items = self.list_(node, "`capture`")
+        if items is None:
+            return ()
+        out: list[int] = []
+        last: tuple[int, Span] | None = None
+        for item in items:
+            b = self.int_(item, "a capture bucket")
+            if b is None:
+                continue
+            s = span(self.file, item)
+            if b < 1:
+                self.error(
+                    "WG816",
+                    f"capture bucket {b} is not a positive batch size",
+                    s,
+                    label="not a batch size",
+                    help="buckets are batch sizes to capture graphs for: 1 or more",
+                )
+            elif last is not None and b <= last[0]:
+                self.error(
+                    "WG816",
+                    f"capture buckets must be strictly ascending: {b} follows {last[0]}",
+                    s,
+                    label="out of order" if b < last[0] else "repeated",
+                    labels=[Label(last[1], "previous bucket")],
+                    help="list each bucket once, smallest first, e.g. `[1, 2, 4, 8]`",
+                )
+            elif max_batch is not None and b > max_batch:
+                self.error(
+                    "WG816",
+                    f"capture bucket {b} exceeds `max_batch: {max_batch}`",
+                    s,
+                    label="larger than any batch",
+                    labels=[Label(self.value_span(max_entry), "the largest batch")],
+                    help=f"drop buckets above {max_batch}, or raise `max_batch`",
+                )
+            else:
+                out.append(b)
+                last = (b, s)
+        return tuple(out)
+
+    def max_concurrent(self, entry) -> int:
+        got = self.positive(entry, "`max_concurrent_requests`", "WG817")
+        return got or DEFAULT_MAX_CONCURRENT
+
+    def attention(self, entry) -> str:
+        if entry is None:
+            return "auto"
+        node = entry[1]
+        name = self.str_(node, "an attention backend")
+        if name is None:
+            return "auto"
+        if name not in ATTENTION:
+            self.choice_error(node, name, "attention backend", ATTENTION)
+            return "auto"
+        return name
+
+    def choice_error(self, node: yaml.Node, got: str, what: str, choices) -> None:
+        close = did_you_mean(got, choices)
+        hint = f"did you mean `{close}`? " if close else ""
+        self.error(
+            "WG817",
+            f"`{got}` is not a valid {what}",
+            span(self.file, node),
+            label="unknown value",
+            help=f"{hint}expected one of {', '.join(f'`{c}`' for c in choices)}",
+        )
+
+    # ------------------------------------------------------------------ values
+    def keys(self, node: yaml.MappingNode, own, other, where: str) -> Entries:
+        """The known keys of ``node``; unknown, duplicate and other-format keys are reported."""
+        out: Entries = {}
+        for k, v in node.value:
+            if not isinstance(k, yaml.ScalarNode):
+                self.wrong(k, "a key", "a name")
+                continue
+            name = str(k.value)
+            if name in out:
+                self.duplicate(k, out[name][0], f"key `{name}`")
+            elif name in own:
+                out[name] = (k, v)
+            elif name in other:
+                self.mixed(k, name)
+            else:
+                self.unknown_key(k, name, own, where)
+        return out
+
+    def unknown_key(self, k: yaml.Node, name: str, own, where: str) -> None:
+        close = did_you_mean(name, own)
+        known = ", ".join(f"`{o}`" for o in own)
+        self.error(
+            "WG802",
+            f"unknown key `{name}` {where}",
+            span(self.file, k),
+            label="unknown key",
+            help=f"did you mean `{close}`?" if close else f"the keys here are {known}",
+        )
+
+    def mixed(self, k: yaml.Node, name: str) -> None:
+        ours, theirs = FORMAT_NAME[self.format], FORMAT_NAME[_other(self.format)]
+        labels = []
+        if self.deciding is not None:
+            labels.append(
+                Label(span(self.file, self.deciding), f"this key makes the file {ours} format")
+            )
+        instead = EQUIVALENT.get(name)
+        fix = f"write `{instead}` here" if instead else "remove it"
+        self.error(
+            "WG806",
+            f"`{name}` is a key of {theirs} placement format, but this file uses {ours}",
+            span(self.file, k),
+            label=f"{theirs} key",
+            labels=labels,
+            help=f"use one format per file: {fix}, or convert the whole file",
+        )
+
+    def duplicate(self, k: yaml.Node, first: yaml.Node, what: str) -> None:
+        self.error(
+            "WG805",
+            f"{what} is given twice",
+            span(self.file, k),
+            label="given again",
+            labels=[Label(span(self.file, first), "first given here")],
+            help="keep one of them (YAML would silently use the last)",
+        )
+
+    def positive(self, entry, what: str, code: str) -> int | None:
+        if entry is None:
+            return None
+        node = entry[1]
+        value = self.int_(node, what)
+        if value is None:
+            return None
+        if value < 1:
+            self.error(
+                code,
+                f"{what} must be positive, found {value}",
+                span(self.file, node),
+                label="not positive",
+                help=f"set {what} to 1 or more",
+            )
+            return None
+        return value
+
+    def int_(self, node: yaml.Node, what: str) -> int | None:
+        if kind(node) == "int":
+            return int(scalar(node))  # type: ignore[arg-type]
+        self.wrong(node, what, "an integer")
+        return None
+
+    def str_(self, node: yaml.Node, what: str) -> str | None:
+        if isinstance(node, yaml.ScalarNode) and kind(node) != "null":
+            return str(node.value)
+        self.wrong(node, what, "a name")
+        return None
+
+    def list_(self, node: yaml.Node, what: str) -> list[yaml.Node] | None:
+        if isinstance(node, yaml.SequenceNode):
+            return list(node.value)
+        key = what.strip("`")
+        example = _LIST_EXAMPLES.get(key, "[a, b]")
+        self.wrong(node, what, "a list", f"write a list, e.g. `{key}: {example}`")
+        return None
+
+    def map_(self, node: yaml.Node, what: str) -> bool:
+        if isinstance(node, yaml.MappingNode):
+            return True
+        self.wrong(node, what, "a mapping", "write `key: value` lines indented under it")
+        return False
+
+    def wrong(self, node: yaml.Node, what: str, expected: str, help: str | None = None) -> None:
+        self.error(
+            "WG803",
+            f"{what} must be {expected}, found {describe(node)}",
+            span(self.file, node),
+            label=f"expected {expected}",
+            help=help,
+        )
+
+    def key_span(self, entry) -> Span | None:
+        return span(self.file, entry[0]) if entry is not None else None
+
+    def value_span(self, entry) -> Span:
+        return span(self.file, entry[1]) if entry is not None else Span(self.file, 1, 1, 1, 2)
+
+    def error(self, code: str, message: str, where: Span, **kw) -> None:
+        self.diags.append(diag(code, message, where, **kw))
+
+
+def _other(fmt: str) -> str:
+    return "mstar" if fmt == "wgc" else "wgc"
+
+
+def _detect(root: yaml.MappingNode) -> tuple[str, yaml.Node | None]:
+    """The format the first key only one format knows picks (wgc when there is none)."""
+    only = {f: set(TOP[f]) - set(TOP[_other(f)]) for f in TOP}
+    for k, _ in root.value:
+        if isinstance(k, yaml.ScalarNode):
+            for fmt, keys in only.items():
+                if k.value in keys:
+                    return fmt, k
+    return "wgc", None
+
+
+def _derived_world(groups: tuple[Group, ...]) -> int:
+    return max((r for g in groups for r in g.ranks), default=0) + 1
+
+
+def _ranks_phrase(world: int) -> str:
+    if world == 1:
+        return "1 device (rank 0)"
+    return f"{world} devices (ranks 0-{world - 1})"
