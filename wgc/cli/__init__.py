@@ -21,7 +21,7 @@ from wgc.cli.errors import guarded
 from wgc.cli.explain import explain
 from wgc.config import Env
 
-_OPTIONAL_COMMANDS = ("show", "fmt")
+_OPTIONAL_COMMANDS = ("show", "fmt", "compile")
 
 
 def _version() -> str:

@@ -1,0 +1,181 @@
+"""Hand-written expectations for BAGEL on the 3xh100 split (issue 3): LLM, the encoders,
+`combine_cfg` and `vae_decoder` on rank 0, `LLM_cfg_text` on rank 1 and `LLM_cfg_img` on rank 2,
+the last two only for `image_gen_cfg`. The plan comes from examples/bagel/placements/3xh100.yaml;
+a placement built by hand from the split above must lower the same."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from wgc.diagnostics.diagnostic import Span
+from wgc.driver import Driver
+from wgc.lower.lower import lower
+from wgc.lower.plan import Dest, Plan, Route, Source
+from wgc.lower.summary import cross_rank_summary
+from wgc.placement.model import Batching, Group, KvCache, Named, Placement
+
+ROOT = Path(__file__).resolve().parents[2]
+BAGEL = ROOT / "examples" / "bagel" / "bagel.walk"
+YAML = ROOT / "examples" / "bagel" / "placements" / "3xh100.yaml"
+S = Span("3xh100.yaml", 1, 1, 1, 2)
+LATENT_BYTES = 16 * 16 * 4  # f32[latent_tokens = 16, latent_dim = 16]
+WALK = "image_gen_cfg"
+LLM, CFG_TEXT, CFG_IMG, COMBINE, DECODER = 0, 1, 2, 3, 4  # call ids in image_gen_cfg
+
+
+def _group(nodes, ranks, walks=None) -> Group:
+    w = None if walks is None else tuple(Named(x, S) for x in walks)
+    return Group(tuple(Named(n, S) for n in nodes), tuple(ranks), w, len(ranks), S)
+
+
+def hand_placement() -> Placement:
+    groups = (
+        _group(["vit_encoder", "vae_encoder", "vae_decoder", "LLM", "combine_cfg"], [0]),
+        _group(["LLM_cfg_text"], [1], [WALK]),
+        _group(["LLM_cfg_img"], [2], [WALK]),
+    )
+    return Placement(
+        "3xh100", str(YAML), "wgc", ("cuda:0", "cuda:1", "cuda:2"), (), groups,
+        KvCache(page_size=16, pages=2048, dtype="bf16"), Batching(), (), 16, "auto", S,
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def model():
+    res = Driver().front_end(str(BAGEL))
+    assert res.model is not None and not res.errors
+    return res.model
+
+
+def load_placement(path: Path) -> Placement:
+    from wgc.placement.load import load
+
+    placement, diags = load(str(path))
+    assert placement is not None and not [d for d in diags if d.is_error]
+    return placement
+
+
+@pytest.fixture(scope="module")
+def plan(model) -> Plan:
+    return lower(model, load_placement(YAML))
+
+
+def _route(plan: Plan, call: int, port: str) -> Route:
+    return next(r for r in plan.routes if r.walk == WALK and r.call == call and r.port == port)
+
+
+def _call_dest(route: Route, call: int, port: str) -> Dest:
+    return next(d for d in route.dests if d.kind == "call" and d.call == call and d.port == port)
+
+
+def test_combine_cfg_latents_reach_all_three_llms_each_iteration(plan) -> None:
+    r = _route(plan, COMBINE, "latents")
+    assert (r.rank, r.node, r.channel) == (0, "combine_cfg", "latents")
+    for call, rank in ((LLM, 0), (CFG_TEXT, 1), (CFG_IMG, 2)):
+        d = _call_dest(r, call, "latents")
+        assert (d.rank, d.edge, d.loop, d.carried) == (rank, "loop_carried", "denoise", True)
+    # combine_cfg reads its own previous latents too, locally
+    assert _call_dest(r, COMBINE, "latents").rank == 0
+
+
+def test_terminal_latents_reach_vae_decoder_once(plan) -> None:
+    d = _call_dest(_route(plan, COMBINE, "latents"), DECODER, "latents")
+    assert (d.rank, d.edge) == (0, "terminal")
+    hops = [t for t in plan.transfers if t.walk == WALK and t.edge == "terminal"]
+    assert hops == []  # same rank: an in-process hand-off
+
+
+def test_cfg_velocities_reach_combine_cfg_on_rank_0(plan) -> None:
+    for call, rank, port in ((CFG_TEXT, 1, "v_text"), (CFG_IMG, 2, "v_img"), (LLM, 0, "v_main")):
+        r = _route(plan, call, "velocity")
+        assert r.rank == rank
+        d = _call_dest(r, COMBINE, port)
+        assert (d.rank, d.edge, d.loop) == (0, "internal", "denoise")
+
+
+def test_each_rank_has_its_own_copy_of_the_denoise_loop(plan) -> None:
+    for rank, calls in ((0, (LLM, COMBINE)), (1, (CFG_TEXT,)), (2, (CFG_IMG,))):
+        piece = next(p for p in plan.ranks[rank].pieces if p.walk == WALK)
+        (loop,) = piece.loops
+        assert (loop.name, loop.ranks, loop.calls, loop.max) == ("denoise", (0, 1, 2), calls, 49)
+        assert loop.yield_last == ("latents",)
+    rank1 = next(p for p in plan.ranks[1].pieces if p.walk == WALK)
+    (call,) = rank1.calls
+    latents = next(p for p in call.inputs if p.port == "latents")
+    assert latents.mode == "carried"
+    assert latents.src == Source("call", rank=0, call=COMBINE, port="latents")
+    assert latents.init == Source("input", name="latents")
+    assert latents.optional  # `latents?`: may arrive as a bare signal
+    assert rank1.inputs == ("latents", "time_index")
+
+
+def test_walk_plan_reports_every_rank(plan) -> None:
+    w = plan.walk(WALK)
+    assert w is not None and w.ranks == (0, 1, 2) and w.report == (0, 1, 2)
+    assert [(i.name, i.ranks, i.optional) for i in w.inputs] == [
+        ("latents", (0, 1, 2), True),
+        ("time_index", (0, 1, 2), True),
+    ]
+    # the CFG nodes are placed, so the flow's `image_gen` branch is dead: not lowered
+    assert plan.walk("image_gen") is None
+    assert plan.placed == (
+        "vit_encoder", "vae_encoder", "LLM", "LLM_cfg_text", "LLM_cfg_img", "combine_cfg",
+        "vae_decoder",
+    )  # fmt: skip
+
+
+def test_transfers_per_iteration_list_the_velocity_bytes(plan) -> None:
+    per_it = {
+        (t.channel, t.src_rank, t.dst_rank, t.edge, t.nbytes)
+        for t in plan.transfers
+        if t.walk == WALK and t.per == "iteration"
+    }
+    assert per_it == {
+        ("v_text", 1, 0, "internal", LATENT_BYTES),
+        ("v_img", 2, 0, "internal", LATENT_BYTES),
+        ("latents", 0, 1, "loop_carried", LATENT_BYTES),
+        ("latents", 0, 2, "loop_carried", LATENT_BYTES),
+        ("time_index", 0, 1, "loop_carried", 8),
+        ("time_index", 0, 2, "loop_carried", 8),
+    }
+    assert all(t.loop == "denoise" for t in plan.transfers if t.per == "iteration")
+    # only image_gen_cfg is split: every other walk stays on rank 0
+    assert {t.walk for t in plan.transfers} == {WALK}
+
+
+def test_cross_rank_summary(plan) -> None:
+    (row,) = cross_rank_summary(plan)
+    assert row.walk == WALK and row.per_request == () and row.request_bytes == 0
+    (loop,) = row.per_iteration
+    assert loop.loop == "denoise" and loop.nbytes == 4 * LATENT_BYTES + 2 * 8
+
+
+def test_rank_tables(plan) -> None:
+    names = [[n.name for n in r.nodes] for r in plan.ranks]
+    assert names == [
+        ["vit_encoder", "vae_encoder", "LLM", "combine_cfg", "vae_decoder"],
+        ["LLM_cfg_text"],
+        ["LLM_cfg_img"],
+    ]
+    assert plan.ranks[1].nodes[0].walks == (WALK,)
+    assert [p.walk for p in plan.ranks[1].pieces] == [WALK]
+    # ranks 1 and 2 hold one KV pool each: 2048 pages x 16 tokens x (K, V) x hidden 64 x bf16
+    assert [r.memory.kv_bytes for r in plan.ranks][1:] == [2048 * 16 * 2 * 64 * 2] * 2
+    assert plan.ranks[0].memory.kv_bytes == 2048 * 16 * 2 * 64 * 2  # LLM is rank 0's only one
+
+
+def test_hand_built_placement_lowers_like_the_yaml(model, plan) -> None:
+    hand = lower(model, hand_placement())
+    assert hand.routes == plan.routes
+    assert hand.transfers == plan.transfers
+    assert [r.pieces for r in hand.ranks] == [r.pieces for r in plan.ranks]
+
+
+def test_one_rank_cpu_placement_has_no_cross_rank_transfers(model) -> None:
+    cpu = lower(model, load_placement(YAML.parent / "cpu.yaml"))
+    assert len(cpu.ranks) == 1 and cpu.transfers == ()
+    r = next(r for r in cpu.routes if r.walk == WALK and r.call == COMBINE and r.port == "latents")
+    assert {d.rank for d in r.dests if d.kind == "call"} == {0}
+    assert cross_rank_summary(cpu) == []

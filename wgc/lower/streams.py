@@ -1,0 +1,108 @@
+"""Stream buffers: one per declared stream, owned by the consumer's rank.
+
+The owner is the rank of the consumer node's calls (the rules keep it on one rank; the first in
+walk order wins otherwise). Capacity is four full chunks of the policy (k, window, or chunk +
+left items), enough for the producer to run ahead without unbounded memory. The producer is done
+for a request when every flow that can run a walk calling it has ended: those flows are listed
+(every flow, when an extern flow could run anything).
+"""
+
+from __future__ import annotations
+
+from wgc.ir.decls import POLICY_PARAMS, PolicyKind, Stream
+from wgc.ir.flow import FlowKind, WalkCall, iter_fstmts
+from wgc.ir.model import Model
+from wgc.lower.plan import StreamPlan
+from wgc.lower.typespec import type_spec
+
+CHUNKS_BUFFERED = 4
+
+
+def chunk_items(s: Stream) -> int:
+    """Items in one full chunk of the stream's policy."""
+    p = s.policy
+    if p.kind is PolicyKind.FIXED:
+        n = p.get("k") or 1
+    elif p.kind is PolicyKind.SLIDING:
+        n = p.get("window") or 1
+    else:
+        n = (p.get("chunk") or 1) + (p.get("left") or 0)
+    return max(1, int(n))
+
+
+def flows_reaching(model: Model) -> dict[str, tuple[str, ...]]:
+    """Walk -> the flows whose body calls it, in flow order (extern flows: every walk)."""
+    out: dict[str, list[str]] = {}
+    for f in model.flows:
+        if f.kind is FlowKind.EXTERN:
+            for w in model.walks:
+                out.setdefault(w.name, []).append(f.name)
+            continue
+        if f.body is None:
+            continue
+        for st in iter_fstmts(f.body):
+            if isinstance(st, WalkCall):
+                names = out.setdefault(st.walk, [])
+                if f.name not in names:
+                    names.append(f.name)
+    return {w: tuple(fs) for w, fs in out.items()}
+
+
+def node_calls(model: Model, call_ranks: dict[str, dict[int, int]]) -> dict[str, list]:
+    """Node -> [(walk, rank)] of every lowered call of it, in walk then call order."""
+    out: dict[str, list[tuple[str, int]]] = {}
+    for w in model.walks:
+        ranks = call_ranks.get(w.name)
+        if ranks is None or model.walk(w.name) is not w:
+            continue
+        for c in w.calls:
+            out.setdefault(c.node, []).append((w.name, ranks[c.id]))
+    return out
+
+
+def stream_owners(model: Model, calls: dict[str, list], fallback) -> dict[str, int]:
+    """Stream -> the rank owning its buffer (the consumer's rank)."""
+    out: dict[str, int] = {}
+    for s in model.streams:
+        rank = next((r for _, r in calls.get(s.consumer.node, [])), None)
+        if rank is None:
+            rank = fallback(s.consumer.node)
+        if rank is None:
+            rank = next((r for _, r in calls.get(s.producer.node, [])), None)
+        out.setdefault(s.name, rank if rank is not None else 0)
+    return out
+
+
+def stream_plans(
+    model: Model, calls: dict[str, list], owners: dict[str, int], source
+) -> list[StreamPlan]:
+    reaching = flows_reaching(model)
+    out = []
+    for s in model.streams:
+        prod = model.node(s.producer.node)
+        port = prod.output(s.producer.port) if prod else None
+        producer = calls.get(s.producer.node, [])
+        flows = {f for w, _ in producer for f in reaching.get(w, ())}
+        params = tuple(
+            (name, int(v))
+            for name in POLICY_PARAMS[s.policy.kind]
+            if (v := s.policy.get(name)) is not None
+        )
+        out.append(
+            StreamPlan(
+                name=s.name,
+                producer=(s.producer.node, s.producer.port),
+                consumer=(s.consumer.node, s.consumer.port),
+                producer_ranks=tuple(sorted({r for _, r in producer})),
+                owner=owners[s.name],
+                policy=s.policy.kind.value,
+                params=params,
+                final=s.final.value,
+                after_done=s.after_done_continue,
+                item=type_spec(port.type if port else None),
+                capacity=CHUNKS_BUFFERED * chunk_items(s),
+                done_after_flows=tuple(f.name for f in model.flows if f.name in flows),
+                source=source(s.span),
+            )
+        )
+    return out
