@@ -64,8 +64,14 @@ class Driver:
         text: str | None = None,
         verify: bool = True,
         overrides: dict | None = None,
+        stop_after: str | None = None,
     ) -> FrontEndResult:
-        """Parse, build and verify ``path``; ``overrides`` replaces param values (see `build`)."""
+        """Parse, build and verify ``path``; ``overrides`` replaces param values (see `build`);
+        ``stop_after`` names the last pass to run (`PASS_NAMES`; "build" runs none)."""
+        with _gc_paused():
+            return self._front_end(path, text, verify, overrides, stop_after)
+
+    def _front_end(self, path, text, verify, overrides, stop_after) -> FrontEndResult:
         sources = SourceMap()
         if text is None:
             text, err = self.read(path)
@@ -77,9 +83,11 @@ class Driver:
         if parsed.tree is None:
             return FrontEndResult(path, None, list(parsed.diagnostics), sources, text=text)
         model, diags = build(parsed.tree, path, overrides)
-        if verify:
+        if verify and stop_after != "build":
             for p in PIPELINE:
                 diags.extend(p.run(model))
+                if stop_after == p.NAME:
+                    break
         diags = sorted(_dedupe(diags), key=Diagnostic.sort_key)
         return FrontEndResult(path, model, diags, sources, parsed.comments, text)
 
@@ -112,6 +120,9 @@ def _dedupe(diags: list[Diagnostic]) -> list[Diagnostic]:
     return out
 
 
-def front_end(path: str, text: str | None = None) -> FrontEndResult:
+PASS_NAMES = ("build", *(p.NAME for p in PIPELINE))
+
+
+def front_end(path: str, text: str | None = None, stop_after: str | None = None) -> FrontEndResult:
     """One-shot convenience: the front end of one file."""
-    return Driver().front_end(path, text)
+    return Driver().front_end(path, text, stop_after=stop_after)

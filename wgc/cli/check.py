@@ -91,10 +91,23 @@ class _Checked:
     sources: SourceMap
 
 
-def _front_end(path: str) -> FrontEndResult:
-    # looked up per call so tests (and a driver written later) can replace it
+def _front_end(path: str, stop_after: str | None = None) -> FrontEndResult:
+    # looked up per call so tests can replace it
     driver = importlib.import_module("wgc.driver")
-    return driver.front_end(path)
+    if stop_after is None:
+        return driver.front_end(path)
+    return driver.front_end(path, stop_after=stop_after)
+
+
+def _check_pass_name(name: str) -> None:
+    from wgc.driver import PASS_NAMES
+
+    if name not in PASS_NAMES:
+        import difflib
+
+        close = difflib.get_close_matches(name, PASS_NAMES, n=1)
+        hint = f"; did you mean `{close[0]}`?" if close else ""
+        raise UserError(f"unknown pass `{name}`{hint} (passes: {', '.join(PASS_NAMES)})")
 
 
 def _use_color(choice: str, env: Env) -> bool:
@@ -156,18 +169,38 @@ def _emit_machine(fmt: str, results: Sequence[_Checked]) -> None:
     help="Color text output.",
 )
 @click.option("-q", "--quiet", is_flag=True, help="Text output: only errors, no summary.")
+@click.option(
+    "--dump-after",
+    metavar="PASS",
+    default=None,
+    help="Stop after PASS (`build` or a verifier pass; see `wgc explain --list`) and print the IR "
+    "to stdout.",
+)
 @click.pass_obj
 def check(
-    env: Env, paths: tuple[str, ...], fmt: str, warnings_as_errors: bool, color: str, quiet: bool
+    env: Env,
+    paths: tuple[str, ...],
+    fmt: str,
+    warnings_as_errors: bool,
+    color: str,
+    quiet: bool,
+    dump_after: str | None,
 ) -> None:
     """Check .walk files: parse, resolve, type-check and verify them.
 
     PATHS are files, folders (searched recursively for *.walk) or glob patterns.
     """
+    if dump_after is not None:
+        _check_pass_name(dump_after)
     results = []
     for path in expand_paths(paths):
-        outcome = _front_end(path)
+        outcome = _front_end(path, dump_after)
         results.append(_Checked(path, list(outcome.diagnostics), outcome.sources))
+        if dump_after is not None and outcome.model is not None:
+            from wgc.show.text import render_text as render_ir
+
+            click.echo(f"# IR of {path} after `{dump_after}`")
+            click.echo(render_ir(outcome.model), nl=False)
     if fmt == "text":
         use_color = _use_color(color, env)
         _emit_text(results, color=use_color, quiet=quiet, warnings_as_errors=warnings_as_errors)
