@@ -1,0 +1,1 @@
+"""The bagel example: its .walk file and toy node implementations."""

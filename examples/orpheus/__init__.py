@@ -1,0 +1,1 @@
+"""The orpheus example: its .walk file and toy node implementations."""

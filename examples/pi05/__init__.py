@@ -1,0 +1,1 @@
+"""The pi05 example: its .walk file and toy node implementations."""

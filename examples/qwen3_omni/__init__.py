@@ -1,0 +1,1 @@
+"""The qwen3_omni example: its .walk file and toy node implementations."""

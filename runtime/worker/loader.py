@@ -1,0 +1,60 @@
+"""Constructing a rank's nodes from its `RankSpec`.
+
+Each `NodeSpec` names its ``impl`` (``module:Class``); the class is imported and built with a
+`NodeContext`: the node's name, config, the rank's device, engine, KV labels, tensor-parallel
+position, and its port types. A `NodeSpec` does not list the node's declared ports, so the port
+types are gathered from every call of the node in the rank's pieces (each port a call uses
+carries its declared type); ports no call on this rank uses are unknown to the node here.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from wgc_runtime.node import Node, NodeContext
+from wgc_runtime.spec import NodeSpec, RankSpec
+
+
+def port_types(rank: RankSpec, node: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(inputs, outputs): port -> `TypeSpec` of every port the node's calls use here."""
+    ins: dict[str, Any] = {}
+    outs: dict[str, Any] = {}
+    for p in rank.pieces:
+        for c in p.calls:
+            if c.node != node:
+                continue
+            for i in c.inputs:
+                ins.setdefault(i.port, i.type)
+            for o in c.outputs:
+                outs.setdefault(o.port, o.type)
+    return ins, outs
+
+
+def node_context(rank: RankSpec, spec: NodeSpec) -> NodeContext:
+    ins, outs = port_types(rank, spec.name)
+    tp_rank = spec.ranks.index(rank.rank) if rank.rank in spec.ranks else 0
+    return NodeContext(
+        name=spec.name,
+        impl=spec.impl,
+        config=dict(spec.config),
+        device=rank.device,
+        engine=spec.engine,
+        labels=spec.labels,
+        tp_rank=tp_rank,
+        tp_size=spec.tp,
+        inputs=ins,
+        outputs=outs,
+    )
+
+
+def load_node(rank: RankSpec, spec: NodeSpec) -> Node:
+    module, _, cls = spec.impl.partition(":")
+    if not module or not cls:
+        raise ValueError(f"node `{spec.name}`: impl `{spec.impl}` is not `module:Class`")
+    return getattr(importlib.import_module(module), cls)(node_context(rank, spec))
+
+
+def load_rank_nodes(rank: RankSpec) -> dict[str, Node]:
+    """Every node the rank hosts, constructed."""
+    return {n.name: load_node(rank, n) for n in rank.nodes}

@@ -1,0 +1,224 @@
+"""The runtime's execution cores in one process: the message protocol, `until` loops with and
+without speculation across ranks, deadlines and the admission cap of the conductor."""
+
+from __future__ import annotations
+
+import msgpack
+import pytest
+import torch
+
+from wgc.codegen.pipeline import compile_model
+from wgc.interp import make_request, node_context, run_request, segment
+from wgc_runtime import messages as M
+from wgc_runtime.conductor.core import ConductorCore
+from wgc_runtime.local import LocalCluster, load_generated
+from wgc_runtime.node import Node
+from wgc_runtime.spec import Dest, Segment
+
+# ---------------------------------------------------------------------------------- messages
+
+
+def _samples() -> list[M.Message]:
+    d = Dest(kind="call", edge="loop_init", rank=1, call=2, port="x", loop="L", ranks=(0, 1))
+    return [
+        M.StartWalk("r", 1, "w", "main", (("think", True), ("n", 3))),
+        M.ForwardPersisted("r", 1, "w", "main", "token", "new_token", (d,)),
+        M.StreamDone("r", "s"),
+        M.StreamAbandon("r", "s"),
+        M.SkipChunk("r", "s", 3),
+        M.Release("r", "cancelled"),
+        M.Value("r", 1, "w", 2, "x", "loop_carried", "L", (("L", 4),), False, None),
+        M.Until("r", 1, "w", "L", (2,), 5, True),
+        M.StreamItem("r", "s", 7, 0, {"slot": 3, "nbytes": 64}),
+        M.StreamAck("r", "s", 7),
+        M.WalkDone("r", 1, "w", 0),
+        M.ChunkReady("r", "s", 2, False, True),
+        M.ClientOut("r", 1, "w", "main", "text", "token", (3,), None),
+        M.Failed("r", "node", "boom", "main", "w", "LLM", 0),
+        M.Output("r", "main", "w", "text", "token", (1,), 5),
+        M.Finished("r", False, "timeout", "late", None, None, None),
+    ]
+
+
+@pytest.mark.parametrize("msg", _samples(), ids=lambda m: type(m).__name__)
+def test_every_message_round_trips_through_msgpack(msg: M.Message) -> None:
+    wire = msgpack.unpackb(msgpack.packb(msg.to_wire()))
+    assert M.from_wire(wire) == msg
+
+
+def test_a_tensor_never_reaches_the_wire() -> None:
+    v = M.Value("r", 1, "w", 0, "x", "input", data=torch.zeros(2))
+    with pytest.raises(TypeError, match="descriptors"):
+        v.to_wire()
+    assert v.with_data({"slot": 1}).to_wire()["data"] == {"slot": 1}
+    assert set(M.MESSAGES) == {type(m).__name__ for m in _samples()}
+
+
+# ---------------------------------------------------------------------------------- until loops
+
+SPEC_DEMO = """\
+model spec_demo
+
+node step: stateless {
+  impl "tests.unit.test_executor:Step"
+  in  x: f32[]
+  out x: f32[]
+}
+
+node judge: stateless {
+  impl "tests.unit.test_executor:Judge"
+  in  x:    f32[]
+  out stop: bool[]
+}
+
+walk run(x: f32[]) {
+  loop L max 8 until stop MODIFIER {
+    step(x) -> x
+    judge(x) -> stop
+    emit x as tensor
+  }
+}
+
+flow main {
+  for seg in request.inputs {
+    match seg.modality {
+      tensor => run(x = seg)
+    }
+  }
+}
+"""
+
+TWO_RANKS = """\
+devices: [cpu, cpu]
+place:
+  - nodes: [step]
+    ranks: [0]
+  - nodes: [judge]
+    ranks: [1]
+"""
+
+
+class Step(Node):
+    calls = 0
+
+    def forward_one(self, inputs, ctx):
+        type(self).calls += 1
+        return {"x": inputs["x"] + 1}
+
+
+class Judge(Node):
+    def forward_one(self, inputs, ctx):
+        return {"stop": inputs["x"] >= 3.5}
+
+
+CLASSES = {"step": Step, "judge": Judge}
+
+
+def _compiled(tmp_path, modifier: str):
+    walk = tmp_path / "spec_demo.walk"
+    walk.write_text(SPEC_DEMO.replace("MODIFIER", modifier), encoding="utf-8")
+    placement = tmp_path / "two.yaml"
+    placement.write_text(TWO_RANKS, encoding="utf-8")
+    result = compile_model(str(walk), str(placement))
+    assert result.ok, [(d.code, d.message) for d in result.diagnostics]
+    out = tmp_path / "gen"
+    out.mkdir()
+    for name, text in result.files.items():
+        (out / name).write_text(text, encoding="utf-8")
+    return result.model, out
+
+
+def _nodes(model, names):
+    return {n.name: CLASSES[n.name](node_context(n)) for n in model.nodes if n.name in names}
+
+
+@pytest.mark.parametrize("modifier", ["", "nospeculate"])
+def test_until_across_ranks_never_shows_the_speculative_step(tmp_path, modifier) -> None:
+    model, folder = _compiled(tmp_path, modifier)
+    req = make_request(model, [segment("tensor", torch.tensor(0.0))], ["tensor"])
+    ref = run_request(model, req, nodes=_nodes(model, {"step", "judge"}))
+    assert [float(x) for x in ref.of("tensor")] == [1.0, 2.0, 3.0, 4.0]
+
+    Step.calls = 0
+    cluster = LocalCluster(folder, nodes_factory=lambda r: _nodes(model, {n.name for n in r.nodes}))
+    h = cluster.submit(req)
+    while not h.done:  # rank 0 runs everything it can before rank 1's stop values arrive
+        moved = False
+        while cluster.ranks[0].step():
+            moved = True
+        moved = cluster._drain() or moved
+        moved = cluster.ranks[1].step() or moved
+        moved = cluster._drain() or moved
+        assert moved, "stuck"
+    assert h.ok, h.error
+    assert [float(o.tensor) for o in h.outputs] == [1.0, 2.0, 3.0, 4.0]
+    # rank 0 learns stop_i from rank 1: with speculation it ran step once more (x = 5), held
+    # that step's effects and dropped them when stop_3 came back true
+    assert Step.calls == (4 if modifier == "nospeculate" else 5)
+    assert all(not ex.requests for ex in cluster.ranks.values())
+
+
+def test_executor_routes_until_to_every_rank_of_the_loop(tmp_path) -> None:
+    _, folder = _compiled(tmp_path, "")
+    _, ranks = load_generated(folder)
+    until = [
+        d
+        for p in ranks[1].pieces
+        for c in p.calls
+        for o in c.outputs
+        for d in o.dests
+        if d.kind == "until"
+    ]
+    assert [d.ranks for d in until] == [(0, 1)]
+
+
+# ---------------------------------------------------------------------------------- conductor
+
+
+def _bagel():
+    return load_generated("generated/bagel/cpu")
+
+
+def test_walk_deadline_ends_the_request_with_a_timeout(monkeypatch) -> None:
+    monkeypatch.chdir(__import__("pathlib").Path(__file__).resolve().parents[2])
+    spec, _ = _bagel()
+    sent: list = []
+    now = [0.0]
+    core = ConductorCore(
+        spec, lambda to, m: sent.append((to, m)), clock=lambda: now[0], walk_timeout_s=5.0
+    )
+    core.submit("a", spec.request([Segment("text", "hi")], ["text"]))
+    assert any(isinstance(m, M.StartWalk) for _, m in sent)
+    now[0] = 10.0
+    core.tick()
+    fin = [m for to, m in sent if to == M.CLIENT and isinstance(m, M.Finished)]
+    assert len(fin) == 1 and fin[0].kind == "timeout" and not fin[0].ok
+    assert "walk `prefill_text` did not finish within 5 s (ranks 0 have not reported)" in (
+        fin[0].message or ""
+    )
+    assert {to for to, m in sent if isinstance(m, M.Release)} == {0}
+
+
+def test_admission_cap_queues_and_queue_deadline(monkeypatch) -> None:
+    monkeypatch.chdir(__import__("pathlib").Path(__file__).resolve().parents[2])
+    spec, _ = _bagel()
+    sent: list = []
+    now = [0.0]
+    core = ConductorCore(
+        spec,
+        lambda to, m: sent.append((to, m)),
+        clock=lambda: now[0],
+        max_concurrent_requests=1,
+        queue_timeout_s=3.0,
+        walk_timeout_s=100.0,
+        idle_timeout_s=100.0,
+    )
+    for rid in "abc":
+        core.submit(rid, spec.request([Segment("text", "hi")], ["text"]))
+    assert core.running() == ["a"] and core.queued() == ["b", "c"]
+    core.cancel("b")
+    now[0] = 4.0
+    core.tick()
+    fins = {m.request: m.kind for to, m in sent if isinstance(m, M.Finished)}
+    assert fins == {"b": "cancelled", "c": "timeout"}
+    assert core.running() == ["a"] and core.queued() == []
