@@ -1,0 +1,10 @@
+"""Engines: the state a node keeps across the calls of a request.
+
+`kv_pool.PagedKVPool` is the paged KV cache of a `kv_cache` node (one pool per engine, page
+tables per request and label); the attention backends that read it live in
+`wgc_runtime.attention`.
+"""
+
+from wgc_runtime.engines.kv_pool import PagedKVPool, PageTable, PoolFull, PoolStats
+
+__all__ = ["PageTable", "PagedKVPool", "PoolFull", "PoolStats"]

@@ -1,0 +1,366 @@
+"""The paged KV cache of one `kv_cache` engine: one page pool, page tables per (request, label).
+
+Layout. One tensor ``kv`` of shape ``[layers, pages, 2, page_size, kv_heads, head_dim]`` (index 0
+of dim 2 is K, 1 is V). ``pool.layer(i)`` is the ``[pages, 2, page_size, kv_heads, head_dim]``
+view of layer ``i``: exactly FlashInfer's NHD paged layout, so every attention backend reads the
+pool in place. A *slot* is ``page * page_size + offset``: token ``offset`` of page ``page``.
+
+Labels. A request owns one page table per *label* (a node's declared labels: ``main``,
+``cfg_text``, ``cfg_img``, ...). Labels of one request are separate sequences over the SAME pool:
+CFG branches are labels, not separate caches. A request's tables live until `free` (request end
+or cancel), so the prefill walks, the decode loop and image generation of one flow all reuse it.
+
+Copy-on-branch (`fork`). ``fork(request, "main", "cfg_text")`` makes ``cfg_text`` a snapshot of
+``main``. Default (``share=True``): the destination SHARES the source's full pages (their
+refcount goes up) and gets a private copy of the partially filled last page, so a fork costs one
+page copy plus O(pages) refcount bumps, and CFG branches hold the common prefix once. This is
+safe because of one invariant: **a page with refcount > 1 is always full**, and `append` only
+ever writes after a table's last token, i.e. into a private partial page or a fresh page; a
+shared page is never written again. ``share=False`` copies every page (page-sized copies, one
+tensor copy per fork) for callers that want fully disjoint storage. Fork snapshots the slots that
+were appended so far: write their K/V (`write_kv`) before forking.
+
+Allocation. Free pages sit on a stack of page ids (a Python list): allocating or freeing a page
+is one ``pop``/``append``, so appending n tokens touches O(n / page_size) pages and never scans
+the pool. `stats` counts page operations so tests check that cost without timing.
+
+Admission. ``reserve(request, tokens)`` promises a request pages for ``tokens`` tokens (over all
+its labels) before it starts; its later appends draw on that reservation first. It raises
+`PoolFull` (with the numbers) when the pool cannot promise them, or waits up to ``timeout``
+seconds for other requests to free pages. `can_admit` asks without reserving. Appends without a
+reservation take unreserved free pages and raise `PoolFull` when none are left.
+
+Thread safety: every public method holds the pool's lock (admission may come from the
+conductor's thread while a worker steps the batch).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Hashable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+K, V = 0, 1
+
+DTYPES: dict[str, torch.dtype] = {
+    "f32": torch.float32,
+    "fp32": torch.float32,
+    "f16": torch.float16,
+    "fp16": torch.float16,
+    "float16": torch.float16,
+    "bf16": torch.bfloat16,
+    "bfloat16": torch.bfloat16,
+}
+
+
+class PoolFull(RuntimeError):
+    """The pool cannot hold what was asked: ``needed`` pages, ``free`` unreserved free pages."""
+
+    def __init__(self, what: str, *, needed: int, free: int, total: int, page_size: int):
+        self.needed, self.free, self.total, self.page_size = needed, free, total, page_size
+        super().__init__(
+            f"kv pool full: {what} needs {needed} page(s) of {page_size} tokens, "
+            f"{free} of {total} pages are free and unreserved"
+        )
+
+
+@dataclass(slots=True)
+class PageTable:
+    """One label's sequence: its pages in order and how many tokens it holds."""
+
+    pages: list[int] = field(default_factory=list)
+    length: int = 0
+
+
+@dataclass(slots=True)
+class PoolStats:
+    """Operation counters: allocation cost is checked by counting, not timing."""
+
+    allocated: int = 0  # pages popped from the free stack
+    released: int = 0  # pages pushed back
+    shared: int = 0  # refcount bumps by fork(share=True)
+    copied: int = 0  # pages copied (fork)
+
+
+class PagedKVPool:
+    """One engine's paged KV cache. See the module docstring for the model."""
+
+    def __init__(
+        self,
+        *,
+        layers: int,
+        kv_heads: int,
+        head_dim: int,
+        pages: int,
+        page_size: int = 16,
+        dtype: torch.dtype = torch.float32,
+        device: str | torch.device = "cpu",
+        labels: Iterable[str] | None = None,
+    ):
+        if min(layers, kv_heads, head_dim, pages, page_size) < 1:
+            raise ValueError("kv pool sizes must be positive")
+        self.layers, self.kv_heads, self.head_dim = layers, kv_heads, head_dim
+        self.num_pages, self.page_size = pages, page_size
+        self.dtype, self.device = dtype, torch.device(device)
+        # None: any label is accepted (a bare pool in tests); else only the node's declared ones
+        self.labels: frozenset[str] | None = None if labels is None else frozenset(labels)
+        self.kv = torch.zeros(
+            (layers, pages, 2, page_size, kv_heads, head_dim), dtype=dtype, device=self.device
+        )
+        self._free: list[int] = list(range(pages - 1, -1, -1))  # pop() hands out page 0 first
+        self._refs: list[int] = [0] * pages
+        self._tables: dict[Hashable, dict[str, PageTable]] = {}
+        self._reserved: dict[Hashable, int] = {}  # request -> pages still promised to it
+        self._reserved_total = 0
+        self._cond = threading.Condition(threading.RLock())
+        self.stats = PoolStats()
+
+    @classmethod
+    def from_placement(
+        cls,
+        kv_cache: Mapping[str, Any] | Iterable[tuple[str, Any]],
+        *,
+        layers: int,
+        kv_heads: int,
+        head_dim: int,
+        device: str | torch.device = "cpu",
+        labels: Iterable[str] | None = None,
+    ) -> PagedKVPool:
+        """A pool sized from a placement's ``kv_cache`` (``page_size``, ``pages``, ``dtype``), as
+        the plan's ``kv_cache`` pairs or a mapping."""
+        kv = dict(kv_cache)
+        dtype = str(kv.get("dtype", "f32"))
+        if dtype not in DTYPES:
+            raise ValueError(f"unsupported kv_cache dtype `{dtype}` (one of {sorted(DTYPES)})")
+        return cls(
+            layers=layers,
+            kv_heads=kv_heads,
+            head_dim=head_dim,
+            pages=int(kv.get("pages", 1024)),
+            page_size=int(kv.get("page_size", 16)),
+            dtype=DTYPES[dtype],
+            device=device,
+            labels=labels,
+        )
+
+    # ------------------------------------------------------------------ queries
+
+    def layer(self, index: int) -> torch.Tensor:
+        """Layer ``index``'s ``[pages, 2, page_size, kv_heads, head_dim]`` view (no copy)."""
+        return self.kv[index]
+
+    def pages_for(self, tokens: int) -> int:
+        return -(-max(tokens, 0) // self.page_size)
+
+    @property
+    def free_pages(self) -> int:
+        """Pages on the free stack (some may be promised to reservations)."""
+        return len(self._free)
+
+    @property
+    def unreserved_pages(self) -> int:
+        return len(self._free) - self._reserved_total
+
+    @property
+    def used_pages(self) -> int:
+        return self.num_pages - len(self._free)
+
+    def requests(self) -> list[Hashable]:
+        with self._cond:
+            return list(self._tables.keys() | self._reserved.keys())
+
+    def has(self, request: Hashable, label: str = "main") -> bool:
+        return label in self._tables.get(request, {})
+
+    def seq_len(self, request: Hashable, label: str = "main") -> int:
+        """Tokens in ``label``'s sequence of ``request`` (0 when it has none yet)."""
+        table = self._tables.get(request, {}).get(label)
+        return 0 if table is None else table.length
+
+    def page_table(self, request: Hashable, label: str = "main") -> list[int]:
+        """A copy of ``label``'s page ids, in sequence order."""
+        table = self._tables.get(request, {}).get(label)
+        return [] if table is None else list(table.pages)
+
+    def refcount(self, page: int) -> int:
+        return self._refs[page]
+
+    def bytes_held(self) -> int:
+        """Bytes of the pages in use (what the requests hold, not the whole pool)."""
+        per_page = self.kv[:, 0].numel() * self.kv.element_size()
+        return self.used_pages * per_page
+
+    def gather(self, request: Hashable, label: str = "main", layer: int = 0):
+        """``(K, V)`` of ``label``'s sequence in ``layer``, each ``[len, kv_heads, head_dim]``
+        (a copy; for tests and debugging, backends read the pool in place)."""
+        table = self._tables.get(request, {}).get(label, PageTable())
+        idx = torch.tensor(table.pages, dtype=torch.long, device=self.device)
+        kv = self.kv[layer].index_select(0, idx)  # [n, 2, ps, h, d]
+        k = kv[:, K].reshape(-1, self.kv_heads, self.head_dim)[: table.length]
+        v = kv[:, V].reshape(-1, self.kv_heads, self.head_dim)[: table.length]
+        return k, v
+
+    # ------------------------------------------------------------------ admission
+
+    def can_admit(self, tokens: int) -> bool:
+        """Whether a new request of ``tokens`` tokens (all labels) could be reserved now."""
+        with self._cond:
+            return self.pages_for(tokens) <= self.unreserved_pages
+
+    def reserve(self, request: Hashable, tokens: int, *, timeout: float | None = 0.0) -> int:
+        """Promise ``request`` pages for ``tokens`` more tokens (over all its labels).
+
+        ``timeout``: 0 refuses at once, ``None`` waits for as long as it takes, else seconds to
+        wait for other requests to free pages. Raises `PoolFull` when it cannot; a request larger
+        than the whole pool is refused at once. Returns the pages reserved.
+        """
+        need = self.pages_for(tokens)
+        with self._cond:
+            if need > self.num_pages:
+                raise self._full(f"request `{request}` ({tokens} tokens)", need)
+            deadline = None if timeout is None else time.monotonic() + timeout
+            while need > self.unreserved_pages:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise self._full(f"request `{request}` ({tokens} tokens)", need)
+                self._cond.wait(left)
+            self._reserved[request] = self._reserved.get(request, 0) + need
+            self._reserved_total += need
+            return need
+
+    def _full(self, what: str, need: int) -> PoolFull:
+        return PoolFull(
+            what,
+            needed=need,
+            free=self.unreserved_pages,
+            total=self.num_pages,
+            page_size=self.page_size,
+        )
+
+    # ------------------------------------------------------------------ allocation
+
+    def _check_label(self, label: str) -> None:
+        if self.labels is not None and label not in self.labels:
+            raise KeyError(f"unknown kv label `{label}` (declared: {sorted(self.labels)})")
+
+    def _take(self, request: Hashable, n: int, what: str) -> list[int]:
+        """Pop ``n`` pages for ``request``: from its reservation first, then unreserved ones."""
+        if n == 0:
+            return []
+        mine = self._reserved.get(request, 0)
+        from_reservation = min(mine, n)
+        if n - from_reservation > self.unreserved_pages:
+            raise self._full(what, n - from_reservation)
+        if from_reservation:
+            self._reserved[request] = mine - from_reservation
+            self._reserved_total -= from_reservation
+        pages = [self._free.pop() for _ in range(n)]
+        for p in pages:
+            self._refs[p] = 1
+        self.stats.allocated += n
+        return pages
+
+    def _release(self, pages: Iterable[int]) -> None:
+        for p in pages:
+            self._refs[p] -= 1
+            if self._refs[p] == 0:
+                self._free.append(p)
+                self.stats.released += 1
+
+    def append(self, request: Hashable, label: str, n_tokens: int) -> torch.Tensor:
+        """Extend ``label``'s sequence by ``n_tokens`` slots; returns their slot mapping (int64,
+        on the pool's device) for `AttentionBackend.write_kv`. Allocates pages as needed."""
+        self._check_label(label)
+        if n_tokens < 0:
+            raise ValueError(f"cannot append {n_tokens} tokens")
+        with self._cond:
+            table = self._tables.setdefault(request, {}).setdefault(label, PageTable())
+            start, end = table.length, table.length + n_tokens
+            grow = self.pages_for(end) - len(table.pages)
+            table.pages += self._take(request, grow, f"`{request}`/`{label}` (+{n_tokens} tokens)")
+            table.length = end
+            ps = self.page_size
+            first = start // ps
+            touched = torch.tensor(table.pages[first : self.pages_for(end)], dtype=torch.long)
+            pos = torch.arange(start, end, dtype=torch.long)
+            slots = touched[pos // ps - first] * ps + pos % ps
+            return slots.to(self.device)
+
+    def fork(
+        self, request: Hashable, src_label: str, dst_label: str, *, share: bool = True
+    ) -> None:
+        """Make ``dst_label`` a snapshot of ``src_label`` (replacing what ``dst_label`` held).
+
+        ``share=True``: full pages are shared (refcounted), the partial last page is copied.
+        ``share=False``: every page is copied. The pool's tensor is copied in one indexed copy.
+        """
+        self._check_label(src_label)
+        self._check_label(dst_label)
+        if src_label == dst_label:
+            return
+        with self._cond:
+            tables = self._tables.get(request, {})
+            src = tables.get(src_label)
+            if src is None:
+                raise KeyError(f"request `{request}` has no kv label `{src_label}` to fork")
+            old = tables.pop(dst_label, None)
+            if old is not None:
+                self._release(old.pages)
+            full = src.length // self.page_size
+            keep = full if share else 0
+            copy_from = src.pages[keep:]
+            fresh = self._take(request, len(copy_from), f"fork `{src_label}` → `{dst_label}`")
+            for p in src.pages[:keep]:
+                self._refs[p] += 1
+            self.stats.shared += keep
+            self.stats.copied += len(fresh)
+            if fresh:
+                dst_idx = torch.tensor(fresh, dtype=torch.long, device=self.device)
+                src_idx = torch.tensor(copy_from, dtype=torch.long, device=self.device)
+                self.kv[:, dst_idx] = self.kv[:, src_idx]
+            tables[dst_label] = PageTable(src.pages[:keep] + fresh, src.length)
+
+    def drop(self, request: Hashable, label: str) -> int:
+        """Free one label's pages (e.g. the CFG branches after image generation)."""
+        with self._cond:
+            table = self._tables.get(request, {}).pop(label, None)
+            if table is None:
+                return 0
+            self._release(table.pages)
+            self._cond.notify_all()
+            return len(table.pages)
+
+    def free(self, request: Hashable) -> int:
+        """Return every page of ``request`` (all labels) and its reservation: on end or cancel.
+        Returns the number of page references dropped. Freeing an unknown request is a no-op."""
+        with self._cond:
+            tables = self._tables.pop(request, {})
+            n = 0
+            for table in tables.values():
+                self._release(table.pages)
+                n += len(table.pages)
+            self._reserved_total -= self._reserved.pop(request, 0)
+            self._cond.notify_all()
+            return n
+
+    def check(self) -> None:
+        """Assert the allocator's invariants (tests): refcounts match the tables, free pages
+        have refcount 0, shared pages are full."""
+        with self._cond:
+            refs = [0] * self.num_pages
+            for tables in self._tables.values():
+                for t in tables.values():
+                    assert len(t.pages) == self.pages_for(t.length), "table size"
+                    for i, p in enumerate(t.pages):
+                        refs[p] += 1
+                        if self._refs[p] > 1:
+                            assert (i + 1) * self.page_size <= t.length, "shared partial page"
+            assert refs == self._refs, "refcounts"
+            assert len(set(self._free)) == len(self._free), "free list duplicates"
+            assert all(refs[p] == 0 for p in self._free), "free page in use"
+            assert len(self._free) + sum(r > 0 for r in refs) == self.num_pages, "leaked pages"
+            assert 0 <= self._reserved_total == sum(self._reserved.values()), "reservations"
