@@ -143,11 +143,6 @@ SCENARIOS = {
 }
 
 # Plans that are wrong for execution (reported to the lowering; strict: these flip when fixed).
-EMIT_AFTER_LOOP = (
-    "lowering: `emit X` after a loop that yields X is lowered as a per-iteration emit "
-    "(Dest(kind='client', edge='emitted', loop=L) from the body's producer, the same Dest as an "
-    "emit inside the loop); it should be edge 'terminal' / 'accumulated'"
-)
 KV_MIGRATION = (
     "plan: the LLM's prefill and decode walks run on different ranks (P/D split) but the plan "
     "has no step moving the request's KV cache / node state between the ranks"
@@ -157,8 +152,6 @@ KV_MIGRATION = (
 def _known_issue(family: str, placement: str, name: str) -> str | None:
     if family in ("orpheus", "pi05") and placement == "cpu-3rank":
         return KV_MIGRATION
-    if family == "pi05" or (family == "vjepa2_ac" and name in ("rollout_4", "rollout_1")):
-        return EMIT_AFTER_LOOP
     return None
 
 

@@ -285,15 +285,14 @@ class _Resolver:
         if result is None:
             return
         for kind, d, loop in result:
-            kind2 = kind
-            if kind_override is not None and kind not in (EdgeKind.LOOP_INIT,):
+            kind2, via = kind, None
+            if kind_override is not None and kind is not EdgeKind.LOOP_INIT:
                 kind2 = kind_override
-                loop = (
-                    loop
-                    if kind in (EdgeKind.LOOP_CARRIED, EdgeKind.TERMINAL, EdgeKind.ACCUMULATED)
-                    else inner_loop
-                )
-            self.edges.append(Edge(kind2, channel, d.end, dst, loop, d.type, span))
+                if kind in (EdgeKind.TERMINAL, EdgeKind.ACCUMULATED):
+                    via = kind  # `loop` stays the yielding loop: the value exists at its end
+                elif kind is not EdgeKind.LOOP_CARRIED:
+                    loop = inner_loop
+            self.edges.append(Edge(kind2, channel, d.end, dst, loop, d.type, span, via))
 
     def lookup(self, channel, lv, pos, span, reader):
         crossed: Loop | None = None

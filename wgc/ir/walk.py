@@ -141,6 +141,9 @@ class Edge:
     loop: str | None  # the loop an iteration-scoped edge belongs to
     type: TensorType | None  # the value's type as produced (stacked for `yield all`)
     span: Span = field(compare=False)
+    # for an emitted/persisted value that is a loop's `yield last` / `yield all` (read after the
+    # loop): TERMINAL / ACCUMULATED, and ``loop`` names that loop: it travels once, at its end
+    via: EdgeKind | None = None
 
 
 class IssueKind(enum.Enum):

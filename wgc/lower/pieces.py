@@ -227,6 +227,8 @@ class WalkLowerer:
     # ------------------------------------------------------------------ destinations
     def dest(self, e: Edge) -> Dest:
         kind, carried = e.kind.value, e.kind is EdgeKind.LOOP_CARRIED
+        if e.via is not None:  # emit/persist of a loop's yield: travels once, at the loop's end
+            kind = e.via.value
         if e.kind in (EdgeKind.EMITTED, EdgeKind.PERSISTED):
             carried = (e.dst, e.channel, e.loop) in self.carried_reads
         d = e.dst

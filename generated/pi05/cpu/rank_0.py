@@ -161,7 +161,7 @@ PIECE_ACTION_GEN = PieceSpec(
                             loop="denoise",
                             carried=True,
                         ),
-                        Dest(kind="client", edge="emitted", name="action", loop="denoise"),
+                        Dest(kind="client", edge="terminal", name="action", loop="denoise"),
                     ),
                 ),
                 PortOut(

@@ -304,7 +304,7 @@ PIECE_PREFILL_VIDEO_ROLLOUT = PieceSpec(
                             loop="rollout_loop",
                             carried=True,
                         ),
-                        Dest(kind="client", edge="emitted", name="tensor", loop="rollout_loop"),
+                        Dest(kind="client", edge="accumulated", name="tensor", loop="rollout_loop"),
                     ),
                 ),
                 PortOut(
