@@ -48,6 +48,13 @@ section "attention backends" 300 "$PY" -m pytest -m gpu tests/gpu -q -rs -p no:c
 
 # (more sections go here: graph capture / replay equality, graph vs eager timing)
 
+# 2. CUDA graphs: captured replay equals eager; the decoder's captured decode loop (continuous
+#    batching over real graphs, torch and triton attention) equals the plain path
+section "cuda graphs" 100 "$PY" -m pytest -m gpu tests/gpu/test_gpu_graphs.py -q -rs -p no:cacheprovider
+
+# 3. graph vs eager: one decode step of the tiny decoder, replayed vs eager, batch 1 and 16
+section "graph vs eager" 75 "$PY" benchmarks/decode.py --graph-vs-eager --batches 1 16
+
 echo
 echo "==================== gpu_check summary ===================="
 for line in "${SUMMARY[@]}"; do echo "  $line"; done

@@ -1,0 +1,105 @@
+"""Load weights from a Hugging Face-style safetensors checkpoint by parameter name.
+
+A checkpoint folder holds either one ``model.safetensors`` or a sharded set listed by
+``model.safetensors.index.json`` (``weight_map``: parameter name -> shard file). Tensors are
+matched to a module's ``state_dict`` by name, so a component whose submodules are named like the
+Hugging Face model (``model.layers.{i}.self_attn.q_proj.weight``, ...) loads without a mapping
+table. Loading is strict: a missing key, an unexpected key or a shape mismatch raises
+`CheckpointError` listing every problem at once (a partial load would produce plausible-looking
+garbage). Keys a checkpoint may carry without meaning anything (rotary ``inv_freq`` buffers
+older exports saved) are skipped; a tied ``lm_head.weight`` may be present or absent.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+
+SINGLE = "model.safetensors"
+INDEX = "model.safetensors.index.json"
+# saved by some exporters, recomputed by us
+_IGNORED_SUFFIXES = (".rotary_emb.inv_freq",)
+_SHOWN = 8  # how many names an error lists per kind before "and N more"
+
+
+class CheckpointError(ValueError):
+    """The checkpoint does not fit the module (or cannot be read)."""
+
+
+def checkpoint_files(path: str | Path) -> list[Path]:
+    """The safetensors files of a checkpoint folder (or a single ``.safetensors`` file)."""
+    path = Path(path)
+    if path.is_file():
+        return [path]
+    if (path / INDEX).is_file():
+        index = json.loads((path / INDEX).read_text())
+        shards = sorted(set(index.get("weight_map", {}).values()))
+        missing = [s for s in shards if not (path / s).is_file()]
+        if missing:
+            raise CheckpointError(f"`{path / INDEX}` names missing shards: {', '.join(missing)}")
+        return [path / s for s in shards]
+    if (path / SINGLE).is_file():
+        return [path / SINGLE]
+    found = sorted(p.name for p in path.glob("*.safetensors")) if path.is_dir() else []
+    if found:
+        return [path / name for name in found]
+    raise CheckpointError(f"no `{SINGLE}` or `{INDEX}` in `{path}`")
+
+
+def iter_tensors(path: str | Path) -> Iterator[tuple[str, torch.Tensor]]:
+    """Every (name, tensor) of the checkpoint, shard by shard (on the CPU)."""
+    for file in checkpoint_files(path):
+        with safe_open(str(file), framework="pt", device="cpu") as f:
+            for name in f.keys():  # noqa: SIM118 (safe_open is not a Mapping)
+                yield name, f.get_tensor(name)
+
+
+def load_checkpoint(
+    module: torch.nn.Module, path: str | Path, *, optional: Iterable[str] = ()
+) -> None:
+    """Copy the checkpoint at ``path`` into ``module``'s parameters and buffers, by name.
+
+    ``optional`` names keys of the module the checkpoint may leave out (a tied ``lm_head``);
+    a checkpoint key the module lacks is accepted only if it is in ``optional`` too.
+    """
+    target = module.state_dict()
+    optional = set(optional)
+    seen: set[str] = set()
+    unexpected: list[str] = []
+    shapes: list[str] = []
+    with torch.no_grad():
+        for name, tensor in iter_tensors(path):
+            if name.endswith(_IGNORED_SUFFIXES):
+                continue
+            if name not in target:
+                if name not in optional:
+                    unexpected.append(name)
+                continue
+            dst = target[name]
+            if tuple(dst.shape) != tuple(tensor.shape):
+                shapes.append(f"{name}: checkpoint {tuple(tensor.shape)}, model {tuple(dst.shape)}")
+                seen.add(name)  # present, just the wrong shape: not also "missing"
+                continue
+            dst.copy_(tensor.to(dtype=dst.dtype))
+            seen.add(name)
+    missing = sorted(set(target) - seen - optional)
+    if missing or unexpected or shapes:
+        raise CheckpointError(_problems(path, missing, sorted(unexpected), shapes))
+
+
+def _problems(path: str | Path, missing: list[str], unexpected: list[str], shapes: list[str]):
+    lines = [f"checkpoint `{path}` does not fit the model:"]
+    for title, names in (
+        ("missing keys", missing),
+        ("unexpected keys", unexpected),
+        ("shape mismatches", shapes),
+    ):
+        if names:
+            shown = ", ".join(f"`{n}`" for n in names[:_SHOWN])
+            more = f" and {len(names) - _SHOWN} more" if len(names) > _SHOWN else ""
+            lines.append(f"  {title} ({len(names)}): {shown}{more}")
+    return "\n".join(lines)
