@@ -4,11 +4,17 @@ Runs the front end like `wgc check`; errors are printed the same way and stop wi
 warnings are printed to stderr and the IR is shown anyway. `--walk` narrows the output to one
 walk; `--format` picks text (default), json (the stable contract for tools), dot, mermaid or
 html (one self-contained page). Output goes to stdout, or to `-o FILE`.
+
+With `--placement P.yaml` (and `--set NAME=VALUE` overrides, as for `wgc compile`) it shows the
+PLAN instead: text is a table per rank and the cross-rank transfers per walk, json is
+`Plan.to_json()`, and the drawings put every call in its rank's cluster with the cross-rank hops
+highlighted and labelled with their bytes. Placement errors print like model errors (exit 1).
 """
 
 from __future__ import annotations
 
 import difflib
+import hashlib
 from pathlib import Path
 
 import click
@@ -20,6 +26,7 @@ from wgc.diagnostics.codes import Severity
 from wgc.diagnostics.render import render_summary, render_text
 from wgc.driver import Driver, FrontEndResult
 from wgc.ir.model import Model
+from wgc.lower.plan import Plan, SourceFile
 from wgc.show import FORMATS, render
 
 
@@ -46,6 +53,65 @@ def _unknown_walk(model: Model, name: str) -> UserError:
     return UserError(message)
 
 
+def _report_all(diags: list, sources, path: str, color: bool) -> None:
+    """Diagnostics of the model and the placement, with `wgc check`'s closing summary."""
+    if not diags:
+        return
+    click.echo(render_text(diags, sources, color=color), err=True, nl=False)
+    n_err = sum(d.severity is Severity.ERROR for d in diags)
+    n_warn = sum(d.severity is Severity.WARNING for d in diags)
+    summary = render_summary(n_err, n_warn, path, color)
+    if summary:
+        click.echo(summary + "\n", err=True)
+
+
+def build_plan(
+    file: str, placement: str, sets: dict[str, str], driver: Driver, color: bool
+) -> Plan | None:
+    """Front end, placement rules, overrides and lowering, as `wgc compile` does them (without
+    code generation); prints every diagnostic and returns None when there are errors."""
+    # imported here: the IR view needs none of lowering
+    from wgc.lower.lower import lower
+    from wgc.lower.params import needs_rebuild
+    from wgc.placement.check import check_placement
+    from wgc.placement.params import apply_overrides
+
+    fe = driver.front_end(file)
+    diags = list(fe.diagnostics)
+    model = fe.model
+    if model is not None and not fe.errors:
+        placed = check_placement(model, placement)
+        fe.sources.add(placement, placed.text)
+        diags += placed.diagnostics
+        if placed.placement is not None and not placed.errors:
+            values, set_diags = apply_overrides(model.params, placed.placement, sets)
+            diags += set_diags
+            if not any(d.is_error for d in set_diags):
+                if needs_rebuild(model, values):
+                    # types and loop bounds derive from params: build again with the overrides
+                    again = driver.front_end(file, fe.text, overrides=values)
+                    diags += again.errors
+                    model = again.model if not again.errors else None
+                if model is not None:
+                    _report_all(diags, fe.sources, file, color)
+                    srcs = _sources(file, fe.text, placement, placed.text)
+                    return lower(model, placed.placement, values, srcs)
+    _report_all(diags, fe.sources, file, color)
+    return None
+
+
+def _sources(walk: str, walk_text: str, placement: str, placement_text: str) -> tuple:
+    from wgc.codegen.pipeline import display_path
+
+    def sha(text: str) -> str:
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+    return (
+        SourceFile(display_path(walk), sha(walk_text)),
+        SourceFile(display_path(placement), sha(placement_text)),
+    )
+
+
 @click.command()
 @click.argument("file", metavar="FILE")
 @click.option("--walk", "walk_name", metavar="NAME", help="Show only the walk NAME.")
@@ -55,7 +121,21 @@ def _unknown_walk(model: Model, name: str) -> UserError:
     type=click.Choice(FORMATS),
     default="text",
     show_default=True,
-    help="text and json dump the IR; dot, mermaid and html draw the walks.",
+    help="text and json dump the IR (or the plan); dot, mermaid and html draw the walks "
+    "(or the placed plan, ranks as clusters).",
+)
+@click.option(
+    "--placement",
+    "-p",
+    metavar="P.yaml",
+    help="Show the plan for this placement instead of the IR.",
+)
+@click.option(
+    "--set",
+    "sets",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="With --placement: override a param (wins over the placement's `params:`).",
 )
 @click.option(
     "-o",
@@ -72,11 +152,23 @@ def _unknown_walk(model: Model, name: str) -> UserError:
 )
 @click.pass_obj
 def show(
-    env: Env, file: str, walk_name: str | None, fmt: str, output: str | None, color: str
+    env: Env,
+    file: str,
+    walk_name: str | None,
+    fmt: str,
+    placement: str | None,
+    sets: tuple[str, ...],
+    output: str | None,
+    color: str,
 ) -> None:
-    """Print the IR of FILE, or draw its walks (dot, mermaid, html)."""
+    """Print the IR of FILE, or draw its walks (dot, mermaid, html); with --placement, the plan."""
     if not Path(file).is_file():
         raise UserError(f"no such file: `{file}`")
+    if placement is not None:
+        _write(_show_plan(env, file, placement, sets, walk_name, fmt, color), output)
+        return
+    if sets:
+        raise UserError("`--set` overrides params of a placement: give `--placement P.yaml` too")
     result = Driver().front_end(file)
     _report(result, _use_color(color, env))
     if result.errors or result.model is None:
@@ -84,7 +176,40 @@ def show(
     model = result.model
     if walk_name is not None and model.walk(walk_name) is None:
         raise _unknown_walk(model, walk_name)
-    text = render(model, fmt, walk_name)
+    _write(render(model, fmt, walk_name), output)
+
+
+def _show_plan(
+    env: Env,
+    file: str,
+    placement: str,
+    sets: tuple[str, ...],
+    walk_name: str | None,
+    fmt: str,
+    color: str,
+) -> str:
+    from wgc.cli.compile import _parse_sets
+    from wgc.codegen.pipeline import display_path
+    from wgc.show.plan import render_plan
+
+    if walk_name is not None:
+        raise UserError("`--walk` narrows the IR view; the plan is shown whole")
+    if not Path(placement).is_file():
+        raise UserError(f"no such file: `{placement}`")
+    plan = build_plan(
+        display_path(file),
+        display_path(placement),
+        _parse_sets(sets),
+        Driver(),
+        _use_color(color, env),
+    )
+    if plan is None:
+        click.get_current_context().exit(1)
+    assert plan is not None
+    return render_plan(plan, fmt)
+
+
+def _write(text: str, output: str | None) -> None:
     if output is None:
         click.echo(text, nl=False)
         return

@@ -36,12 +36,21 @@ class Group:
     ranks_span: Span | None = field(default=None, compare=False)
     tp_span: Span | None = field(default=None, compare=False)
     rank_spans: tuple[Span, ...] = field(default=(), compare=False)  # one per entry of ``ranks``
+    # the names of ``nodes`` and ``walks`` as sets: `places` is asked for every (walk, node) of
+    # the model and every group, so a scan of ``nodes`` made placement quadratic
+    node_names: frozenset[str] = field(init=False, compare=False, repr=False)
+    walk_names: frozenset[str] | None = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "node_names", frozenset(n.name for n in self.nodes))
+        walks = None if self.walks is None else frozenset(w.name for w in self.walks)
+        object.__setattr__(self, "walk_names", walks)
 
     def places(self, walk: str, node: str) -> bool:
         """Whether this group runs ``node`` when ``walk`` calls it."""
-        if self.walks is not None and all(w.name != walk for w in self.walks):
+        if self.walk_names is not None and walk not in self.walk_names:
             return False
-        return any(n.name == node for n in self.nodes)
+        return node in self.node_names
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +104,7 @@ class Placement:
 
     def placed(self, node: str) -> bool:
         """`placed(NODE)` in a flow: some group names ``node`` (defaults do not count)."""
-        return any(n.name == node for g in self.groups for n in g.nodes)
+        return any(node in g.node_names for g in self.groups)
 
     def host(self, rank: int) -> str:
         return dict(self.hosts).get(rank, "127.0.0.1")

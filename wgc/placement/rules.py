@@ -229,13 +229,15 @@ def _kv_tp(model: Model, placement: Placement) -> list[Diagnostic]:
 # ---------------------------------------------------------------- streams (WG814)
 def _stream_consumers(model: Model, placement: Placement) -> list[Diagnostic]:
     out = []
-    assigned = assignment(model, placement)
+    # the groups of each node, indexed once: a scan of every pair per stream was quadratic
+    by_node: dict[str, list[tuple[str, Group]]] = defaultdict(list)
+    for (walk, node), group in assignment(model, placement).items():
+        by_node[node].append((walk, group))
     for stream in model.streams:
         consumer = stream.consumer.node
         homes: dict[tuple, tuple[str, Group]] = {}
-        for (walk, node), group in assigned.items():
-            if node == consumer:
-                homes.setdefault((group.ranks, group.tp), (walk, group))
+        for walk, group in by_node.get(consumer, ()):
+            homes.setdefault((group.ranks, group.tp), (walk, group))
         if len(homes) < 2:
             continue
         (walk_a, a), *rest = sorted(homes.values(), key=lambda wg: wg[1].span)

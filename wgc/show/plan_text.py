@@ -1,0 +1,264 @@
+"""`wgc show --placement`: the plan as text, for a deployer deciding how to split a model.
+
+First the placement in one paragraph (params, KV cache, batching), then one table per rank: the
+device and host, the nodes it hosts (engine, KV labels, tp group, the walks it serves), the walks
+it runs pieces of, its copy of every loop (with the ranks that share the loop), the stream
+buffers it owns and the static memory estimate (KV + static buffers + streams). Then, per walk,
+what crosses ranks: every hop once per request and every hop of each loop iteration, with its
+byte size from the static types, and the total per request when every loop runs to its `max`.
+
+Everything comes from the `Plan` (and `cross_rank_summary`): the view never looks at the IR, so
+it shows exactly what the generated modules do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from wgc.lower.plan import LoopPlan, Plan, RankPlan, Transfer, TypeSpec
+from wgc.lower.summary import WalkTraffic, cross_rank_summary
+from wgc.lower.typespec import spec_nbytes
+
+DYNAMIC = "? B (dynamic)"
+
+
+def human_bytes(n: int | None) -> str:
+    """``8 B``, ``1.0 KiB``, ``196.8 KiB``, ``8.0 MiB``; `DYNAMIC` for an unknown size."""
+    if n is None:
+        return DYNAMIC
+    if n < 1024:
+        return f"{n} B"
+    size = float(n)
+    for unit in ("KiB", "MiB", "GiB", "TiB"):
+        size /= 1024
+        if size < 1024 or unit == "TiB":
+            return f"{size:.1f} {unit}"
+    raise AssertionError("unreachable")
+
+
+def spec_text(t: TypeSpec | None) -> str:
+    """``f32[16, 16]``, ``i64[]``; ``?`` when the type is unknown."""
+    if t is None:
+        return "?"
+    return f"{t.dtype}[{', '.join(str(d) for d in t.dims)}]"
+
+
+def _table(rows: list[list[str]], indent: str = "    ") -> list[str]:
+    """Rows as left-aligned columns (trailing blanks stripped)."""
+    if not rows:
+        return []
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return [
+        (indent + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True))).rstrip()
+        for r in rows
+    ]
+
+
+def _ranks(rs: Iterable[int]) -> str:
+    rs = list(rs)
+    return ("rank " if len(rs) == 1 else "ranks ") + ", ".join(str(r) for r in rs)
+
+
+# ---------------------------------------------------------------- lookups over the plan
+
+
+class PlanIndex:
+    """Answers the questions the views ask of a plan: a producing port's type, a loop's copies."""
+
+    def __init__(self, plan: Plan) -> None:
+        self.plan = plan
+        self.out_types: dict[tuple[str, int, int, str], TypeSpec | None] = {}
+        self.call_nodes: dict[tuple[str, int], str] = {}
+        self.loops: dict[tuple[str, str], LoopPlan] = {}
+        for r in plan.ranks:
+            for piece in r.pieces:
+                for c in piece.calls:
+                    self.call_nodes[(piece.walk, c.id)] = c.node
+                    for o in c.outputs:
+                        self.out_types[(piece.walk, r.rank, c.id, o.port)] = o.type
+                for lp in piece.loops:
+                    self.loops.setdefault((piece.walk, lp.name), lp)
+
+    def transfer_type(self, t: Transfer) -> TypeSpec | None:
+        if t.call is None or t.port is None:
+            return None
+        return self.out_types.get((t.walk, t.src_rank, t.call, t.port))
+
+    def producer(self, t: Transfer) -> str:
+        """``LLM_cfg_text.velocity``: the port a hop leaves from."""
+        node = self.call_nodes.get((t.walk, t.call)) if t.call is not None else None
+        return f"{node}.{t.port}" if node and t.port else "?"
+
+    def iterations(self, walk: str, loop: str) -> int:
+        """How often one iteration of ``loop`` happens per request at most: its `max` times the
+        `max` of every enclosing loop."""
+        n = 1
+        lp = self.loops.get((walk, loop))
+        seen: set[str] = set()
+        while lp is not None and lp.name not in seen:
+            seen.add(lp.name)
+            n *= max(lp.max, 0)
+            lp = self.loops.get((walk, lp.parent)) if lp.parent else None
+        return n
+
+
+def request_total(ix: PlanIndex, w: WalkTraffic) -> tuple[int, bool]:
+    """Bytes per request with every loop at its `max` (static part), and whether some hop is
+    dynamic (then the total is a lower bound)."""
+    total, dynamic = 0, False
+    groups = [(w.per_request, 1)] + [
+        (lt.transfers, ix.iterations(w.walk, lt.loop)) for lt in w.per_iteration
+    ]
+    for transfers, times in groups:
+        for t in transfers:
+            if t.nbytes is None:
+                dynamic = True
+            else:
+                total += t.nbytes * times
+    return total, dynamic
+
+
+def total_text(n: int, dynamic: bool) -> str:
+    if not dynamic:
+        return human_bytes(n)
+    return f"? B (dynamic; at least {human_bytes(n)})" if n else DYNAMIC
+
+
+# ---------------------------------------------------------------- the text
+
+
+def render_plan_text(plan: Plan) -> str:
+    ix = PlanIndex(plan)
+    n = len(plan.ranks)
+    out = [f"plan {plan.model} @ {plan.placement}: {n} rank{'' if n == 1 else 's'}"]
+    out += [f"  source {s.path} (sha256 {s.sha256[:12]})" for s in plan.sources]
+    if plan.params:
+        out.append("  params " + ", ".join(f"{k} = {_value(v)}" for k, v in plan.params))
+    kv = dict(plan.kv_cache)
+    out.append(
+        f"  kv_cache {kv.get('pages')} pages x {kv.get('page_size')} tokens, {kv.get('dtype')}"
+    )
+    batching = dict(plan.batching)
+    buckets = ", ".join(str(b) for b in batching.get("capture", ()))  # type: ignore[union-attr]
+    out.append(
+        f"  batching max_batch {batching.get('max_batch')}, capture [{buckets}]; "
+        f"max_concurrent_requests {plan.max_concurrent_requests}"
+    )
+    for r in plan.ranks:
+        out.append("")
+        out += _rank(r)
+    out.append("")
+    out += _transfers(plan, ix)
+    return "\n".join(out) + "\n"
+
+
+def _value(v: object) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, str):
+        return f'"{v}"'
+    return str(v)
+
+
+def _rank(r: RankPlan) -> list[str]:
+    out = [f"rank {r.rank}  {r.device} on {r.host}"]
+    if r.nodes:
+        out.append("  nodes")
+        rows = [["node", "engine", "labels", "tp", "group", "walks"]]
+        for n in r.nodes:
+            rows.append(
+                [
+                    n.name,
+                    n.engine,
+                    ", ".join(n.labels) or "-",
+                    str(n.tp),
+                    ", ".join(str(x) for x in n.ranks),
+                    "all" if n.walks == ("*",) else ", ".join(n.walks),
+                ]
+            )
+        out += _table(rows)
+    else:
+        out.append("  nodes   (none)")
+    walks = ", ".join(p.walk for p in r.pieces) or "(none)"
+    out.append(f"  walks   {walks}")
+    loops = [(p.walk, lp) for p in r.pieces for lp in p.loops]
+    if loops:
+        out.append("  loops")
+        out += _table(
+            [
+                [
+                    f"{walk}.{lp.name}",
+                    f"max {lp.max}",
+                    _ranks(lp.ranks),
+                    f"inside {lp.parent}" if lp.parent else "",
+                ]
+                for walk, lp in loops
+            ]
+        )
+    if r.streams:
+        out.append("  streams (buffers owned here)")
+        rows = []
+        for s in r.streams:
+            item = spec_nbytes(s.item)
+            rows.append(
+                [
+                    s.name,
+                    f"{s.producer[0]}.{s.producer[1]} -> {s.consumer[0]}.{s.consumer[1]}",
+                    f"from {_ranks(s.producer_ranks)}",
+                    f"{s.capacity} x {spec_text(s.item)}",
+                    human_bytes(s.capacity * item) if item is not None else DYNAMIC,
+                ]
+            )
+        out += _table(rows)
+    m = r.memory
+    out.append("  memory (static estimate)")
+    out += _table(
+        [
+            ["KV cache", human_bytes(m.kv_bytes)],
+            ["static buffers", human_bytes(m.static_buffer_bytes)],
+            ["streams", human_bytes(m.stream_bytes)],
+            ["total", human_bytes(m.total)],
+        ]
+    )
+    return out
+
+
+def _hop_rows(ix: PlanIndex, transfers: Iterable[Transfer]) -> list[list[str]]:
+    return [
+        [
+            f"rank {t.src_rank} -> {t.dst_rank}",
+            t.channel,
+            spec_text(ix.transfer_type(t)),
+            human_bytes(t.nbytes),
+            f"({t.edge})",
+            f"from {ix.producer(t)}",
+        ]
+        for t in transfers
+    ]
+
+
+def _transfers(plan: Plan, ix: PlanIndex) -> list[str]:
+    out = ["cross-rank transfers"]
+    traffic = cross_rank_summary(plan)
+    moving = {w.walk for w in traffic}
+    for w in traffic:
+        walk = plan.walk(w.walk)
+        where = f" ({_ranks(walk.ranks)})" if walk is not None else ""
+        out.append(f"  {w.walk}{where}")
+        for lt in w.per_iteration:
+            times = ix.iterations(w.walk, lt.loop)
+            out.append(f"    per iteration of {lt.loop} (at most {times} per request)")
+            out += _table(_hop_rows(ix, lt.transfers), "      ")
+            out.append(f"      = {human_bytes(lt.nbytes)} per iteration")
+        if w.per_request:
+            out.append("    per request")
+            out += _table(_hop_rows(ix, w.per_request), "      ")
+            out.append(f"      = {human_bytes(w.request_bytes)} per request")
+        else:
+            out.append("    per request: none")
+        total, dynamic = request_total(ix, w)
+        out.append(f"    total per request at max iterations: {total_text(total, dynamic)}")
+    quiet = [w.name for w in plan.walks if w.name not in moving]
+    if quiet:
+        out.append("  no cross-rank transfers: " + ", ".join(quiet))
+    return out
