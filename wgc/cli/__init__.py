@@ -1,7 +1,8 @@
 """The `wgc` command line: a click group and the commands registered on it.
 
 `check` and `explain` always exist; `show` and `fmt` are registered when their modules are present
-(each module exposes a click command named like the module). Every invocation runs through
+(each module exposes a click command named like the module), and imported only when run or
+listed, so `wgc check` never pays for `compile`'s imports. Every invocation runs through
 `wgc.cli.errors.guarded`, so exit codes mean the same thing for every command: 0 clean, 1 user
 error, 2 a bug in wgc.
 """
@@ -9,6 +10,7 @@ error, 2 a bug in wgc.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import sys
 from collections.abc import Sequence
 from importlib import metadata
@@ -21,7 +23,7 @@ from wgc.cli.errors import guarded
 from wgc.cli.explain import explain
 from wgc.config import Env
 
-_OPTIONAL_COMMANDS = ("show", "fmt", "compile")
+_OPTIONAL_COMMANDS = ("show", "fmt", "compile", "run")
 
 
 def _version() -> str:
@@ -56,6 +58,20 @@ class WgcGroup(click.Group):
             sys.exit(code)
         return code
 
+    # Optional commands are imported only when named (or listed by `--help`): `compile` pulls in
+    # codegen, jinja2, yaml and the runtime, which would double the start-up of `wgc check`.
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        optional = [n for n in _OPTIONAL_COMMANDS if _optional_exists(n)]
+        return sorted({*super().list_commands(ctx), *optional})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        command = super().get_command(ctx, cmd_name)
+        if command is None and cmd_name in _OPTIONAL_COMMANDS:
+            command = _load_optional(cmd_name)
+            if command is not None:
+                self.add_command(command)
+        return command
+
 
 @click.group(cls=WgcGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(_version(), "--version", "-V", prog_name="wgc")
@@ -63,19 +79,21 @@ def main() -> None:
     """wgc: check, inspect and format `.walk` model graphs."""
 
 
-def _register_optional(group: click.Group, name: str) -> None:
+def _optional_exists(name: str) -> bool:
+    return importlib.util.find_spec(f"{__name__}.{name}") is not None
+
+
+def _load_optional(name: str) -> click.Command | None:
     module_name = f"{__name__}.{name}"
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
         # only a module that is not written yet is optional; its own missing imports are bugs
         if exc.name == module_name:
-            return
+            return None
         raise
-    group.add_command(getattr(module, name))
+    return getattr(module, name)
 
 
 main.add_command(check)
 main.add_command(explain)
-for _name in _OPTIONAL_COMMANDS:
-    _register_optional(main, _name)

@@ -1,0 +1,324 @@
+"""Runtime latency benchmarks: cross-rank hops, same-rank dispatch, 16 MiB hand-over (and Ray).
+
+    .venv/bin/python benchmarks/runtime_hops.py [--requests N] [--markdown]
+
+Every number is measured in the same run as its baseline, on this machine:
+
+* **cross-rank hop**: ``benchmarks/models/hop10.walk`` (10 no-op nodes) placed alternating
+  between 2 ranks, run as processes (conductor + 2 workers); the median request latency divided
+  by the 13 process hops on its critical path (client -> conductor -> rank 0 -> 9 rank-to-rank
+  hops -> conductor -> client; node work counted against the hops, so this is an upper bound),
+  and the marginal cost of a cross-rank hop: (median latency with 2 ranks - with 1 rank) / 9.
+  Baseline: a raw pyzmq one-way hop (PUSH/PULL over TCP loopback between two processes, a small
+  msgpack message; half the median round trip).
+* **same-rank dispatch**: ``dispatch100.walk`` (100 no-op nodes) on one rank; median per-node
+  time in the executor (`LocalCluster`, no transport) and in a worker process, minus a direct
+  Python call of the node's ``forward``.
+* **tensor hand-over**: 16 MiB from one process to another through the shared-memory arena
+  (descriptor only), as zero-copy ZeroMQ frames, and as a copied ZeroMQ message; median of the
+  round trip (receiver answers with a small ack once it holds the tensor; arena blocks are
+  released back to the owner as in the runtime).
+* **Ray Compiled Graph** (optional): the 3-stage chain as a Ray compiled DAG of three actors, if
+  ``ray`` imports (run this script with a Python that has ray, or see the README).
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.chdir(ROOT)
+
+MODELS = ROOT / "benchmarks" / "models"
+PLANS = {
+    "hop10-2rank": ("hop10.walk", "hop10-2rank.yaml"),
+    "hop10-1rank": ("hop10.walk", "hop10-1rank.yaml"),
+    "dispatch100-1rank": ("dispatch100.walk", "dispatch100-1rank.yaml"),
+    "chain3-3rank": ("chain3.walk", "chain3-3rank.yaml"),
+}
+
+
+def compile_all(out: Path) -> dict[str, str]:
+    from wgc.cli.compile import sync
+    from wgc.codegen.pipeline import compile_model
+
+    dirs = {}
+    for name, (walk, placement) in PLANS.items():
+        result = compile_model(str(MODELS / walk), str(MODELS / "placements" / placement))
+        if not result.ok:
+            raise SystemExit(f"{walk} @ {placement}: {[d.message for d in result.errors]}")
+        sync(out / name, result.files, check=False)
+        dirs[name] = str(out / name)
+    return dirs
+
+
+def median_us(samples: list[float]) -> float:
+    return statistics.median(samples) * 1e6
+
+
+# ------------------------------------------------------------------------- raw pyzmq
+
+
+def _echo(address_in: str, address_out: str, n: int) -> None:
+    import zmq
+
+    ctx = zmq.Context()
+    pull, push = ctx.socket(zmq.PULL), ctx.socket(zmq.PUSH)
+    pull.connect(address_in)
+    push.connect(address_out)
+    for _ in range(n):
+        push.send_multipart(pull.recv_multipart(copy=False), copy=False)
+    pull.close(0)
+    push.close(0)
+    ctx.term()
+
+
+def raw_zmq_one_way(n: int) -> float:
+    import msgpack
+    import zmq
+
+    ctx = zmq.Context()
+    push, pull = ctx.socket(zmq.PUSH), ctx.socket(zmq.PULL)
+    p1 = push.bind_to_random_port("tcp://127.0.0.1")
+    p2 = pull.bind_to_random_port("tcp://127.0.0.1")
+    mp = multiprocessing.get_context("spawn")
+    proc = mp.Process(target=_echo, args=(f"tcp://127.0.0.1:{p1}", f"tcp://127.0.0.1:{p2}", n + 50))
+    proc.start()
+    msg = msgpack.packb({"t": "Value", "request": "r", "walk_id": 1, "call": 3, "port": "x"})
+    samples = []
+    for i in range(n + 50):
+        t0 = time.perf_counter()
+        push.send(msg)
+        pull.recv()
+        if i >= 50:
+            samples.append((time.perf_counter() - t0) / 2)
+    proc.join()
+    push.close(0)
+    pull.close(0)
+    ctx.term()
+    return median_us(samples)
+
+
+# ------------------------------------------------------------------------- the runtime
+
+
+def request_latency(plan: str, n: int) -> float:
+    import torch
+
+    from wgc_runtime.client import Client
+    from wgc_runtime.process.launcher import Cluster
+
+    x = torch.zeros(4)
+    with Cluster(plan, progress=None) as cluster, Client(cluster.client_address) as client:
+        samples = []
+        for i in range(n + 20):
+            t0 = time.perf_counter()
+            outs = client.run([("x", x)], ["tensor"], deadline=30)
+            dt = time.perf_counter() - t0
+            assert len(outs) == 1
+            if i >= 20:
+                samples.append(dt)
+    return median_us(samples)
+
+
+def local_latency(plan: str, n: int) -> float:
+    import torch
+
+    from wgc_runtime.local import LocalCluster
+    from wgc_runtime.spec import Segment
+
+    cluster = LocalCluster(plan)
+    samples = []
+    for i in range(n + 20):
+        req = cluster.request([Segment("x", torch.zeros(4))], ["tensor"])
+        t0 = time.perf_counter()
+        h = cluster.submit(req).result()
+        dt = time.perf_counter() - t0
+        assert h.ok
+        if i >= 20:
+            samples.append(dt)
+    return median_us(samples)
+
+
+def direct_call_us(n: int = 20000) -> float:
+    import torch
+
+    from benchmarks.noop import Noop
+    from wgc_runtime.node import CallContext, NodeContext, Work
+
+    node = Noop(NodeContext(name="n0"))
+    work = [Work({"x": torch.zeros(4)}, CallContext(request_id="r", walk="chain", call=0))]
+    t0 = time.perf_counter()
+    for _ in range(n):
+        node.forward(work)
+    return (time.perf_counter() - t0) / n * 1e6
+
+
+# ------------------------------------------------------------------------- 16 MiB hand-over
+
+
+def _receiver(boot: dict, mode: str, n: int) -> None:
+    from wgc_runtime.transport.arena import Arena
+    from wgc_runtime.transport.sockets import Mesh
+
+    a = boot["arena"]
+    arena = Arena.attach(a["name"], a["slots"], a["region"], slot=1) if mode == "arena" else None
+    mesh = Mesh(1, arena=arena)
+    mesh.connect(0, boot["sender"])
+    mesh.send(0, {"t": "hello", "address": mesh.address})
+    got = 0
+    while got < n:
+        batch = mesh.poll(1000)
+        while batch:
+            value = batch.pop(0)["value"]
+            assert value.numel() * value.element_size() == 16 << 20
+            del value  # the last view: its arena block is released (as a worker does)
+            mesh.flush_releases()
+            mesh.send(0, {"t": "ack"})
+            got += 1
+    time.sleep(0.2)
+    mesh.close()
+    if arena is not None:
+        arena.close()
+
+
+def hand_over(mode: str, n: int) -> float:
+    """Median round trip (send 16 MiB, receive a small ack) in microseconds."""
+    import torch
+
+    from wgc_runtime.transport.arena import Arena
+    from wgc_runtime.transport.codec import encode
+    from wgc_runtime.transport.sockets import Mesh
+
+    owner = Arena.create(slots=2, region=64 << 20, tag="bench")
+    try:
+        arena = Arena.attach(owner.name, 2, owner.region, slot=0) if mode == "arena" else None
+        mesh = Mesh(0, arena=arena)
+        boot = {"arena": owner.spec(), "sender": mesh.address}
+        proc = multiprocessing.get_context("spawn").Process(
+            target=_receiver, args=(boot, mode, n + 5)
+        )
+        proc.start()
+        hello = mesh.recv(60)
+        assert hello is not None
+        mesh.connect(1, hello["address"])
+        tensor = torch.randn(4 << 20)  # 16 MiB of f32
+        samples = []
+        for i in range(n + 5):
+            tensor.add_(1.0)  # a new value every time: the arena writes it (no cache hit)
+            t0 = time.perf_counter()
+            if mode == "zmq-copy":  # the tensor's bytes copied into the ZeroMQ message
+                frames = encode({"t": "data", "value": tensor})
+                mesh._socket(1).send_multipart([bytes(f) for f in frames], copy=True)
+                ack = mesh.recv(30)
+            else:
+                mesh.send(1, {"t": "data", "value": tensor})
+                ack = mesh.recv(30)
+            dt = time.perf_counter() - t0
+            assert ack is not None
+            if i >= 5:
+                samples.append(dt)
+        proc.join(30)
+        mesh.poll(100)  # the last releases
+        mesh.close()
+        if arena is not None:
+            assert arena.live_blocks == 0, "arena blocks not released"
+            arena.close()
+        return median_us(samples)
+    finally:
+        owner.close()
+
+
+# ------------------------------------------------------------------------- ray
+
+
+def ray_chain3(n: int) -> float | None:
+    try:
+        import ray
+        from ray.dag import InputNode
+    except ImportError:
+        return None
+
+    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
+
+    @ray.remote
+    class Stage:
+        def run(self, x):
+            return x
+
+    a, b, c = Stage.remote(), Stage.remote(), Stage.remote()
+    with InputNode() as inp:
+        dag = c.run.bind(b.run.bind(a.run.bind(inp)))
+    compiled = dag.experimental_compile()
+    import numpy as np
+
+    x = np.zeros(4, dtype=np.float32)
+    samples = []
+    for i in range(n + 20):
+        t0 = time.perf_counter()
+        ray.get(compiled.execute(x))
+        if i >= 20:
+            samples.append(time.perf_counter() - t0)
+    compiled.teardown()
+    ray.shutdown()
+    return median_us(samples)
+
+
+# ------------------------------------------------------------------------- main
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--requests", type=int, default=200)
+    ap.add_argument("--ray-only", action="store_true")
+    args = ap.parse_args()
+    n = args.requests
+    if args.ray_only:
+        r = ray_chain3(n)
+        print(f"ray compiled graph, 3-stage chain: {r:.1f} us per request" if r else "no ray")
+        return
+    tmp = Path(tempfile.mkdtemp(prefix="wgc-bench-"))
+    plans = compile_all(tmp)
+    print(f"machine: {os.cpu_count()} CPUs, python {sys.version.split()[0]}")
+
+    raw = raw_zmq_one_way(2000)
+    lat2 = request_latency(plans["hop10-2rank"], n)
+    lat1 = request_latency(plans["hop10-1rank"], n)
+    per_hop = lat2 / 13
+    marginal = (lat2 - lat1) / 9
+    print(f"raw pyzmq one-way hop:                 {raw:8.1f} us")
+    print(f"hop10, 2 ranks, request latency:       {lat2:8.1f} us")
+    print(f"hop10, 1 rank, request latency:        {lat1:8.1f} us")
+    print(f"  per process hop (latency / 13):      {per_hop:8.1f} us  ({per_hop / raw:.2f}x raw)")
+    print(f"  marginal cross-rank hop ((2r-1r)/9): {marginal:8.1f} us  ({marginal / raw:.2f}x raw)")
+
+    direct = direct_call_us()
+    local100 = local_latency(plans["dispatch100-1rank"], n)
+    proc100 = request_latency(plans["dispatch100-1rank"], n)
+    print(f"direct Python call of Noop.forward:    {direct:8.2f} us")
+    print(f"dispatch100 in-process, per node:      {local100 / 100 - direct:8.2f} us overhead")
+    print(f"dispatch100 worker process, per node:  {proc100 / 100 - direct:8.2f} us overhead")
+
+    for mode in ("arena", "zmq-frames", "zmq-copy"):
+        t = hand_over(mode, 30)
+        print(f"16 MiB hand-over, {mode:10s}:          {t:8.1f} us round trip")
+
+    chain3 = request_latency(plans["chain3-3rank"], n)
+    print(f"chain3, 3 ranks, request latency:      {chain3:8.1f} us")
+    r = ray_chain3(n)
+    if r is None:
+        print("ray: not installed in this Python (see benchmarks/README.md)")
+    else:
+        print(f"ray compiled graph, chain3:            {r:8.1f} us  (wgc {r / chain3:.2f}x faster)")
+
+
+if __name__ == "__main__":
+    main()

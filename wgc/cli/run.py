@@ -1,0 +1,568 @@
+"""`wgc run`: run a compiled model as processes (or in one process with `--local`).
+
+    wgc run MODEL.walk --placement P.yaml [--set NAME=VALUE] ...   # compiles first
+    wgc run generated/<model>/<placement>/ ...                       # an existing compile
+
+One-shot use: ``--input NAME=VALUE`` (repeatable, in order: an input segment of modality NAME;
+VALUE is text, or a file: ``.png``/``.jpg`` images (through PIL when installed), ``.wav`` audio
+(stdlib ``wave``), ``.npy`` arrays), ``--want MODALITY`` (repeatable), ``--option NAME=VALUE``
+(JSON-ish: ints, floats, true/false, else a string), ``-o OUTDIR``. Every emitted output is
+written as it arrives: audio is appended to ``OUTDIR/<modality>.wav`` (16-bit PCM at the
+emitting node's ``sample_rate`` config, else 24 kHz), images go to ``<modality>_NNN.png``, text
+streams to stdout (and ``<modality>.txt``), anything else to ``<modality>_NNN.npy``. Exits 0 when
+the request finished, 1 when it failed (the error names node, walk and message) or a worker
+died (the message names the rank; workers are not restarted).
+
+Server use: ``--serve`` starts the processes, prints the client address (for
+`wgc_runtime.client.Client`) and runs until Ctrl-C / SIGTERM, or exits 1 when a process dies.
+
+``--local`` runs the one-shot request in this process on `wgc_runtime.local.LocalCluster` (no
+sockets, no processes): handy for debugging.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import struct
+import sys
+import tempfile
+import time
+import wave
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import click
+
+from wgc.cli.errors import EXIT_OK, EXIT_USER, UserError
+from wgc.config import Env
+from wgc_runtime.process.common import DeploymentError
+
+DEFAULT_SAMPLE_RATE = 24_000
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp")
+
+
+# ------------------------------------------------------------------------- inputs and options
+
+
+def parse_value(text: str) -> Any:
+    """An option value: JSON scalars (``3``, ``0.5``, ``true``, ``null``), else the string."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return text
+    return value if isinstance(value, (int, float, bool, str)) or value is None else text
+
+
+def _pairs(items: tuple[str, ...], flag: str) -> list[tuple[str, str]]:
+    out = []
+    for item in items:
+        name, eq, value = item.partition("=")
+        if not eq or not name.strip():
+            raise UserError(f"`{flag} {item}`: expected NAME=VALUE")
+        out.append((name.strip(), value))
+    return out
+
+
+def read_input(name: str, value: str) -> tuple[str, Any, dict[str, Any]]:
+    """(modality, data, fields) of one ``--input``: a file by its suffix, else text."""
+    path = Path(value)
+    if len(value) < 4096 and path.suffix and path.is_file():
+        suffix = path.suffix.lower()
+        if suffix == ".npy":
+            import numpy as np
+
+            return name, np.load(path, allow_pickle=False), {}
+        if suffix == ".wav":
+            samples, rate = read_wav(path)
+            return name, samples, {"sample_rate": rate}
+        if suffix in IMAGE_SUFFIXES:
+            return name, read_image(path), {}
+        if suffix in (".txt", ".md"):
+            return name, path.read_text(encoding="utf-8"), {}
+        raise UserError(
+            f"`--input {name}={value}`: cannot read `{suffix}` files (.png, .wav, .npy)"
+        )
+    return name, value, {}
+
+
+def read_wav(path: Path):
+    """Samples as f32 in [-1, 1] (``[samples]`` mono, ``[samples, channels]`` otherwise)."""
+    import numpy as np
+
+    with wave.open(str(path), "rb") as w:
+        width, channels, rate = w.getsampwidth(), w.getnchannels(), w.getframerate()
+        raw = w.readframes(w.getnframes())
+    if width == 1:
+        x = (np.frombuffer(raw, np.uint8).astype(np.float32) - 128) / 128
+    elif width == 2:
+        x = np.frombuffer(raw, "<i2").astype(np.float32) / 32768
+    elif width == 4:
+        x = np.frombuffer(raw, "<i4").astype(np.float32) / 2**31
+    else:
+        raise UserError(f"`{path}`: {width * 8}-bit WAV is not supported (8, 16 or 32-bit PCM)")
+    x = x.reshape(-1, channels)
+    return (x[:, 0] if channels == 1 else x).copy(), rate
+
+
+def read_image(path: Path):
+    """``u8 [H, W, C]``; needs PIL (Pillow) for anything but .npy."""
+    try:
+        from PIL import Image
+    except ImportError:
+        raise UserError(
+            f"reading `{path}` needs Pillow (`pip install pillow`); or pass a `.npy` array"
+        ) from None
+    import numpy as np
+
+    with Image.open(path) as im:
+        return np.asarray(im.convert("RGB")).copy()
+
+
+# ------------------------------------------------------------------------- writing outputs
+
+
+def to_numpy(value: Any):
+    import numpy as np
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        t = value.detach().cpu()
+        if t.dtype == torch.bfloat16:
+            t = t.float()
+        return t.numpy()
+    return np.asarray(value)
+
+
+def write_png(path: Path, image) -> None:
+    """Write ``image`` (``[H, W]``, ``[H, W, C]`` or ``[C, H, W]``; u8, or float in [0, 1] or
+    [-1, 1]) as PNG, through PIL when installed, else zlib + struct."""
+    import numpy as np
+
+    x = np.asarray(image)
+    if x.ndim == 3 and x.shape[0] in (1, 3, 4) and x.shape[-1] not in (1, 3, 4):
+        x = np.moveaxis(x, 0, -1)
+    if x.ndim == 3 and x.shape[-1] == 1:
+        x = x[..., 0]
+    if x.dtype != np.uint8:
+        x = x.astype(np.float32)
+        if x.min(initial=0.0) < 0:
+            x = (x + 1) / 2
+        x = (np.clip(x, 0, 1) * 255 + 0.5).astype(np.uint8)
+    if x.ndim not in (2, 3):
+        raise ValueError(f"cannot write an image of shape {x.shape}")
+    try:
+        from PIL import Image
+
+        Image.fromarray(x).save(path)
+        return
+    except ImportError:
+        pass
+    height, width = x.shape[:2]
+    channels = 1 if x.ndim == 2 else x.shape[2]
+    color = {1: 0, 2: 4, 3: 2, 4: 6}[channels]
+    rows = np.ascontiguousarray(x).reshape(height, width * channels)
+    raw = b"".join(b"\x00" + row.tobytes() for row in rows)
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return (
+            struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+        )
+
+    header = struct.pack(">IIBBBBB", width, height, 8, color, 0, 0, 0)
+    path.write_bytes(
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(raw, 6))
+        + chunk(b"IEND", b"")
+    )
+
+
+def pcm16(samples):
+    """Float samples in [-1, 1] (or integer PCM) as 16-bit frames, ``[samples, channels]``."""
+    import numpy as np
+
+    x = np.asarray(samples)
+    if x.ndim == 0:
+        x = x.reshape(1)
+    if x.ndim == 2 and x.shape[0] <= 8 < x.shape[1]:
+        x = x.T  # [channels, samples]
+    if x.ndim > 2:
+        x = x.reshape(-1)
+    if x.ndim == 1:
+        x = x[:, None]
+    if x.dtype.kind == "f":
+        x = np.clip(x, -1.0, 1.0) * 32767
+    return np.round(x).astype("<i2")
+
+
+class OutputWriter:
+    """Writes each emitted output as it arrives (see the module docstring)."""
+
+    def __init__(self, out_dir: Path | None, sample_rates: dict[str, int], echo=click.echo) -> None:
+        self.out_dir = out_dir
+        self.sample_rates = sample_rates
+        self.echo = echo
+        self.counts: dict[str, int] = {}
+        self.wavs: dict[str, tuple[wave.Wave_write, int]] = {}
+        self.texts: dict[str, Any] = {}
+        self.written: list[Path] = []
+        self.text_open = False
+        if out_dir is not None:
+            out_dir.mkdir(parents=True, exist_ok=True)
+
+    def _index(self, modality: str) -> int:
+        n = self.counts.get(modality, 0)
+        self.counts[modality] = n + 1
+        return n
+
+    def _path(self, name: str) -> Path | None:
+        if self.out_dir is None:
+            return None
+        path = self.out_dir / name
+        if path not in self.written:
+            self.written.append(path)
+        return path
+
+    def write(self, modality: str, value: Any) -> None:
+        kind = kind_of(modality)
+        n = self._index(modality)
+        if kind == "text":
+            self._text(modality, value)
+            return
+        if value is None:
+            return
+        x = to_numpy(value)
+        if kind == "audio":
+            self._audio(modality, x)
+        elif kind == "image":
+            path = self._path(f"{modality}_{n:03d}.png")
+            if path is not None:
+                write_png(path, x)
+        else:
+            path = self._path(f"{modality}_{n:03d}.npy")
+            if path is not None:
+                import numpy as np
+
+                np.save(path, x, allow_pickle=False)
+
+    def _text(self, modality: str, value: Any) -> None:
+        text = decode_text(value)
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        self.text_open = True
+        path = self._path(f"{modality}.txt")
+        if path is not None:
+            if modality not in self.texts:
+                self.texts[modality] = path.open("w", encoding="utf-8")
+            self.texts[modality].write(text)
+
+    def _audio(self, modality: str, x) -> None:
+        path = self._path(f"{modality}.wav")
+        if path is None:
+            return
+        frames = pcm16(x)
+        if modality not in self.wavs:
+            w = wave.open(str(path), "wb")  # noqa: SIM115 - open across writes, closed in close()
+            w.setnchannels(frames.shape[1])
+            w.setsampwidth(2)
+            w.setframerate(self.sample_rates.get(modality, DEFAULT_SAMPLE_RATE))
+            self.wavs[modality] = (w, frames.shape[1])
+        w, channels = self.wavs[modality]
+        if frames.shape[1] != channels:
+            frames = frames.reshape(-1, channels)
+        w.writeframes(frames.tobytes())
+
+    def close(self) -> None:
+        for w, _ in self.wavs.values():
+            w.close()
+        for f in self.texts.values():
+            f.close()
+        self.wavs.clear()
+        self.texts.clear()
+        if self.text_open:
+            sys.stdout.write("\n")
+            sys.stdout.flush()
+            self.text_open = False
+
+
+def kind_of(modality: str) -> str:
+    m = modality.lower()
+    if m.startswith(("audio", "speech", "wav")):
+        return "audio"
+    if m.startswith(("image", "img", "picture", "frame", "video")):
+        return "image"
+    if m.startswith("text"):
+        return "text"
+    return "array"
+
+
+def decode_text(value: Any) -> str:
+    """Text outputs: a str, or token ids; byte-range ids decode as UTF-8 (the stand-in
+    tokenizer), others print as numbers."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    x = to_numpy(value).reshape(-1)
+    if x.dtype.kind in "iu" and ((x >= 0) & (x < 256)).all():
+        return bytes(int(v) for v in x).decode("utf-8", errors="replace")
+    return " ".join(str(v) for v in x.tolist()) + " "
+
+
+# ------------------------------------------------------------------------- the plan
+
+
+def sample_rates(plan_dir: str) -> dict[str, int]:
+    """Emitted modality -> the emitting node's ``sample_rate`` config, where it has one."""
+    from wgc_runtime.process.common import load_conductor, load_rank
+
+    out: dict[str, int] = {}
+    spec = load_conductor(plan_dir)
+    for r in range(spec.world_size):
+        rank = load_rank(plan_dir, r)
+        configs = {n.name: dict(n.config) for n in rank.nodes}
+        for piece in rank.pieces:
+            for call in piece.calls:
+                rate = configs.get(call.node, {}).get("sample_rate")
+                if not isinstance(rate, int):
+                    continue
+                for o in call.outputs:
+                    for d in o.dests:
+                        if d.kind == "client" and d.name:
+                            out.setdefault(d.name, rate)
+    return out
+
+
+def prepare(target: str, placement: str | None, sets: tuple[str, ...], keep: Path | None) -> str:
+    """The generated folder to run: ``target`` itself, or a fresh compile of MODEL.walk."""
+    path = Path(target)
+    if path.is_dir():
+        if placement:
+            raise UserError("`--placement` is for MODEL.walk; a generated folder is already placed")
+        if not (path / "conductor.py").is_file():
+            raise UserError(f"`{target}` has no conductor.py: is it a `wgc compile` output?")
+        return str(path)
+    if not path.is_file():
+        raise UserError(f"no such file or folder: `{target}`")
+    if not placement:
+        raise UserError("give `--placement P.yaml` to run a .walk model")
+    if not Path(placement).is_file():
+        raise UserError(f"no such file: `{placement}`")
+    from wgc.cli.compile import _parse_sets, _report, sync
+    from wgc.codegen.pipeline import compile_model
+
+    result = compile_model(str(path), placement, _parse_sets(sets))
+    _report(result, color=False)
+    if not result.ok:
+        raise UserError(f"`{target}` does not compile for `{placement}`")
+    assert result.plan is not None
+    out = keep or Path(tempfile.mkdtemp(prefix=f"wgc-run-{result.plan.model}-"))
+    sync(out, result.files, check=False)
+    return str(out)
+
+
+# ------------------------------------------------------------------------- running
+
+
+def _stream_processes(
+    plan_dir: str, inputs, want, options, ready_timeout: float, deadline: float | None
+) -> Iterator[Any]:
+    from wgc_runtime.client import Client
+    from wgc_runtime.process.launcher import Cluster, terminate_as_interrupt
+
+    with terminate_as_interrupt(), Cluster(plan_dir, ready_timeout=ready_timeout) as cluster:
+        assert cluster.client_address is not None
+        with Client(cluster.client_address) as client:
+            stream = client.submit(inputs, want, options, deadline)
+            try:
+                yield from stream
+            except Exception:
+                if cluster.failure is not None:
+                    raise WorkerDied(str(cluster.failure)) from None
+                raise
+            if cluster.failure is not None:
+                raise WorkerDied(str(cluster.failure))
+
+
+def _stream_local(plan_dir: str, inputs, want, options) -> Iterator[Any]:
+    from wgc_runtime.client import ErrorInfo, Output, RequestFailed
+    from wgc_runtime.process.common import ensure_import_root
+    from wgc_runtime.spec import Segment
+
+    ensure_import_root()
+    from wgc_runtime.local import LocalCluster
+
+    cluster = LocalCluster(plan_dir)
+    segments = [Segment(m, d, tuple(f.items())) for m, d, f in inputs]
+    handle = cluster.submit(cluster.request(segments, want, options))
+    for item in handle:
+        meta = item.meta
+        yield Output(
+            handle.id,
+            meta.get("flow", ""),
+            meta.get("walk", ""),
+            item.modality,
+            item.channel,
+            item.tensor,
+            tuple(meta.get("iters", ())),
+        )
+    error = handle.error
+    if error is not None:
+        raise RequestFailed(
+            ErrorInfo(
+                error.kind or "error",
+                error.message or "request failed",
+                error.flow,
+                error.walk,
+                error.node,
+            )
+        )
+
+
+class WorkerDied(RuntimeError):
+    pass
+
+
+@click.command()
+@click.argument("target", metavar="MODEL.walk|GENERATED_DIR")
+@click.option("--placement", "-p", metavar="P.yaml", help="The placement (for MODEL.walk).")
+@click.option("--set", "sets", multiple=True, metavar="NAME=VALUE", help="Override a param.")
+@click.option(
+    "--input",
+    "-i",
+    "inputs",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="An input segment: text, or a .png/.wav/.npy file (repeatable, in order).",
+)
+@click.option("--want", "-w", multiple=True, metavar="MODALITY", help="An output modality.")
+@click.option("--option", "options", multiple=True, metavar="NAME=VALUE", help="A request option.")
+@click.option("-o", "--output", metavar="OUTDIR", help="Write emitted outputs here.")
+@click.option("--serve", is_flag=True, help="Keep running; print the client address.")
+@click.option("--local", is_flag=True, help="Run in this process (no sockets, no processes).")
+@click.option(
+    "--plan-dir",
+    metavar="DIR",
+    help="Where to write the compile of MODEL.walk [default: a temp folder].",
+)
+@click.option(
+    "--ready-timeout",
+    type=float,
+    default=600.0,
+    show_default=True,
+    help="Seconds to wait for workers to load.",
+)
+@click.option("--timeout", type=float, default=None, help="Deadline of the request, seconds.")
+@click.pass_obj
+def run(
+    env: Env,
+    target: str,
+    placement: str | None,
+    sets: tuple[str, ...],
+    inputs: tuple[str, ...],
+    want: tuple[str, ...],
+    options: tuple[str, ...],
+    output: str | None,
+    serve: bool,
+    local: bool,
+    plan_dir: str | None,
+    ready_timeout: float,
+    timeout: float | None,
+) -> None:
+    """Run a model: one request (--input/--want/-o) or a server (--serve)."""
+    del env
+    if serve and (inputs or local):
+        raise UserError("`--serve` takes requests from clients: give no --input or --local")
+    if not serve and not inputs:
+        raise UserError("give at least one `--input NAME=VALUE` (or `--serve`)")
+    plan = prepare(target, placement, sets, Path(plan_dir) if plan_dir else None)
+    temporary = plan != target and not plan_dir
+    try:
+        code = (
+            _serve(plan, ready_timeout)
+            if serve
+            else _one_shot(plan, inputs, want, options, output, local, ready_timeout, timeout)
+        )
+    finally:
+        if temporary:
+            shutil.rmtree(plan, ignore_errors=True)
+    click.get_current_context().exit(code)
+
+
+def _one_shot(
+    plan: str,
+    inputs: tuple[str, ...],
+    want: tuple[str, ...],
+    options: tuple[str, ...],
+    output: str | None,
+    local: bool,
+    ready_timeout: float,
+    timeout: float | None,
+) -> int:
+    from wgc_runtime.client import RequestFailed
+
+    segments = [read_input(name, value) for name, value in _pairs(inputs, "--input")]
+    opts = {name: parse_value(value) for name, value in _pairs(options, "--option")}
+    writer = OutputWriter(Path(output) if output else None, sample_rates(plan))
+    t0 = time.monotonic()
+    n = 0
+    code = EXIT_OK
+    try:
+        events = (
+            _stream_local(plan, segments, want, opts)
+            if local
+            else _stream_processes(plan, segments, want, opts, ready_timeout, timeout)
+        )
+        for out in events:
+            writer.write(out.modality, out.value)
+            n += 1
+    except KeyboardInterrupt:
+        writer.close()
+        click.echo("wgc: interrupted", err=True)
+        return 130
+    except DeploymentError as exc:
+        writer.close()
+        click.echo(f"error: {exc}", err=True)
+        return EXIT_USER
+    except WorkerDied as exc:
+        writer.close()
+        click.echo(f"error: {exc}; the run is stopped (workers are not restarted)", err=True)
+        code = EXIT_USER
+    except RequestFailed as exc:
+        writer.close()
+        click.echo(f"error: request failed: {exc}", err=True)
+        code = EXIT_USER
+    writer.close()
+    if code == EXIT_OK:
+        files = ", ".join(str(p) for p in writer.written) or "no files"
+        click.echo(
+            f"wgc: {n} output{'s' if n != 1 else ''} in {time.monotonic() - t0:.1f} s -> {files}",
+            err=True,
+        )
+    return code
+
+
+def _serve(plan: str, ready_timeout: float) -> int:
+    from wgc_runtime.process.launcher import Cluster, terminate_as_interrupt
+
+    try:
+        with terminate_as_interrupt(), Cluster(plan, ready_timeout=ready_timeout) as cluster:
+            click.echo(f"wgc: serving; client address: {cluster.client_address}", err=True)
+            click.echo(cluster.client_address)
+            with contextlib.suppress(BrokenPipeError):
+                sys.stdout.flush()
+            died = cluster.wait()
+            if died is not None:
+                time.sleep(1.0)  # let the conductor fail the in-flight requests first
+                click.echo(f"error: {died}; stopping (workers are not restarted)", err=True)
+                return EXIT_USER
+    except KeyboardInterrupt:
+        click.echo("wgc: stopped", err=True)
+    except DeploymentError as exc:
+        click.echo(f"error: {exc}", err=True)
+        return EXIT_USER
+    return EXIT_OK
