@@ -349,7 +349,14 @@ def prepare(target: str, placement: str | None, sets: tuple[str, ...], keep: Pat
     if not path.is_file():
         raise UserError(f"no such file or folder: `{target}`")
     if not placement:
-        raise UserError("give `--placement P.yaml` to run a .walk model")
+        default = path.parent / "placements" / "cpu.yaml"
+        if not default.is_file():
+            raise UserError(
+                "give `--placement P.yaml` to run a .walk model (no `placements/cpu.yaml` beside "
+                "it to default to)"
+            )
+        placement = str(default)
+        click.echo(f"note: no `--placement`: using `{placement}`", err=True)
     if not Path(placement).is_file():
         raise UserError(f"no such file: `{placement}`")
     from wgc.cli.compile import _parse_sets, _report, sync
