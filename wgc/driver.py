@@ -123,6 +123,16 @@ def _dedupe(diags: list[Diagnostic]) -> list[Diagnostic]:
 PASS_NAMES = ("build", *(p.NAME for p in PIPELINE))
 
 
+_SHARED: Driver | None = None
+
+
 def front_end(path: str, text: str | None = None, stop_after: str | None = None) -> FrontEndResult:
-    """One-shot convenience: the front end of one file."""
-    return Driver().front_end(path, text, stop_after=stop_after)
+    """The front end of one file, with one driver shared by every call in this process.
+
+    Compiling the grammar costs more than checking a typical file, so `wgc check` on a folder
+    must not pay for it once per file.
+    """
+    global _SHARED
+    if _SHARED is None:
+        _SHARED = Driver()
+    return _SHARED.front_end(path, text, stop_after=stop_after)

@@ -412,24 +412,33 @@ def _soup_token() -> st.SearchStrategy[str]:
     )
 
 
+# openings of declarations and statements, so the soup often gets past the first few tokens
+FRAGMENTS = (
+    "model m", "param p =", "type T = f32[", "option o : bool =", "node A : stateless {",
+    "node B : kv_cache ( k = [ a ] ) {", "node LLM : like A {", "in x : f32 [ ? , 3 ]",
+    "out y : Tok", "config c = 1", "impl \"m:C\"", "stream s : A . x -> B . y",
+    "chunk fixed ( n = 4 )", "walk w ( a , b ? : Tok ) {", "A ( x = a ) -> y", "par { {",
+    "loop i max 8 until d {", "} yield last h", "emit x as text", "persist h",
+    "flow f when request . wants ( text ) {", "flow g on s {", "for x in request . inputs {",
+    "match x . modality { text =>", "image | audio => w ( )", "if option . o {", "} else {",
+    "repeat 3 {", "fail \"no\"", "}", "} }",
+)  # fmt: skip
+SEPARATORS = (" ", " ", " ", "\n", "\n  ", "\t", "", "  # c\n", "\n\n")
+
+
 @st.composite
 def token_soup(draw) -> str:
     """Grammar-shaped junk: keywords, punctuation, names and literals in random order, mixed
-    with fragments of valid declarations, so the parser gets past the first token and the IR
-    builder sees half-formed declarations. Separated by random whitespace and comments."""
+    with openings of valid declarations and statements (so the parser gets past the first token
+    and the IR builder sees half-formed declarations), separated by random whitespace and
+    comments. Cheap to draw: one choice per token, so the robustness tests can run many."""
     pieces = draw(
         st.lists(
-            st.one_of(
-                _soup_token().map(lambda t: [t]),
-                _soup_token().map(lambda t: [t]),
-                _decls().map(lambda d: d[: draw(st.integers(0, len(d)))]),
+            st.tuples(
+                st.one_of(_soup_token(), _soup_token(), st.sampled_from(FRAGMENTS)),
+                st.sampled_from(SEPARATORS),
             ),
-            max_size=30,
+            max_size=40,
         )
     )
-    out: list[str] = []
-    for tok in _concat(pieces):
-        if out:
-            out.append(draw(_gap(False)))
-        out.append(tok)
-    return "".join(out)
+    return "".join(tok + sep for tok, sep in pieces)

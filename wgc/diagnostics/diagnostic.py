@@ -92,7 +92,12 @@ class SourceMap:
         self._texts: dict[str, list[str]] = {}
 
     def add(self, file: str, text: str) -> None:
-        self._texts[file] = text.splitlines()
+        # split on `\n` only, as the lexer counts lines: `str.splitlines` also breaks at `\f`,
+        # `\x1c`, `\u2028`... (legal in comments and whitespace) and would quote the wrong line
+        lines = [line.removesuffix("\r") for line in text.split("\n")]
+        if lines[-1] == "":
+            lines.pop()  # the final newline does not start a line
+        self._texts[file] = lines
 
     def line(self, file: str, line: int) -> str | None:
         lines = self._texts.get(file)
