@@ -16,24 +16,16 @@ Full chunks (the language reference, §6):
 **When the producer is done** (`StreamBuffer.done`) with n items, m full chunks exist (every
 chunk j whose end ≤ n) and the *residual* is what no full chunk covers: ``[m·k, n)`` for fixed,
 ``[m·S, n)`` for sliding (when some item is in no full window; with n < W that is all n items),
-``[max(0, m·C − L), n)`` for left_context (context, then n mod C new items). ``final`` decides:
-``partial`` delivers it short, ``pad`` pads it with zeros to the full size (reporting its valid
-length), ``drop`` discards it.
+``[max(0, m·C − L), n)`` for left_context (context, then n mod C new items).
 
-**The final chunk (exactly one, for every n, including 0).** The sequence of chunks a stream
-delivers is a function of the items alone, never of timing:
+**The chunk sequence** is a function of the items alone, never of timing:
 
-1. full chunks 0 .. m−1, then the residual unless it is empty or dropped;
-2. the last chunk of that sequence is the final one;
-3. if the sequence is empty (n = 0, or ``drop`` with no full chunk) one *empty* chunk is the
-   final one.
-
-To know that a full chunk is not the last one before the producer is done, the buffer *holds a
-full chunk back* until the stream proves another chunk follows: under ``partial`` and ``pad``
-until one more item exists (that item lands in a later chunk or in the residual, which is then
-delivered), under ``drop`` until the next full chunk is complete (a residual may be dropped, so
-only a full chunk proves one follows). So a consumer sees chunk j one item (``drop``: one
-advance) later than its last item, and the last full chunk when the producer is done.
+1. full chunks 0 .. m−1, each delivered (`ready`) as soon as its last item exists and never
+   final (no hold-back: a consumer sees a full chunk with no added latency);
+2. then, once the producer is done, exactly one *final* chunk: the residual if there is one and
+   ``final`` keeps it (``partial``: short; ``pad``: padded with zeros to the full size, with its
+   valid length), otherwise an *empty* chunk (valid length 0). Under ``drop`` the final chunk is
+   always empty; for n = 0 it is the only chunk.
 
 **Empty chunks** (valid length 0): the empty final chunk, and under ``after_done continue`` the
 chunks offered after the final one (flagged ``after_done``, never final). Under ``pad`` and
@@ -44,7 +36,7 @@ must always receive their static shape); under ``partial`` it has zero rows. ``p
 **Back-pressure.** The buffer keeps only the items a future chunk needs. It holds at most
 ``capacity`` of them: `can_push` says whether one more fits, `push` raises `StreamFull` when it
 does not, and the producer must stall (keep the item and retry after the consumer took a chunk).
-``capacity`` must be at least what one chunk plus its hold-back needs (`min_capacity`).
+``capacity`` must be at least one full chunk (`min_capacity`).
 When no consumer is left (`abandon`), items are accepted and dropped.
 """
 
@@ -149,28 +141,25 @@ class Policy:
             return max(0, m * self.get("chunk") - self.get("left")), n
         return m * self.advance, n
 
-    def lookahead(self, final: str) -> int:
-        """Items past a full chunk's end that prove it is not the last one (see the module doc)."""
-        return self.advance if final == "drop" else 1
-
 
 def chunk_plan(policy: Policy, final: str, n: int) -> list[tuple[int, int, bool]]:
     """The closed form: ``(start, end, final)`` of every chunk of a stream of n items (before
-    any `after_done` chunks). An empty final chunk is ``(n, n, True)``."""
+    any `after_done` chunks): the full chunks, then one final chunk, the residual or, when there
+    is none (or ``final`` is ``drop``), the empty chunk ``(n, n, True)``."""
     out = [(*policy.span(j), False) for j in range(policy.full_chunks(n))]
     res = policy.residual(n)
     if res is not None and final != "drop":
-        out.append((*res, False))
-    if not out:
-        return [(n, n, True)]
-    start, end, _ = out[-1]
-    out[-1] = (start, end, True)
+        out.append((*res, True))
+    else:
+        out.append((n, n, True))
     return out
 
 
-def min_capacity(policy: Policy, final: str) -> int:
-    """The fewest items a buffer must hold so that it can always deliver its next chunk."""
-    return policy.full + policy.lookahead(final)
+def min_capacity(policy: Policy, final: str = "partial") -> int:
+    """The fewest items a buffer must hold so that it can always deliver its next chunk: one
+    full chunk, whatever the ``final`` mode (full chunks are never held back)."""
+    del final  # kept for callers: the need no longer depends on the final mode
+    return policy.full
 
 
 @dataclass(slots=True)
@@ -279,8 +268,8 @@ class StreamBuffer:
             return self.after_done
         if self.is_done:
             return True
-        _, end = self.policy.span(self._next)
-        return self.produced >= end + self.policy.lookahead(self.final)
+        # a full chunk is ready as soon as its last item exists: it is never the final one
+        return self.produced >= self.policy.span(self._next)[1]
 
     def next_is_empty(self) -> bool:
         """True when the chunk `take` would return now is an empty one (valid length 0)."""

@@ -122,9 +122,10 @@ def test_qwen3_omni_text_and_audio_three_flows_side_by_side():
     )
     assert out.ok, out.error
     # thinker: 30 decode passes emit the prefill token and 29 new ones. Thinker items: 2
-    # prefills + 30 decode passes = 32 chunks; the Talker takes 2 prefill + 1 last-prefill + 29
-    # real decode chunks, then stops on its 2nd empty chunk: 1 + 31 = 32 codec frames, which
-    # make two Code2Wav chunks (25 new frames, then the padded residual [0, 32)).
+    # prefills + 30 decode passes = 32 full chunks; the Talker takes 2 prefill + 1 last-prefill
+    # + 29 real decode chunks, then the empty final chunk and one `after_done` chunk, stopping on
+    # that 2nd empty chunk: 1 + 31 = 32 codec frames, which make two Code2Wav chunks (25 new
+    # frames, then the padded residual [0, 32), the final one).
     assert shapes(out) == {
         ("thinker", "thinker_decode", "text", (1,)): 30,
         ("code2wav", "code2wav_chunk", "audio", (400,)): 2,
@@ -137,8 +138,10 @@ def test_qwen3_omni_text_and_audio_three_flows_side_by_side():
     thinker_chunks = [c["thinker_states"] for c in talker.chunks[: len(talker.chunks) // 2]]
     assert len(thinker_chunks) == 2 + 1 + 31
     assert [c.final for c in thinker_chunks].count(True) == 1
-    assert thinker_chunks[31].final and not thinker_chunks[31].empty
-    assert all(c.after_done and c.valid == 0 for c in thinker_chunks[32:])
+    assert not any(c.final or c.empty for c in thinker_chunks[:32])  # full chunks, at once
+    final = thinker_chunks[32]
+    assert final.final and final.valid == 0 and final.size == 8 and not final.after_done
+    assert all(c.after_done and c.valid == 0 for c in thinker_chunks[33:])
 
 
 def test_qwen3_omni_text_only_runs_no_talker():
@@ -178,7 +181,8 @@ def test_orpheus_tts_sliding_windows(eos_after, windows):
     assert shapes(out) == ({("codec", "snac_chunk", "audio", (64,)): windows} if windows else {})
     infos = [c["window"] for c in snac.chunks[: len(snac.chunks) // 2]]  # first of the two runs
     assert [(i.start, i.items) for i in infos] == [(7 * j, 28) for j in range(windows)]
-    assert [i.final for i in infos] == [j == windows - 1 for j in range(windows)]
+    # full windows are never final; the final chunk (under `drop`, always empty) runs nothing
+    assert not any(i.final for i in infos)
 
 
 # ---------------------------------------------------------------------------------- V-JEPA 2-AC

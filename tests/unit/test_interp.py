@@ -1,6 +1,6 @@
 """The reference interpreter on small programs: dataflow order with forward references, loops
-(`yield last`, `yield all`, per-iteration `emit`), streams across flows (hold-back, the end of a
-stream), deadlock detection and the escape-hatch flow protocol."""
+(`yield last`, `yield all`, per-iteration `emit`), streams across flows (full chunks at once,
+the end of a stream), deadlock detection and the escape-hatch flow protocol."""
 
 from __future__ import annotations
 
@@ -142,9 +142,12 @@ def test_stream_across_flows_with_final_chunk():
     assert [e.value.item() for e in out.emitted] == [1.0, 5.0, 1004.0]
 
 
-def test_exact_multiple_marks_the_last_full_chunk_final():
-    out = _stream_run(6)
-    assert [e.value.item() for e in out.emitted] == [1.0, 5.0, 1009.0]
+def test_exact_multiple_ends_with_an_empty_final_chunk():
+    # full chunks [0,2) [2,4) [4,6) are never final; the final chunk is empty (zero rows)
+    four_calls = STREAMS.replace("  cons()\n}", "  cons()\n  cons()\n}")
+    out = _stream_run(6, four_calls)
+    assert out.ok, out.error
+    assert [e.value.item() for e in out.emitted] == [1.0, 5.0, 9.0, 1000.0]
 
 
 def test_consuming_past_the_final_chunk_fails():

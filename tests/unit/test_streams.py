@@ -27,60 +27,67 @@ POLICIES = {
 }
 
 # Expected chunks as "start-end" item ranges; "*" marks the final chunk, "e" an empty chunk.
+# Derived by hand from the rule: every full chunk as soon as its last item exists, never final;
+# then exactly one final chunk: the residual (partial / pad) or, without one, an empty chunk
+# (always empty under drop).
 EXPECTED = {
+    # fixed(k=3): full chunks [0,3) [3,6) [6,9); residual [3m, n)
     ("fixed", "partial"): {
         0: "e*",
         1: "0-1*",
         2: "0-2*",
-        3: "0-3*",
+        3: "0-3 e*",
         4: "0-3 3-4*",
-        6: "0-3 3-6*",
+        6: "0-3 3-6 e*",
         10: "0-3 3-6 6-9 9-10*",
     },
     ("fixed", "drop"): {
         0: "e*",
         1: "e*",
         2: "e*",
-        3: "0-3*",
-        4: "0-3*",
-        6: "0-3 3-6*",
-        10: "0-3 3-6 6-9*",
+        3: "0-3 e*",
+        4: "0-3 e*",
+        6: "0-3 3-6 e*",
+        10: "0-3 3-6 6-9 e*",
     },
+    # sliding(window=4, stride=2): windows [0,4) [2,6) [4,8) [6,10) [8,12); residual [2m, n)
+    # when the last window does not reach n
     ("sliding", "partial"): {
         0: "e*",
         1: "0-1*",
         3: "0-3*",
-        4: "0-4*",
+        4: "0-4 e*",
         5: "0-4 2-5*",
-        8: "0-4 2-6 4-8*",
+        8: "0-4 2-6 4-8 e*",
         13: "0-4 2-6 4-8 6-10 8-12 10-13*",
     },
     ("sliding", "drop"): {
         0: "e*",
         1: "e*",
         3: "e*",
-        4: "0-4*",
-        5: "0-4*",
-        8: "0-4 2-6 4-8*",
-        13: "0-4 2-6 4-8 6-10 8-12*",
+        4: "0-4 e*",
+        5: "0-4 e*",
+        8: "0-4 2-6 4-8 e*",
+        13: "0-4 2-6 4-8 6-10 8-12 e*",
     },
+    # left_context(chunk=3, left=2): chunks [0,3) [1,6) [4,9); residual [max(0, 3m-2), n)
     ("left_context", "partial"): {
         0: "e*",
         1: "0-1*",
         2: "0-2*",
-        3: "0-3*",
+        3: "0-3 e*",
         4: "0-3 1-4*",
-        6: "0-3 1-6*",
+        6: "0-3 1-6 e*",
         10: "0-3 1-6 4-9 7-10*",
     },
     ("left_context", "drop"): {
         0: "e*",
         1: "e*",
         2: "e*",
-        3: "0-3*",
-        4: "0-3*",
-        6: "0-3 1-6*",
-        10: "0-3 1-6 4-9*",
+        3: "0-3 e*",
+        4: "0-3 e*",
+        6: "0-3 1-6 e*",
+        10: "0-3 1-6 4-9 e*",
     },
 }
 # `pad` delivers the same item ranges as `partial`; only the sizes differ.
@@ -202,25 +209,58 @@ def test_left_context_pad_pads_the_first_chunk():
     assert not c.info.final
 
 
-def test_hold_back_until_a_later_item_exists():
+def test_a_full_chunk_is_delivered_as_soon_as_its_last_item_exists():
     buf = _buffer(Policy.of("fixed", k=2), "partial")
     buf.push(torch.tensor(0))
+    assert buf.take() is None
     buf.push(torch.tensor(1))
-    assert buf.take() is None  # chunk 0 may still be the final one
-    buf.push(torch.tensor(2))
-    assert buf.take().info.final is False
+    first = buf.take()  # no later item needed: a full chunk is never the final one
+    assert (first.data.tolist(), first.info.final) == ([0, 1], False)
     buf.done()
     last = buf.take()
-    assert (last.info.start, last.info.items, last.info.final) == (2, 1, True)
+    assert (last.info.start, last.info.valid, last.info.final, last.data.shape) == (
+        2,
+        0,
+        True,
+        (0,),
+    )
+    assert buf.ended
 
 
-def test_drop_holds_back_until_the_next_full_chunk():
+def test_drop_delivers_each_window_at_once_and_ends_with_an_empty_final_chunk():
     buf = _buffer(Policy.of("sliding", window=4, stride=2), "drop")
-    for i in range(5):
+    for i in range(4):
         buf.push(torch.tensor(i))
-    assert buf.take() is None  # items 4.. may be a dropped residual
-    buf.push(torch.tensor(5))
-    assert buf.take().info.start == 0
+    assert buf.take().data.tolist() == [0, 1, 2, 3]
+    buf.push(torch.tensor(4))
+    assert not buf.ready()  # window [2, 6) still needs item 5
+    buf.done()  # item 4 is a dropped residual
+    last = buf.take()
+    assert (last.info.valid, last.info.size, last.info.final) == (0, 4, True)
+    assert last.data.tolist() == [0, 0, 0, 0]
+
+
+def test_pad_without_a_residual_ends_with_a_full_size_empty_chunk():
+    buf = _buffer(Policy.of("left_context", chunk=2, left=1), "pad")
+    for i in range(4):
+        buf.push(torch.tensor(i))
+    assert [c.data.tolist() for c in (buf.take(), buf.take())] == [[0, 1, 0], [1, 2, 3]]
+    assert buf.take() is None
+    buf.done()
+    last = buf.take()
+    assert (last.info.start, last.info.valid, last.info.size, last.info.final) == (4, 0, 3, True)
+    assert last.data.tolist() == [0, 0, 0]
+
+
+def test_the_residual_is_the_final_chunk():
+    buf = _buffer(Policy.of("fixed", k=3), "pad")
+    for i in range(4):
+        buf.push(torch.tensor(i))
+    assert buf.take().info.final is False
+    assert buf.take() is None  # item 3 may still be followed by others
+    buf.done()
+    last = buf.take()
+    assert (last.data.tolist(), last.info.valid, last.info.final) == ([3, 0, 0], 1, True)
 
 
 def test_after_done_continue_offers_empty_chunks():
@@ -228,8 +268,11 @@ def test_after_done_continue_offers_empty_chunks():
     buf.push(torch.tensor(7))
     buf.done()
     first = buf.take()
-    assert (first.data.tolist(), first.info.final) == ([7], True)
-    for j in (1, 2, 3):
+    assert (first.data.tolist(), first.info.final) == ([7], False)
+    final = buf.take()  # no residual: an empty final chunk, full size under pad
+    assert (final.info.valid, final.info.size, final.info.final) == (0, 1, True)
+    assert not final.info.after_done and final.data.tolist() == [0]
+    for j in (2, 3, 4):
         c = buf.take()
         assert (c.info.index, c.info.valid, c.info.size, c.info.final) == (j, 0, 1, False)
         assert c.info.after_done and c.data.tolist() == [0]
@@ -253,22 +296,23 @@ def test_take_after_the_end_raises():
 
 def test_push_when_full_raises_and_after_done_raises():
     pol = Policy.of("fixed", k=2)
+    assert min_capacity(pol, "partial") == min_capacity(pol, "drop") == 2  # one full chunk
     buf = _buffer(pol, "partial", capacity=min_capacity(pol, "partial"))
-    for i in range(3):
+    for i in range(2):
         buf.push(torch.tensor(i))
     assert not buf.can_push()
     with pytest.raises(StreamFull):
-        buf.push(torch.tensor(3))
-    buf.take()
+        buf.push(torch.tensor(2))
+    assert buf.take().data.tolist() == [0, 1]
     assert buf.can_push()
     buf.done()
     with pytest.raises(StreamError):
-        buf.push(torch.tensor(4))
+        buf.push(torch.tensor(3))
 
 
 def test_capacity_below_one_chunk_is_rejected():
     with pytest.raises(ValueError):
-        _buffer(Policy.of("sliding", window=4, stride=1), "partial", capacity=4)
+        _buffer(Policy.of("sliding", window=4, stride=1), "partial", capacity=3)
 
 
 def test_items_with_a_leading_dim_concatenate_on_dim_0():
@@ -349,16 +393,26 @@ def test_properties(policy, final, n, steps, extra):
     ]
     # exactly one final chunk, and it is the last
     assert [c.info.final for c in chunks].count(True) == 1 and chunks[-1].info.final
+    # every other chunk is a full chunk, in order; the final one is the residual or empty
+    m = policy.full_chunks(n)
+    assert len(chunks) == m + 1
+    for j, c in enumerate(chunks[:-1]):
+        assert (c.info.start, c.info.start + c.info.items) == policy.span(j)
+    last, residual = chunks[-1].info, policy.residual(n)
+    if final == "drop" or residual is None:
+        assert last.empty and last.valid == 0
+        assert last.size == (0 if final == "partial" else policy.full)
+    else:
+        assert (last.start, last.start + last.items) == residual
+        assert last.size == (policy.full if final == "pad" else last.valid)
     # every item appears, in order: the new items of each chunk continue where the last ended
     seen: list[int] = []
     for c in chunks:
         values = c.data[: c.info.valid].tolist()
         assert values == list(range(c.info.start, c.info.start + c.info.items))
         seen += [v for v in values if not seen or v > seen[-1]]
-    covered = n if final != "drop" else (plan[-1][1] if plan[-1][0] != plan[-1][1] else 0)
+    covered = n if final != "drop" else (policy.span(m - 1)[1] if m else 0)
     assert seen == list(range(covered))
-    if final != "drop":
-        assert covered == n
     # left_context: chunk j ≥ 1 repeats min(L, j·C) items of context
     if policy.kind == "left_context":
         c_, left = policy.get("chunk"), policy.get("left")
@@ -367,3 +421,18 @@ def test_properties(policy, final, n, steps, extra):
                 assert c.info.start == max(0, j * c_ - left)
                 prev_end = chunks[j - 1].info.start + chunks[j - 1].info.items
                 assert prev_end - c.info.start == min(left, j * c_)
+
+
+@given(policy=policies, final=st.sampled_from(["partial", "pad", "drop"]), n=st.integers(0, 30))
+def test_full_chunks_have_no_latency(policy, final, n):
+    """After each push, every full chunk the items so far complete is ready and not final."""
+    buf = _buffer(policy, final, capacity=min_capacity(policy, final))
+    taken = []
+    for i in range(n):
+        buf.push(torch.tensor(i))
+        while buf.ready():
+            taken.append(buf.take())
+        assert len(taken) == policy.full_chunks(i + 1)
+        assert not any(c.info.final for c in taken)
+    buf.done()
+    assert buf.ready() and buf.take().info.final

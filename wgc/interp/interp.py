@@ -14,7 +14,8 @@ can call a walk with a call of the producer node has ended (escape-hatch flows c
 walk). When every flow that could consume a stream has ended, or none runs, the stream is
 abandoned: later items are dropped instead of stalling the producer. An `on` flow runs its body
 once per chunk and ends after the final chunk; it skips an *empty* chunk (nothing to process:
-a stream that produced no item, or under `final drop` none that fills a chunk).
+the final chunk when no residual is delivered, e.g. an exact multiple of the chunk size, a
+stream of no item, or always under `final drop`).
 
 `persist` stores a channel in the flow's own store (flows run side by side, so a flow only
 reads what its own walks persisted); nodes keep per-request state in `CallContext.state`, one
