@@ -436,6 +436,7 @@ class _Builder:
         cons = self.port_ref(t.children[2])
         policy = None
         final = FinalMode.PARTIAL
+        bad_final = False
         final_span = after_span = None
         after = False
         for opt in t.children[3:]:
@@ -447,6 +448,7 @@ class _Builder:
                 try:
                     final = FinalMode(word)
                 except ValueError:
+                    bad_final = True
                     modes = [m.value for m in FinalMode]
                     self.error(
                         "WG005",
@@ -470,7 +472,9 @@ class _Builder:
                         help="`after_done continue` keeps offering empty chunks after the "
                         "producer is done; `after_done stop` (the default) ends the stream",
                     )
-        if policy is None:
+        written = any(o.data == "chunk" for o in t.children[3:])
+        policy_valid = (policy is not None or not written) and not bad_final
+        if policy is None:  # no `chunk` line: the default `fixed(k = 1)`
             policy = ChunkPolicy(
                 PolicyKind.FIXED,
                 (PolicyArg("k", E.Lit(1, self.span(t)), 1, self.span(t)),),
@@ -487,6 +491,7 @@ class _Builder:
             final_span,
             after_span,
             self.span(t.children[0]),
+            policy_valid,
         )
 
     def port_ref(self, t: Tree) -> PortRef:

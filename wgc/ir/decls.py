@@ -159,3 +159,7 @@ class Stream:
     final_span: Span | None = field(default=None, compare=False)
     after_done_span: Span | None = field(default=None, compare=False)
     name_span: Span | None = field(default=None, compare=False)  # the declared name's token
+    # False when the written `chunk` policy or `final` mode did not build (WG005/WG006): a
+    # default stands in, and
+    # checks that depend on the policy are skipped rather than reported against the stand-in
+    policy_valid: bool = True

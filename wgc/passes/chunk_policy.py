@@ -14,9 +14,10 @@ Invariants proved (and codes owned):
 - WG503: a consumer port with a static leading dim takes exactly `n * d0` rows, where `d0` is
   the producer's static leading dim. A symbolic or `?` consumer leading dim accepts any length.
 - WG504: the consumer has the producer's dtype, rank and trailing dims.
-- WG505: a consumer with a static leading dim never receives a short chunk: a short residual
-  (`final partial`, the default, whenever `n > 1`) or `left_context`'s short first chunk
-  (`left > 0`, unless `final pad`) needs `final pad`.
+- WG505: a consumer with a static leading dim never receives a short chunk. Under
+  `final partial` (the default) the final chunk is the residual or, when there is none, an
+  empty one (0 rows), so it is always possibly short; `left_context`'s first chunk is short when
+  `left > 0` unless `final pad`. Fix: `final pad` (or `final drop` where only the end is short).
 - WG506: a stream runs from an `out` port to an `in` port.
 - WG507: a consumer port is fed by one stream, and no call also binds it from a channel.
 - WG508: `after_done continue` (empty chunks) needs `final pad` or a non-static consumer leading
@@ -254,8 +255,14 @@ def short_chunks(policy: ChunkPolicy, values: dict[str, int], final: FinalMode) 
     step = (
         values["chunk"] if policy.kind is PolicyKind.LEFT_CONTEXT else chunk_items(policy, values)
     )
-    if final is FinalMode.PARTIAL and step > 1:
-        why.append("the residual when the producer finishes is emitted short (`final partial`)")
+    if final is FinalMode.PARTIAL:
+        # the final chunk is the residual, or an empty one (0 rows) when nothing is left over
+        why.append(
+            "the final chunk is the short residual, or empty when nothing is left over "
+            "(`final partial`)"
+            if step > 1
+            else "the final chunk is empty: 0 rows (`final partial`)"
+        )
     if policy.kind is PolicyKind.LEFT_CONTEXT and values["left"] > 0:
         c = values["chunk"]
         why.append(f"the first chunk has only {c} items (no left context yet)")
@@ -267,6 +274,8 @@ def short_chunks(policy: ChunkPolicy, values: dict[str, int], final: FinalMode) 
 
 def _check_stream(model: Model, s: Stream) -> list[Diagnostic]:
     out: list[Diagnostic] = []
+    if not s.policy_valid:
+        return out  # the unknown policy is reported (WG006); nothing to check it against
     params, found = policy_params(model, s.policy)
     out.extend(found)
     prod, cons = _endpoint(model, s, producer=True), _endpoint(model, s, producer=False)
