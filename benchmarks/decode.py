@@ -1,33 +1,42 @@
 """Autoregressive decode of the tiny decoder: wgc vs `transformers` `generate()`, side by side.
 
-    .venv/bin/python benchmarks/decode.py [--batches 1 16] [--new 128] [--repeat 3]
+    .venv/bin/python benchmarks/decode.py [--configs tiny small] [--threads 1 2]
+        [--batches 1 16] [--new 128] [--repeat 5] [--mixed 48]
 
 Both sides run the SAME weights (a random `LlamaForCausalLM` saved as safetensors and loaded by
-`wgc_runtime.components.llama.LlamaDecoder.from_pretrained`), greedy, fp32, on the CPU:
+`wgc_runtime.components.llama.LlamaDecoder.from_pretrained`), greedy, fp32, on the CPU, with the
+same intra-op threads (``torch.set_num_threads``, each value of ``--threads`` in turn):
 
 * wgc: `LlamaDecoder` + `PagedKVPool` + the torch attention backend + `ContinuousBatcher` on
-  the capture path (the CUDA-graph runner's static buffers, run eagerly on the CPU, with the
-  next step's metadata planned on a side thread);
+  the capture path (the CUDA-graph runner's static buffers, run eagerly on the CPU);
 * transformers: ``model.generate(max_new_tokens=N, min_new_tokens=N, do_sample=False)``.
 
-Then a mixed workload (``--mixed`` requests with prompt lengths 8-64 and 16-128 new tokens,
-``--slots`` batch slots): wgc's continuous batching against ``generate()`` serving the same
-requests in static batches (left-padded; a batch runs until its longest request is done).
-Only requested tokens count.
+Two model sizes (``--configs``): ``tiny`` is the parity tests' decoder (hidden 64, 2 layers, 4
+heads / 2 kv heads, vocab 1000), where a step is a few dozen tiny ops and per-op overhead
+dominates; ``small`` (hidden 256, 4 layers, vocab 2048), where the weight-bound matrix products
+that both sides share take most of a step.
+
+Each request generates exactly ``--new`` tokens after a ``--prompt``-token prompt; the whole
+generation is timed (prefill included). Both sides are warmed up, then run ``--repeat`` times
+interleaved (so a burst of load hits both). Reported per (config, threads, batch): tokens/s
+from the best and the median wall time, the ratio of each, the ratio of the best process CPU
+times (less sensitive to other processes on a shared machine than wall time), whether the
+greedy tokens agree, and the machine load (``uptime``) before and after each block.
+
+Then (``--mixed`` > 0, first thread count) a mixed workload: requests with prompt lengths 8-64
+and 16-128 new tokens, ``--slots`` batch slots: wgc's continuous batching against
+``generate()`` serving the same requests in static batches (left-padded; a batch runs until its
+longest request is done). Only requested tokens count.
 
 ``--graph-vs-eager`` (GPU only): one decode step of the static unit replayed as a CUDA graph vs
 the same unit run eagerly on the same static buffers, at each ``--batches`` size.
-
-Each request generates exactly ``--new`` tokens after a ``--prompt``-token prompt. Reported:
-best-of-``--repeat`` wall time (runs interleaved) of the whole generation (prefill
-included), generated tokens per second, the wgc/transformers ratio, whether the greedy
-tokens agree, and the machine load (``uptime``) so a noisy run is visible.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import subprocess
 import tempfile
 import time
@@ -38,15 +47,27 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from wgc_runtime.components.llama import DecoderEngine, LlamaDecoder
 from wgc_runtime.engines.batching import ContinuousBatcher, GenRequest
 
-CONFIG = dict(
-    vocab_size=2048,
-    hidden_size=256,
-    intermediate_size=688,
-    num_hidden_layers=4,
-    num_attention_heads=8,
-    num_key_value_heads=4,
-    max_position_embeddings=1024,
-)
+CONFIGS = {
+    "tiny": dict(
+        vocab_size=1000,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=1024,
+    ),
+    "small": dict(
+        vocab_size=2048,
+        hidden_size=256,
+        intermediate_size=688,
+        num_hidden_layers=4,
+        num_attention_heads=8,
+        num_key_value_heads=4,
+        max_position_embeddings=1024,
+    ),
+}
+CONFIG = CONFIGS["small"]  # the default for `graph_vs_eager` and the mixed workload's vocab
 
 
 def load() -> str:
@@ -82,14 +103,14 @@ def run_hf(hf: LlamaForCausalLM, prompts: torch.Tensor, new: int) -> tuple[float
     return dt, out[:, prompts.shape[1] :].tolist()
 
 
-def mixed_workload(n: int, seed: int = 1) -> list[tuple[torch.Tensor, int]]:
+def mixed_workload(n: int, seed: int = 1, vocab: int = 1000) -> list[tuple[torch.Tensor, int]]:
     """``n`` requests with prompt lengths 8..64 and 16..128 new tokens."""
     g = torch.Generator().manual_seed(seed)
     out = []
     for _ in range(n):
         plen = int(torch.randint(8, 65, (1,), generator=g))
         new = int(torch.randint(16, 129, (1,), generator=g))
-        out.append((torch.randint(0, CONFIG["vocab_size"], (plen,), generator=g), new))
+        out.append((torch.randint(0, vocab, (plen,), generator=g), new))
     return out
 
 
@@ -171,53 +192,50 @@ def graph_vs_eager(model: LlamaDecoder, batches, steps: int = 200) -> None:
         )
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--batches", type=int, nargs="+", default=[1, 16])
-    ap.add_argument("--new", type=int, default=128)
-    ap.add_argument("--prompt", type=int, default=32)
-    ap.add_argument("--repeat", type=int, default=5)
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument(
-        "--graph-vs-eager", action="store_true", help="GPU only: captured decode step vs eager"
-    )
-    ap.add_argument("--mixed", type=int, default=48, help="requests in the mixed workload")
-    ap.add_argument("--slots", type=int, default=16, help="batch slots in the mixed workload")
-    args = ap.parse_args()
-    # both sides use the same intra-op threads; on a small shared machine more than one thread
-    # makes tiny ops wait on busy cores (milliseconds per op), which measures the machine
-    torch.set_num_threads(args.threads)
+def timed(fn, *args):
+    """``fn(*args)`` → (wall seconds, process CPU seconds, its result)."""
+    w, c = time.perf_counter(), time.process_time()
+    _, out = fn(*args)
+    return time.perf_counter() - w, time.process_time() - c, out
 
+
+def build(cfg: dict) -> tuple[LlamaForCausalLM, LlamaDecoder]:
     torch.manual_seed(0)
-    hf = LlamaForCausalLM(LlamaConfig(**CONFIG)).eval()
+    hf = LlamaForCausalLM(LlamaConfig(**cfg)).eval()
     hf.generation_config.eos_token_id = None  # always generate exactly --new tokens
     with tempfile.TemporaryDirectory() as tmp:
         hf.save_pretrained(tmp)
         ours = LlamaDecoder.from_pretrained(tmp)
-    print(f"tiny decoder: {CONFIG}")
-    if args.graph_vs_eager:
-        if not torch.cuda.is_available():
-            print("graph vs eager: no CUDA device here, nothing to measure")
-            return
-        print(f"graph vs eager on {torch.cuda.get_device_name(0)}")
-        graph_vs_eager(ours, args.batches)
-        return
-    print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, cpus {os.cpu_count()}")
-    print(f"load before: {load()}")
-    print(f"{'batch':>5} {'wgc tok/s':>10} {'hf tok/s':>10} {'ratio':>6}  tokens agree")
+    return hf, ours
+
+
+def same_length(hf, ours, cfg: dict, args) -> None:
+    print(
+        f"{'batch':>5} {'wgc tok/s best/med':>19} {'hf tok/s best/med':>18} "
+        f"{'ratio best/med':>15} {'cpu ratio':>9}  tokens agree"
+    )
     for batch in args.batches:
-        prompts = torch.randint(0, CONFIG["vocab_size"], (batch, args.prompt))
+        g = torch.Generator().manual_seed(batch)
+        prompts = torch.randint(0, cfg["vocab_size"], (batch, args.prompt), generator=g)
         run_wgc(ours, prompts, 4)  # warm-up both sides
         run_hf(hf, prompts, 4)
         w, h = [], []
         for _ in range(args.repeat):  # interleaved, so a burst of load hits both sides
-            w.append(run_wgc(ours, prompts, args.new))
-            h.append(run_hf(hf, prompts, args.new))
-        tw, th = min(t for t, _ in w), min(t for t, _ in h)
+            w.append(timed(run_wgc, ours, prompts, args.new))
+            h.append(timed(run_hf, hf, prompts, args.new))
         n = batch * args.new
-        agree = sum(a == b for a, b in zip(w[0][1], h[0][1], strict=True))
-        print(f"{batch:>5} {n / tw:>10.0f} {n / th:>10.0f} {th / tw:>5.2f}x  {agree}/{batch}")
-    work = mixed_workload(args.mixed)
+        bw, bh = min(t for t, _, _ in w), min(t for t, _, _ in h)
+        mw, mh = statistics.median(t for t, _, _ in w), statistics.median(t for t, _, _ in h)
+        cw, ch = min(c for _, c, _ in w), min(c for _, c, _ in h)
+        agree = sum(a == b for a, b in zip(w[0][2], h[0][2], strict=True))
+        print(
+            f"{batch:>5} {n / bw:>9.0f} / {n / mw:<7.0f} {n / bh:>8.0f} / {n / mh:<7.0f} "
+            f"{bh / bw:>6.2f}x / {mh / mw:.2f}x {ch / cw:>8.2f}x  {agree}/{batch}"
+        )
+
+
+def mixed(hf, ours, cfg: dict, args) -> None:
+    work = mixed_workload(args.mixed, vocab=cfg["vocab_size"])
     useful = sum(n for _, n in work)
     mixed_wgc(ours, work[:4], 4)  # warm-up
     w, h = [], []
@@ -231,7 +249,44 @@ def main() -> None:
         f"wgc {useful / tw:.0f} tok/s (continuous batching), hf {useful / th:.0f} tok/s "
         f"(static batches), {th / tw:.2f}x; tokens agree {agree}/{len(work)}"
     )
-    print(f"load after: {load()}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--configs", nargs="+", choices=sorted(CONFIGS), default=["tiny", "small"])
+    ap.add_argument("--batches", type=int, nargs="+", default=[1, 16])
+    ap.add_argument("--new", type=int, default=128)
+    ap.add_argument("--prompt", type=int, default=32)
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    ap.add_argument(
+        "--graph-vs-eager", action="store_true", help="GPU only: captured decode step vs eager"
+    )
+    ap.add_argument("--mixed", type=int, default=48, help="requests in the mixed workload")
+    ap.add_argument("--slots", type=int, default=16, help="batch slots in the mixed workload")
+    args = ap.parse_args()
+
+    if args.graph_vs_eager:
+        _, ours = build(CONFIG)
+        if not torch.cuda.is_available():
+            print("graph vs eager: no CUDA device here, nothing to measure")
+            return
+        print(f"graph vs eager on {torch.cuda.get_device_name(0)}, decoder {CONFIG}")
+        graph_vs_eager(ours, args.batches)
+        return
+    print(f"torch {torch.__version__}, cpus {os.cpu_count()}")
+    for name in args.configs:
+        cfg = CONFIGS[name]
+        hf, ours = build(cfg)
+        print(f"\n== {name}: {cfg}")
+        for threads in args.threads:
+            # both sides use the same intra-op threads
+            torch.set_num_threads(threads)
+            print(f"-- threads {torch.get_num_threads()}; load before: {load()}")
+            same_length(hf, ours, cfg, args)
+            if args.mixed and threads == args.threads[0]:
+                mixed(hf, ours, cfg, args)
+            print(f"   load after: {load()}")
 
 
 if __name__ == "__main__":

@@ -19,6 +19,16 @@ where their K/V go and what they attend to:
   shapes, so a CUDA graph can capture it; `DecoderEngine.decode_unit` builds it for
   `wgc_runtime.engines.cuda_graph.GraphRunner`.
 
+Per-token cost. A decode step of a small model is dominated by the number of tensor operations,
+not their FLOPs, so the forward keeps that number low: q/k/v and gate/up each run as ONE matrix
+product (`_Fused`: the HF-named parameters become views of one fused weight, so nothing is held
+twice), rotary cos/sin come from a table by position (`RopeTable`) and rotate q and k together,
+RMSNorm is ``F.rms_norm``, and the residual adds ride on ``addmm``. On the static path without a
+capturable backend, `StaticDecode` derives its gather/scatter indices and the length mask once
+per step (not once per layer) and attends with three batched matrix operations over exactly the
+pages in use (on the CPU the page-table width is cut to the longest row; a GPU keeps the full
+static width, so the step stays capturable).
+
 `DecoderEngine` ties model, pool and backend together: prefill, decode, fork, free, and the
 static decode unit.
 """
@@ -56,6 +66,9 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dtype == torch.float32 and self.weight.dtype == torch.float32:
+            # one op, the same math as below (x · rsqrt(mean(x²) + eps) · weight, in fp32)
+            return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
         dtype = x.dtype
         h = x.float()
         h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
@@ -87,6 +100,95 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
+class RopeTable:
+    """cos and *signed* sin of every position below ``size`` (``[size, head_dim]``, computed
+    in fp32 like HF, then cast): a step looks its positions up instead of recomputing them.
+
+    With ``ssin = (-sin[:half], sin[half:])``, ``rotate_half(x) · sin == roll(x, half) · ssin``
+    exactly (a sign flip is exact), so rotating is ``x · cos + roll(x) · ssin``.
+    """
+
+    def __init__(self, inv: torch.Tensor, size: int, dtype: torch.dtype):
+        half = inv.shape[0]
+        freqs = torch.arange(size, device=inv.device).float()[:, None] * inv[None, :]
+        emb = torch.cat((freqs, freqs), dim=-1)
+        sin = emb.sin()
+        sin[:, :half].neg_()
+        self.size, self.half, self.dtype, self.device = size, half, dtype, inv.device
+        self.cos, self.ssin = emb.cos().to(dtype), sin.to(dtype)
+
+    def lookup(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``cos``, ``ssin`` of ``[tokens, 1, head_dim]`` for ``positions``."""
+        return (
+            self.cos.index_select(0, positions)[:, None, :],
+            self.ssin.index_select(0, positions)[:, None, :],
+        )
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, ssin: torch.Tensor) -> torch.Tensor:
+    """``x · cos + rotate_half(x) · sin`` for ``x`` ``[tokens, heads, head_dim]``."""
+    return torch.addcmul(x * cos, x.roll(x.shape[-1] // 2, -1), ssin)
+
+
+class _Fused:
+    """One weight (and bias) for several linears that read the same input: one matrix product
+    instead of several. The linears' parameters are re-pointed at slices of the fused tensor,
+    so the model holds each weight once, in-place updates of a parameter (loading, ``copy_``)
+    reach the fused weight, and a parameter that was replaced (``.to(dtype)``, a new
+    ``Parameter``) is noticed by address and the fusion redone."""
+
+    __slots__ = ("bias", "key", "linears", "weight")
+
+    def __init__(self, linears: Sequence[nn.Linear]):
+        self.linears = tuple(linears)
+        self.weight: torch.Tensor | None = None
+        self.bias: torch.Tensor | None = None
+        self.key: tuple = ()
+
+    def _addresses(self) -> tuple:
+        # `_parameters` directly: this runs every step, Module.__getattr__ is slow
+        return tuple(
+            -1 if p is None else p.data_ptr()
+            for m in self.linears
+            for p in (m._parameters["weight"], m._parameters["bias"])
+        )
+
+    def get(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        if self._addresses() != self.key:
+            self._build()
+        return self.weight, self.bias
+
+    def _build(self) -> None:
+        with torch.inference_mode(False), torch.no_grad():
+            self.weight = torch.cat([m.weight.detach() for m in self.linears])
+            with_bias = [m.bias is not None for m in self.linears]
+            self.bias = None
+            if any(with_bias):
+                self.bias = torch.cat(
+                    [
+                        m.bias.detach()
+                        if m.bias is not None
+                        else m.weight.new_zeros(m.weight.shape[0])
+                        for m in self.linears
+                    ]
+                )
+            start = 0
+            for m in self.linears:
+                n = m.weight.shape[0]
+                m.weight.data = self.weight[start : start + n]
+                if m.bias is not None:
+                    m.bias.data = self.bias[start : start + n]
+                start += n
+        self.key = self._addresses()
+
+
+def _linear_add(x: torch.Tensor, a: torch.Tensor, lin: nn.Linear) -> torch.Tensor:
+    """``x + lin(a)``, the residual add fused into the matrix product when there is no bias."""
+    if lin.bias is None and x.dim() == 2:
+        return torch.addmm(x, a, lin.weight.t())
+    return x + lin(a)
+
+
 class MLP(nn.Module):
     """SwiGLU: ``down(silu(gate(x)) * up(x))``."""
 
@@ -96,9 +198,17 @@ class MLP(nn.Module):
         self.gate_proj = nn.Linear(h, i, bias=b)
         self.up_proj = nn.Linear(h, i, bias=b)
         self.down_proj = nn.Linear(i, h, bias=b)
+        self._gate_up = _Fused((self.gate_proj, self.up_proj))
+
+    def hidden(self, x: torch.Tensor) -> torch.Tensor:
+        """``silu(gate(x)) * up(x)``: the input of ``down_proj``."""
+        w, b = self._gate_up.get()
+        gu = F.linear(x, w, b)
+        i = self.gate_proj.weight.shape[0]
+        return F.silu(gu[..., :i]) * gu[..., i:]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        return self.down_proj(self.hidden(x))
 
 
 # ---------------------------------------------------------------- attention over the pool
@@ -106,11 +216,87 @@ class MLP(nn.Module):
 
 @dataclass(slots=True)
 class StaticDecode:
-    """Fixed-shape decode metadata (one query per row): graph-capturable."""
+    """Fixed-shape decode metadata (one query per row): graph-capturable.
+
+    ``meta`` is set for capturable backends (their ``decode`` reads views of these buffers).
+    Otherwise `prepare` derives, once per step, what every layer's `attend` needs.
+    """
 
     block_tables: torch.Tensor  # int32 [batch, width]
     kv_lens: torch.Tensor  # int32 [batch], including this step's token (≥ 1, also on padding)
     meta: AttentionMetadata | None = None  # for capturable backends: views of the same buffers
+    write: tuple[torch.Tensor, torch.Tensor] | None = None  # pool rows of this step's K, V
+    gather: torch.Tensor | None = None  # int64 [2 * batch * kv_heads * len]: rows to attend
+    bias: torch.Tensor | None = None  # [batch * kv_heads, 1, len]: 0, or -inf past a row's end
+
+    def prepare(self, slots: torch.Tensor, pool: PagedKVPool, dynamic: bool) -> None:
+        """Indices into the flat views of a pool layer (`attend`), the same for every layer.
+
+        ``dynamic`` (eager on the CPU): attend only to the pages in use, up to the longest
+        row (a cheap host read there); else the full static width, with no host sync.
+        """
+        ps, hk = pool.page_size, pool.kv_heads
+        b, width = self.block_tables.shape
+        if dynamic:
+            width = min(width, max(1, -(-int(self.kv_lens.max()) // ps)))
+        n = width * ps
+        # K rows of a layer viewed as [pages * 2 * page_size, kv_heads, dim]; V is page_size on
+        # (page * 2 * page_size + offset == slot + page * page_size)
+        k_row = slots.long() + torch.div(slots, ps, rounding_mode="floor") * ps
+        self.write = (k_row, k_row + ps)
+        # rows of the layer viewed as [pages * 2 * page_size * kv_heads, dim], ordered
+        # [K/V, row, kv head, token]: one gather yields each head's keys contiguously
+        pages = self.block_tables[:, :width].long() * (2 * ps * hk)
+        self.gather = (pages.view(1, b, 1, width, 1) + _offsets(ps, hk, pool.device)).view(-1)
+        pos = torch.arange(n, device=pool.device)
+        beyond = pos[None, :] >= self.kv_lens.long()[:, None]  # [batch, n]
+        bias = torch.zeros((b, 1, 1, n), dtype=_attn_dtype(pool.dtype), device=pool.device)
+        bias.masked_fill_(beyond.view(b, 1, 1, n), float("-inf"))
+        self.bias = bias.expand(b, hk, 1, n).reshape(b * hk, 1, n)
+
+    def attend(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        kv_layer: torch.Tensor,
+        scale: float,
+    ) -> torch.Tensor:
+        """Write this step's ``k``/``v`` (``[batch, kv_heads, dim]``) and attend ``q``
+        (``[batch, heads, dim]``) over each row's pages: ``[batch, heads, dim]``."""
+        b, h, d = q.shape
+        hk = k.shape[1]
+        flat = kv_layer.view(-1, hk, d)
+        flat.index_copy_(0, self.write[0], k.to(flat.dtype))
+        flat.index_copy_(0, self.write[1], v.to(flat.dtype))
+        kv = kv_layer.view(-1, d).index_select(0, self.gather)
+        kv = kv.view(2, b * hk, -1, d).to(self.bias.dtype)
+        # a kv head's query heads become rows of one product against its keys: no K/V repeat
+        qq = q.reshape(b * hk, h // hk, d).to(kv.dtype)
+        s = torch.baddbmm(self.bias, qq, kv[0].transpose(1, 2), alpha=scale)
+        out = torch.bmm(s.softmax(-1), kv[1])
+        return out.view(b, h, d).to(q.dtype)
+
+
+_OFFSETS: dict[tuple, torch.Tensor] = {}
+
+
+def _offsets(ps: int, hk: int, device: torch.device) -> torch.Tensor:
+    """``[2, 1, kv_heads, 1, page_size]`` row offsets inside a page, for `StaticDecode.gather`:
+    K or V (``kv · page_size · kv_heads``), token (``t · kv_heads``), head."""
+    key = (ps, hk, device)
+    off = _OFFSETS.get(key)
+    if off is None:
+        kv = torch.arange(2, device=device).view(2, 1, 1, 1, 1) * (ps * hk)
+        head = torch.arange(hk, device=device).view(1, 1, hk, 1, 1)
+        tok = torch.arange(ps, device=device).view(1, 1, 1, 1, ps) * hk
+        off = _OFFSETS[key] = kv + head + tok
+    return off
+
+
+def _attn_dtype(dtype: torch.dtype) -> torch.dtype:
+    """Half-precision K/V are attended in fp32 (like the torch backend)."""
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
 
 
 @dataclass(slots=True)
@@ -124,29 +310,11 @@ class AttnStep:
     meta: AttentionMetadata | None = None
     static: StaticDecode | None = None
 
-
-def padded_decode(
-    q: torch.Tensor,
-    kv_layer: torch.Tensor,
-    block_tables: torch.Tensor,
-    kv_lens: torch.Tensor,
-    scale: float,
-    group: int,
-) -> torch.Tensor:
-    """Decode attention from fixed-shape metadata: gather every row's ``width`` pages, mask
-    positions ≥ its length. ``q`` ``[batch, heads, dim]`` → same shape. Static shapes only."""
-    b, width = block_tables.shape
-    idx = block_tables.reshape(-1).long()
-    ps, kvh, d = kv_layer.shape[2], kv_layer.shape[3], kv_layer.shape[4]
-    # index_select on the page dim (several times faster than advanced indexing on the CPU)
-    k = kv_layer[:, 0].index_select(0, idx).view(b, width * ps, kvh, d).transpose(1, 2)
-    v = kv_layer[:, 1].index_select(0, idx).view(b, width * ps, kvh, d).transpose(1, 2)
-    pos = torch.arange(width * ps, device=q.device)
-    mask = (pos[None, :] < kv_lens.long()[:, None]).view(b, 1, 1, width * ps)
-    # a KV head's `group` query heads become `group` query rows against it: no K/V repeat
-    qg = q.to(k.dtype).reshape(b, kvh, group, d)
-    out = F.scaled_dot_product_attention(qg, k, v, attn_mask=mask, scale=scale)
-    return out.reshape(b, kvh * group, d).to(q.dtype)
+    def max_positions(self) -> int:
+        """How many positions this step's rotary table must cover (known on the host)."""
+        if self.meta is not None:
+            return self.meta.max_kv_len
+        return self.static.block_tables.shape[1] * self.pool.page_size
 
 
 class Attention(nn.Module):
@@ -159,27 +327,29 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(h, cfg.num_kv_heads * d, bias=cfg.qkv_bias)
         self.v_proj = nn.Linear(h, cfg.num_kv_heads * d, bias=cfg.qkv_bias)
         self.o_proj = nn.Linear(cfg.num_heads * d, h, bias=cfg.o_bias)
+        self._qkv = _Fused((self.q_proj, self.k_proj, self.v_proj))
 
-    def forward(self, x, cos, sin, step: AttnStep) -> torch.Tensor:
-        t = x.shape[0]
-        q = self.q_proj(x).view(t, self.heads, self.head_dim)
-        k = self.k_proj(x).view(t, self.kv_heads, self.head_dim)
-        v = self.v_proj(x).view(t, self.kv_heads, self.head_dim)
-        q = q * cos + rotate_half(q) * sin
-        k = k * cos + rotate_half(k) * sin
+    def attend(self, x, rope: tuple[torch.Tensor, torch.Tensor], step: AttnStep) -> torch.Tensor:
+        """Attention before ``o_proj``: ``[tokens, heads * head_dim]``."""
+        t, h, hk = x.shape[0], self.heads, self.kv_heads
+        w, b = self._qkv.get()
+        qkv = F.linear(x, w, b).view(t, h + 2 * hk, self.head_dim)
+        qk = apply_rope(qkv[:, : h + hk], *rope)  # q and k rotated together
+        q, k, v = qk[:, :h], qk[:, h:], qkv[:, h + hk :]
         kv_layer = step.pool.layer(self.index)
-        backend = step.backend
-        backend.write_kv(kv_layer, k, v, step.slots)
-        if step.static is None:
-            out = backend.forward(q, kv_layer, step.meta)
-        elif step.static.meta is not None:
-            out = backend.decode(q, kv_layer, step.static.meta)
+        backend, static = step.backend, step.static
+        if static is not None and static.meta is None:
+            out = static.attend(q, k, v, kv_layer, backend.scale)
         else:
-            s = step.static
-            out = padded_decode(
-                q, kv_layer, s.block_tables, s.kv_lens, backend.scale, backend.group
-            )
-        return self.o_proj(out.reshape(t, self.heads * self.head_dim))
+            backend.write_kv(kv_layer, k, v, step.slots)
+            if static is None:
+                out = backend.forward(q, kv_layer, step.meta)
+            else:
+                out = backend.decode(q, kv_layer, static.meta)
+        return out.reshape(t, h * self.head_dim)
+
+    def forward(self, x, rope, step: AttnStep) -> torch.Tensor:
+        return self.o_proj(self.attend(x, rope, step))
 
 
 class DecoderLayer(nn.Module):
@@ -190,9 +360,11 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.mlp = MLP(cfg)
 
-    def forward(self, x, cos, sin, step: AttnStep) -> torch.Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, step)
-        return x + self.mlp(self.post_attention_layernorm(x))
+    def forward(self, x, rope, step: AttnStep) -> torch.Tensor:
+        attn = self.self_attn.attend(self.input_layernorm(x), rope, step)
+        x = _linear_add(x, attn, self.self_attn.o_proj)
+        mlp = self.mlp.hidden(self.post_attention_layernorm(x))
+        return _linear_add(x, mlp, self.mlp.down_proj)
 
 
 class _Body(nn.Module):
@@ -217,6 +389,7 @@ class LlamaDecoder(nn.Module):
         if cfg.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
         self.register_buffer("inv_freq", inv_freq(cfg), persistent=False)
+        self._rope: RopeTable | None = None
 
     @classmethod
     def from_pretrained(
@@ -239,11 +412,20 @@ class LlamaDecoder(nn.Module):
         emb = torch.cat((freqs, freqs), dim=-1)
         return emb.cos().to(dtype)[:, None, :], emb.sin().to(dtype)[:, None, :]
 
+    def rope_table(self, size: int, dtype: torch.dtype) -> RopeTable:
+        """A `RopeTable` covering at least ``size`` positions (grown by doubling, kept)."""
+        t = self._rope
+        inv = self.inv_freq
+        if t is None or t.size < size or t.dtype != dtype or t.device != inv.device:
+            grow = max(size, 2 * t.size if t is not None else 0, 256)
+            t = self._rope = RopeTable(inv, grow, dtype)
+        return t
+
     def forward(self, tokens: torch.Tensor, positions: torch.Tensor, step: AttnStep):
         x = self.model.embed_tokens(tokens)
-        cos, sin = self.rotary(positions, x.dtype)
+        rope = self.rope_table(step.max_positions(), x.dtype).lookup(positions)
         for layer in self.model.layers:
-            x = layer(x, cos, sin, step)
+            x = layer(x, rope, step)
         return self.model.norm(x)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
@@ -316,7 +498,7 @@ class DecoderEngine:
 
     # ------------------------------------------------------------ the plain path
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def forward(
         self, seqs: Sequence[Seq], tokens: Sequence[torch.Tensor], *, all_logits: bool = False
     ) -> torch.Tensor | list[torch.Tensor]:
@@ -377,6 +559,8 @@ class DecoderEngine:
         """The static inputs of one decode step (per row): token, position, slot, kv length,
         page table. Padding rows write to the scratch slot and attend to one token."""
         pad_page = self.pad_slot // self.pool.page_size
+        # built now, not on the first step: that step may be a CUDA-graph capture
+        self.model.rope_table(width * self.pool.page_size, self.model.model.norm.weight.dtype)
         return {
             "tokens": StaticBuffer((), torch.long, 0),
             "positions": StaticBuffer((), torch.long, 0),
@@ -388,10 +572,13 @@ class DecoderEngine:
     def decode_unit(self, bufs) -> dict[str, torch.Tensor]:
         """One static decode step over the buffers of `decode_buffers`: logits and the greedy
         next token per row. Shape-static and free of host syncs (capturable)."""
-        with torch.no_grad():
+        with torch.inference_mode():
             static = StaticDecode(bufs["block_tables"], bufs["kv_lens"])
             if self.backend.name in CAPTURABLE_DECODE:
                 static.meta = _static_meta(bufs, self.pool.page_size)
+            else:
+                # eager on the CPU: cut the page tables to the pages in use
+                static.prepare(bufs["slots"], self.pool, dynamic=self.device.type == "cpu")
             step = AttnStep(self.pool, self.backend, bufs["slots"], static=static)
             hidden = self.model(bufs["tokens"], bufs["positions"], step)
             logits = self.model.logits(hidden)

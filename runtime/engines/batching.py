@@ -22,6 +22,14 @@ possible because it does not depend on this step's tokens: the rows of the next 
 step's rows that will not reach ``max_new_tokens`` plus this iteration's joiners, and a row
 that leaves early (stop token, cancel) is simply dropped from the plan.
 
+Per-step cost. A decode row's metadata changes by one token per step, so the capture path does
+not rebuild it: while the rows stay the same, the step advances positions, kv lengths and slots
+IN PLACE in the runner's static buffers (three tensor ops, whatever the batch) and touches the
+host only for a row that starts a new page (one pool append and one page-table entry). Slots are
+appended to the pool a page at a time (`_Row`: up to the end of the page, never past the tokens
+the request can still generate), so the pool is called once per page, not once per token. A
+full metadata build (the planner's job) happens only when rows join or leave.
+
 Sampling is greedy (argmax); results are deterministic, so a request's tokens are the same
 batched or alone.
 """
@@ -68,6 +76,17 @@ class GenRequest:
         )
 
 
+@dataclass(slots=True)
+class _Row:
+    """Host-side decode state of one running sequence on the capture path."""
+
+    length: int  # tokens in the sequence, counting the slots taken (= kv length of its step)
+    left: int  # decode steps it may still run (slots it may still need)
+    table: list[int]  # its pages (host copy of the pool's table)
+    slot: int = 0  # the next appended-but-unused slot
+    ahead: int = 0  # slots appended to the pool and not used yet
+
+
 def default_buckets(max_batch: int) -> tuple[int, ...]:
     """Powers of two up to (and including) ``max_batch``."""
     out, b = [], 1
@@ -112,6 +131,10 @@ class ContinuousBatcher:
         self._plan_ids: list[Hashable] | None = None  # rows of the plan being made / taken
         self._plan: dict[str, torch.Tensor] | None = None
         self._last_rows: list[Hashable] = []
+        self._rows: dict[tuple[Hashable, str], _Row] = {}  # capture path: per-row state
+        # fast steps of `_lag_keys` not yet applied to their `_Row`s, and how many more can be
+        # taken before some row needs a new page (then the rows are visited one by one)
+        self._lag, self._budget, self._lag_keys = 0, 0, []
         if capture:
             self.width = engine.width_for(max_seq_len)
             self.runner = GraphRunner(
@@ -155,6 +178,7 @@ class ContinuousBatcher:
                     self._leave(r, "cancelled")
 
     def _leave(self, r: GenRequest, error: str | None = None) -> None:
+        self._rows.pop((r.id, r.label), None)
         self.engine.free(r.id)
         r.done, r.error, r.left_at = True, error, self.iteration
         self.finished.append(r)
@@ -214,6 +238,12 @@ class ContinuousBatcher:
     def _prefill(self, joiners: list[GenRequest]) -> None:
         seqs = [(r.id, r.label) for r in joiners]
         logits = self.engine.prefill(seqs, [r.prompt for r in joiners])
+        if self.runner is not None:
+            pool = self.engine.pool
+            for r, (rid, label) in zip(joiners, seqs, strict=True):
+                n = pool.seq_len(rid, label)
+                table = pool.page_table(rid, label)
+                self._rows[(rid, label)] = _Row(n, r.max_new_tokens - 1, table)
         self._record(joiners, logits)
 
     def _record(self, rows: list[GenRequest], logits: torch.Tensor, tokens=None) -> None:
@@ -233,16 +263,24 @@ class ContinuousBatcher:
             logits = self.engine.decode([(r.id, r.label) for r in rows], last)
             self._record(rows, logits)
             return
-        meta = self._take_plan(rows)
-        inputs = {k: v[: len(rows)] for k, v in meta.items()}
         ids = [r.id for r in rows]
-        if ids != self._last_rows:  # rows moved: the carried tokens are stale
+        if ids == self._last_rows and self._plan_ids is None:
+            # the same rows as last step: their metadata is still in the static buffers
+            self._advance(rows)
+            inputs = {}
+        else:
+            self._sync()
+            meta = self._take_plan(rows)
+            self._set_budget(rows)
+            inputs = {k: v[: len(rows)] for k, v in meta.items()}
+            # rows moved: the carried tokens are stale
             inputs["tokens"] = torch.tensor([r.tokens[-1] for r in rows], dtype=torch.long)
         self._last_rows = ids
         if self.planner is not None:
             nxt = [r for r in rows if len(r.tokens) + 1 < r.max_new_tokens]
             nxt += [r for r in joiners if not r.finished]
-            self._submit_plan(nxt)
+            if [r.id for r in nxt] != ids:  # only a change of rows needs a plan
+                self._submit_plan(nxt)
         out = self.runner.run(inputs, len(rows))
         if self._plan_ids:
             # wait before anyone leaves: the planner appends to the pool, and freeing a request
@@ -251,6 +289,7 @@ class ContinuousBatcher:
         self._record(rows, out["logits"], out["next_token"])
 
     def _submit_plan(self, rows: list[GenRequest]) -> None:
+        self._sync()  # the planner reads the rows' state
         self._plan_ids = [(r.id, r.label) for r in rows] or None
         self._plan = None
         if rows:
@@ -277,20 +316,79 @@ class ContinuousBatcher:
         self._plan_rows(want, out)
         return out
 
+    def _take_slot(self, key: tuple[Hashable, str]) -> tuple[_Row, int, bool]:
+        """The next slot of sequence ``key`` and whether it starts a new page. Slots are
+        appended to the pool up to the end of the current page (at most the steps left), so
+        the pool is called once per page."""
+        row = self._rows[key]
+        ps = self.engine.pool.page_size
+        new_page = False
+        if row.ahead == 0:
+            n = max(1, min(ps - row.length % ps, row.left))
+            row.slot = int(self.engine.pool.append(key[0], key[1], n)[0])
+            row.ahead = n
+            if row.length % ps == 0:
+                row.table.append(row.slot // ps)
+                new_page = True
+        slot = row.slot
+        row.slot += 1
+        row.ahead -= 1
+        row.length += 1
+        row.left -= 1
+        return row, slot, new_page
+
+    def _sync(self) -> None:
+        """Apply the lagging fast steps to the rows' host state."""
+        lag, self._lag = self._lag, 0
+        if lag:
+            for key in self._lag_keys:
+                row = self._rows.get(key)
+                if row is not None:  # (a row that left has no state)
+                    row.slot += lag
+                    row.ahead -= lag
+                    row.length += lag
+                    row.left -= lag
+
+    def _set_budget(self, rows: list[GenRequest]) -> None:
+        self._lag_keys = [(r.id, r.label) for r in rows]
+        self._budget = min((self._rows[k].ahead for k in self._lag_keys), default=0)
+
+    def _advance(self, rows: list[GenRequest]) -> None:
+        """Move the static buffers of the same rows one token on, in place. The rows' host
+        state is visited only when one of them starts a new page (once per page)."""
+        bufs = self.runner.static_inputs(len(rows))
+        n = len(rows)
+        for b in ("positions", "kv_lens", "slots"):
+            bufs[b][:n] += 1  # within a page, a row's next slot is the one after its last
+        if self._budget > 0:
+            self._budget -= 1
+            self._lag += 1
+            return
+        self._sync()
+        for i, r in enumerate(rows):
+            row, slot, new_page = self._take_slot((r.id, r.label))
+            if new_page:  # its slot does not follow the last one
+                bufs["slots"][i] = slot
+                bufs["block_tables"][i, len(row.table) - 1] = row.table[-1]
+        self._set_budget(rows)
+
     def _plan_rows(self, seqs: list[tuple[Hashable, str]], out: dict[str, torch.Tensor]) -> None:
-        """Append one slot per sequence and write the step's metadata rows into ``out``."""
-        pool = self.engine.pool
-        pad_page = self.engine.pad_slot // pool.page_size
-        for i, (rid, label) in enumerate(seqs):
-            slot = int(pool.append(rid, label, 1)[0])
-            n = pool.seq_len(rid, label)
-            table = pool.page_table(rid, label)
-            out["slots"][i] = slot
-            out["positions"][i] = n - 1
-            out["kv_lens"][i] = n
-            row = out["block_tables"][i]
-            row[: len(table)] = torch.tensor(table, dtype=torch.int32)
-            row[len(table) :] = pad_page
+        """Take one slot per sequence and write the step's metadata rows into ``out``."""
+        pad_page = self.engine.pad_slot // self.engine.pool.page_size
+        slots, lengths, tables = [], [], []
+        for key in seqs:
+            row, slot, _ = self._take_slot(key)
+            slots.append(slot)
+            lengths.append(row.length)
+            tables.append(row.table + [pad_page] * (self.width - len(row.table)))
+        n = len(seqs)
+        if not n:
+            return
+        out["slots"][:n] = torch.tensor(slots, dtype=torch.long)
+        kv_lens = torch.tensor(lengths, dtype=torch.long)
+        out["positions"][:n] = kv_lens - 1
+        out["kv_lens"][:n] = kv_lens
+        out["block_tables"][:n] = torch.tensor(tables, dtype=torch.int32)
 
     def close(self) -> None:
         if self.planner is not None:
