@@ -34,7 +34,7 @@ def synth_model(n_nodes: int) -> str:
         if w in streamed and (w + 1) * PER_WALK < n_nodes:
             out.append(
                 f"stream s{w}: n{w * PER_WALK + PER_WALK - 1}.c -> n{(w + 1) * PER_WALK}.z\n"
-                "  chunk fixed(k = 1)\n"
+                "  chunk fixed(k = 1)\n  final drop\n"
             )
     main_calls = []
     on_flows = []

@@ -90,6 +90,7 @@ node Voc: stateless {
 }
 stream cs: Step.c -> Voc.c
   chunk fixed(k = k)
+  final pad
 walk run(x: f32[4]) {
   loop l max steps { Step(x) -> x } yield last x
   emit x as tensor

@@ -285,14 +285,15 @@ class _Resolver:
         if result is None:
             return
         for kind, d, loop in result:
-            kind2, via = kind, None
+            kind2 = kind
             if kind_override is not None and kind is not EdgeKind.LOOP_INIT:
                 kind2 = kind_override
-                if kind in (EdgeKind.TERMINAL, EdgeKind.ACCUMULATED):
-                    via = kind  # `loop` stays the yielding loop: the value exists at its end
-                elif kind is not EdgeKind.LOOP_CARRIED:
+                if kind not in (EdgeKind.LOOP_CARRIED, EdgeKind.TERMINAL, EdgeKind.ACCUMULATED):
                     loop = inner_loop
-            self.edges.append(Edge(kind2, channel, d.end, dst, loop, d.type, span, via))
+            via, via_loop = _via(kind2, d)
+            if via is not None and kind2 in (EdgeKind.EMITTED, EdgeKind.PERSISTED):
+                loop = d.loop  # an emit/persist of a yield happens once, when that loop ends
+            self.edges.append(Edge(kind2, channel, d.end, dst, loop, d.type, span, via, via_loop))
 
     def lookup(self, channel, lv, pos, span, reader):
         crossed: Loop | None = None
@@ -344,7 +345,11 @@ class _Resolver:
         init = None
         if level.parent is not None:
             init = self.lookup_quiet(channel, level.parent, level.pos_in_parent)
-        if init is None:
+        if init is _NESTED:
+            self.issues.append(
+                Issue(IssueKind.NESTED_CARRIED, channel, span, loop.header_span, loop.name, reader)
+            )
+        elif init is None:
             self.issues.append(
                 Issue(IssueKind.NO_INIT, channel, span, loop.header_span, loop.name, reader)
             )
@@ -358,10 +363,10 @@ class _Resolver:
             d = level.before(channel, pos)
             if d is not None:
                 return d
-            if level.kind == "loop":
-                carried = level.last(channel)
-                if carried is not None:
-                    return carried
+            if level.kind == "loop" and level.at_or_after(channel, pos) is not None:
+                # the enclosing loop carries it: the inner loop's start differs per outer
+                # iteration (the value before the outer loop, then the outer body's binding)
+                return _NESTED
             if level.kind == "top":
                 return self.inputs.get(channel)
             pos = level.pos_in_parent
@@ -386,6 +391,16 @@ class _Resolver:
         if loop is not None:
             return Issue(IssueKind.LOOP_LOCAL, channel, span, loop.header_span, loop.name, reader)
         return Issue(IssueKind.UNBOUND, channel, span, None, None, reader)
+
+
+_NESTED: _Def = _Def("nested", End(EndKind.INPUT, name="<nested>"), None)
+
+
+def _via(kind: EdgeKind, d: _Def) -> tuple[EdgeKind | None, str | None]:
+    """Whether a value read as ``kind`` is really a loop's yield the kind does not announce."""
+    if d.kind not in ("last", "all") or kind in (EdgeKind.TERMINAL, EdgeKind.ACCUMULATED):
+        return None, None
+    return (EdgeKind.TERMINAL if d.kind == "last" else EdgeKind.ACCUMULATED), d.loop
 
 
 def _enclosing_loop_level(lv: _Level | None) -> _Level | None:

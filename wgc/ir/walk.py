@@ -141,9 +141,12 @@ class Edge:
     loop: str | None  # the loop an iteration-scoped edge belongs to
     type: TensorType | None  # the value's type as produced (stacked for `yield all`)
     span: Span = field(compare=False)
-    # for an emitted/persisted value that is a loop's `yield last` / `yield all` (read after the
-    # loop): TERMINAL / ACCUMULATED, and ``loop`` names that loop: it travels once, at its end
+    # when the value read is a loop's `yield last` / `yield all` but the kind does not say so
+    # (an emit or persist after that loop, or a later loop's initial or invariant value):
+    # TERMINAL / ACCUMULATED, and ``via_loop`` names the yielding loop. The value exists, and
+    # travels, once: when that loop has ended.
     via: EdgeKind | None = None
+    via_loop: str | None = None
 
 
 class IssueKind(enum.Enum):
@@ -152,6 +155,7 @@ class IssueKind(enum.Enum):
     LOOP_LOCAL = "loop_local"  # read after a loop of a channel the loop did not yield (WG406)
     SIBLING_READ = "sibling_read"  # a `par` branch reads a sibling's write (WG405)
     YIELD_UNBOUND = "yield_unbound"  # yield / until of a channel the body never binds (WG404/604)
+    NESTED_CARRIED = "nested_carried"  # an inner loop starts from an outer loop's carried value
 
 
 @dataclass(frozen=True, slots=True)

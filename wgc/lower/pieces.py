@@ -161,6 +161,7 @@ class WalkLowerer:
                 loops=c.loops,
                 inputs=inputs,
                 outputs=outputs,
+                writes=self.writes(c.id),
                 source=self.source(c.span),
             )
         for lp in self.walk.loops:
@@ -227,21 +228,22 @@ class WalkLowerer:
     # ------------------------------------------------------------------ destinations
     def dest(self, e: Edge) -> Dest:
         kind, carried = e.kind.value, e.kind is EdgeKind.LOOP_CARRIED
-        if e.via is not None:  # emit/persist of a loop's yield: travels once, at the loop's end
-            kind = e.via.value
+        loop = e.loop
+        if e.via is not None:  # a loop's yield read as something else: once, at that loop's end
+            kind, loop = e.via.value, e.via_loop
         if e.kind in (EdgeKind.EMITTED, EdgeKind.PERSISTED):
             carried = (e.dst, e.channel, e.loop) in self.carried_reads
         d = e.dst
         if d.kind is EndKind.CALL:
             rank = self.ranks.get(d.call or 0)
-            return Dest("call", kind, rank, d.call, d.port, loop=e.loop, carried=carried)
+            return Dest("call", kind, rank, d.call, d.port, loop=loop, carried=carried)
         if d.kind is EndKind.CLIENT:
-            return Dest("client", kind, name=d.name, loop=e.loop, carried=carried)
+            return Dest("client", kind, name=d.name, loop=loop, carried=carried)
         if d.kind is EndKind.PERSIST:
-            return Dest("persist", kind, name=d.name, loop=e.loop, carried=carried)
+            return Dest("persist", kind, name=d.name, loop=loop, carried=carried)
         if d.kind is EndKind.STREAM:
             owner = self.stream_owner.get(d.name or "")
-            return Dest("stream", kind, owner, name=d.name, loop=e.loop)
+            return Dest("stream", kind, owner, name=d.name, loop=loop)
         ranks = self.loop_ranks.get(d.name or "", ())
         return Dest("until", kind, name=d.name, loop=d.name, ranks=ranks)
 
@@ -254,6 +256,14 @@ class WalkLowerer:
         if e.kind is EdgeKind.LOOP_INIT:
             return self.parents.get(e.loop or "")  # once per instance of the loop it feeds
         return producer_loops[-1] if producer_loops else None
+
+    def writes(self, call_id: int) -> tuple[str, ...]:
+        """The output ports the call binds in the source, in the node's port order."""
+        call = self.walk.calls[call_id]
+        node = self.model.node(call.node)
+        order = {p.name: i for i, p in enumerate(node.outputs if node else ())}
+        bound = {w.port for w in call.writes}
+        return tuple(sorted(bound, key=lambda p: (order.get(p, len(order)), p)))
 
     def port_outs(self, call_id: int, hops: list[Hop]) -> tuple[PortOut, ...]:
         call = self.walk.calls[call_id]

@@ -13,6 +13,8 @@ Invariants proved (and codes owned):
 - WG604: a loop's `until` channel is bound in the loop body.
 - WG605: a loop-carried channel has a value before iteration 0.
 - WG606: every emitted or persisted channel is bound.
+- WG607: an inner loop's loop-carried channel does not start from a value an outer loop
+  carries (its start would differ per outer iteration; not supported yet by the runtime).
 
 `call_graph(walk)` and `topological_calls(walk)` are reused by later stages (lowering).
 """
@@ -29,7 +31,7 @@ from wgc.ir.types import DType, TensorType
 from wgc.ir.walk import Call, Edge, EdgeKind, EndKind, Issue, IssueKind, Walk
 
 NAME = "dataflow"
-CODES: tuple[str, ...] = ("WG601", "WG602", "WG603", "WG604", "WG605", "WG606")
+CODES: tuple[str, ...] = ("WG601", "WG602", "WG603", "WG604", "WG605", "WG606", "WG607")
 
 # Edges that hand a value from one call to another within one execution of their scope.
 CALL_ORDER_EDGES = frozenset(
@@ -100,6 +102,8 @@ def _issues(w: Walk) -> list[Diagnostic]:
             out.append(_until_unbound(w, i))
         elif i.kind is IssueKind.NO_INIT:
             out.append(_no_init(w, i))
+        elif i.kind is IssueKind.NESTED_CARRIED:
+            out.append(_nested_carried(w, i))
     return out
 
 
@@ -187,6 +191,39 @@ def _no_init(w: Walk, i: Issue) -> Diagnostic:
         labels=labels,
         help=f"bind `{ch}` before the loop, or add a walk input `{ch}?` for a bare-signal start",
     )
+
+
+def _nested_carried(w: Walk, i: Issue) -> Diagnostic:
+    ch, loop = i.channel, i.loop or "?"
+    outer = next((lp for lp in w.loops if lp.name == loop), None)
+    parent = next(
+        (
+            lp
+            for lp in w.loops
+            if outer is not None and outer.span != lp.span and _contains(lp, outer)
+        ),
+        None,
+    )
+    labels = [Label(i.other, f"inner loop `{loop}`")] if i.other else []
+    if parent is not None and parent.header_span is not None:
+        labels.append(Label(parent.header_span, f"`{ch}` is carried by loop `{parent.name}` too"))
+    return diag(
+        "WG607",
+        f"loop `{loop}` starts `{ch}` from a value an enclosing loop carries",
+        i.span,
+        label=f"iteration 0 of `{loop}` would read a different `{ch}` per outer iteration",
+        labels=labels,
+        help=f"give the inner loop its own channel, e.g. bind `{ch}0 = {ch}` before it with a node "
+        f"call and carry `{ch}0` inside, or restructure so only one loop carries `{ch}`",
+        notes=(
+            "an inner loop whose starting value is carried by an outer loop is not supported yet",
+        ),
+    )
+
+
+def _contains(outer, inner) -> bool:
+    a, b = outer.span, inner.span
+    return (a.line, a.col) <= (b.line, b.col) and (b.end_line, b.end_col) <= (a.end_line, a.end_col)
 
 
 # ---------------------------------------------------------------------------------- cycles
