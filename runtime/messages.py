@@ -41,6 +41,11 @@ message                 from -> to          meaning
 `ClientOut`             rank -> conductor   an emitted value
 `Failed`                rank -> conductor   the request failed on this rank
 `Release`               conductor -> rank   the request ended: drop all its state
+`ExportState`           conductor -> rank   export the request's state of a node and send it
+                                            to the node's new group (a plan handoff)
+`StatePart`             rank -> rank        one named tensor of an exported node state
+`StateEnd`              rank -> rank        the exported state is complete (``parts`` parts)
+`StateImported`         rank -> conductor   the state arrived and was imported here
 `Output`                conductor -> client an emitted value, with its flow and walk
 `Finished`              conductor -> client the request ended (ok, or its error)
 ======================  ==================  ==============================================
@@ -178,6 +183,21 @@ class Release(Message):
     reason: str = "finished"
 
 
+@dataclass(frozen=True, slots=True)
+class ExportState(Message):
+    """Before walk instance ``walk_id`` starts, the request's state of ``node`` must move from
+    ``from_ranks`` (this rank is one of them) to ``to_ranks`` (`WalkSpec.handoffs`). Export it
+    (`Node.export_state`), drop it here, and send it: with groups of one size, the rank at
+    position k of ``from_ranks`` sends to position k of ``to_ranks``; otherwise the first rank
+    of ``from_ranks`` sends to every rank of ``to_ranks`` and the others only drop theirs."""
+
+    request: str
+    walk_id: int
+    node: str
+    from_ranks: tuple[int, ...]
+    to_ranks: tuple[int, ...]
+
+
 # ---------------------------------------------------------------- data between ranks
 
 
@@ -238,6 +258,32 @@ class StreamAck(Message):
     seq: int
 
 
+@dataclass(frozen=True, slots=True)
+class StatePart(Message):
+    """One named tensor (``key``, from `Node.export_state`) of the state of ``node`` that
+    ``src_rank`` exports for walk instance ``walk_id``; a data message like `Value`."""
+
+    DATA: ClassVar[bool] = True
+    request: str
+    walk_id: int
+    node: str
+    key: str
+    src_rank: int
+    data: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class StateEnd(Message):
+    """``src_rank`` sent every part of the exported state: ``parts`` `StatePart` messages (the
+    receiver imports once it holds them all, whatever order they arrive in)."""
+
+    request: str
+    walk_id: int
+    node: str
+    src_rank: int
+    parts: int
+
+
 # ---------------------------------------------------------------- rank -> conductor
 
 
@@ -246,6 +292,16 @@ class WalkDone(Message):
     request: str
     walk_id: int
     walk: str
+    rank: int
+
+
+@dataclass(frozen=True, slots=True)
+class StateImported(Message):
+    """``rank`` imported the state of ``node`` moved for walk instance ``walk_id``."""
+
+    request: str
+    walk_id: int
+    node: str
     rank: int
 
 
@@ -327,11 +383,15 @@ MESSAGES: dict[str, type[Message]] = {
         StreamAbandon,
         SkipChunk,
         Release,
+        ExportState,
         Value,
         Until,
         StreamItem,
         StreamAck,
+        StatePart,
+        StateEnd,
         WalkDone,
+        StateImported,
         ChunkReady,
         ClientOut,
         Failed,

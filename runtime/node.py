@@ -20,6 +20,12 @@ Contract:
 * Per-request state lives in `CallContext.state`, a dict the runtime keeps per (request, node)
   for the whole request and drops when it ends (then it calls `release(request_id)`). `kv_cache`
   nodes keep their per-request cache there until the paged KV engine exists.
+* When a placement runs a kv-cache node's walks on different rank groups (prefill on one,
+  decode on another), the request's state moves between them: `export_state` on the old rank
+  turns it into named tensors (which travel like any port value), `import_state` on the new one
+  takes them, before the next walk of the node starts there. The defaults move the
+  `CallContext.state` dict (tensors, ints, floats and bools); a node keeping state elsewhere
+  overrides both.
 * A stream-fed input port comes with a `ChunkInfo` in `CallContext.chunks[port]`: chunk index,
   valid rows on dim 0 (the rest is padding), and whether it is the stream's final chunk.
 * Nodes are deterministic given their inputs and context (seed any sampling from
@@ -182,6 +188,22 @@ class Node:
     def release(self, request_id: str) -> None:
         """The request ended; drop anything held for it outside `CallContext.state`."""
 
+    def export_state(self, request_id: str, kept: dict[str, Any]) -> dict[str, torch.Tensor]:
+        """The request's state of this node as named tensors, to move it to another rank group
+        (prefill/decode disaggregation: the plan's handoffs). ``kept`` is the request's
+        `CallContext.state` dict here; the runtime drops it afterwards, and a node keeping state
+        elsewhere (KV pages) frees it here: the state *moves*. The default encodes ``kept``
+        (`encode_state`: tensors, ints, floats and bools)."""
+        return encode_state(self.name, kept)
+
+    def import_state(
+        self, request_id: str, state: Mapping[str, torch.Tensor], kept: dict[str, Any]
+    ) -> None:
+        """Take the state another rank's `export_state` produced for the request, before the
+        request's next walk of this node runs here. ``kept`` is the request's (fresh)
+        `CallContext.state` dict here. The default decodes ``state`` into it."""
+        kept.update(decode_state(state))
+
     # helpers for implementations
     def out_shape(self, port: str, **symbols: int) -> tuple[int, ...]:
         """The declared static shape of output ``port`` (symbolic dims from ``symbols``)."""
@@ -190,6 +212,51 @@ class Node:
 
     def out_dtype(self, port: str) -> torch.dtype:
         return DTYPES[type_parts(self.ctx.outputs[port])[0]]
+
+
+_STATE_KINDS = {"tensor", "int", "float", "bool"}
+
+
+def encode_state(node_name: str, kept: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+    """A `CallContext.state` dict as tensors: each entry ``key`` becomes ``"<kind>:key"`` (a
+    tensor as it is; an int, float or bool as a 0-dim i64 / f64 / bool tensor), so
+    `decode_state` gives back the same values. Anything else raises `NodeError`: the node must
+    override `Node.export_state`."""
+    out: dict[str, torch.Tensor] = {}
+    for key, v in kept.items():
+        if isinstance(v, torch.Tensor):
+            out[f"tensor:{key}"] = v
+        elif isinstance(v, bool):
+            out[f"bool:{key}"] = torch.tensor(v, dtype=torch.bool)
+        elif isinstance(v, int):
+            out[f"int:{key}"] = torch.tensor(v, dtype=torch.int64)
+        elif isinstance(v, float):
+            out[f"float:{key}"] = torch.tensor(v, dtype=torch.float64)
+        else:
+            raise NodeError(
+                f"node `{node_name}` keeps `{key}` ({type(v).__name__}) in its request state, "
+                "which the default `export_state` cannot move (tensors, ints, floats and bools "
+                "only): override `export_state` / `import_state`"
+            )
+    return out
+
+
+def decode_state(state: Mapping[str, torch.Tensor]) -> dict[str, Any]:
+    """The inverse of `encode_state` (keys without a known ``kind:`` prefix stay tensors)."""
+    out: dict[str, Any] = {}
+    for name, t in state.items():
+        kind, sep, key = name.partition(":")
+        if not sep or kind not in _STATE_KINDS:
+            out[name] = t
+        elif kind == "tensor":
+            out[key] = t
+        elif kind == "bool":
+            out[key] = bool(t.item())
+        elif kind == "int":
+            out[key] = int(t.item())
+        else:
+            out[key] = float(t.item())
+    return out
 
 
 class NodeError(Exception):

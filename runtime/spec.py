@@ -26,6 +26,12 @@ the rank's entry in the ``plan.json`` written beside it), and carry the executio
   before the binding in the body), so the last iteration's value is never delivered. For a
   ``stream`` destination ``rank`` is the stream's owner.
 
+Node state moves between rank groups when a kv-cache node runs its walks on several groups
+(prefill on one, decode on another): `WalkSpec.handoffs` lists the moves that may be due before a
+walk starts, `WalkSpec.kv_groups` where each such node's state lives once it started; the
+conductor tracks, per request, where each node's state lives and runs the moves (see
+`wgc_runtime.conductor.core`).
+
 Flows speak a small protocol: a flow body is a generator taking a `Request` and yielding
 `RunWalk` (run a walk to completion, with arguments that are request segments, `Persisted`
 channels or option values) or `Fail` (end the request with an error). The conductor resumes the
@@ -127,6 +133,10 @@ class CallSpec:
     loops: tuple[str, ...] = ()  # enclosing loops, outermost first
     inputs: tuple[PortIn, ...] = ()
     outputs: tuple[PortOut, ...] = ()
+    # the output ports the call binds to channels in the source: what the node must return
+    # (`CallContext.writes`); None (hand-written specs): every output port with a destination
+    # other than a stream
+    writes: tuple[str, ...] | None = None
     source: str = ""  # "file.walk:line"
 
 
@@ -171,7 +181,10 @@ class PieceSpec:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class NodeSpec:
-    """A node hosted on a rank group; ``impl`` is a ``module:Class`` path the worker imports."""
+    """A node hosted on a rank group; ``impl`` is a ``module:Class`` path the worker imports.
+    ``inputs`` / ``outputs``: the node's declared port types (port -> `TypeSpec`, None when
+    untyped), which the node is built with and its results are checked against; empty in
+    hand-written specs, where the ports the rank's calls use stand in."""
 
     name: str
     impl: str
@@ -181,6 +194,8 @@ class NodeSpec:
     ranks: tuple[int, ...] = ()  # the group (tensor parallel shards across it)
     tp: int = 1
     walks: tuple[str, ...] = ("*",)  # the walks it serves on this group; "*" = every walk
+    inputs: tuple[tuple[str, TypeSpec | None], ...] = ()
+    outputs: tuple[tuple[str, TypeSpec | None], ...] = ()
     source: str = ""
 
 
@@ -200,6 +215,9 @@ class StreamSpec:
     item: TypeSpec | None = None
     capacity: int
     done_after_flows: tuple[str, ...] = ()
+    # the flows that may take its chunks (None: unknown, the conductor assumes every flow but
+    # its producers'); once none of them runs, the stream is abandoned
+    consumer_flows: tuple[str, ...] | None = None
     source: str = ""
 
 
@@ -267,6 +285,18 @@ class WalkInputSpec:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Handoff:
+    """Before the walk starts, the request's state of kv-cache node ``node`` must be on
+    ``to_ranks``: if the request last ran the node on ``from_ranks``, it moves from there first
+    (the conductor asks ``from_ranks`` to export it, they send it to ``to_ranks``, which import
+    it and confirm; then the walk starts)."""
+
+    node: str
+    from_ranks: tuple[int, ...]
+    to_ranks: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class WalkSpec:
     name: str
     ranks: tuple[int, ...] = ()  # every rank with a piece
@@ -274,6 +304,11 @@ class WalkSpec:
     inputs: tuple[WalkInputSpec, ...] = ()
     # persisted channel -> the rank that keeps it (-1: the conductor, for a persisted walk input)
     persists: tuple[tuple[str, int], ...] = ()
+    # node-state moves that may be due before the walk starts (prefill/decode disaggregation)
+    handoffs: tuple[Handoff, ...] = ()
+    # (node, group) for each kv-cache node the walk calls that runs on several groups in the
+    # plan: where the request's state of the node lives once the walk has started
+    kv_groups: tuple[tuple[str, tuple[int, ...]], ...] = ()
     source: str = ""
 
 

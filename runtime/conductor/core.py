@@ -23,6 +23,14 @@ resumes when every rank in `WalkSpec.report` sent `WalkDone`; the walk's `persis
 where each persisted channel of that flow lives. Persisted channels are per flow (flows run
 side by side, so a flow reads only what its own walks persisted).
 
+**Node state.** A kv-cache node may run its walks on several rank groups (prefill on one,
+decode on another). The conductor tracks per request where each such node's state lives (the
+group of the last walk that ran it: `WalkSpec.kv_groups`); before a walk starts, every handoff
+of the walk (`WalkSpec.handoffs`) whose ``from_ranks`` hold the state sends `ExportState` there;
+the ranks move the state among themselves and each rank of ``to_ranks`` confirms with
+`StateImported`; the walk starts (`StartWalk`, its inputs) after the last confirmation, within
+the walk's deadline.
+
 **Streams.** A stream's producer is done for the request once every flow in
 `StreamSpec.done_after_flows` that runs has ended (`StreamDone` to the owner). It is abandoned
 (`StreamAbandon`: items are accepted and dropped, the producer never stalls) once no flow that
@@ -49,6 +57,7 @@ from wgc_runtime.messages import (
     CLIENT,
     ChunkReady,
     ClientOut,
+    ExportState,
     Failed,
     Finished,
     ForwardPersisted,
@@ -57,6 +66,7 @@ from wgc_runtime.messages import (
     Release,
     SkipChunk,
     StartWalk,
+    StateImported,
     StreamAbandon,
     StreamDone,
     Value,
@@ -102,6 +112,10 @@ class _WalkWait:
     spec: WalkSpec
     pending: set[int]
     deadline: float
+    # node-state moves before the walk starts: (node, rank) imports not yet confirmed, and
+    # what starts the walk once they are
+    moving: set[tuple[str, int]] = field(default_factory=set)
+    start: Callable[[], None] | None = None
 
 
 @dataclass(eq=False)
@@ -114,6 +128,7 @@ class _Req:
     kept: dict[tuple[str, str], Any] = field(default_factory=dict)  # conductor-held persists
     streams_done: set[str] = field(default_factory=set)
     streams_abandoned: set[str] = field(default_factory=set)
+    state_at: dict[str, tuple[int, ...]] = field(default_factory=dict)  # node -> its group
     last_progress: float = 0.0
     ended: bool = False
 
@@ -303,14 +318,36 @@ class ConductorCore:
         self._next_walk_id += 1
         wid = self._next_walk_id
         flow.waiting = wid
-        req.walks[wid] = _WalkWait(flow, ws, set(ws.report), self.clock() + self.walk_timeout_s)
-        options = tuple(self._options(req.request).items())
-        for r in ws.ranks:
-            self.outbox(r, StartWalk(req.id, wid, ws.name, name, options))
-        for inp in ws.inputs:
-            self._deliver_input(req, flow, wid, ws, inp, step.args)
-        if not ws.report:  # a walk with no rank to wait for
-            self._walk_complete(req, wid)
+        wait = _WalkWait(flow, ws, set(ws.report), self.clock() + self.walk_timeout_s)
+        req.walks[wid] = wait
+
+        def start() -> None:
+            options = tuple(self._options(req.request).items())
+            for r in ws.ranks:
+                self.outbox(r, StartWalk(req.id, wid, ws.name, name, options))
+            for inp in ws.inputs:
+                self._deliver_input(req, flow, wid, ws, inp, step.args)
+            if not ws.report:  # a walk with no rank to wait for
+                self._walk_complete(req, wid)
+
+        self._move_state(req, wid, wait, ws)
+        if wait.moving:
+            wait.start = start  # once every moved state is imported (`StateImported`)
+        else:
+            start()
+
+    def _move_state(self, req: _Req, wid: int, wait: _WalkWait, ws: WalkSpec) -> None:
+        """Start the node-state moves due before walk ``ws`` (its handoffs whose node's state is
+        on their ``from_ranks`` for this request); the state then lives where the walk runs."""
+        for h in getattr(ws, "handoffs", ()):
+            if req.state_at.get(h.node) != tuple(h.from_ranks):
+                continue
+            msg = ExportState(req.id, wid, h.node, tuple(h.from_ranks), tuple(h.to_ranks))
+            for r in h.from_ranks:
+                self.outbox(r, msg)
+            wait.moving |= {(h.node, r) for r in h.to_ranks}
+        for node, ranks in getattr(ws, "kv_groups", ()):
+            req.state_at[node] = tuple(ranks)
 
     def _options(self, request: Request) -> dict[str, Any]:
         defaults = getattr(request, "defaults", None) or self.spec.option_defaults()
@@ -398,6 +435,13 @@ class ConductorCore:
                     wait.pending.discard(msg.rank)
                     if not wait.pending:
                         self._walk_complete(req, msg.walk_id)
+            elif isinstance(msg, StateImported):
+                wait = req.walks.get(msg.walk_id)
+                if wait is not None and wait.moving:
+                    wait.moving.discard((msg.node, msg.rank))
+                    if not wait.moving and wait.start is not None:
+                        start, wait.start = wait.start, None
+                        start()
             elif isinstance(msg, ClientOut):
                 self.outbox(
                     CLIENT,
@@ -479,7 +523,13 @@ class ConductorCore:
             if f.done:
                 continue
             wait = req.walks.get(f.waiting) if f.waiting is not None else None
-            if wait is not None:
+            if wait is not None and wait.moving:
+                moves = ", ".join(f"`{n}` to rank {r}" for n, r in sorted(wait.moving))
+                out.append(
+                    f"flow `{name}` waits for node state to move before walk "
+                    f"`{wait.spec.name}` ({moves})"
+                )
+            elif wait is not None:
                 ranks = ", ".join(str(r) for r in sorted(wait.pending))
                 out.append(f"flow `{name}` waits for walk `{wait.spec.name}` (ranks {ranks})")
             elif f.spec.kind == "on_stream":
@@ -505,12 +555,16 @@ class ConductorCore:
             if late:
                 w = late[0]
                 ranks = ", ".join(str(r) for r in sorted(w.pending))
+                why = f"ranks {ranks} have not reported"
+                if w.moving:
+                    moves = ", ".join(f"`{n}` to rank {r}" for n, r in sorted(w.moving))
+                    why = f"node state still moving before it starts: {moves}"
                 self._end(
                     req,
                     _Abort(
                         "timeout",
                         f"walk `{w.spec.name}` did not finish within {self.walk_timeout_s:g} s "
-                        f"(ranks {ranks} have not reported)",
+                        f"({why})",
                         w.flow.spec.name,
                         w.spec.name,
                     ),

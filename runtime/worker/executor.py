@@ -43,6 +43,14 @@ stream); the producing call's remaining destinations wait until the item is acce
 owner tells the conductor each time a chunk becomes ready (`ChunkReady`, with its exact
 ``final`` flag), and takes chunks for consumer calls, for `SkipChunk` and never otherwise.
 
+**Node-state handoffs.** When a kv-cache node runs its walks on several rank groups (the
+plan's `WalkSpec.handoffs`), the conductor sends `ExportState` to the group that last ran it
+for the request: the node's `export_state` turns the request's state into named tensors, the
+state is dropped here, and each tensor travels to the new group as a `StatePart` (a data
+message, like `Value`), then `StateEnd` with the count. The receiver imports the state once it
+holds every part (`import_state`) and confirms with `StateImported`; the conductor starts the
+walk after every confirmation.
+
 **Failures.** A node that raises or returns outputs that do not match its ports fails that
 request only (`Failed` to the conductor, with node, walk and message); its state here is dropped
 at once. `cancel` / `release` drop a request's state and call every node's ``release``; late
@@ -63,12 +71,16 @@ from wgc_runtime.messages import (
     CONDUCTOR,
     ChunkReady,
     ClientOut,
+    ExportState,
     Failed,
     ForwardPersisted,
     Message,
     Release,
     SkipChunk,
     StartWalk,
+    StateEnd,
+    StateImported,
+    StatePart,
     StreamAbandon,
     StreamAck,
     StreamDone,
@@ -127,10 +139,12 @@ class _Piece:
             for p in c.inputs:
                 if p.mode == "stream" and p.src.name:
                     stream_calls.setdefault(p.src.name, []).append(c.id)
-            # a port is bound when something other than its stream reads it
-            writes[c.id] = frozenset(
-                o.port for o in c.outputs if any(d.kind != "stream" for d in o.dests)
-            )
+            if c.writes is not None:  # the ports the source binds
+                writes[c.id] = frozenset(c.writes)
+            else:  # a hand-written spec: a port is bound when something but its stream reads it
+                writes[c.id] = frozenset(
+                    o.port for o in c.outputs if any(d.kind != "stream" for d in o.dests)
+                )
         children: dict[str | None, list[str]] = {}
         for lp in spec.loops:
             children.setdefault(lp.parent, []).append(lp.name)
@@ -213,6 +227,10 @@ class _Request:
     stream_pending: dict[str, deque] = field(default_factory=dict)
     notified: dict[str, int] = field(default_factory=dict)
     acks: dict[int, Callable[[], None]] = field(default_factory=dict)  # producer side
+    # node states arriving from another group: (walk id, node, src rank) -> parts, and the
+    # part count once `StateEnd` said it
+    incoming: dict[tuple[int, str, int], dict[str, Any]] = field(default_factory=dict)
+    incoming_parts: dict[tuple[int, str, int], int] = field(default_factory=dict)
 
 
 # ---------------------------------------------------------------------------------- executor
@@ -250,11 +268,15 @@ class RankExecutor:
             StreamDone: self._on_stream_done,
             StreamAbandon: self._on_stream_abandon,
             SkipChunk: self._on_skip_chunk,
+            ExportState: self._on_export_state,
+            StatePart: self._on_state_part,
+            StateEnd: self._on_state_end,
             Release: lambda m: self.release(m.request),
         }
 
     def _port_types(self) -> dict[str, dict[str, Any]]:
-        """Declared output types per node: the node's own context, else every call's ports."""
+        """Declared output types per node: its `NodeSpec.outputs`, else the node's own context,
+        else the ports of every call of it here."""
         out: dict[str, dict[str, Any]] = {}
         for p in self.spec.pieces:
             for c in p.calls:
@@ -264,6 +286,9 @@ class RankExecutor:
             declared = getattr(getattr(node, "ctx", None), "outputs", None)
             if declared:
                 out[name] = dict(declared)
+        for n in self.spec.nodes:
+            if n.outputs:
+                out[n.name] = dict(n.outputs)
         return out
 
     # ------------------------------------------------------------------ public API
@@ -1007,6 +1032,79 @@ class RankExecutor:
         if buf.taken == m.index and not buf.final_taken and buf.ready():
             buf.take()
         self._stream_changed(req, m.stream)
+
+    # ------------------------------------------------------------------ node-state handoffs
+    def _on_export_state(self, m: ExportState) -> None:
+        """Move the request's state of ``m.node`` to its new group (a plan handoff)."""
+        req = self._req(m.request)
+        node = self.nodes.get(m.node)
+        if node is None:
+            raise RequestAbort(
+                "internal", f"rank {self.rank} cannot export the state of `{m.node}`: not loaded"
+            )
+        kept = req.node_state.pop(m.node, {})
+        try:
+            state = dict(node.export_state(m.request, kept))
+        except Exception as exc:
+            raise RequestAbort(
+                "node",
+                f"node `{m.node}` failed to export its state on rank {self.rank}: "
+                f"{type(exc).__name__}: {exc}",
+                node=m.node,
+            ) from exc
+        if len(m.from_ranks) == len(m.to_ranks):
+            k = m.from_ranks.index(self.rank) if self.rank in m.from_ranks else 0
+            targets: tuple[int, ...] = (m.to_ranks[k],)
+        elif m.from_ranks and m.from_ranks[0] == self.rank:
+            targets = m.to_ranks
+        else:
+            targets = ()  # another rank of the group sends it; this shard only drops its copy
+        for to in targets:
+            for key, value in state.items():
+                self._send_state(to, StatePart(m.request, m.walk_id, m.node, key, self.rank, value))
+            self._send_state(to, StateEnd(m.request, m.walk_id, m.node, self.rank, len(state)))
+
+    def _send_state(self, to: int, msg: Message) -> None:
+        if to == self.rank:
+            self.deliver(msg)
+        else:
+            self.outbox(to, msg)
+
+    def _on_state_part(self, m: StatePart) -> None:
+        req = self._req(m.request)
+        key = (m.walk_id, m.node, m.src_rank)
+        req.incoming.setdefault(key, {})[m.key] = m.data
+        self._maybe_import(req, key)
+
+    def _on_state_end(self, m: StateEnd) -> None:
+        req = self._req(m.request)
+        key = (m.walk_id, m.node, m.src_rank)
+        req.incoming.setdefault(key, {})
+        req.incoming_parts[key] = m.parts
+        self._maybe_import(req, key)
+
+    def _maybe_import(self, req: _Request, key: tuple[int, str, int]) -> None:
+        parts = req.incoming_parts.get(key)
+        if parts is None or len(req.incoming.get(key, ())) < parts:
+            return
+        state = req.incoming.pop(key)
+        del req.incoming_parts[key]
+        walk_id, name, _ = key
+        node = self.nodes.get(name)
+        if node is None:
+            raise RequestAbort(
+                "internal", f"rank {self.rank} cannot import the state of `{name}`: not loaded"
+            )
+        try:
+            node.import_state(req.id, state, req.node_state.setdefault(name, {}))
+        except Exception as exc:
+            raise RequestAbort(
+                "node",
+                f"node `{name}` failed to import its state on rank {self.rank}: "
+                f"{type(exc).__name__}: {exc}",
+                node=name,
+            ) from exc
+        self.outbox(CONDUCTOR, StateImported(req.id, walk_id, name, self.rank))
 
     # ------------------------------------------------------------------ failures
     def _fail(self, request: str | None, exc: RequestAbort) -> None:

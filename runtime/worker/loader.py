@@ -2,9 +2,10 @@
 
 Each `NodeSpec` names its ``impl`` (``module:Class``); the class is imported and built with a
 `NodeContext`: the node's name, config, the rank's device, engine, KV labels, tensor-parallel
-position, and its port types. A `NodeSpec` does not list the node's declared ports, so the port
-types are gathered from every call of the node in the rank's pieces (each port a call uses
-carries its declared type); ports no call on this rank uses are unknown to the node here.
+position, and its port types: the node's declared ports (`NodeSpec.inputs` / ``outputs``, every
+port, whether or not a call on this rank uses it). A hand-written `NodeSpec` may leave them
+out; then they are gathered from every call of the node in the rank's pieces (each port a call
+uses carries its declared type), and ports no call on this rank uses are unknown to the node.
 """
 
 from __future__ import annotations
@@ -17,7 +18,11 @@ from wgc_runtime.spec import NodeSpec, RankSpec
 
 
 def port_types(rank: RankSpec, node: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(inputs, outputs): port -> `TypeSpec` of every port the node's calls use here."""
+    """(inputs, outputs): port -> `TypeSpec`: the node's declared ports when its `NodeSpec` has
+    them, else every port the node's calls use here."""
+    spec = rank.node(node)
+    if spec is not None and (spec.inputs or spec.outputs):
+        return dict(spec.inputs), dict(spec.outputs)
     ins: dict[str, Any] = {}
     outs: dict[str, Any] = {}
     for p in rank.pieces:

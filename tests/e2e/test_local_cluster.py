@@ -5,6 +5,7 @@ admission cap behave per request."""
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 from typing import ClassVar
@@ -28,7 +29,7 @@ from wgc.interp import (  # noqa: E402
     segment,
 )
 from wgc_runtime import messages as M  # noqa: E402
-from wgc_runtime.local import Handle, LocalCluster  # noqa: E402
+from wgc_runtime.local import Handle, LocalCluster, load_generated  # noqa: E402
 from wgc_runtime.node import Node  # noqa: E402
 
 PLACEMENTS = ("cpu", "cpu-2rank", "cpu-3rank")
@@ -142,29 +143,8 @@ SCENARIOS = {
     },
 }
 
-# Plans that are wrong for execution (reported to the lowering; strict: these flip when fixed).
-KV_MIGRATION = (
-    "plan: the LLM's prefill and decode walks run on different ranks (P/D split) but the plan "
-    "has no step moving the request's KV cache / node state between the ranks"
-)
-
-
-def _known_issue(family: str, placement: str, name: str) -> str | None:
-    if family in ("orpheus", "pi05") and placement == "cpu-3rank":
-        return KV_MIGRATION
-    return None
-
-
 CASES = [
-    pytest.param(
-        f,
-        p,
-        n,
-        id=f"{f}-{p}-{n}",
-        marks=[pytest.mark.xfail(reason=why, strict=True)]
-        if (why := _known_issue(f, p, n))
-        else [],
-    )
+    pytest.param(f, p, n, id=f"{f}-{p}-{n}")
     for f, scenarios in SCENARIOS.items()
     for p in PLACEMENTS
     for n in scenarios
@@ -366,3 +346,114 @@ def test_a_stuck_request_ends_with_a_deadlock_error_not_a_hang() -> None:
     h = c.submit(make_request(model("bagel"), [segment("text", "x")], ["text"])).result()
     assert h.error is not None and h.error.kind == "deadlock"
     assert "flow `main` waits for walk `prefill_text` (ranks 0)" in (h.error.message or "")
+
+
+# ---------------------------------------------------------------------------------- node state
+def test_pd_split_moves_the_llm_state_before_decode_starts() -> None:
+    c = cluster("orpheus", "cpu-3rank")  # prefill on rank 0, decode on rank 1
+    c.log = []
+    req = make_request(model("orpheus"), [segment("text", "hello")], ["audio"], {"eos_after": 34})
+    h = c.submit(req, "request-0").result()
+    assert h.ok, h.error
+    kinds = [(to, type(m).__name__) for to, m in c.log]
+    exports = [m for to, m in c.log if isinstance(m, M.ExportState)]
+    assert [(m.node, m.from_ranks, m.to_ranks) for m in exports] == [("LLM", (0,), (1,))]
+    parts = [(to, m) for to, m in c.log if isinstance(m, M.StatePart)]
+    assert {to for to, _ in parts} == {1} and {m.key for _, m in parts} == {"int:context"}
+    imported = kinds.index((M.CONDUCTOR, "StateImported"))
+    decode = next(
+        i for i, (to, m) in enumerate(c.log) if isinstance(m, M.StartWalk) and m.walk == "decode"
+    )
+    assert imported < decode
+    assert same_outputs(reference("orpheus", c, req), as_outputs(h))
+
+
+def test_bagel_pd_split_runs_on_cpu_and_matches_the_interpreter() -> None:
+    conductor, ranks = load_generated(ROOT / "generated" / "bagel" / "pd-split")
+    ranks = [dataclasses.replace(r, device="cpu") for r in ranks]
+    c = LocalCluster((conductor, ranks), nodes_factory=factory(model("bagel")))
+    for inputs, want, options in (
+        ([segment("text", "a cat")], ["image"], {"think": True, "eos_after": 3}),
+        ([segment("image", IMAGE), segment("text", "what?")], ["text"], {"eos_after": 6}),
+    ):
+        req = make_request(model("bagel"), inputs, want, options)
+        h = c.submit(req).result()
+        assert h.ok, h.error
+        assert same_outputs(reference("bagel", c, req, h.id), as_outputs(h))
+    assert all(not ex.requests for ex in c.ranks.values())
+
+
+def test_the_default_node_factory_builds_every_node_with_its_declared_ports() -> None:
+    c = LocalCluster(ROOT / "generated" / "bagel" / "cpu-3rank")  # impls from NodeSpec.impl
+    cfg = c.ranks[1].nodes["LLM_cfg_text"]
+    assert set(cfg.ctx.outputs) == {"new_token", "stop", "velocity", "latents", "time_index"}
+    req = make_request(model("bagel"), [segment("text", "a red cube")], ["image"])
+    h = c.submit(req, "request-0").result()
+    assert h.ok, h.error
+    assert same_outputs(reference("bagel", c, req), as_outputs(h))
+
+
+class MovesItsOwnState(Node):
+    """Keeps its per-request state outside `CallContext.state` (like a paged KV cache) and moves
+    it with its own `export_state` / `import_state`."""
+
+    def __init__(self, inner: Node):
+        super().__init__(inner.ctx)
+        self.inner = inner
+        self.held: dict[str, dict] = {}
+        self.moves: list[tuple[str, str]] = []
+
+    def forward_one(self, inputs, ctx):
+        ctx.state = self.held.setdefault(ctx.request_id, {})
+        return self.inner.forward_one(inputs, ctx)
+
+    def export_state(self, request_id, kept):
+        self.moves.append(("export", request_id))
+        assert not kept  # nothing kept in CallContext.state by the runtime
+        return {"int:context": torch.tensor(self.held.pop(request_id)["context"])}
+
+    def import_state(self, request_id, state, kept):
+        self.moves.append(("import", request_id))
+        self.held[request_id] = {"context": int(state["int:context"].item())}
+
+    def release(self, request_id):
+        self.held.pop(request_id, None)
+
+
+def test_a_node_can_move_state_it_keeps_itself() -> None:
+    seen: list[MovesItsOwnState] = []
+
+    def wrap(n):
+        if n.name != "LLM":
+            return n
+        w = MovesItsOwnState(n)
+        seen.append(w)
+        return w
+
+    c = cluster("orpheus", "cpu-3rank", wrap=wrap)
+    req = make_request(model("orpheus"), [segment("text", "hi")], ["audio"], {"eos_after": 20})
+    h = c.submit(req, "request-0").result()
+    assert h.ok, h.error
+    assert [m for w in seen for m in w.moves] == [("export", "request-0"), ("import", "request-0")]
+    assert same_outputs(reference("orpheus", c, req), as_outputs(h))
+
+
+class CannotExport(Node):
+    def __init__(self, inner: Node):
+        super().__init__(inner.ctx)
+        self.inner = inner
+
+    def forward_one(self, inputs, ctx):
+        out = self.inner.forward_one(inputs, ctx)
+        ctx.state["handle"] = object()  # not a tensor: the default export cannot move it
+        return out
+
+
+def test_a_state_that_cannot_move_fails_the_request_clearly() -> None:
+    c = cluster("orpheus", "cpu-3rank", wrap=lambda n: CannotExport(n) if n.name == "LLM" else n)
+    req = make_request(model("orpheus"), [segment("text", "hi")], ["audio"])
+    h = c.submit(req, "request-0").result()
+    assert h.error is not None and h.error.kind == "node" and h.error.node == "LLM"
+    assert "failed to export its state on rank 0" in (h.error.message or "")
+    assert "override `export_state`" in (h.error.message or "")
+    assert all(not ex.requests for ex in c.ranks.values())

@@ -201,7 +201,7 @@ def test_mstar_default_ranks_run_unnamed_nodes() -> None:
 def test_kv_bytes_reads_layers_heads_and_head_dim_from_config() -> None:
     model = front(example("bagel"))
     node = NodePlan("X", "p:X", "kv_cache", (), (("layers", 28), ("kv_heads", 4),
-                    ("head_dim", 128)), (0,), 1, ("*",), "x:1")  # fmt: skip
+                    ("head_dim", 128)), (0,), 1, ("*",), (), (), "x:1")  # fmt: skip
     kv = KvCache(page_size=16, pages=10, dtype="bf16")
     assert kv_bytes(model, node, kv) == 10 * 16 * 2 * 28 * 4 * 128 * 2
 

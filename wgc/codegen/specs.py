@@ -33,6 +33,7 @@ SPEC_OF: dict[type, type] = {
     P.RankPlan: S.RankSpec,
     P.WalkInputPlan: S.WalkInputSpec,
     P.WalkPlan: S.WalkSpec,
+    P.Handoff: S.Handoff,
 }
 
 # a hook may replace how one field of one record renders (a reference to a constant, comments)

@@ -15,6 +15,7 @@ from __future__ import annotations
 from wgc.ir.model import Model
 from wgc.ir.walk import Walk
 from wgc.lower.plan import NodePlan
+from wgc.lower.typespec import type_spec
 from wgc.placement.model import Group, Placement
 from wgc.placement.reach import default_group, reachable_walks
 
@@ -91,6 +92,8 @@ class Assignment:
                 ranks=ranks,
                 tp=tp,
                 walks=("*",) if walks is None else _walk_order(self.model, walks),
+                inputs=tuple((p.name, type_spec(p.type)) for p in node.inputs),
+                outputs=tuple((p.name, type_spec(p.type)) for p in node.outputs),
                 source=source(node.span),
             )
             for r in sorted(set(ranks)):

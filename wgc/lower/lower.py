@@ -2,7 +2,8 @@
 
 Steps: assign every call a rank (`assign`); lower each walk into call plans, loop copies and
 hops (`pieces`); derive the route table and the cross-rank transfers (`routes`), stream buffers
-(`streams`), the capture plan (`capture`) and the memory estimate per rank (`memory`).
+(`streams`), the node-state handoffs between rank groups (`handoffs`), the capture plan
+(`capture`) and the memory estimate per rank (`memory`).
 
 Determinism: ranks ascend, walks, loops, nodes, streams and flows keep source order, calls go by
 id, ports by the node's declaration order; no set or dict iteration order reaches the plan.
@@ -16,7 +17,7 @@ from pathlib import Path
 
 from wgc.diagnostics.diagnostic import Span
 from wgc.ir.model import Model
-from wgc.lower import capture, memory, routes, streams
+from wgc.lower import capture, handoffs, memory, routes, streams
 from wgc.lower import params as P
 from wgc.lower.assign import Assignment
 from wgc.lower.pieces import LoweredWalk, WalkLowerer
@@ -68,6 +69,7 @@ def lower(
     route_rows: list[Route] = []
     hops: list[Transfer] = []
     walk_plans: list[WalkPlan] = []
+    kv = handoffs.kv_groups(model, assign, lowered)
     for lw in lowered:
         src = _source(lw.walk.span)
         ranks = lw.ranks()
@@ -77,7 +79,19 @@ def lower(
             caps.setdefault(c.rank, []).append(c)
         route_rows.extend(routes.routes(lw))
         hops.extend(routes.transfers(lw))
-        walk_plans.append(WalkPlan(lw.walk.name, ranks, ranks, lw.inputs, lw.persists, src))
+        name = lw.walk.name
+        walk_plans.append(
+            WalkPlan(
+                name=name,
+                ranks=ranks,
+                report=ranks,
+                inputs=lw.inputs,
+                persists=lw.persists,
+                handoffs=handoffs.walk_handoffs(kv, name),
+                kv_groups=handoffs.walk_kv_groups(kv, name),
+                source=src,
+            )
+        )
 
     stream_plans = streams.stream_plans(model, node_calls, owners, _source)
     node_plans = assign.node_plans(_source)
@@ -107,7 +121,7 @@ def lower(
         )
 
     values = P.overrides(placement, params)
-    kv = placement.kv_cache
+    kvc = placement.kv_cache
     return Plan(
         model=model.name,
         placement=placement.name,
@@ -119,7 +133,7 @@ def lower(
         routes=tuple(route_rows),
         transfers=tuple(hops),
         placed=assign.placed(),
-        kv_cache=(("page_size", kv.page_size), ("pages", kv.pages), ("dtype", kv.dtype)),
+        kv_cache=(("page_size", kvc.page_size), ("pages", kvc.pages), ("dtype", kvc.dtype)),
         batching=(
             ("max_batch", placement.batching.max_batch),
             ("capture", buckets),

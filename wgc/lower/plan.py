@@ -119,6 +119,9 @@ class CallPlan:
     loops: tuple[str, ...]  # enclosing loops, outermost first
     inputs: tuple[PortIn, ...]
     outputs: tuple[PortOut, ...]
+    # the output ports the call binds to channels in the source (`-> a = port, b`), in the
+    # node's port order: what the node must return (`CallContext.writes`)
+    writes: tuple[str, ...]
     source: str  # "file.walk:line"
 
 
@@ -163,6 +166,10 @@ class NodePlan:
     ranks: tuple[int, ...]  # the rank group hosting it (tp shards across it)
     tp: int
     walks: tuple[str, ...]  # the walks it serves on this group ("*" = every walk)
+    # the node's declared ports, in declaration order (None: a type the compiler could not
+    # resolve): what the worker builds the node with and checks its outputs against
+    inputs: tuple[tuple[str, TypeSpec | None], ...]
+    outputs: tuple[tuple[str, TypeSpec | None], ...]
     source: str
 
 
@@ -180,6 +187,9 @@ class StreamPlan:
     item: TypeSpec | None
     capacity: int  # items buffered before back-pressure
     done_after_flows: tuple[str, ...]  # the producer is done when these flows have ended
+    # the flows that may take its chunks: those that can run a walk calling the consumer, and
+    # its `on` flows (every flow when an extern flow exists): once none runs, it is abandoned
+    consumer_flows: tuple[str, ...]
     source: str
 
 
@@ -233,15 +243,34 @@ class WalkInputPlan:
 
 
 @dataclass(frozen=True, slots=True)
+class Handoff:
+    """Before the walk starts, the request's state of kv-cache node ``node`` must be on
+    ``to_ranks`` (the group running it in this walk): if the request last ran the node on
+    ``from_ranks``, the state moves from there first (prefill/decode disaggregation)."""
+
+    node: str
+    from_ranks: tuple[int, ...]
+    to_ranks: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class WalkPlan:
     """What the conductor knows of a walk. In ``persists`` rank -1 means the conductor keeps the
-    value itself (a walk input persisted unchanged)."""
+    value itself (a walk input persisted unchanged).
+
+    ``handoffs``: the node-state moves that may have to happen before the walk starts, one per
+    (kv-cache node the walk calls, other group running that node in some walk). ``kv_groups``:
+    for every kv-cache node the walk calls that runs on more than one group across the plan, the
+    group running it here (where the request's state of the node lives once the walk started).
+    """
 
     name: str
     ranks: tuple[int, ...]  # every rank with a piece
     report: tuple[int, ...]  # ranks that must report before the walk is done
     inputs: tuple[WalkInputPlan, ...]
     persists: tuple[tuple[str, int], ...]  # persisted channel -> the rank that keeps it
+    handoffs: tuple[Handoff, ...]
+    kv_groups: tuple[tuple[str, tuple[int, ...]], ...]
     source: str
 
 

@@ -73,6 +73,19 @@ def stream_owners(model: Model, calls: dict[str, list], fallback) -> dict[str, i
     return out
 
 
+def consumer_flows(
+    model: Model, s: Stream, calls: dict[str, list], reaching: dict[str, tuple[str, ...]]
+) -> tuple[str, ...]:
+    """The flows that may take the stream's chunks, in flow order: those that can run a walk
+    calling the consumer, and the stream's `on` flows; every flow when one is extern (it may run
+    any walk)."""
+    if any(f.kind is FlowKind.EXTERN for f in model.flows):
+        return tuple(f.name for f in model.flows)
+    names = {f for w, _ in calls.get(s.consumer.node, []) for f in reaching.get(w, ())}
+    names |= {f.name for f in model.flows if f.kind is FlowKind.ON_STREAM and f.on_stream == s.name}
+    return tuple(f.name for f in model.flows if f.name in names)
+
+
 def stream_plans(
     model: Model, calls: dict[str, list], owners: dict[str, int], source
 ) -> list[StreamPlan]:
@@ -102,6 +115,7 @@ def stream_plans(
                 item=type_spec(port.type if port else None),
                 capacity=CHUNKS_BUFFERED * chunk_items(s),
                 done_after_flows=tuple(f.name for f in model.flows if f.name in flows),
+                consumer_flows=consumer_flows(model, s, calls, reaching),
                 source=source(s.span),
             )
         )

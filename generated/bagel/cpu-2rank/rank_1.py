@@ -34,6 +34,21 @@ NODE_LLM_CFG_TEXT = NodeSpec(
     config=(("cfg_text_scale", 4.0), ("cfg_img_scale", 1.0), ("timestep_shift", 3.0)),
     ranks=(1,),
     walks=("image_gen_cfg",),
+    inputs=(
+        ("text_inputs", TypeSpec("i64", ("T",))),
+        ("token", TypeSpec("i64", (1,))),
+        ("vit_embeddings", TypeSpec("bf16", ("V", 64))),
+        ("vae_latents", TypeSpec("f32", ("L", 16))),
+        ("latents", TypeSpec("f32", (16, 16))),
+        ("time_index", TypeSpec("i64", ())),
+    ),
+    outputs=(
+        ("new_token", TypeSpec("i64", (1,))),
+        ("stop", TypeSpec("bool", ())),
+        ("velocity", TypeSpec("f32", (16, 16))),
+        ("latents", TypeSpec("f32", (16, 16))),
+        ("time_index", TypeSpec("i64", ())),
+    ),
     source="bagel.walk:67",
 )
 
@@ -46,6 +61,21 @@ NODE_LLM_CFG_IMG = NodeSpec(
     config=(("cfg_text_scale", 4.0), ("cfg_img_scale", 1.0), ("timestep_shift", 3.0)),
     ranks=(1,),
     walks=("image_gen_cfg",),
+    inputs=(
+        ("text_inputs", TypeSpec("i64", ("T",))),
+        ("token", TypeSpec("i64", (1,))),
+        ("vit_embeddings", TypeSpec("bf16", ("V", 64))),
+        ("vae_latents", TypeSpec("f32", ("L", 16))),
+        ("latents", TypeSpec("f32", (16, 16))),
+        ("time_index", TypeSpec("i64", ())),
+    ),
+    outputs=(
+        ("new_token", TypeSpec("i64", (1,))),
+        ("stop", TypeSpec("bool", ())),
+        ("velocity", TypeSpec("f32", (16, 16))),
+        ("latents", TypeSpec("f32", (16, 16))),
+        ("time_index", TypeSpec("i64", ())),
+    ),
     source="bagel.walk:68",
 )
 
@@ -110,6 +140,7 @@ PIECE_IMAGE_GEN_CFG = PieceSpec(
                     ),
                 ),
             ),
+            writes=("velocity",),
             source="bagel.walk:130",
         ),
         # examples/bagel/bagel.walk:131
@@ -154,6 +185,7 @@ PIECE_IMAGE_GEN_CFG = PieceSpec(
                     ),
                 ),
             ),
+            writes=("velocity",),
             source="bagel.walk:131",
         ),
     ),

@@ -33,6 +33,8 @@ NODE_VIT_ENCODER = NodeSpec(
     impl="examples.bagel.nodes:VitEncoder",
     engine="stateless",
     ranks=(0,),
+    inputs=(("image", TypeSpec("u8", ("H", "W", 3))),),
+    outputs=(("vit_embeddings", TypeSpec("bf16", ("V", 64))),),
     source="bagel.walk:37",
 )
 
@@ -42,6 +44,8 @@ NODE_VAE_ENCODER = NodeSpec(
     impl="examples.bagel.nodes:VaeEncoder",
     engine="stateless",
     ranks=(0,),
+    inputs=(("image", TypeSpec("u8", ("H", "W", 3))),),
+    outputs=(("vae_latents", TypeSpec("f32", ("L", 16))),),
     source="bagel.walk:43",
 )
 
@@ -53,6 +57,21 @@ NODE_LLM = NodeSpec(
     labels=("main", "cfg_text", "cfg_img"),
     config=(("cfg_text_scale", 4.0), ("cfg_img_scale", 1.0), ("timestep_shift", 3.0)),
     ranks=(0,),
+    inputs=(
+        ("text_inputs", TypeSpec("i64", ("T",))),
+        ("token", TypeSpec("i64", (1,))),
+        ("vit_embeddings", TypeSpec("bf16", ("V", 64))),
+        ("vae_latents", TypeSpec("f32", ("L", 16))),
+        ("latents", TypeSpec("f32", (16, 16))),
+        ("time_index", TypeSpec("i64", ())),
+    ),
+    outputs=(
+        ("new_token", TypeSpec("i64", (1,))),
+        ("stop", TypeSpec("bool", ())),
+        ("velocity", TypeSpec("f32", (16, 16))),
+        ("latents", TypeSpec("f32", (16, 16))),
+        ("time_index", TypeSpec("i64", ())),
+    ),
     source="bagel.walk:49",
 )
 
@@ -64,6 +83,21 @@ NODE_LLM_CFG_TEXT = NodeSpec(
     labels=("cfg_text",),
     config=(("cfg_text_scale", 4.0), ("cfg_img_scale", 1.0), ("timestep_shift", 3.0)),
     ranks=(0,),
+    inputs=(
+        ("text_inputs", TypeSpec("i64", ("T",))),
+        ("token", TypeSpec("i64", (1,))),
+        ("vit_embeddings", TypeSpec("bf16", ("V", 64))),
+        ("vae_latents", TypeSpec("f32", ("L", 16))),
+        ("latents", TypeSpec("f32", (16, 16))),
+        ("time_index", TypeSpec("i64", ())),
+    ),
+    outputs=(
+        ("new_token", TypeSpec("i64", (1,))),
+        ("stop", TypeSpec("bool", ())),
+        ("velocity", TypeSpec("f32", (16, 16))),
+        ("latents", TypeSpec("f32", (16, 16))),
+        ("time_index", TypeSpec("i64", ())),
+    ),
     source="bagel.walk:67",
 )
 
@@ -75,6 +109,21 @@ NODE_LLM_CFG_IMG = NodeSpec(
     labels=("cfg_img",),
     config=(("cfg_text_scale", 4.0), ("cfg_img_scale", 1.0), ("timestep_shift", 3.0)),
     ranks=(0,),
+    inputs=(
+        ("text_inputs", TypeSpec("i64", ("T",))),
+        ("token", TypeSpec("i64", (1,))),
+        ("vit_embeddings", TypeSpec("bf16", ("V", 64))),
+        ("vae_latents", TypeSpec("f32", ("L", 16))),
+        ("latents", TypeSpec("f32", (16, 16))),
+        ("time_index", TypeSpec("i64", ())),
+    ),
+    outputs=(
+        ("new_token", TypeSpec("i64", (1,))),
+        ("stop", TypeSpec("bool", ())),
+        ("velocity", TypeSpec("f32", (16, 16))),
+        ("latents", TypeSpec("f32", (16, 16))),
+        ("time_index", TypeSpec("i64", ())),
+    ),
     source="bagel.walk:68",
 )
 
@@ -85,6 +134,14 @@ NODE_COMBINE_CFG = NodeSpec(
     engine="stateless",
     config=(("cfg_text_scale", 4.0), ("cfg_img_scale", 1.0), ("timestep_shift", 3.0)),
     ranks=(0,),
+    inputs=(
+        ("v_main", TypeSpec("f32", (16, 16))),
+        ("v_text", TypeSpec("f32", (16, 16))),
+        ("v_img", TypeSpec("f32", (16, 16))),
+        ("latents", TypeSpec("f32", (16, 16))),
+        ("time_index", TypeSpec("i64", ())),
+    ),
+    outputs=(("latents", TypeSpec("f32", (16, 16))), ("time_index", TypeSpec("i64", ()))),
     source="bagel.walk:70",
 )
 
@@ -94,6 +151,8 @@ NODE_VAE_DECODER = NodeSpec(
     impl="examples.bagel.nodes:VaeDecoder",
     engine="stateless",
     ranks=(0,),
+    inputs=(("latents", TypeSpec("f32", (16, 16))),),
+    outputs=(("image", TypeSpec("u8", (64, 64, 3))),),
     source="bagel.walk:84",
 )
 
@@ -126,6 +185,7 @@ PIECE_PREFILL_TEXT = PieceSpec(
                     dests=(Dest(kind="persist", edge="persisted", name="new_token"),),
                 ),
             ),
+            writes=("new_token",),
             source="bagel.walk:92",
         ),
     ),
@@ -161,6 +221,7 @@ PIECE_PREFILL_VIT = PieceSpec(
                     ),
                 ),
             ),
+            writes=("vit_embeddings",),
             source="bagel.walk:97",
         ),
         # examples/bagel/bagel.walk:98
@@ -184,6 +245,7 @@ PIECE_PREFILL_VIT = PieceSpec(
                     dests=(Dest(kind="persist", edge="persisted", name="new_token"),),
                 ),
             ),
+            writes=("new_token",),
             source="bagel.walk:98",
         ),
     ),
@@ -217,6 +279,7 @@ PIECE_PREFILL_VAE = PieceSpec(
                     dests=(Dest(kind="call", edge="internal", rank=0, call=1, port="vae_latents"),),
                 ),
             ),
+            writes=("vae_latents",),
             source="bagel.walk:103",
         ),
         # examples/bagel/bagel.walk:104
@@ -233,6 +296,7 @@ PIECE_PREFILL_VAE = PieceSpec(
                     type=TypeSpec("f32", ("L", 16)),
                 ),
             ),
+            writes=(),
             source="bagel.walk:104",
         ),
     ),
@@ -309,6 +373,7 @@ PIECE_DECODE = PieceSpec(
                     ),
                 ),
             ),
+            writes=("new_token", "stop"),
             source="bagel.walk:111",
         ),
     ),
@@ -374,6 +439,7 @@ PIECE_IMAGE_GEN_CFG = PieceSpec(
                     ),
                 ),
             ),
+            writes=("velocity",),
             source="bagel.walk:129",
         ),
         # examples/bagel/bagel.walk:130
@@ -418,6 +484,7 @@ PIECE_IMAGE_GEN_CFG = PieceSpec(
                     ),
                 ),
             ),
+            writes=("velocity",),
             source="bagel.walk:130",
         ),
         # examples/bagel/bagel.walk:131
@@ -462,6 +529,7 @@ PIECE_IMAGE_GEN_CFG = PieceSpec(
                     ),
                 ),
             ),
+            writes=("velocity",),
             source="bagel.walk:131",
         ),
         # examples/bagel/bagel.walk:133
@@ -605,6 +673,7 @@ PIECE_IMAGE_GEN_CFG = PieceSpec(
                     ),
                 ),
             ),
+            writes=("latents", "time_index"),
             source="bagel.walk:133",
         ),
         # examples/bagel/bagel.walk:135
@@ -628,6 +697,7 @@ PIECE_IMAGE_GEN_CFG = PieceSpec(
                     dests=(Dest(kind="client", edge="emitted", name="image"),),
                 ),
             ),
+            writes=("image",),
             source="bagel.walk:135",
         ),
     ),

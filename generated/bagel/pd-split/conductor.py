@@ -13,6 +13,7 @@ from wgc_runtime.spec import (
     Fail,
     FlowGen,
     FlowSpec,
+    Handoff,
     OptionSpec,
     Persisted,
     Request,
@@ -36,6 +37,8 @@ WALK_PREFILL_TEXT = WalkSpec(
         ),
     ),
     persists=(("new_token", 0),),
+    handoffs=(Handoff(node="LLM", from_ranks=(1,), to_ranks=(0,)),),
+    kv_groups=(("LLM", (0,)),),
     source="bagel.walk:91",
 )
 
@@ -52,6 +55,8 @@ WALK_PREFILL_VIT = WalkSpec(
         ),
     ),
     persists=(("new_token", 0),),
+    handoffs=(Handoff(node="LLM", from_ranks=(1,), to_ranks=(0,)),),
+    kv_groups=(("LLM", (0,)),),
     source="bagel.walk:96",
 )
 
@@ -67,6 +72,8 @@ WALK_PREFILL_VAE = WalkSpec(
             dests=(Dest(kind="call", edge="input", rank=0, call=0, port="image"),),
         ),
     ),
+    handoffs=(Handoff(node="LLM", from_ranks=(1,), to_ranks=(0,)),),
+    kv_groups=(("LLM", (0,)),),
     source="bagel.walk:102",
 )
 
@@ -92,6 +99,8 @@ WALK_DECODE = WalkSpec(
             ),
         ),
     ),
+    handoffs=(Handoff(node="LLM", from_ranks=(0,), to_ranks=(1,)),),
+    kv_groups=(("LLM", (1,)),),
     source="bagel.walk:108",
 )
 
@@ -125,6 +134,8 @@ WALK_IMAGE_GEN = WalkSpec(
             ),
         ),
     ),
+    handoffs=(Handoff(node="LLM", from_ranks=(0,), to_ranks=(1,)),),
+    kv_groups=(("LLM", (1,)),),
     source="bagel.walk:117",
 )
 

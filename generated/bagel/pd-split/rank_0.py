@@ -29,6 +29,8 @@ NODE_VIT_ENCODER = NodeSpec(
     impl="examples.bagel.nodes:VitEncoder",
     engine="stateless",
     ranks=(0,),
+    inputs=(("image", TypeSpec("u8", ("H", "W", 3))),),
+    outputs=(("vit_embeddings", TypeSpec("bf16", ("V", 64))),),
     source="bagel.walk:37",
 )
 
@@ -38,6 +40,8 @@ NODE_VAE_ENCODER = NodeSpec(
     impl="examples.bagel.nodes:VaeEncoder",
     engine="stateless",
     ranks=(0,),
+    inputs=(("image", TypeSpec("u8", ("H", "W", 3))),),
+    outputs=(("vae_latents", TypeSpec("f32", ("L", 16))),),
     source="bagel.walk:43",
 )
 
@@ -50,6 +54,21 @@ NODE_LLM = NodeSpec(
     config=(("cfg_text_scale", 4.0), ("cfg_img_scale", 1.0), ("timestep_shift", 3.0)),
     ranks=(0,),
     walks=("prefill_text", "prefill_vit", "prefill_vae"),
+    inputs=(
+        ("text_inputs", TypeSpec("i64", ("T",))),
+        ("token", TypeSpec("i64", (1,))),
+        ("vit_embeddings", TypeSpec("bf16", ("V", 64))),
+        ("vae_latents", TypeSpec("f32", ("L", 16))),
+        ("latents", TypeSpec("f32", (16, 16))),
+        ("time_index", TypeSpec("i64", ())),
+    ),
+    outputs=(
+        ("new_token", TypeSpec("i64", (1,))),
+        ("stop", TypeSpec("bool", ())),
+        ("velocity", TypeSpec("f32", (16, 16))),
+        ("latents", TypeSpec("f32", (16, 16))),
+        ("time_index", TypeSpec("i64", ())),
+    ),
     source="bagel.walk:49",
 )
 
@@ -82,6 +101,7 @@ PIECE_PREFILL_TEXT = PieceSpec(
                     dests=(Dest(kind="persist", edge="persisted", name="new_token"),),
                 ),
             ),
+            writes=("new_token",),
             source="bagel.walk:92",
         ),
     ),
@@ -117,6 +137,7 @@ PIECE_PREFILL_VIT = PieceSpec(
                     ),
                 ),
             ),
+            writes=("vit_embeddings",),
             source="bagel.walk:97",
         ),
         # examples/bagel/bagel.walk:98
@@ -140,6 +161,7 @@ PIECE_PREFILL_VIT = PieceSpec(
                     dests=(Dest(kind="persist", edge="persisted", name="new_token"),),
                 ),
             ),
+            writes=("new_token",),
             source="bagel.walk:98",
         ),
     ),
@@ -173,6 +195,7 @@ PIECE_PREFILL_VAE = PieceSpec(
                     dests=(Dest(kind="call", edge="internal", rank=0, call=1, port="vae_latents"),),
                 ),
             ),
+            writes=("vae_latents",),
             source="bagel.walk:103",
         ),
         # examples/bagel/bagel.walk:104
@@ -189,6 +212,7 @@ PIECE_PREFILL_VAE = PieceSpec(
                     type=TypeSpec("f32", ("L", 16)),
                 ),
             ),
+            writes=(),
             source="bagel.walk:104",
         ),
     ),

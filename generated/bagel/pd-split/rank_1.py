@@ -34,6 +34,21 @@ NODE_LLM = NodeSpec(
     config=(("cfg_text_scale", 4.0), ("cfg_img_scale", 1.0), ("timestep_shift", 3.0)),
     ranks=(1,),
     walks=("decode", "image_gen"),
+    inputs=(
+        ("text_inputs", TypeSpec("i64", ("T",))),
+        ("token", TypeSpec("i64", (1,))),
+        ("vit_embeddings", TypeSpec("bf16", ("V", 64))),
+        ("vae_latents", TypeSpec("f32", ("L", 16))),
+        ("latents", TypeSpec("f32", (16, 16))),
+        ("time_index", TypeSpec("i64", ())),
+    ),
+    outputs=(
+        ("new_token", TypeSpec("i64", (1,))),
+        ("stop", TypeSpec("bool", ())),
+        ("velocity", TypeSpec("f32", (16, 16))),
+        ("latents", TypeSpec("f32", (16, 16))),
+        ("time_index", TypeSpec("i64", ())),
+    ),
     source="bagel.walk:49",
 )
 
@@ -43,6 +58,8 @@ NODE_VAE_DECODER = NodeSpec(
     impl="examples.bagel.nodes:VaeDecoder",
     engine="stateless",
     ranks=(1,),
+    inputs=(("latents", TypeSpec("f32", (16, 16))),),
+    outputs=(("image", TypeSpec("u8", (64, 64, 3))),),
     source="bagel.walk:84",
 )
 
@@ -118,6 +135,7 @@ PIECE_DECODE = PieceSpec(
                     ),
                 ),
             ),
+            writes=("new_token", "stop"),
             source="bagel.walk:111",
         ),
     ),
@@ -207,6 +225,7 @@ PIECE_IMAGE_GEN = PieceSpec(
                     ),
                 ),
             ),
+            writes=("latents", "time_index"),
             source="bagel.walk:119",
         ),
         # examples/bagel/bagel.walk:121
@@ -230,6 +249,7 @@ PIECE_IMAGE_GEN = PieceSpec(
                     dests=(Dest(kind="client", edge="emitted", name="image"),),
                 ),
             ),
+            writes=("image",),
             source="bagel.walk:121",
         ),
     ),

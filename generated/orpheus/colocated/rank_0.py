@@ -33,6 +33,8 @@ NODE_LLM = NodeSpec(
     engine="kv_cache",
     labels=("main",),
     ranks=(0,),
+    inputs=(("text_inputs", TypeSpec("i64", ("T",))), ("token", TypeSpec("i64", (1,)))),
+    outputs=(("new_token", TypeSpec("i64", (1,))), ("stop", TypeSpec("bool", ()))),
     source="orpheus.walk:24",
 )
 
@@ -42,6 +44,8 @@ NODE_SNAC_DECODER = NodeSpec(
     impl="examples.orpheus.nodes:SnacDecoder",
     engine="stateless",
     ranks=(0,),
+    inputs=(("window", TypeSpec("i64", (28,))),),
+    outputs=(("audio", TypeSpec("f32", (64,))),),
     source="orpheus.walk:32",
 )
 
@@ -60,6 +64,7 @@ STREAM_TOKENS = StreamSpec(
     item=TypeSpec("i64", (1,)),
     capacity=112,
     done_after_flows=("speech",),
+    consumer_flows=("codec",),
     source="orpheus.walk:38",
 )
 
@@ -95,6 +100,7 @@ PIECE_PREFILL = PieceSpec(
                     ),
                 ),
             ),
+            writes=("new_token",),
             source="orpheus.walk:43",
         ),
     ),
@@ -171,6 +177,7 @@ PIECE_DECODE = PieceSpec(
                     ),
                 ),
             ),
+            writes=("new_token", "stop"),
             source="orpheus.walk:49",
         ),
     ),
@@ -203,6 +210,7 @@ PIECE_SNAC_CHUNK = PieceSpec(
                     dests=(Dest(kind="client", edge="emitted", name="audio"),),
                 ),
             ),
+            writes=("audio",),
             source="orpheus.walk:54",
         ),
     ),

@@ -14,6 +14,7 @@ from wgc_runtime.spec import (
     Fail,
     FlowGen,
     FlowSpec,
+    Handoff,
     Persisted,
     Request,
     RunWalk,
@@ -36,6 +37,8 @@ WALK_PREFILL = WalkSpec(
         ),
     ),
     persists=(("new_token", 0),),
+    handoffs=(Handoff(node="LLM", from_ranks=(1,), to_ranks=(0,)),),
+    kv_groups=(("LLM", (0,)),),
     source="orpheus.walk:42",
 )
 
@@ -60,6 +63,8 @@ WALK_DECODE = WalkSpec(
             ),
         ),
     ),
+    handoffs=(Handoff(node="LLM", from_ranks=(0,), to_ranks=(1,)),),
+    kv_groups=(("LLM", (1,)),),
     source="orpheus.walk:47",
 )
 

@@ -30,6 +30,8 @@ NODE_LLM = NodeSpec(
     labels=("main",),
     ranks=(0,),
     walks=("prefill",),
+    inputs=(("text_inputs", TypeSpec("i64", ("T",))), ("token", TypeSpec("i64", (1,)))),
+    outputs=(("new_token", TypeSpec("i64", (1,))), ("stop", TypeSpec("bool", ()))),
     source="orpheus.walk:24",
 )
 
@@ -65,6 +67,7 @@ PIECE_PREFILL = PieceSpec(
                     ),
                 ),
             ),
+            writes=("new_token",),
             source="orpheus.walk:43",
         ),
     ),

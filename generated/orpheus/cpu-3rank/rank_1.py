@@ -33,6 +33,8 @@ NODE_LLM = NodeSpec(
     labels=("main",),
     ranks=(1,),
     walks=("decode",),
+    inputs=(("text_inputs", TypeSpec("i64", ("T",))), ("token", TypeSpec("i64", (1,)))),
+    outputs=(("new_token", TypeSpec("i64", (1,))), ("stop", TypeSpec("bool", ()))),
     source="orpheus.walk:24",
 )
 
@@ -108,6 +110,7 @@ PIECE_DECODE = PieceSpec(
                     ),
                 ),
             ),
+            writes=("new_token", "stop"),
             source="orpheus.walk:49",
         ),
     ),

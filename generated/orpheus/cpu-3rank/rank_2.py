@@ -30,6 +30,8 @@ NODE_SNAC_DECODER = NodeSpec(
     impl="examples.orpheus.nodes:SnacDecoder",
     engine="stateless",
     ranks=(2,),
+    inputs=(("window", TypeSpec("i64", (28,))),),
+    outputs=(("audio", TypeSpec("f32", (64,))),),
     source="orpheus.walk:32",
 )
 
@@ -48,6 +50,7 @@ STREAM_TOKENS = StreamSpec(
     item=TypeSpec("i64", (1,)),
     capacity=112,
     done_after_flows=("speech",),
+    consumer_flows=("codec",),
     source="orpheus.walk:38",
 )
 
@@ -79,6 +82,7 @@ PIECE_SNAC_CHUNK = PieceSpec(
                     dests=(Dest(kind="client", edge="emitted", name="audio"),),
                 ),
             ),
+            writes=("audio",),
             source="orpheus.walk:54",
         ),
     ),

@@ -32,6 +32,8 @@ NODE_LLM = NodeSpec(
     engine="kv_cache",
     labels=("main",),
     ranks=(0,),
+    inputs=(("text_inputs", TypeSpec("i64", ("T",))), ("token", TypeSpec("i64", (1,)))),
+    outputs=(("new_token", TypeSpec("i64", (1,))), ("stop", TypeSpec("bool", ()))),
     source="orpheus.walk:24",
 )
 
@@ -67,6 +69,7 @@ PIECE_PREFILL = PieceSpec(
                     ),
                 ),
             ),
+            writes=("new_token",),
             source="orpheus.walk:43",
         ),
     ),
@@ -143,6 +146,7 @@ PIECE_DECODE = PieceSpec(
                     ),
                 ),
             ),
+            writes=("new_token", "stop"),
             source="orpheus.walk:49",
         ),
     ),

@@ -31,6 +31,8 @@ NODE_VIT_ENCODER = NodeSpec(
     impl="examples.pi05.nodes:VitEncoder",
     engine="stateless",
     ranks=(0,),
+    inputs=(("images", TypeSpec("u8", ("N", "H", "W", 3))),),
+    outputs=(("image_embeddings", TypeSpec("bf16", ("V", 64))),),
     source="pi05.walk:25",
 )
 
@@ -41,6 +43,13 @@ NODE_LLM = NodeSpec(
     engine="kv_cache",
     labels=("main",),
     ranks=(0,),
+    inputs=(
+        ("image_embeddings", TypeSpec("bf16", ("V", 64))),
+        ("prompt", TypeSpec("i64", ("T",))),
+        ("noisy_actions", TypeSpec("f32", (50, 32))),
+        ("timestep", TypeSpec("f32", ())),
+    ),
+    outputs=(("noisy_actions", TypeSpec("f32", (50, 32))), ("timestep", TypeSpec("f32", ()))),
     source="pi05.walk:31",
 )
 
@@ -75,6 +84,7 @@ PIECE_PREFILL = PieceSpec(
                     ),
                 ),
             ),
+            writes=("image_embeddings",),
             source="pi05.walk:42",
         ),
         # examples/pi05/pi05.walk:43
@@ -98,6 +108,7 @@ PIECE_PREFILL = PieceSpec(
                     type=TypeSpec("i64", ("T",)),
                 ),
             ),
+            writes=(),
             source="pi05.walk:43",
         ),
     ),
@@ -180,6 +191,7 @@ PIECE_ACTION_GEN = PieceSpec(
                     ),
                 ),
             ),
+            writes=("noisy_actions", "timestep"),
             source="pi05.walk:48",
         ),
     ),

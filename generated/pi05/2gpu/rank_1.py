@@ -32,6 +32,13 @@ NODE_LLM = NodeSpec(
     engine="kv_cache",
     labels=("main",),
     ranks=(1,),
+    inputs=(
+        ("image_embeddings", TypeSpec("bf16", ("V", 64))),
+        ("prompt", TypeSpec("i64", ("T",))),
+        ("noisy_actions", TypeSpec("f32", (50, 32))),
+        ("timestep", TypeSpec("f32", ())),
+    ),
+    outputs=(("noisy_actions", TypeSpec("f32", (50, 32))), ("timestep", TypeSpec("f32", ()))),
     source="pi05.walk:31",
 )
 
@@ -64,6 +71,7 @@ PIECE_PREFILL = PieceSpec(
                     type=TypeSpec("i64", ("T",)),
                 ),
             ),
+            writes=(),
             source="pi05.walk:43",
         ),
     ),
@@ -146,6 +154,7 @@ PIECE_ACTION_GEN = PieceSpec(
                     ),
                 ),
             ),
+            writes=("noisy_actions", "timestep"),
             source="pi05.walk:48",
         ),
     ),

@@ -29,6 +29,8 @@ NODE_VIT_ENCODER = NodeSpec(
     impl="examples.pi05.nodes:VitEncoder",
     engine="stateless",
     ranks=(0,),
+    inputs=(("images", TypeSpec("u8", ("N", "H", "W", 3))),),
+    outputs=(("image_embeddings", TypeSpec("bf16", ("V", 64))),),
     source="pi05.walk:25",
 )
 
@@ -63,6 +65,7 @@ PIECE_PREFILL = PieceSpec(
                     ),
                 ),
             ),
+            writes=("image_embeddings",),
             source="pi05.walk:42",
         ),
     ),

@@ -13,6 +13,7 @@ from wgc_runtime.spec import (
     Fail,
     FlowGen,
     FlowSpec,
+    Handoff,
     Request,
     RunWalk,
     WalkInputSpec,
@@ -38,6 +39,8 @@ WALK_PREFILL = WalkSpec(
             dests=(Dest(kind="call", edge="input", rank=1, call=1, port="prompt"),),
         ),
     ),
+    handoffs=(Handoff(node="LLM", from_ranks=(2,), to_ranks=(1,)),),
+    kv_groups=(("LLM", (1,)),),
     source="pi05.walk:41",
 )
 
@@ -78,6 +81,8 @@ WALK_ACTION_GEN = WalkSpec(
             ),
         ),
     ),
+    handoffs=(Handoff(node="LLM", from_ranks=(1,), to_ranks=(2,)),),
+    kv_groups=(("LLM", (2,)),),
     source="pi05.walk:46",
 )
 

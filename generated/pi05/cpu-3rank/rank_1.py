@@ -28,6 +28,13 @@ NODE_LLM = NodeSpec(
     labels=("main",),
     ranks=(1,),
     walks=("prefill",),
+    inputs=(
+        ("image_embeddings", TypeSpec("bf16", ("V", 64))),
+        ("prompt", TypeSpec("i64", ("T",))),
+        ("noisy_actions", TypeSpec("f32", (50, 32))),
+        ("timestep", TypeSpec("f32", ())),
+    ),
+    outputs=(("noisy_actions", TypeSpec("f32", (50, 32))), ("timestep", TypeSpec("f32", ()))),
     source="pi05.walk:31",
 )
 
@@ -60,6 +67,7 @@ PIECE_PREFILL = PieceSpec(
                     type=TypeSpec("i64", ("T",)),
                 ),
             ),
+            writes=(),
             source="pi05.walk:43",
         ),
     ),

@@ -33,6 +33,13 @@ NODE_LLM = NodeSpec(
     labels=("main",),
     ranks=(2,),
     walks=("action_gen",),
+    inputs=(
+        ("image_embeddings", TypeSpec("bf16", ("V", 64))),
+        ("prompt", TypeSpec("i64", ("T",))),
+        ("noisy_actions", TypeSpec("f32", (50, 32))),
+        ("timestep", TypeSpec("f32", ())),
+    ),
+    outputs=(("noisy_actions", TypeSpec("f32", (50, 32))), ("timestep", TypeSpec("f32", ()))),
     source="pi05.walk:31",
 )
 
@@ -114,6 +121,7 @@ PIECE_ACTION_GEN = PieceSpec(
                     ),
                 ),
             ),
+            writes=("noisy_actions", "timestep"),
             source="pi05.walk:48",
         ),
     ),

@@ -34,6 +34,16 @@ NODE_TALKER = NodeSpec(
     engine="kv_cache",
     labels=("main",),
     ranks=(1,),
+    inputs=(
+        ("thinker_states", TypeSpec("bf16", (8, 128))),
+        ("thinker_mask", TypeSpec("bool", (8, 2))),
+        ("talker_input_embeds", TypeSpec("bf16", (1, 32))),
+    ),
+    outputs=(
+        ("talker_input_embeds", TypeSpec("bf16", (1, 32))),
+        ("codec_tokens", TypeSpec("i64", (1, 16))),
+        ("stop", TypeSpec("bool", ())),
+    ),
     source="qwen3_omni.walk:68",
 )
 
@@ -43,6 +53,8 @@ NODE_CODE2WAV = NodeSpec(
     impl="examples.qwen3_omni.nodes:Code2Wav",
     engine="stateless",
     ranks=(1,),
+    inputs=(("codes", TypeSpec("i64", (50, 16))),),
+    outputs=(("audio", TypeSpec("f32", (400,))),),
     source="qwen3_omni.walk:78",
 )
 
@@ -62,6 +74,7 @@ STREAM_THINKER_STATES = StreamSpec(
     item=TypeSpec("bf16", (8, 128)),
     capacity=4,
     done_after_flows=("thinker",),
+    consumer_flows=("talker",),
     source="qwen3_omni.walk:85",
 )
 
@@ -79,6 +92,7 @@ STREAM_THINKER_MASK = StreamSpec(
     item=TypeSpec("bool", (8, 2)),
     capacity=4,
     done_after_flows=("thinker",),
+    consumer_flows=("talker",),
     source="qwen3_omni.walk:90",
 )
 
@@ -95,6 +109,7 @@ STREAM_CODES = StreamSpec(
     item=TypeSpec("i64", (1, 16)),
     capacity=200,
     done_after_flows=("talker",),
+    consumer_flows=("code2wav",),
     source="qwen3_omni.walk:97",
 )
 
@@ -133,6 +148,7 @@ PIECE_TALKER_PREFILL = PieceSpec(
                     dests=(Dest(kind="stream", edge="streamed", rank=1, name="codes"),),
                 ),
             ),
+            writes=(),
             source="qwen3_omni.walk:128",
         ),
     ),
@@ -177,6 +193,7 @@ PIECE_TALKER_LAST_PREFILL = PieceSpec(
                     dests=(Dest(kind="stream", edge="streamed", rank=1, name="codes"),),
                 ),
             ),
+            writes=("talker_input_embeds",),
             source="qwen3_omni.walk:132",
         ),
     ),
@@ -273,6 +290,7 @@ PIECE_TALKER_DECODE = PieceSpec(
                     ),
                 ),
             ),
+            writes=("talker_input_embeds", "stop"),
             source="qwen3_omni.walk:138",
         ),
     ),
@@ -305,6 +323,7 @@ PIECE_CODE2WAV_CHUNK = PieceSpec(
                     dests=(Dest(kind="client", edge="emitted", name="audio"),),
                 ),
             ),
+            writes=("audio",),
             source="qwen3_omni.walk:144",
         ),
     ),

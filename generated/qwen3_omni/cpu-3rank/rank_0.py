@@ -32,6 +32,8 @@ NODE_AUDIO_ENCODER = NodeSpec(
     impl="examples.qwen3_omni.nodes:AudioEncoder",
     engine="stateless",
     ranks=(0,),
+    inputs=(("audio", TypeSpec("f32", ("S",))),),
+    outputs=(("audio_embeddings", TypeSpec("bf16", ("A", 64))),),
     source="qwen3_omni.walk:44",
 )
 
@@ -41,6 +43,8 @@ NODE_VISION_ENCODER = NodeSpec(
     impl="examples.qwen3_omni.nodes:VisionEncoder",
     engine="stateless",
     ranks=(0,),
+    inputs=(("pixels", TypeSpec("u8", ("F", "H", "W", 3))),),
+    outputs=(("vision_embeddings", TypeSpec("bf16", ("V", 64))),),
     source="qwen3_omni.walk:50",
 )
 
@@ -51,6 +55,18 @@ NODE_THINKER = NodeSpec(
     engine="kv_cache",
     labels=("main",),
     ranks=(0,),
+    inputs=(
+        ("text_inputs", TypeSpec("i64", ("T",))),
+        ("audio_embeddings", TypeSpec("bf16", ("A", 64))),
+        ("vision_embeddings", TypeSpec("bf16", ("V", 64))),
+        ("token", TypeSpec("i64", (1,))),
+    ),
+    outputs=(
+        ("new_token", TypeSpec("i64", (1,))),
+        ("stop", TypeSpec("bool", ())),
+        ("thinker_states", TypeSpec("bf16", (8, 128))),
+        ("thinker_mask", TypeSpec("bool", (8, 2))),
+    ),
     source="qwen3_omni.walk:56",
 )
 
@@ -93,6 +109,7 @@ PIECE_PREFILL_TEXT = PieceSpec(
                     dests=(Dest(kind="stream", edge="streamed", rank=1, name="thinker_mask"),),
                 ),
             ),
+            writes=("new_token",),
             source="qwen3_omni.walk:103",
         ),
     ),
@@ -128,6 +145,7 @@ PIECE_PREFILL_AUDIO = PieceSpec(
                     ),
                 ),
             ),
+            writes=("audio_embeddings",),
             source="qwen3_omni.walk:108",
         ),
         # examples/qwen3_omni/qwen3_omni.walk:109
@@ -161,6 +179,7 @@ PIECE_PREFILL_AUDIO = PieceSpec(
                     dests=(Dest(kind="stream", edge="streamed", rank=1, name="thinker_mask"),),
                 ),
             ),
+            writes=("new_token",),
             source="qwen3_omni.walk:109",
         ),
     ),
@@ -202,6 +221,7 @@ PIECE_PREFILL_VISION = PieceSpec(
                     ),
                 ),
             ),
+            writes=("vision_embeddings",),
             source="qwen3_omni.walk:114",
         ),
         # examples/qwen3_omni/qwen3_omni.walk:115
@@ -235,6 +255,7 @@ PIECE_PREFILL_VISION = PieceSpec(
                     dests=(Dest(kind="stream", edge="streamed", rank=1, name="thinker_mask"),),
                 ),
             ),
+            writes=("new_token",),
             source="qwen3_omni.walk:115",
         ),
     ),
@@ -337,6 +358,7 @@ PIECE_THINKER_DECODE = PieceSpec(
                     ),
                 ),
             ),
+            writes=("new_token", "stop"),
             source="qwen3_omni.walk:122",
         ),
     ),

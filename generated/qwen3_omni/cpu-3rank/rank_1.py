@@ -34,6 +34,16 @@ NODE_TALKER = NodeSpec(
     engine="kv_cache",
     labels=("main",),
     ranks=(1,),
+    inputs=(
+        ("thinker_states", TypeSpec("bf16", (8, 128))),
+        ("thinker_mask", TypeSpec("bool", (8, 2))),
+        ("talker_input_embeds", TypeSpec("bf16", (1, 32))),
+    ),
+    outputs=(
+        ("talker_input_embeds", TypeSpec("bf16", (1, 32))),
+        ("codec_tokens", TypeSpec("i64", (1, 16))),
+        ("stop", TypeSpec("bool", ())),
+    ),
     source="qwen3_omni.walk:68",
 )
 
@@ -53,6 +63,7 @@ STREAM_THINKER_STATES = StreamSpec(
     item=TypeSpec("bf16", (8, 128)),
     capacity=4,
     done_after_flows=("thinker",),
+    consumer_flows=("talker",),
     source="qwen3_omni.walk:85",
 )
 
@@ -70,6 +81,7 @@ STREAM_THINKER_MASK = StreamSpec(
     item=TypeSpec("bool", (8, 2)),
     capacity=4,
     done_after_flows=("thinker",),
+    consumer_flows=("talker",),
     source="qwen3_omni.walk:90",
 )
 
@@ -108,6 +120,7 @@ PIECE_TALKER_PREFILL = PieceSpec(
                     dests=(Dest(kind="stream", edge="streamed", rank=2, name="codes"),),
                 ),
             ),
+            writes=(),
             source="qwen3_omni.walk:128",
         ),
     ),
@@ -152,6 +165,7 @@ PIECE_TALKER_LAST_PREFILL = PieceSpec(
                     dests=(Dest(kind="stream", edge="streamed", rank=2, name="codes"),),
                 ),
             ),
+            writes=("talker_input_embeds",),
             source="qwen3_omni.walk:132",
         ),
     ),
@@ -248,6 +262,7 @@ PIECE_TALKER_DECODE = PieceSpec(
                     ),
                 ),
             ),
+            writes=("talker_input_embeds", "stop"),
             source="qwen3_omni.walk:138",
         ),
     ),

@@ -30,6 +30,8 @@ NODE_CODE2WAV = NodeSpec(
     impl="examples.qwen3_omni.nodes:Code2Wav",
     engine="stateless",
     ranks=(2,),
+    inputs=(("codes", TypeSpec("i64", (50, 16))),),
+    outputs=(("audio", TypeSpec("f32", (400,))),),
     source="qwen3_omni.walk:78",
 )
 
@@ -48,6 +50,7 @@ STREAM_CODES = StreamSpec(
     item=TypeSpec("i64", (1, 16)),
     capacity=200,
     done_after_flows=("talker",),
+    consumer_flows=("code2wav",),
     source="qwen3_omni.walk:97",
 )
 
@@ -79,6 +82,7 @@ PIECE_CODE2WAV_CHUNK = PieceSpec(
                     dests=(Dest(kind="client", edge="emitted", name="audio"),),
                 ),
             ),
+            writes=("audio",),
             source="qwen3_omni.walk:144",
         ),
     ),

@@ -36,6 +36,8 @@ NODE_AUDIO_ENCODER = NodeSpec(
     impl="examples.qwen3_omni.nodes:AudioEncoder",
     engine="stateless",
     ranks=(0,),
+    inputs=(("audio", TypeSpec("f32", ("S",))),),
+    outputs=(("audio_embeddings", TypeSpec("bf16", ("A", 64))),),
     source="qwen3_omni.walk:44",
 )
 
@@ -45,6 +47,8 @@ NODE_VISION_ENCODER = NodeSpec(
     impl="examples.qwen3_omni.nodes:VisionEncoder",
     engine="stateless",
     ranks=(0,),
+    inputs=(("pixels", TypeSpec("u8", ("F", "H", "W", 3))),),
+    outputs=(("vision_embeddings", TypeSpec("bf16", ("V", 64))),),
     source="qwen3_omni.walk:50",
 )
 
@@ -55,6 +59,18 @@ NODE_THINKER = NodeSpec(
     engine="kv_cache",
     labels=("main",),
     ranks=(0,),
+    inputs=(
+        ("text_inputs", TypeSpec("i64", ("T",))),
+        ("audio_embeddings", TypeSpec("bf16", ("A", 64))),
+        ("vision_embeddings", TypeSpec("bf16", ("V", 64))),
+        ("token", TypeSpec("i64", (1,))),
+    ),
+    outputs=(
+        ("new_token", TypeSpec("i64", (1,))),
+        ("stop", TypeSpec("bool", ())),
+        ("thinker_states", TypeSpec("bf16", (8, 128))),
+        ("thinker_mask", TypeSpec("bool", (8, 2))),
+    ),
     source="qwen3_omni.walk:56",
 )
 
@@ -65,6 +81,16 @@ NODE_TALKER = NodeSpec(
     engine="kv_cache",
     labels=("main",),
     ranks=(0,),
+    inputs=(
+        ("thinker_states", TypeSpec("bf16", (8, 128))),
+        ("thinker_mask", TypeSpec("bool", (8, 2))),
+        ("talker_input_embeds", TypeSpec("bf16", (1, 32))),
+    ),
+    outputs=(
+        ("talker_input_embeds", TypeSpec("bf16", (1, 32))),
+        ("codec_tokens", TypeSpec("i64", (1, 16))),
+        ("stop", TypeSpec("bool", ())),
+    ),
     source="qwen3_omni.walk:68",
 )
 
@@ -74,6 +100,8 @@ NODE_CODE2WAV = NodeSpec(
     impl="examples.qwen3_omni.nodes:Code2Wav",
     engine="stateless",
     ranks=(0,),
+    inputs=(("codes", TypeSpec("i64", (50, 16))),),
+    outputs=(("audio", TypeSpec("f32", (400,))),),
     source="qwen3_omni.walk:78",
 )
 
@@ -93,6 +121,7 @@ STREAM_THINKER_STATES = StreamSpec(
     item=TypeSpec("bf16", (8, 128)),
     capacity=4,
     done_after_flows=("thinker",),
+    consumer_flows=("talker",),
     source="qwen3_omni.walk:85",
 )
 
@@ -110,6 +139,7 @@ STREAM_THINKER_MASK = StreamSpec(
     item=TypeSpec("bool", (8, 2)),
     capacity=4,
     done_after_flows=("thinker",),
+    consumer_flows=("talker",),
     source="qwen3_omni.walk:90",
 )
 
@@ -126,6 +156,7 @@ STREAM_CODES = StreamSpec(
     item=TypeSpec("i64", (1, 16)),
     capacity=200,
     done_after_flows=("talker",),
+    consumer_flows=("code2wav",),
     source="qwen3_omni.walk:97",
 )
 
@@ -168,6 +199,7 @@ PIECE_PREFILL_TEXT = PieceSpec(
                     dests=(Dest(kind="stream", edge="streamed", rank=0, name="thinker_mask"),),
                 ),
             ),
+            writes=("new_token",),
             source="qwen3_omni.walk:103",
         ),
     ),
@@ -203,6 +235,7 @@ PIECE_PREFILL_AUDIO = PieceSpec(
                     ),
                 ),
             ),
+            writes=("audio_embeddings",),
             source="qwen3_omni.walk:108",
         ),
         # examples/qwen3_omni/qwen3_omni.walk:109
@@ -236,6 +269,7 @@ PIECE_PREFILL_AUDIO = PieceSpec(
                     dests=(Dest(kind="stream", edge="streamed", rank=0, name="thinker_mask"),),
                 ),
             ),
+            writes=("new_token",),
             source="qwen3_omni.walk:109",
         ),
     ),
@@ -277,6 +311,7 @@ PIECE_PREFILL_VISION = PieceSpec(
                     ),
                 ),
             ),
+            writes=("vision_embeddings",),
             source="qwen3_omni.walk:114",
         ),
         # examples/qwen3_omni/qwen3_omni.walk:115
@@ -310,6 +345,7 @@ PIECE_PREFILL_VISION = PieceSpec(
                     dests=(Dest(kind="stream", edge="streamed", rank=0, name="thinker_mask"),),
                 ),
             ),
+            writes=("new_token",),
             source="qwen3_omni.walk:115",
         ),
     ),
@@ -412,6 +448,7 @@ PIECE_THINKER_DECODE = PieceSpec(
                     ),
                 ),
             ),
+            writes=("new_token", "stop"),
             source="qwen3_omni.walk:122",
         ),
     ),
@@ -451,6 +488,7 @@ PIECE_TALKER_PREFILL = PieceSpec(
                     dests=(Dest(kind="stream", edge="streamed", rank=0, name="codes"),),
                 ),
             ),
+            writes=(),
             source="qwen3_omni.walk:128",
         ),
     ),
@@ -495,6 +533,7 @@ PIECE_TALKER_LAST_PREFILL = PieceSpec(
                     dests=(Dest(kind="stream", edge="streamed", rank=0, name="codes"),),
                 ),
             ),
+            writes=("talker_input_embeds",),
             source="qwen3_omni.walk:132",
         ),
     ),
@@ -591,6 +630,7 @@ PIECE_TALKER_DECODE = PieceSpec(
                     ),
                 ),
             ),
+            writes=("talker_input_embeds", "stop"),
             source="qwen3_omni.walk:138",
         ),
     ),
@@ -623,6 +663,7 @@ PIECE_CODE2WAV_CHUNK = PieceSpec(
                     dests=(Dest(kind="client", edge="emitted", name="audio"),),
                 ),
             ),
+            writes=("audio",),
             source="qwen3_omni.walk:144",
         ),
     ),

@@ -34,6 +34,8 @@ NODE_VIDEO_ENCODER = NodeSpec(
     impl="examples.vjepa2_ac.nodes:VideoEncoder",
     engine="stateless",
     ranks=(0,),
+    inputs=(("video", TypeSpec("u8", ("F", "H", "W", 3))),),
+    outputs=(("latents", TypeSpec("bf16", ("C", 32))),),
     source="vjepa2_ac.walk:42",
 )
 
@@ -44,6 +46,12 @@ NODE_PREDICTOR = NodeSpec(
     engine="kv_cache",
     labels=("main",),
     ranks=(0,),
+    inputs=(
+        ("context", TypeSpec("bf16", ("C", 32))),
+        ("actions", TypeSpec("f32", (16, 7))),
+        ("states", TypeSpec("f32", (16, 7))),
+    ),
+    outputs=(("prediction", TypeSpec("bf16", (16, 32))),),
     source="vjepa2_ac.walk:48",
 )
 
@@ -54,6 +62,20 @@ NODE_ROLLOUT_PREDICTOR = NodeSpec(
     engine="kv_cache",
     labels=("main",),
     ranks=(0,),
+    inputs=(
+        ("context", TypeSpec("bf16", ("C", 32))),
+        ("actions", TypeSpec("f32", (16, 7))),
+        ("states", TypeSpec("f32", (16, 7))),
+        ("latent", TypeSpec("bf16", (16, 32))),
+        ("step", TypeSpec("i64", ())),
+        ("horizon", TypeSpec("i64", ())),
+    ),
+    outputs=(
+        ("prediction", TypeSpec("bf16", (16, 32))),
+        ("latent", TypeSpec("bf16", (16, 32))),
+        ("step", TypeSpec("i64", ())),
+        ("stop", TypeSpec("bool", ())),
+    ),
     source="vjepa2_ac.walk:56",
 )
 
@@ -64,6 +86,12 @@ NODE_AC_PREDICTOR_MPC = NodeSpec(
     engine="stateless",
     config=(("candidate", 0),),
     ranks=(0,),
+    inputs=(
+        ("context", TypeSpec("bf16", ("C", 32))),
+        ("plans", TypeSpec("f32", (4, 16, 7))),
+        ("states", TypeSpec("f32", (16, 7))),
+    ),
+    outputs=(("prediction", TypeSpec("bf16", (16, 32))),),
     source="vjepa2_ac.walk:66",
 )
 
@@ -74,6 +102,12 @@ NODE_AC_PREDICTOR_MPC_1 = NodeSpec(
     engine="stateless",
     config=(("candidate", 1),),
     ranks=(0,),
+    inputs=(
+        ("context", TypeSpec("bf16", ("C", 32))),
+        ("plans", TypeSpec("f32", (4, 16, 7))),
+        ("states", TypeSpec("f32", (16, 7))),
+    ),
+    outputs=(("prediction", TypeSpec("bf16", (16, 32))),),
     source="vjepa2_ac.walk:75",
 )
 
@@ -83,6 +117,14 @@ NODE_MPC_SCORER = NodeSpec(
     impl="examples.vjepa2_ac.nodes:MpcScorer",
     engine="stateless",
     ranks=(0,),
+    inputs=(
+        ("pred_0", TypeSpec("bf16", (16, 32))),
+        ("pred_1", TypeSpec("bf16", (16, 32))),
+        ("pred_2", TypeSpec("bf16", (16, 32))),
+        ("pred_3", TypeSpec("bf16", (16, 32))),
+        ("goal", TypeSpec("bf16", ("C", 32))),
+    ),
+    outputs=(("best", TypeSpec("i64", ())), ("costs", TypeSpec("f32", (4,)))),
     source="vjepa2_ac.walk:79",
 )
 
@@ -115,6 +157,7 @@ PIECE_PREFILL_VIDEO = PieceSpec(
                     dests=(Dest(kind="call", edge="internal", rank=0, call=1, port="context"),),
                 ),
             ),
+            writes=("latents",),
             source="vjepa2_ac.walk:92",
         ),
         # examples/vjepa2_ac/vjepa2_ac.walk:93
@@ -152,6 +195,7 @@ PIECE_PREFILL_VIDEO = PieceSpec(
                     dests=(Dest(kind="client", edge="emitted", name="tensor"),),
                 ),
             ),
+            writes=("prediction",),
             source="vjepa2_ac.walk:93",
         ),
     ),
@@ -197,6 +241,7 @@ PIECE_PREFILL_VIDEO_ROLLOUT = PieceSpec(
                     dests=(Dest(kind="call", edge="internal", rank=0, call=1, port="context"),),
                 ),
             ),
+            writes=("latents",),
             source="vjepa2_ac.walk:99",
         ),
         # examples/vjepa2_ac/vjepa2_ac.walk:100
@@ -243,6 +288,7 @@ PIECE_PREFILL_VIDEO_ROLLOUT = PieceSpec(
                     ),
                 ),
             ),
+            writes=("latent", "step"),
             source="vjepa2_ac.walk:100",
         ),
         # examples/vjepa2_ac/vjepa2_ac.walk:102
@@ -336,6 +382,7 @@ PIECE_PREFILL_VIDEO_ROLLOUT = PieceSpec(
                     ),
                 ),
             ),
+            writes=("latent", "step", "stop"),
             source="vjepa2_ac.walk:102",
         ),
     ),
@@ -380,6 +427,7 @@ PIECE_PREFILL_VIDEO_ROLLOUT_STREAMING = PieceSpec(
                     dests=(Dest(kind="call", edge="internal", rank=0, call=1, port="context"),),
                 ),
             ),
+            writes=("latents",),
             source="vjepa2_ac.walk:109",
         ),
         # examples/vjepa2_ac/vjepa2_ac.walk:110
@@ -426,6 +474,7 @@ PIECE_PREFILL_VIDEO_ROLLOUT_STREAMING = PieceSpec(
                     ),
                 ),
             ),
+            writes=("latent", "step"),
             source="vjepa2_ac.walk:110",
         ),
         # examples/vjepa2_ac/vjepa2_ac.walk:112
@@ -519,6 +568,7 @@ PIECE_PREFILL_VIDEO_ROLLOUT_STREAMING = PieceSpec(
                     ),
                 ),
             ),
+            writes=("latent", "step", "stop"),
             source="vjepa2_ac.walk:112",
         ),
     ),
@@ -557,6 +607,7 @@ PIECE_PREFILL_VIDEO_MPC = PieceSpec(
                     ),
                 ),
             ),
+            writes=("latents",),
             source="vjepa2_ac.walk:121",
         ),
         # examples/vjepa2_ac/vjepa2_ac.walk:122
@@ -580,6 +631,7 @@ PIECE_PREFILL_VIDEO_MPC = PieceSpec(
                     dests=(Dest(kind="call", edge="internal", rank=0, call=6, port="goal"),),
                 ),
             ),
+            writes=("latents",),
             source="vjepa2_ac.walk:122",
         ),
         # examples/vjepa2_ac/vjepa2_ac.walk:125
@@ -617,6 +669,7 @@ PIECE_PREFILL_VIDEO_MPC = PieceSpec(
                     dests=(Dest(kind="call", edge="internal", rank=0, call=6, port="pred_0"),),
                 ),
             ),
+            writes=("prediction",),
             source="vjepa2_ac.walk:125",
         ),
         # examples/vjepa2_ac/vjepa2_ac.walk:126
@@ -654,6 +707,7 @@ PIECE_PREFILL_VIDEO_MPC = PieceSpec(
                     dests=(Dest(kind="call", edge="internal", rank=0, call=6, port="pred_1"),),
                 ),
             ),
+            writes=("prediction",),
             source="vjepa2_ac.walk:126",
         ),
         # examples/vjepa2_ac/vjepa2_ac.walk:130
@@ -710,6 +764,7 @@ PIECE_PREFILL_VIDEO_MPC = PieceSpec(
                     dests=(Dest(kind="client", edge="emitted", name="tensor"),),
                 ),
             ),
+            writes=("best", "costs"),
             source="vjepa2_ac.walk:130",
         ),
     ),

@@ -30,6 +30,12 @@ NODE_AC_PREDICTOR_MPC_2 = NodeSpec(
     engine="stateless",
     config=(("candidate", 2),),
     ranks=(1,),
+    inputs=(
+        ("context", TypeSpec("bf16", ("C", 32))),
+        ("plans", TypeSpec("f32", (4, 16, 7))),
+        ("states", TypeSpec("f32", (16, 7))),
+    ),
+    outputs=(("prediction", TypeSpec("bf16", (16, 32))),),
     source="vjepa2_ac.walk:76",
 )
 
@@ -40,6 +46,12 @@ NODE_AC_PREDICTOR_MPC_3 = NodeSpec(
     engine="stateless",
     config=(("candidate", 3),),
     ranks=(1,),
+    inputs=(
+        ("context", TypeSpec("bf16", ("C", 32))),
+        ("plans", TypeSpec("f32", (4, 16, 7))),
+        ("states", TypeSpec("f32", (16, 7))),
+    ),
+    outputs=(("prediction", TypeSpec("bf16", (16, 32))),),
     source="vjepa2_ac.walk:77",
 )
 
@@ -86,6 +98,7 @@ PIECE_PREFILL_VIDEO_MPC = PieceSpec(
                     dests=(Dest(kind="call", edge="internal", rank=0, call=6, port="pred_2"),),
                 ),
             ),
+            writes=("prediction",),
             source="vjepa2_ac.walk:127",
         ),
         # examples/vjepa2_ac/vjepa2_ac.walk:128
@@ -123,6 +136,7 @@ PIECE_PREFILL_VIDEO_MPC = PieceSpec(
                     dests=(Dest(kind="call", edge="internal", rank=0, call=6, port="pred_3"),),
                 ),
             ),
+            writes=("prediction",),
             source="vjepa2_ac.walk:128",
         ),
     ),

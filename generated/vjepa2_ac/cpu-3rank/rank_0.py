@@ -33,6 +33,8 @@ NODE_VIDEO_ENCODER = NodeSpec(
     impl="examples.vjepa2_ac.nodes:VideoEncoder",
     engine="stateless",
     ranks=(0,),
+    inputs=(("video", TypeSpec("u8", ("F", "H", "W", 3))),),
+    outputs=(("latents", TypeSpec("bf16", ("C", 32))),),
     source="vjepa2_ac.walk:42",
 )
 
@@ -43,6 +45,12 @@ NODE_PREDICTOR = NodeSpec(
     engine="kv_cache",
     labels=("main",),
     ranks=(0,),
+    inputs=(
+        ("context", TypeSpec("bf16", ("C", 32))),
+        ("actions", TypeSpec("f32", (16, 7))),
+        ("states", TypeSpec("f32", (16, 7))),
+    ),
+    outputs=(("prediction", TypeSpec("bf16", (16, 32))),),
     source="vjepa2_ac.walk:48",
 )
 
@@ -53,6 +61,20 @@ NODE_ROLLOUT_PREDICTOR = NodeSpec(
     engine="kv_cache",
     labels=("main",),
     ranks=(0,),
+    inputs=(
+        ("context", TypeSpec("bf16", ("C", 32))),
+        ("actions", TypeSpec("f32", (16, 7))),
+        ("states", TypeSpec("f32", (16, 7))),
+        ("latent", TypeSpec("bf16", (16, 32))),
+        ("step", TypeSpec("i64", ())),
+        ("horizon", TypeSpec("i64", ())),
+    ),
+    outputs=(
+        ("prediction", TypeSpec("bf16", (16, 32))),
+        ("latent", TypeSpec("bf16", (16, 32))),
+        ("step", TypeSpec("i64", ())),
+        ("stop", TypeSpec("bool", ())),
+    ),
     source="vjepa2_ac.walk:56",
 )
 
@@ -62,6 +84,14 @@ NODE_MPC_SCORER = NodeSpec(
     impl="examples.vjepa2_ac.nodes:MpcScorer",
     engine="stateless",
     ranks=(0,),
+    inputs=(
+        ("pred_0", TypeSpec("bf16", (16, 32))),
+        ("pred_1", TypeSpec("bf16", (16, 32))),
+        ("pred_2", TypeSpec("bf16", (16, 32))),
+        ("pred_3", TypeSpec("bf16", (16, 32))),
+        ("goal", TypeSpec("bf16", ("C", 32))),
+    ),
+    outputs=(("best", TypeSpec("i64", ())), ("costs", TypeSpec("f32", (4,)))),
     source="vjepa2_ac.walk:79",
 )
 
@@ -94,6 +124,7 @@ PIECE_PREFILL_VIDEO = PieceSpec(
                     dests=(Dest(kind="call", edge="internal", rank=0, call=1, port="context"),),
                 ),
             ),
+            writes=("latents",),
             source="vjepa2_ac.walk:92",
         ),
         # examples/vjepa2_ac/vjepa2_ac.walk:93
@@ -131,6 +162,7 @@ PIECE_PREFILL_VIDEO = PieceSpec(
                     dests=(Dest(kind="client", edge="emitted", name="tensor"),),
                 ),
             ),
+            writes=("prediction",),
             source="vjepa2_ac.walk:93",
         ),
     ),
@@ -176,6 +208,7 @@ PIECE_PREFILL_VIDEO_ROLLOUT = PieceSpec(
                     dests=(Dest(kind="call", edge="internal", rank=0, call=1, port="context"),),
                 ),
             ),
+            writes=("latents",),
             source="vjepa2_ac.walk:99",
         ),
         # examples/vjepa2_ac/vjepa2_ac.walk:100
@@ -222,6 +255,7 @@ PIECE_PREFILL_VIDEO_ROLLOUT = PieceSpec(
                     ),
                 ),
             ),
+            writes=("latent", "step"),
             source="vjepa2_ac.walk:100",
         ),
         # examples/vjepa2_ac/vjepa2_ac.walk:102
@@ -315,6 +349,7 @@ PIECE_PREFILL_VIDEO_ROLLOUT = PieceSpec(
                     ),
                 ),
             ),
+            writes=("latent", "step", "stop"),
             source="vjepa2_ac.walk:102",
         ),
     ),
@@ -359,6 +394,7 @@ PIECE_PREFILL_VIDEO_ROLLOUT_STREAMING = PieceSpec(
                     dests=(Dest(kind="call", edge="internal", rank=0, call=1, port="context"),),
                 ),
             ),
+            writes=("latents",),
             source="vjepa2_ac.walk:109",
         ),
         # examples/vjepa2_ac/vjepa2_ac.walk:110
@@ -405,6 +441,7 @@ PIECE_PREFILL_VIDEO_ROLLOUT_STREAMING = PieceSpec(
                     ),
                 ),
             ),
+            writes=("latent", "step"),
             source="vjepa2_ac.walk:110",
         ),
         # examples/vjepa2_ac/vjepa2_ac.walk:112
@@ -498,6 +535,7 @@ PIECE_PREFILL_VIDEO_ROLLOUT_STREAMING = PieceSpec(
                     ),
                 ),
             ),
+            writes=("latent", "step", "stop"),
             source="vjepa2_ac.walk:112",
         ),
     ),
@@ -536,6 +574,7 @@ PIECE_PREFILL_VIDEO_MPC = PieceSpec(
                     ),
                 ),
             ),
+            writes=("latents",),
             source="vjepa2_ac.walk:121",
         ),
         # examples/vjepa2_ac/vjepa2_ac.walk:122
@@ -559,6 +598,7 @@ PIECE_PREFILL_VIDEO_MPC = PieceSpec(
                     dests=(Dest(kind="call", edge="internal", rank=0, call=6, port="goal"),),
                 ),
             ),
+            writes=("latents",),
             source="vjepa2_ac.walk:122",
         ),
         # examples/vjepa2_ac/vjepa2_ac.walk:130
@@ -615,6 +655,7 @@ PIECE_PREFILL_VIDEO_MPC = PieceSpec(
                     dests=(Dest(kind="client", edge="emitted", name="tensor"),),
                 ),
             ),
+            writes=("best", "costs"),
             source="vjepa2_ac.walk:130",
         ),
     ),

@@ -30,6 +30,12 @@ NODE_AC_PREDICTOR_MPC = NodeSpec(
     engine="stateless",
     config=(("candidate", 0),),
     ranks=(1,),
+    inputs=(
+        ("context", TypeSpec("bf16", ("C", 32))),
+        ("plans", TypeSpec("f32", (4, 16, 7))),
+        ("states", TypeSpec("f32", (16, 7))),
+    ),
+    outputs=(("prediction", TypeSpec("bf16", (16, 32))),),
     source="vjepa2_ac.walk:66",
 )
 
@@ -40,6 +46,12 @@ NODE_AC_PREDICTOR_MPC_1 = NodeSpec(
     engine="stateless",
     config=(("candidate", 1),),
     ranks=(1,),
+    inputs=(
+        ("context", TypeSpec("bf16", ("C", 32))),
+        ("plans", TypeSpec("f32", (4, 16, 7))),
+        ("states", TypeSpec("f32", (16, 7))),
+    ),
+    outputs=(("prediction", TypeSpec("bf16", (16, 32))),),
     source="vjepa2_ac.walk:75",
 )
 
@@ -86,6 +98,7 @@ PIECE_PREFILL_VIDEO_MPC = PieceSpec(
                     dests=(Dest(kind="call", edge="internal", rank=0, call=6, port="pred_0"),),
                 ),
             ),
+            writes=("prediction",),
             source="vjepa2_ac.walk:125",
         ),
         # examples/vjepa2_ac/vjepa2_ac.walk:126
@@ -123,6 +136,7 @@ PIECE_PREFILL_VIDEO_MPC = PieceSpec(
                     dests=(Dest(kind="call", edge="internal", rank=0, call=6, port="pred_1"),),
                 ),
             ),
+            writes=("prediction",),
             source="vjepa2_ac.walk:126",
         ),
     ),

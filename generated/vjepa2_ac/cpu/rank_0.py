@@ -35,6 +35,8 @@ NODE_VIDEO_ENCODER = NodeSpec(
     impl="examples.vjepa2_ac.nodes:VideoEncoder",
     engine="stateless",
     ranks=(0,),
+    inputs=(("video", TypeSpec("u8", ("F", "H", "W", 3))),),
+    outputs=(("latents", TypeSpec("bf16", ("C", 32))),),
     source="vjepa2_ac.walk:42",
 )
 
@@ -45,6 +47,12 @@ NODE_PREDICTOR = NodeSpec(
     engine="kv_cache",
     labels=("main",),
     ranks=(0,),
+    inputs=(
+        ("context", TypeSpec("bf16", ("C", 32))),
+        ("actions", TypeSpec("f32", (16, 7))),
+        ("states", TypeSpec("f32", (16, 7))),
+    ),
+    outputs=(("prediction", TypeSpec("bf16", (16, 32))),),
     source="vjepa2_ac.walk:48",
 )
 
@@ -55,6 +63,20 @@ NODE_ROLLOUT_PREDICTOR = NodeSpec(
     engine="kv_cache",
     labels=("main",),
     ranks=(0,),
+    inputs=(
+        ("context", TypeSpec("bf16", ("C", 32))),
+        ("actions", TypeSpec("f32", (16, 7))),
+        ("states", TypeSpec("f32", (16, 7))),
+        ("latent", TypeSpec("bf16", (16, 32))),
+        ("step", TypeSpec("i64", ())),
+        ("horizon", TypeSpec("i64", ())),
+    ),
+    outputs=(
+        ("prediction", TypeSpec("bf16", (16, 32))),
+        ("latent", TypeSpec("bf16", (16, 32))),
+        ("step", TypeSpec("i64", ())),
+        ("stop", TypeSpec("bool", ())),
+    ),
     source="vjepa2_ac.walk:56",
 )
 
@@ -65,6 +87,12 @@ NODE_AC_PREDICTOR_MPC = NodeSpec(
     engine="stateless",
     config=(("candidate", 0),),
     ranks=(0,),
+    inputs=(
+        ("context", TypeSpec("bf16", ("C", 32))),
+        ("plans", TypeSpec("f32", (4, 16, 7))),
+        ("states", TypeSpec("f32", (16, 7))),
+    ),
+    outputs=(("prediction", TypeSpec("bf16", (16, 32))),),
     source="vjepa2_ac.walk:66",
 )
 
@@ -75,6 +103,12 @@ NODE_AC_PREDICTOR_MPC_1 = NodeSpec(
     engine="stateless",
     config=(("candidate", 1),),
     ranks=(0,),
+    inputs=(
+        ("context", TypeSpec("bf16", ("C", 32))),
+        ("plans", TypeSpec("f32", (4, 16, 7))),
+        ("states", TypeSpec("f32", (16, 7))),
+    ),
+    outputs=(("prediction", TypeSpec("bf16", (16, 32))),),
     source="vjepa2_ac.walk:75",
 )
 
@@ -85,6 +119,12 @@ NODE_AC_PREDICTOR_MPC_2 = NodeSpec(
     engine="stateless",
     config=(("candidate", 2),),
     ranks=(0,),
+    inputs=(
+        ("context", TypeSpec("bf16", ("C", 32))),
+        ("plans", TypeSpec("f32", (4, 16, 7))),
+        ("states", TypeSpec("f32", (16, 7))),
+    ),
+    outputs=(("prediction", TypeSpec("bf16", (16, 32))),),
     source="vjepa2_ac.walk:76",
 )
 
@@ -95,6 +135,12 @@ NODE_AC_PREDICTOR_MPC_3 = NodeSpec(
     engine="stateless",
     config=(("candidate", 3),),
     ranks=(0,),
+    inputs=(
+        ("context", TypeSpec("bf16", ("C", 32))),
+        ("plans", TypeSpec("f32", (4, 16, 7))),
+        ("states", TypeSpec("f32", (16, 7))),
+    ),
+    outputs=(("prediction", TypeSpec("bf16", (16, 32))),),
     source="vjepa2_ac.walk:77",
 )
 
@@ -104,6 +150,14 @@ NODE_MPC_SCORER = NodeSpec(
     impl="examples.vjepa2_ac.nodes:MpcScorer",
     engine="stateless",
     ranks=(0,),
+    inputs=(
+        ("pred_0", TypeSpec("bf16", (16, 32))),
+        ("pred_1", TypeSpec("bf16", (16, 32))),
+        ("pred_2", TypeSpec("bf16", (16, 32))),
+        ("pred_3", TypeSpec("bf16", (16, 32))),
+        ("goal", TypeSpec("bf16", ("C", 32))),
+    ),
+    outputs=(("best", TypeSpec("i64", ())), ("costs", TypeSpec("f32", (4,)))),
     source="vjepa2_ac.walk:79",
 )
 
@@ -136,6 +190,7 @@ PIECE_PREFILL_VIDEO = PieceSpec(
                     dests=(Dest(kind="call", edge="internal", rank=0, call=1, port="context"),),
                 ),
             ),
+            writes=("latents",),
             source="vjepa2_ac.walk:92",
         ),
         # examples/vjepa2_ac/vjepa2_ac.walk:93
@@ -173,6 +228,7 @@ PIECE_PREFILL_VIDEO = PieceSpec(
                     dests=(Dest(kind="client", edge="emitted", name="tensor"),),
                 ),
             ),
+            writes=("prediction",),
             source="vjepa2_ac.walk:93",
         ),
     ),
@@ -218,6 +274,7 @@ PIECE_PREFILL_VIDEO_ROLLOUT = PieceSpec(
                     dests=(Dest(kind="call", edge="internal", rank=0, call=1, port="context"),),
                 ),
             ),
+            writes=("latents",),
             source="vjepa2_ac.walk:99",
         ),
         # examples/vjepa2_ac/vjepa2_ac.walk:100
@@ -264,6 +321,7 @@ PIECE_PREFILL_VIDEO_ROLLOUT = PieceSpec(
                     ),
                 ),
             ),
+            writes=("latent", "step"),
             source="vjepa2_ac.walk:100",
         ),
         # examples/vjepa2_ac/vjepa2_ac.walk:102
@@ -357,6 +415,7 @@ PIECE_PREFILL_VIDEO_ROLLOUT = PieceSpec(
                     ),
                 ),
             ),
+            writes=("latent", "step", "stop"),
             source="vjepa2_ac.walk:102",
         ),
     ),
@@ -401,6 +460,7 @@ PIECE_PREFILL_VIDEO_ROLLOUT_STREAMING = PieceSpec(
                     dests=(Dest(kind="call", edge="internal", rank=0, call=1, port="context"),),
                 ),
             ),
+            writes=("latents",),
             source="vjepa2_ac.walk:109",
         ),
         # examples/vjepa2_ac/vjepa2_ac.walk:110
@@ -447,6 +507,7 @@ PIECE_PREFILL_VIDEO_ROLLOUT_STREAMING = PieceSpec(
                     ),
                 ),
             ),
+            writes=("latent", "step"),
             source="vjepa2_ac.walk:110",
         ),
         # examples/vjepa2_ac/vjepa2_ac.walk:112
@@ -540,6 +601,7 @@ PIECE_PREFILL_VIDEO_ROLLOUT_STREAMING = PieceSpec(
                     ),
                 ),
             ),
+            writes=("latent", "step", "stop"),
             source="vjepa2_ac.walk:112",
         ),
     ),
@@ -578,6 +640,7 @@ PIECE_PREFILL_VIDEO_MPC = PieceSpec(
                     ),
                 ),
             ),
+            writes=("latents",),
             source="vjepa2_ac.walk:121",
         ),
         # examples/vjepa2_ac/vjepa2_ac.walk:122
@@ -601,6 +664,7 @@ PIECE_PREFILL_VIDEO_MPC = PieceSpec(
                     dests=(Dest(kind="call", edge="internal", rank=0, call=6, port="goal"),),
                 ),
             ),
+            writes=("latents",),
             source="vjepa2_ac.walk:122",
         ),
         # examples/vjepa2_ac/vjepa2_ac.walk:125
@@ -638,6 +702,7 @@ PIECE_PREFILL_VIDEO_MPC = PieceSpec(
                     dests=(Dest(kind="call", edge="internal", rank=0, call=6, port="pred_0"),),
                 ),
             ),
+            writes=("prediction",),
             source="vjepa2_ac.walk:125",
         ),
         # examples/vjepa2_ac/vjepa2_ac.walk:126
@@ -675,6 +740,7 @@ PIECE_PREFILL_VIDEO_MPC = PieceSpec(
                     dests=(Dest(kind="call", edge="internal", rank=0, call=6, port="pred_1"),),
                 ),
             ),
+            writes=("prediction",),
             source="vjepa2_ac.walk:126",
         ),
         # examples/vjepa2_ac/vjepa2_ac.walk:127
@@ -712,6 +778,7 @@ PIECE_PREFILL_VIDEO_MPC = PieceSpec(
                     dests=(Dest(kind="call", edge="internal", rank=0, call=6, port="pred_2"),),
                 ),
             ),
+            writes=("prediction",),
             source="vjepa2_ac.walk:127",
         ),
         # examples/vjepa2_ac/vjepa2_ac.walk:128
@@ -749,6 +816,7 @@ PIECE_PREFILL_VIDEO_MPC = PieceSpec(
                     dests=(Dest(kind="call", edge="internal", rank=0, call=6, port="pred_3"),),
                 ),
             ),
+            writes=("prediction",),
             source="vjepa2_ac.walk:128",
         ),
         # examples/vjepa2_ac/vjepa2_ac.walk:130
@@ -805,6 +873,7 @@ PIECE_PREFILL_VIDEO_MPC = PieceSpec(
                     dests=(Dest(kind="client", edge="emitted", name="tensor"),),
                 ),
             ),
+            writes=("best", "costs"),
             source="vjepa2_ac.walk:130",
         ),
     ),
