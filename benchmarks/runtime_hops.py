@@ -9,8 +9,13 @@ Every number is measured in the same run as its baseline, on this machine:
   by the 13 process hops on its critical path (client -> conductor -> rank 0 -> 9 rank-to-rank
   hops -> conductor -> client; node work counted against the hops, so this is an upper bound),
   and the marginal cost of a cross-rank hop: (median latency with 2 ranks - with 1 rank) / 9.
-  Baseline: a raw pyzmq one-way hop (PUSH/PULL over TCP loopback between two processes, a small
-  msgpack message; half the median round trip).
+  Baselines: a raw pyzmq one-way hop (PUSH/PULL over TCP loopback, and over ``ipc``, between two
+  processes, a small msgpack message; half the median round trip), and the same 13-hop route
+  through 4 processes (client, conductor, 2 ranks) with nothing but pyzmq in them
+  (`raw_route`): what the topology costs before any Python work.
+  ``--hops-only --repeat K --busy 0 500`` repeats just these K times, interleaved, with each
+  busy-poll window (``WGC_BUSY_POLL_US``) as a configuration, and reports the best of each and
+  the runtime processes' CPU time per request (``/proc`` schedstat, every thread).
 * **same-rank dispatch**: ``dispatch100.walk`` (100 no-op nodes) on one rank; median per-node
   time in the executor (`LocalCluster`, no transport) and in a worker process, minus a direct
   Python call of the node's ``forward``.
@@ -81,16 +86,23 @@ def _echo(address_in: str, address_out: str, n: int) -> None:
     ctx.term()
 
 
-def raw_zmq_one_way(n: int) -> float:
+def raw_zmq_one_way(n: int, transport: str = "tcp") -> float:
+    """Half the median round trip of a small msgpack message between two processes (PUSH/PULL
+    over ``tcp`` loopback or ``ipc``), both sides blocking in ``recv``."""
     import msgpack
     import zmq
 
     ctx = zmq.Context()
     push, pull = ctx.socket(zmq.PUSH), ctx.socket(zmq.PULL)
-    p1 = push.bind_to_random_port("tcp://127.0.0.1")
-    p2 = pull.bind_to_random_port("tcp://127.0.0.1")
+    if transport == "tcp":
+        a = f"tcp://127.0.0.1:{push.bind_to_random_port('tcp://127.0.0.1')}"
+        b = f"tcp://127.0.0.1:{pull.bind_to_random_port('tcp://127.0.0.1')}"
+    else:
+        a, b = f"ipc://@wgc-bench-{os.getpid()}-a", f"ipc://@wgc-bench-{os.getpid()}-b"
+        push.bind(a)
+        pull.bind(b)
     mp = multiprocessing.get_context("spawn")
-    proc = mp.Process(target=_echo, args=(f"tcp://127.0.0.1:{p1}", f"tcp://127.0.0.1:{p2}", n + 50))
+    proc = mp.Process(target=_echo, args=(a, b, n + 50))
     proc.start()
     msg = msgpack.packb({"t": "Value", "request": "r", "walk_id": 1, "call": 3, "port": "x"})
     samples = []
@@ -107,26 +119,123 @@ def raw_zmq_one_way(n: int) -> float:
     return median_us(samples)
 
 
+def _forwarder(me: str, inbox: str, table: dict[str, str], route: list[str], n: int) -> None:
+    """One process of `raw_route`: forward every message to the next process on its route."""
+    import msgpack
+    import zmq
+
+    ctx = zmq.Context()
+    pull = ctx.socket(zmq.PULL)
+    pull.bind(inbox)
+    pushes = {}
+    for peer, address in table.items():
+        pushes[peer] = ctx.socket(zmq.PUSH)
+        pushes[peer].connect(address)
+    mine = sum(1 for who in route[1:] if who == me)
+    for _ in range(n * mine):
+        hop = msgpack.unpackb(pull.recv())
+        pushes[route[hop + 1]].send(msgpack.packb(hop + 1))
+    time.sleep(0.2)
+    for sock in (pull, *pushes.values()):
+        sock.close(0)
+    ctx.term()
+
+
+def raw_route(route: list[str], n: int) -> float:
+    """The runtime's process topology with nothing but pyzmq in it: a message follows ``route``
+    (process names; the first is this process, the client) over ``ipc`` PUSH/PULL, each process
+    blocking in ``recv`` and forwarding at once. Median time per hop, in µs."""
+    import msgpack
+    import zmq
+
+    names = sorted(set(route[1:]) - {route[0]})
+    table = {who: f"ipc://@wgc-bench-{os.getpid()}-{who}" for who in [route[0], *names]}
+    ctx = zmq.Context()
+    pull = ctx.socket(zmq.PULL)
+    pull.bind(table[route[0]])
+    procs = [
+        multiprocessing.get_context("spawn").Process(
+            target=_forwarder, args=(who, table[who], table, route, n + 20)
+        )
+        for who in names
+    ]
+    for proc in procs:
+        proc.start()
+    first = ctx.socket(zmq.PUSH)
+    first.connect(table[route[1]])
+    time.sleep(0.5)  # every process bound and connected
+    samples = []
+    for i in range(n + 20):
+        t0 = time.perf_counter()
+        first.send(msgpack.packb(1))
+        pull.recv()
+        if i >= 20:
+            samples.append((time.perf_counter() - t0) / (len(route) - 1))
+    for proc in procs:
+        proc.join(10)
+    first.close(0)
+    pull.close(0)
+    ctx.term()
+    return median_us(samples)
+
+
+HOP10_2RANK_ROUTE = ["client", "conductor", *["r0", "r1"] * 5, "conductor", "client"]
+HOP10_1RANK_ROUTE = ["client", "conductor", "r0", "conductor", "client"]
+
+
 # ------------------------------------------------------------------------- the runtime
 
 
-def request_latency(plan: str, n: int) -> float:
+def cpu_seconds(pids: list[int]) -> float:
+    """CPU time of every thread of ``pids`` so far (Linux ``/proc/<pid>/task/*/schedstat``,
+    nanosecond resolution; 0 elsewhere)."""
+    total = 0
+    for pid in pids:
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tasks:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                    total += int(f.read().split()[0])
+            except (OSError, IndexError, ValueError):
+                pass
+    return total / 1e9
+
+
+def request_latency(plan: str, n: int, env: dict[str, str] | None = None) -> tuple[float, float]:
+    """(median request latency, CPU time of the runtime's processes per request), both in µs;
+    ``env``: tuning variables for the spawned processes (`wgc_runtime.transport.tuning`)."""
     import torch
 
     from wgc_runtime.client import Client
     from wgc_runtime.process.launcher import Cluster
 
-    x = torch.zeros(4)
-    with Cluster(plan, progress=None) as cluster, Client(cluster.client_address) as client:
-        samples = []
-        for i in range(n + 20):
-            t0 = time.perf_counter()
-            outs = client.run([("x", x)], ["tensor"], deadline=30)
-            dt = time.perf_counter() - t0
-            assert len(outs) == 1
-            if i >= 20:
-                samples.append(dt)
-    return median_us(samples)
+    saved = {k: os.environ.get(k) for k in env or {}}
+    os.environ.update(env or {})
+    try:
+        x = torch.zeros(4)
+        with Cluster(plan, progress=None) as cluster, Client(cluster.client_address) as client:
+            pids = list(cluster.pids.values())
+            samples = []
+            for i in range(n + 20):
+                if i == 20:
+                    cpu0 = cpu_seconds(pids)
+                t0 = time.perf_counter()
+                outs = client.run([("x", x)], ["tensor"], deadline=30)
+                dt = time.perf_counter() - t0
+                assert len(outs) == 1
+                if i >= 20:
+                    samples.append(dt)
+            cpu = (cpu_seconds(pids) - cpu0) / n * 1e6
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    return median_us(samples), cpu
 
 
 def local_latency(plan: str, n: int) -> float:
@@ -275,10 +384,57 @@ def ray_chain3(n: int) -> float | None:
 # ------------------------------------------------------------------------- main
 
 
+def loadavg() -> str:
+    try:
+        return " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        return "?"
+
+
+def hops(plans: dict[str, str], n: int, repeat: int, busy: list[float]) -> None:
+    """The cross-rank hop side by side with its baselines, ``repeat`` interleaved rounds, best
+    (lowest median) of each; every busy-poll window in ``busy`` (µs) is a configuration."""
+    configs = [("1rank", "hop10-1rank", 0.0)] + [("2rank", "hop10-2rank", b) for b in busy]
+    configs += [("1rank-busy", "hop10-1rank", b) for b in busy if b]
+    best: dict[str, tuple[float, float]] = {}
+    raws: dict[str, float] = {}
+    for r in range(repeat):
+        print(f"round {r + 1}/{repeat}, load {loadavg()}", flush=True)
+        for transport in ("tcp", "ipc"):
+            raws[transport] = min(raws.get(transport, 1e18), raw_zmq_one_way(2000, transport))
+        for label, plan, b in configs:
+            key = f"{label} busy={b:g}"
+            env = {"WGC_BUSY_POLL_US": str(b)}
+            lat, cpu = request_latency(plans[plan], n, env)
+            print(f"  {key:24s} {lat:8.1f} us/request, {cpu:8.1f} us CPU/request", flush=True)
+            if key not in best or lat < best[key][0]:
+                best[key] = (lat, cpu)
+    raw = raws["tcp"]
+    print(f"load after: {loadavg()}")
+    print(f"raw pyzmq one-way hop, tcp:  {raws['tcp']:8.1f} us")
+    print(f"raw pyzmq one-way hop, ipc:  {raws['ipc']:8.1f} us")
+    for key, (lat, cpu) in best.items():
+        print(f"{key:24s} {lat:8.1f} us/request, {cpu:8.1f} us CPU/request")
+    for b in busy:
+        lat2 = best[f"2rank busy={b:g}"][0]
+        lat1 = best[f"1rank-busy busy={b:g}" if b else "1rank busy=0"][0]
+        per_hop, marginal = lat2 / 13, (lat2 - lat1) / 9
+        print(
+            f"busy={b:g}: per process hop {per_hop:.1f} us ({per_hop / raw:.2f}x tcp raw), "
+            f"marginal cross-rank hop {marginal:.1f} us ({marginal / raw:.2f}x tcp raw, "
+            f"{marginal / raws['ipc']:.2f}x ipc raw)"
+        )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--requests", type=int, default=200)
     ap.add_argument("--ray-only", action="store_true")
+    ap.add_argument("--hops-only", action="store_true", help="only the cross-rank hop, best of")
+    ap.add_argument("--repeat", type=int, default=3, help="rounds for --hops-only")
+    ap.add_argument(
+        "--busy", type=float, nargs="*", default=[0.0], help="busy-poll windows (us) to compare"
+    )
     args = ap.parse_args()
     n = args.requests
     if args.ray_only:
@@ -287,22 +443,29 @@ def main() -> None:
         return
     tmp = Path(tempfile.mkdtemp(prefix="wgc-bench-"))
     plans = compile_all(tmp)
-    print(f"machine: {os.cpu_count()} CPUs, python {sys.version.split()[0]}")
+    print(f"machine: {os.cpu_count()} CPUs, python {sys.version.split()[0]}, load {loadavg()}")
+    if args.hops_only:
+        hops(plans, n, args.repeat, args.busy)
+        return
 
     raw = raw_zmq_one_way(2000)
-    lat2 = request_latency(plans["hop10-2rank"], n)
-    lat1 = request_latency(plans["hop10-1rank"], n)
+    raw_ipc = raw_zmq_one_way(2000, "ipc")
+    raw_topo = raw_route(HOP10_2RANK_ROUTE, 500)
+    lat2, cpu2 = request_latency(plans["hop10-2rank"], n)
+    lat1, cpu1 = request_latency(plans["hop10-1rank"], n)
     per_hop = lat2 / 13
     marginal = (lat2 - lat1) / 9
-    print(f"raw pyzmq one-way hop:                 {raw:8.1f} us")
-    print(f"hop10, 2 ranks, request latency:       {lat2:8.1f} us")
-    print(f"hop10, 1 rank, request latency:        {lat1:8.1f} us")
+    print(f"raw pyzmq one-way hop (tcp):           {raw:8.1f} us")
+    print(f"raw pyzmq one-way hop (ipc):           {raw_ipc:8.1f} us")
+    print(f"raw pyzmq, hop10-2rank's 13-hop route: {raw_topo:8.1f} us per hop (4 processes)")
+    print(f"hop10, 2 ranks, request latency:       {lat2:8.1f} us  ({cpu2:.0f} us CPU)")
+    print(f"hop10, 1 rank, request latency:        {lat1:8.1f} us  ({cpu1:.0f} us CPU)")
     print(f"  per process hop (latency / 13):      {per_hop:8.1f} us  ({per_hop / raw:.2f}x raw)")
     print(f"  marginal cross-rank hop ((2r-1r)/9): {marginal:8.1f} us  ({marginal / raw:.2f}x raw)")
 
     direct = direct_call_us()
     local100 = local_latency(plans["dispatch100-1rank"], n)
-    proc100 = request_latency(plans["dispatch100-1rank"], n)
+    proc100, _ = request_latency(plans["dispatch100-1rank"], n)
     print(f"direct Python call of Noop.forward:    {direct:8.2f} us")
     print(f"dispatch100 in-process, per node:      {local100 / 100 - direct:8.2f} us overhead")
     print(f"dispatch100 worker process, per node:  {proc100 / 100 - direct:8.2f} us overhead")
@@ -311,7 +474,7 @@ def main() -> None:
         t = hand_over(mode, 30)
         print(f"16 MiB hand-over, {mode:10s}:          {t:8.1f} us round trip")
 
-    chain3 = request_latency(plans["chain3-3rank"], n)
+    chain3, _ = request_latency(plans["chain3-3rank"], n)
     print(f"chain3, 3 ranks, request latency:      {chain3:8.1f} us")
     r = ray_chain3(n)
     if r is None:

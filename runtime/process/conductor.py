@@ -3,11 +3,13 @@
 ``conductor_main(boot)`` (the spawn target): die with the launcher, attach the arena (its own
 region, slot ``world_size``), bind the inbox and the client port (`ClientPort`, ``ROUTER``),
 import ``conductor.py`` and every ``rank_<r>.py`` (for the stream specs), learn the peers, report
-ready, then loop: poll the inbox and the client port (20 ms), hand client requests to the core
-(``submit`` / ``cancel``: the core queues beyond ``max_concurrent_requests``), deliver rank
-messages, send what the core emits (walk starts and values to ranks; outputs and endings to the
-client that asked), ``tick`` the core's deadlines and send every client a keep-alive for each of
-its live requests once a second (`wgc_runtime.client` fails a request that hears nothing).
+ready, then loop: poll the inbox and the client port (20 ms, busy-polling first for
+`Tuning.busy_poll_us` after activity), hand client requests to the core (``submit`` /
+``cancel``: the core queues beyond ``max_concurrent_requests``), deliver rank messages, send
+what the core emits (walk starts and values to ranks, one batch per rank per turn in the compact
+wire form; outputs and endings to the client that asked), ``tick`` the core's deadlines and send
+every client a keep-alive for each of its live requests once a second (`wgc_runtime.client`
+fails a request that hears nothing).
 
 **A rank died** (``l.rank_died`` from the launcher, which watches the processes): every running
 and queued request fails at once with "rank N died (...)" (kind ``internal``), and every later
@@ -26,10 +28,10 @@ import zmq
 
 from wgc_runtime import messages as m
 from wgc_runtime.process import common
-from wgc_runtime.process.worker import peer_of, to_wire
+from wgc_runtime.process.worker import batches, peer_of, run_profiled
 from wgc_runtime.spec import Segment
 from wgc_runtime.transport.arena import Arena
-from wgc_runtime.transport.sockets import ClientPort, Mesh
+from wgc_runtime.transport.sockets import ClientPort, Mesh, Received
 
 POLL_MS = 20
 KEEPALIVE_S = 1.0
@@ -123,7 +125,10 @@ class ConductorLoop:
 
     # ---------------------------------------------------------------- ranks
 
-    def on_inbox(self, wire: dict[str, Any]) -> None:
+    def on_inbox(self, wire: Received) -> None:
+        if isinstance(wire, m.Message):
+            self.core.deliver(wire)
+            return
         kind = wire.get("t", "")
         if kind == common.SHUTDOWN:
             self.running = False
@@ -147,6 +152,7 @@ class ConductorLoop:
     def flush(self) -> None:
         while self.out:
             out, self.out = self.out, []
+            to_ranks = []
             for to, msg in out:
                 if to == m.CLIENT:
                     rid = getattr(msg, "request", "")
@@ -155,13 +161,15 @@ class ConductorLoop:
                         self.clients.pop(rid, None)
                     if ident is not None:
                         self.port.send(ident, client_wire(msg))
-                elif self.dead is not None:
-                    continue  # nothing more goes to the ranks of a broken run
                 else:
-                    try:
-                        self.mesh.send(peer_of(to), to_wire(msg))
-                    except Exception as exc:
-                        self.rank_died(f"rank {to} cannot be reached ({exc})")
+                    to_ranks.append((to, msg))
+            for to, msgs in batches(to_ranks).items() if to_ranks else ():
+                if self.dead is not None:
+                    break  # nothing more goes to the ranks of a broken run
+                try:
+                    self.mesh.send_messages(peer_of(to), msgs)
+                except Exception as exc:
+                    self.rank_died(f"rank {to} cannot be reached ({exc})")
 
     def keepalive(self, now: float) -> None:
         if now - self._last_keepalive < KEEPALIVE_S:
@@ -172,7 +180,7 @@ class ConductorLoop:
 
     def run(self) -> None:
         while self.running:
-            events = dict(self.poller.poll(POLL_MS))
+            events = dict(self.mesh.wait(self.poller, POLL_MS))
             if self.port.sock in events:
                 for ident, wire in self.port.recv_all():
                     self.on_client(ident, wire)
@@ -200,6 +208,7 @@ def conductor_main(boot: dict[str, Any]) -> None:
             "t": common.HELLO,
             "who": "conductor",
             "address": mesh.address,
+            "ipc": mesh.ipc_address,
             "host": boot["host"],
             "client": port.address,
         }
@@ -221,7 +230,7 @@ def conductor_main(boot: dict[str, Any]) -> None:
         if loop is not None:
             ready = {"t": common.READY, "who": "conductor", "seconds": time.monotonic() - t0}
             mesh.send("launcher", ready)
-            loop.run()
+            run_profiled(loop.run, "conductor")
     except common.Stop:
         pass
     except BaseException:

@@ -164,7 +164,7 @@ class Cluster:
     def _handshake(self, t0: float) -> None:
         assert self.mesh is not None
         deadline = t0 + self.ready_timeout
-        table: dict[str, tuple[str, str]] = {}
+        table: dict[str, tuple[str, str, str | None]] = {}
         ready: set[str] = set()
         sent_peers = False
         while len(ready) < len(self.procs):
@@ -178,8 +178,9 @@ class Cluster:
                 who = _who(msg.get("who"))
                 kind = msg.get("t")
                 if kind == common.HELLO:
-                    table[str(msg["who"])] = (msg["address"], msg.get("host", "127.0.0.1"))
-                    self.mesh.connect(_peer(msg["who"]), msg["address"])
+                    entry = (msg["address"], msg.get("host", "127.0.0.1"), msg.get("ipc"))
+                    table[str(msg["who"])] = entry
+                    self.mesh.connect(_peer(msg["who"]), *entry)
                     if msg.get("client"):
                         self.client_address = msg["client"]
                         self._conductor_address = msg["address"]

@@ -6,9 +6,11 @@ the inbox and say hello, import ``rank_<r>.py``, construct its nodes on the rank
 
 1. run what is ready (``executor.step()``; the executor batches per (node, walk));
 2. hand messages for this rank straight back to the executor (same rank: by reference, no
-   transport), send the rest (`Mesh.send`: arena descriptors on this host, frames elsewhere);
-3. poll the inbox (without waiting while work is ready, else up to 20 ms) and deliver what
-   arrived; tell arena owners which blocks this rank is done with.
+   transport), send the rest, one batch per peer (`Mesh.send_messages`: the compact wire form;
+   small tensors inline, large ones as arena descriptors on this host, frames elsewhere);
+3. poll the inbox (without waiting while work is ready, else up to 20 ms, busy-polling first
+   for `Tuning.busy_poll_us` after activity) and deliver what arrived; tell arena owners which
+   blocks this rank is done with.
 
 It leaves on ``l.shutdown`` from the launcher or SIGTERM, and dies with the launcher. A failure
 while starting is reported to the launcher (``l.failed``) with its message; an exception escaping
@@ -17,6 +19,7 @@ the executor ends the process with its traceback on stderr (the launcher then fa
 
 from __future__ import annotations
 
+import cProfile
 import sys
 import time
 import traceback
@@ -26,7 +29,8 @@ from typing import Any
 from wgc_runtime import messages as m
 from wgc_runtime.process import common
 from wgc_runtime.transport.arena import Arena
-from wgc_runtime.transport.sockets import Mesh, Peer
+from wgc_runtime.transport.sockets import Mesh, Peer, Received
+from wgc_runtime.transport.tuning import TUNING
 
 IDLE_POLL_MS = 20
 
@@ -37,7 +41,7 @@ def peer_of(to: int) -> Peer:
 
 def to_wire(msg: m.Message) -> dict[str, Any]:
     """A message as a codec-ready dict: its tensor handle rides along as a tensor (the codec
-    puts it in the arena or a frame)."""
+    puts it in the arena or a frame). The dict form; the hot path sends `Mesh.send_messages`."""
     if msg.DATA and getattr(msg, "data", None) is not None:
         wire = msg.with_data(None).to_wire()
         wire["data"] = msg.data  # type: ignore[attr-defined]
@@ -73,31 +77,62 @@ class WorkerLoop:
 
     def flush(self) -> None:
         out, self.out = self.out, []
-        for to, msg in out:
-            self.mesh.send(peer_of(to), to_wire(msg))
+        for to, msgs in batches(out).items():
+            self.mesh.send_messages(peer_of(to), msgs)
 
-    def handle(self, wire: dict[str, Any]) -> None:
-        kind = wire.get("t", "")
+    def handle(self, item: Received) -> None:
+        if isinstance(item, m.Message):
+            self.executor.deliver(item)
+            return
+        kind = item.get("t", "")
         if kind == common.SHUTDOWN:
             self.running = False
         elif not kind.startswith("l."):
-            self.executor.deliver(from_wire(wire))
+            self.executor.deliver(from_wire(item))
 
     def run(self) -> None:
+        executor, local, mesh = self.executor, self.local, self.mesh
         while self.running:
-            busy = bool(self.executor.step())
-            while self.local:
-                self.executor.deliver(self.local.popleft())
+            busy = bool(executor.step())
+            while local:
+                executor.deliver(local.popleft())
                 busy = True
-            self.flush()
-            for wire in self.mesh.poll(0 if busy else IDLE_POLL_MS):
-                self.handle(wire)
-            self.mesh.flush_releases()
+            if self.out:
+                self.flush()
+            for item in mesh.poll(0 if busy else IDLE_POLL_MS):
+                self.handle(item)
+            mesh.flush_releases()
+
+
+def batches(out: list[tuple[int, m.Message]]) -> dict[int, list[m.Message]]:
+    """``out`` grouped by destination, each group in the order it was produced (one send per
+    peer; the order between peers never mattered)."""
+    if len(out) == 1:
+        return {out[0][0]: [out[0][1]]}
+    grouped: dict[int, list[m.Message]] = {}
+    for to, msg in out:
+        grouped.setdefault(to, []).append(msg)
+    return grouped
+
+
+def run_profiled(run: Any, who: str) -> None:
+    """``run()``, under cProfile when `Tuning.profile` names a path prefix (the stats go to
+    ``<prefix>.<who>.prof`` even when the run ends by SIGTERM)."""
+    if not TUNING.profile:
+        run()
+        return
+    profiler = cProfile.Profile()
+    try:
+        profiler.runcall(run)
+    finally:
+        profiler.dump_stats(f"{TUNING.profile}.{who}.prof")
 
 
 def _wait_for(mesh: Mesh, kind: str, deadline: float) -> dict[str, Any]:
     while time.monotonic() < deadline:
         for msg in mesh.poll(100):
+            if isinstance(msg, m.Message):
+                continue  # nobody sends runtime messages before the peers are known
             if msg.get("t") == kind:
                 return msg
             if msg.get("t") == common.SHUTDOWN:
@@ -116,7 +151,13 @@ def worker_main(boot: dict[str, Any]) -> None:
         arena = Arena.attach(a["name"], a["slots"], a["region"], slot=rank)
         mesh = Mesh(rank, host=boot["host"], bind=boot["bind"], arena=arena)
         mesh.connect("launcher", boot["launcher"])
-        hello = {"t": common.HELLO, "who": rank, "address": mesh.address, "host": boot["host"]}
+        hello = {
+            "t": common.HELLO,
+            "who": rank,
+            "address": mesh.address,
+            "ipc": mesh.ipc_address,
+            "host": boot["host"],
+        }
         mesh.send("launcher", hello)
         try:
             spec = common.load_rank(boot["plan_dir"], rank)
@@ -140,7 +181,7 @@ def worker_main(boot: dict[str, Any]) -> None:
         if loop is not None:
             ready = {"t": common.READY, "who": rank, "seconds": time.monotonic() - t0}
             mesh.send("launcher", ready)
-            loop.run()
+            run_profiled(loop.run, f"rank{rank}")
     except common.Stop:
         pass
     except BaseException:

@@ -208,8 +208,8 @@ class Arena:
     def put(self, t: torch.Tensor, refs: int = 1) -> list | None:
         """Write ``t`` into this process's region for ``refs`` consumers; its descriptor, or
         None when it should go inline (small, or no room)."""
-        nbytes = t.numel() * t.element_size()
-        if self.alloc.size == 0 or nbytes < self.min_inline or t.device.type != "cpu":
+        nbytes = t.nbytes  # cheap tests first: this runs for every tensor a process sends
+        if nbytes < self.min_inline or self.alloc.size == 0 or not t.is_cpu:
             return None
         dtype, shape = tensor_meta(t)
         key = (t.data_ptr(), t._version, nbytes, dtype, tuple(shape), tuple(t.stride()))
@@ -258,6 +258,10 @@ class Arena:
         weakref.finalize(arr, self._released.append, (int(slot), int(off), int(generation)))
         flat = torch.from_numpy(arr).view(DTYPES[dtype])
         return flat.reshape(tuple(int(d) for d in shape))
+
+    def has_released(self) -> bool:
+        """Whether `drain_released` has anything (the process loop asks every turn)."""
+        return bool(self._released)
 
     def drain_released(self) -> dict[int, list[list[int]]]:
         """Releases queued since the last call, grouped by owning slot: ``{slot: [[off, gen]]}``."""

@@ -1,0 +1,61 @@
+"""The runtime's latency knobs, read from the environment in this one place.
+
+Every process of a run (the launcher's spawned children inherit its environment) reads them once
+at import:
+
+``WGC_BUSY_POLL_US`` (default 500; 0: off)
+    After activity (a message sent or received), a process polls its sockets without sleeping
+    for up to this many microseconds before it blocks. A process that went to sleep must be
+    woken by the kernel when a message lands and runs cold; within the window it answers at once.
+    An idle process never spins (the window counts from its last activity). Measured on a shared
+    2-core VM (`benchmarks/README.md`, runtime hops): the 10-node 2-rank chain ~1.6 -> ~1.2 ms
+    per request (median of 4 rounds) for ~+20% CPU per request.
+``WGC_BUSY_POLL_YIELD`` (default 1)
+    While spinning, give the core away between polls (``sched_yield``), so a spinner never holds
+    a core a runnable peer needs (without it a 200 µs window made the chain *slower* on 2 cores,
+    at 2.2x the CPU).
+``WGC_IPC`` (default 1)
+    Peers on the same host talk over ``ipc://`` (Unix domain) sockets instead of TCP loopback.
+``WGC_PROFILE`` (default unset)
+    A path prefix: every worker and the conductor run under ``cProfile`` and write
+    ``<prefix>.<who>.prof`` when they exit (``python -m pstats`` reads them).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+
+def _flag(name: str, default: bool) -> bool:
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return default
+    return value.strip().lower() not in ("0", "false", "no", "off")
+
+
+def _float(name: str, default: float) -> float:
+    try:
+        return float(os.environ.get(name, default))
+    except ValueError:
+        return default
+
+
+@dataclass(frozen=True, slots=True)
+class Tuning:
+    busy_poll_us: float = 500.0
+    busy_poll_yield: bool = True
+    ipc: bool = True
+    profile: str | None = None
+
+    @classmethod
+    def from_env(cls) -> Tuning:
+        return cls(
+            busy_poll_us=max(0.0, _float("WGC_BUSY_POLL_US", 500.0)),
+            busy_poll_yield=_flag("WGC_BUSY_POLL_YIELD", True),
+            ipc=_flag("WGC_IPC", True),
+            profile=os.environ.get("WGC_PROFILE") or None,
+        )
+
+
+TUNING = Tuning.from_env()
