@@ -1,7 +1,7 @@
 """Autoregressive decode of the tiny decoder: wgc vs `transformers` `generate()`, side by side.
 
     .venv/bin/python benchmarks/decode.py [--configs tiny small] [--threads 1 2]
-        [--batches 1 16] [--new 128] [--repeat 5] [--mixed 48]
+        [--batches 1 16] [--new 128] [--repeat 5] [--mixed 48] [--no-compiled]
 
 Both sides run the SAME weights (a random `LlamaForCausalLM` saved as safetensors and loaded by
 `wgc_runtime.components.llama.LlamaDecoder.from_pretrained`), greedy, fp32, on the CPU, with the
@@ -9,7 +9,17 @@ same intra-op threads (``torch.set_num_threads``, each value of ``--threads`` in
 
 * wgc: `LlamaDecoder` + `PagedKVPool` + the torch attention backend + `ContinuousBatcher` on
   the capture path (the CUDA-graph runner's static buffers, run eagerly on the CPU);
+* wgc+compiled (unless ``--no-compiled``): the same, with the runner's ``"inductor"`` backend:
+  the static decode step ``torch.compile``d (fullgraph, static shapes) once per batch bucket,
+  the CPU analogue of graph capture. Compiling happens when the batcher is built (like a
+  capture), outside the timed region; its time is reported separately ("compile s", summed
+  over the buckets; a second build of an identical graph hits inductor's cache and is faster);
 * transformers: ``model.generate(max_new_tokens=N, min_new_tokens=N, do_sample=False)``.
+
+Each wgc side builds its engine and batcher once per (config, threads, batch) — as a server
+would — and serves every timed run with it (fresh request ids; every request's pages are freed
+when it leaves). The same-length runs use one bucket, the batch size (all rows run to the end
+together, so no other bucket is ever used; for the eager sides buckets change nothing).
 
 Two model sizes (``--configs``): ``tiny`` is the parity tests' decoder (hidden 64, 2 layers, 4
 heads / 2 kv heads, vocab 1000), where a step is a few dozen tiny ops and per-op overhead
@@ -17,11 +27,12 @@ dominates; ``small`` (hidden 256, 4 layers, vocab 2048), where the weight-bound 
 that both sides share take most of a step.
 
 Each request generates exactly ``--new`` tokens after a ``--prompt``-token prompt; the whole
-generation is timed (prefill included). Both sides are warmed up, then run ``--repeat`` times
-interleaved (so a burst of load hits both). Reported per (config, threads, batch): tokens/s
-from the best and the median wall time, the ratio of each, the ratio of the best process CPU
-times (less sensitive to other processes on a shared machine than wall time), whether the
-greedy tokens agree, and the machine load (``uptime``) before and after each block.
+generation is timed (prefill included). All sides are warmed up, then run ``--repeat`` times
+interleaved (so a burst of load hits all). Reported per (config, threads, batch): tokens/s
+from the best and the median wall time, the ratio of each to `generate()`, the ratio of the
+best process CPU times (less sensitive to other processes on a shared machine than wall time),
+whether the greedy tokens agree with `generate()`'s, and the machine load (``uptime``) before
+and after each block.
 
 Then (``--mixed`` > 0, first thread count) a mixed workload: requests with prompt lengths 8-64
 and 16-128 new tokens, ``--slots`` batch slots: wgc's continuous batching against
@@ -46,6 +57,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from wgc_runtime.components.llama import DecoderEngine, LlamaDecoder
 from wgc_runtime.engines.batching import ContinuousBatcher, GenRequest
+from wgc_runtime.engines.cuda_graph import inductor_available
 
 CONFIGS = {
     "tiny": dict(
@@ -74,16 +86,41 @@ def load() -> str:
     return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
 
 
-def run_wgc(model: LlamaDecoder, prompts: torch.Tensor, new: int) -> tuple[float, list]:
-    batch, plen = prompts.shape
-    per_req = -(-(plen + new) // 16)
-    engine = DecoderEngine.build(model, pages=batch * per_req + 8, page_size=16)
-    batcher = ContinuousBatcher(engine, max_batch=batch, max_seq_len=plen + new, capture=True)
-    reqs = [GenRequest(i, prompts[i], new) for i in range(batch)]
+def make_batcher(
+    model: LlamaDecoder,
+    slots: int,
+    max_seq_len: int,
+    backend: str = "eager",
+    buckets: tuple[int, ...] | None = None,
+) -> tuple[ContinuousBatcher, float]:
+    """A batcher on the capture path with the runner's ``backend``, and its build time (for
+    "inductor": compiling every bucket)."""
+    engine = DecoderEngine.build(model, pages=slots * -(-max_seq_len // 16) + 8, page_size=16)
+    t0 = time.perf_counter()
+    batcher = ContinuousBatcher(
+        engine,
+        max_batch=slots,
+        max_seq_len=max_seq_len,
+        capture=True,
+        buckets=buckets,
+        graph_backend=backend,
+    )
+    built = time.perf_counter() - t0
+    if backend == "inductor" and batcher.runner.backend != "inductor":
+        print(
+            f"   (compile failed, the compiled column runs eagerly: {batcher.runner.compile_error})"
+        )
+    return batcher, built
+
+
+_IDS = iter(range(1 << 62))  # request ids never repeat across the runs of one batcher
+
+
+def run_wgc(batcher: ContinuousBatcher, prompts: torch.Tensor, new: int) -> tuple[float, list]:
+    reqs = [GenRequest(next(_IDS), prompts[i], new) for i in range(prompts.shape[0])]
     t0 = time.perf_counter()
     batcher.run(reqs)
     dt = time.perf_counter() - t0
-    batcher.close()
     return dt, [r.tokens for r in reqs]
 
 
@@ -114,15 +151,11 @@ def mixed_workload(n: int, seed: int = 1, vocab: int = 1000) -> list[tuple[torch
     return out
 
 
-def mixed_wgc(model: LlamaDecoder, work, slots: int) -> tuple[float, list]:
-    longest = max(p.numel() + n for p, n in work)
-    engine = DecoderEngine.build(model, pages=slots * -(-longest // 16) + 8, page_size=16)
-    batcher = ContinuousBatcher(engine, max_batch=slots, max_seq_len=longest, capture=True)
-    reqs = [GenRequest(i, p, n) for i, (p, n) in enumerate(work)]
+def mixed_wgc(batcher: ContinuousBatcher, work) -> tuple[float, list]:
+    reqs = [GenRequest(next(_IDS), p, n) for p, n in work]
     t0 = time.perf_counter()
     batcher.run(reqs)
     dt = time.perf_counter() - t0
-    batcher.close()
     return dt, [r.tokens for r in reqs]
 
 
@@ -209,46 +242,77 @@ def build(cfg: dict) -> tuple[LlamaForCausalLM, LlamaDecoder]:
     return hf, ours
 
 
+def _backends(args) -> list[str]:
+    return ["eager", "inductor"] if args.compiled else ["eager"]
+
+
 def same_length(hf, ours, cfg: dict, args) -> None:
+    names = {"eager": "wgc", "inductor": "wgc+compiled"}
     print(
-        f"{'batch':>5} {'wgc tok/s best/med':>19} {'hf tok/s best/med':>18} "
-        f"{'ratio best/med':>15} {'cpu ratio':>9}  tokens agree"
+        f"{'batch':>5} {'side':>12} {'tok/s best/med':>17} {'vs hf best/med':>15} "
+        f"{'cpu ratio':>9} {'hf tokens agree':>15} {'compile s':>9}"
     )
     for batch in args.batches:
         g = torch.Generator().manual_seed(batch)
         prompts = torch.randint(0, cfg["vocab_size"], (batch, args.prompt), generator=g)
-        run_wgc(ours, prompts, 4)  # warm-up both sides
+        sides = {}
+        for be in _backends(args):
+            sides[be] = make_batcher(ours, batch, args.prompt + args.new, be, (batch,))
+            run_wgc(sides[be][0], prompts, 4)  # warm-up
         run_hf(hf, prompts, 4)
-        w, h = [], []
-        for _ in range(args.repeat):  # interleaved, so a burst of load hits both sides
-            w.append(timed(run_wgc, ours, prompts, args.new))
+        runs: dict[str, list] = {be: [] for be in sides}
+        h = []
+        for _ in range(args.repeat):  # interleaved, so a burst of load hits every side
+            for be, (batcher, _) in sides.items():
+                runs[be].append(timed(run_wgc, batcher, prompts, args.new))
             h.append(timed(run_hf, hf, prompts, args.new))
         n = batch * args.new
-        bw, bh = min(t for t, _, _ in w), min(t for t, _, _ in h)
-        mw, mh = statistics.median(t for t, _, _ in w), statistics.median(t for t, _, _ in h)
-        cw, ch = min(c for _, c, _ in w), min(c for _, c, _ in h)
-        agree = sum(a == b for a, b in zip(w[0][2], h[0][2], strict=True))
-        print(
-            f"{batch:>5} {n / bw:>9.0f} / {n / mw:<7.0f} {n / bh:>8.0f} / {n / mh:<7.0f} "
-            f"{bh / bw:>6.2f}x / {mh / mw:.2f}x {ch / cw:>8.2f}x  {agree}/{batch}"
-        )
+        bh, mh = min(t for t, _, _ in h), statistics.median(t for t, _, _ in h)
+        ch = min(c for _, c, _ in h)
+        print(f"{batch:>5} {'hf':>12} {n / bh:>8.0f} / {n / mh:<7.0f}")
+        for be, w in runs.items():
+            bw, mw = min(t for t, _, _ in w), statistics.median(t for t, _, _ in w)
+            cw = min(c for _, c, _ in w)
+            agree = min(sum(a == b for a, b in zip(r[2], h[0][2], strict=True)) for r in w)
+            batcher, built = sides[be]
+            comp = f"{built:>9.1f}" if be == "inductor" else f"{'':>9}"
+            print(
+                f"{batch:>5} {names[be]:>12} {n / bw:>8.0f} / {n / mw:<7.0f} "
+                f"{bh / bw:>6.2f}x / {mh / mw:.2f}x {ch / cw:>8.2f}x {agree:>9}/{batch:<5} {comp}"
+            )
+            batcher.close()
 
 
 def mixed(hf, ours, cfg: dict, args) -> None:
     work = mixed_workload(args.mixed, vocab=cfg["vocab_size"])
     useful = sum(n for _, n in work)
-    mixed_wgc(ours, work[:4], 4)  # warm-up
-    w, h = [], []
+    longest = max(p.numel() + n for p, n in work)
+    sides = {}
+    for be in _backends(args):
+        sides[be] = make_batcher(ours, args.slots, longest, be)
+        mixed_wgc(sides[be][0], work[: args.slots])  # warm-up
+    runs: dict[str, list] = {be: [] for be in sides}
+    h = []
     for _ in range(max(1, args.repeat // 2)):
-        w.append(mixed_wgc(ours, work, args.slots))
+        for be, (batcher, _) in sides.items():
+            runs[be].append(mixed_wgc(batcher, work))
         h.append(mixed_hf(hf, work, args.slots))
-    tw, th = min(t for t, _ in w), min(t for t, _ in h)
-    agree = sum(a == b for a, b in zip(w[0][1], h[0][1], strict=True))
+    th = min(t for t, _ in h)
     print(
-        f"mixed: {len(work)} requests (prompt 8-64, new 16-128), {args.slots} slots: "
-        f"wgc {useful / tw:.0f} tok/s (continuous batching), hf {useful / th:.0f} tok/s "
-        f"(static batches), {th / tw:.2f}x; tokens agree {agree}/{len(work)}"
+        f"mixed: {len(work)} requests (prompt 8-64, new 16-128), {args.slots} slots; "
+        f"hf {useful / th:.0f} tok/s (static batches)"
     )
+    for be, w in runs.items():
+        tw = min(t for t, _ in w)
+        agree = min(sum(a == b for a, b in zip(r[1], h[0][1], strict=True)) for r in w)
+        batcher, built = sides[be]
+        comp = f", compile {built:.1f} s ({len(batcher.runner.buckets)} buckets)"
+        print(
+            f"   {'wgc' if be == 'eager' else 'wgc+compiled'}: {useful / tw:.0f} tok/s "
+            f"(continuous batching), {th / tw:.2f}x; tokens agree {agree}/{len(work)}"
+            f"{comp if be == 'inductor' else ''}"
+        )
+        batcher.close()
 
 
 def main() -> None:
@@ -264,7 +328,16 @@ def main() -> None:
     )
     ap.add_argument("--mixed", type=int, default=48, help="requests in the mixed workload")
     ap.add_argument("--slots", type=int, default=16, help="batch slots in the mixed workload")
+    ap.add_argument(
+        "--no-compiled",
+        dest="compiled",
+        action="store_false",
+        help="leave out the wgc+compiled side (torch.compile of the decode step)",
+    )
     args = ap.parse_args()
+    if args.compiled and (why := inductor_available()) is not None:
+        print(f"wgc+compiled left out: {why}")
+        args.compiled = False
 
     if args.graph_vs_eager:
         _, ours = build(CONFIG)

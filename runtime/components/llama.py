@@ -35,6 +35,7 @@ static decode unit.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
@@ -154,6 +155,10 @@ class _Fused:
         )
 
     def get(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        if self.weight is not None and torch.compiler.is_compiling():
+            # a compiled step (`GraphRunner` backend "inductor") cannot compare addresses; its
+            # eager warm-up built the fusion, and it captures the fused tensors like a graph
+            return self.weight, self.bias
         if self._addresses() != self.key:
             self._build()
         return self.weight, self.bias
@@ -226,14 +231,26 @@ class StaticDecode:
     kv_lens: torch.Tensor  # int32 [batch], including this step's token (≥ 1, also on padding)
     meta: AttentionMetadata | None = None  # for capturable backends: views of the same buffers
     write: tuple[torch.Tensor, torch.Tensor] | None = None  # pool rows of this step's K, V
+    # compiled steps: (page, K/V half, offset) of this step's K then V rows, written through the
+    # pool tensor itself (`prepare` with ``through_pool``)
+    put: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+    pool_kv: torch.Tensor | None = None
     gather: torch.Tensor | None = None  # int64 [2 * batch * kv_heads * len]: rows to attend
     bias: torch.Tensor | None = None  # [batch * kv_heads, 1, len]: 0, or -inf past a row's end
 
-    def prepare(self, slots: torch.Tensor, pool: PagedKVPool, dynamic: bool) -> None:
+    def prepare(
+        self, slots: torch.Tensor, pool: PagedKVPool, dynamic: bool, through_pool: bool = False
+    ) -> None:
         """Indices into the flat views of a pool layer (`attend`), the same for every layer.
 
         ``dynamic`` (eager on the CPU): attend only to the pages in use, up to the longest
         row (a cheap host read there); else the full static width, with no host sync.
+
+        ``through_pool`` (a step compiled by `torch.compile`): this step's K/V are written with
+        ONE ``index_put_`` on the pool tensor itself instead of ``index_copy_`` on a view of a
+        layer. A compiler functionalises mutations; a mutated *view* is scattered back into its
+        base by copying the whole base (measured: the whole pool copied twice per layer, slower
+        than eager), while a mutation of the base is turned back into an in-place scatter.
         """
         ps, hk = pool.page_size, pool.kv_heads
         b, width = self.block_tables.shape
@@ -244,6 +261,12 @@ class StaticDecode:
         # (page * 2 * page_size + offset == slot + page * page_size)
         k_row = slots.long() + torch.div(slots, ps, rounding_mode="floor") * ps
         self.write = (k_row, k_row + ps)
+        if through_pool:
+            page = torch.div(slots, ps, rounding_mode="floor").long()
+            off = slots.long() - page * ps
+            half = torch.zeros_like(page)
+            self.put = (torch.cat((page, page)), torch.cat((half, half + 1)), torch.cat((off, off)))
+            self.pool_kv = pool.kv
         # rows of the layer viewed as [pages * 2 * page_size * kv_heads, dim], ordered
         # [K/V, row, kv head, token]: one gather yields each head's keys contiguously
         pages = self.block_tables[:, :width].long() * (2 * ps * hk)
@@ -261,14 +284,22 @@ class StaticDecode:
         v: torch.Tensor,
         kv_layer: torch.Tensor,
         scale: float,
+        layer: int = 0,
     ) -> torch.Tensor:
         """Write this step's ``k``/``v`` (``[batch, kv_heads, dim]``) and attend ``q``
-        (``[batch, heads, dim]``) over each row's pages: ``[batch, heads, dim]``."""
+        (``[batch, heads, dim]``) over each row's pages: ``[batch, heads, dim]``.
+        ``kv_layer`` is pool layer ``layer``."""
         b, h, d = q.shape
         hk = k.shape[1]
-        flat = kv_layer.view(-1, hk, d)
-        flat.index_copy_(0, self.write[0], k.to(flat.dtype))
-        flat.index_copy_(0, self.write[1], v.to(flat.dtype))
+        if self.put is not None:  # through the pool tensor (see `prepare`)
+            page, half, off = self.put
+            kv = self.pool_kv
+            at = (torch.full_like(page, layer), page, half, off)
+            kv.index_put_(at, torch.cat((k, v)).to(kv.dtype))
+        else:
+            flat = kv_layer.view(-1, hk, d)
+            flat.index_copy_(0, self.write[0], k.to(flat.dtype))
+            flat.index_copy_(0, self.write[1], v.to(flat.dtype))
         kv = kv_layer.view(-1, d).index_select(0, self.gather)
         kv = kv.view(2, b * hk, -1, d).to(self.bias.dtype)
         # a kv head's query heads become rows of one product against its keys: no K/V repeat
@@ -339,7 +370,7 @@ class Attention(nn.Module):
         kv_layer = step.pool.layer(self.index)
         backend, static = step.backend, step.static
         if static is not None and static.meta is None:
-            out = static.attend(q, k, v, kv_layer, backend.scale)
+            out = static.attend(q, k, v, kv_layer, backend.scale, self.index)
         else:
             backend.write_kv(kv_layer, k, v, step.slots)
             if static is None:
@@ -569,13 +600,20 @@ class DecoderEngine:
             "block_tables": StaticBuffer((width,), torch.int32, pad_page),
         }
 
-    def decode_unit(self, bufs) -> dict[str, torch.Tensor]:
+    def decode_unit(self, bufs, *, compiled: bool = False) -> dict[str, torch.Tensor]:
         """One static decode step over the buffers of `decode_buffers`: logits and the greedy
-        next token per row. Shape-static and free of host syncs (capturable)."""
-        with torch.inference_mode():
+        next token per row. Shape-static and free of host syncs (capturable).
+
+        ``compiled``: the form for `torch.compile` (`GraphRunner` backend ``"inductor"``, via
+        `compiled_decode_unit`): the full static page-table width (no host read) and K/V
+        written through the pool tensor (`StaticDecode.prepare`); it leaves inference mode to
+        its caller (dynamo cannot trace into it; the runner enters it around the compiled step)."""
+        with contextlib.nullcontext() if compiled else torch.inference_mode():
             static = StaticDecode(bufs["block_tables"], bufs["kv_lens"])
             if self.backend.name in CAPTURABLE_DECODE:
                 static.meta = _static_meta(bufs, self.pool.page_size)
+            elif compiled:
+                static.prepare(bufs["slots"], self.pool, dynamic=False, through_pool=True)
             else:
                 # eager on the CPU: cut the page tables to the pages in use
                 static.prepare(bufs["slots"], self.pool, dynamic=self.device.type == "cpu")
@@ -583,6 +621,14 @@ class DecoderEngine:
             hidden = self.model(bufs["tokens"], bufs["positions"], step)
             logits = self.model.logits(hidden)
             return {"logits": logits, "next_token": logits.argmax(-1)}
+
+    def compiled_decode_unit(self, bufs) -> dict[str, torch.Tensor]:
+        """`decode_unit` in its form for `torch.compile` (``compiled=True``)."""
+        return self.decode_unit(bufs, compiled=True)
+
+    def unit_for(self, backend: str):
+        """The decode unit a `GraphRunner` with ``backend`` should run."""
+        return self.compiled_decode_unit if backend == "inductor" else self.decode_unit
 
 
 def _static_meta(bufs, page_size: int) -> AttentionMetadata:

@@ -100,6 +100,9 @@ class ContinuousBatcher:
     """Continuous batching of greedy generation over one `DecoderEngine` (module docstring).
 
     ``capture``: decode through the `GraphRunner` (True) or the plain path (False).
+    ``graph_backend``: how the runner runs a bucket (`GraphRunner`'s ``backend``: ``"eager"``,
+    ``"cuda_graph"``, or ``"inductor"`` for a ``torch.compile``d step; None: CUDA graphs on a
+    GPU, eager elsewhere).
     ``max_seq_len`` bounds prompt + new tokens (it sizes the static page tables).
     """
 
@@ -115,6 +118,7 @@ class ContinuousBatcher:
         plan_thread: bool | None = None,
         keep_logits: bool = False,
         pool_timeout: float = 0.0,
+        graph_backend: str | None = None,
     ):
         self.engine = engine
         self.max_batch = max_batch
@@ -138,12 +142,13 @@ class ContinuousBatcher:
         if capture:
             self.width = engine.width_for(max_seq_len)
             self.runner = GraphRunner(
-                engine.decode_unit,
+                engine.unit_for(graph_backend or ""),
                 engine.decode_buffers(self.width),
                 buckets or default_buckets(max_batch),
                 device=engine.device,
                 carry={"tokens": "next_token"},
                 name="decode",
+                backend=graph_backend,
             ).capture()
             if plan_ahead:
                 staging = {

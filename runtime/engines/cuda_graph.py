@@ -26,6 +26,23 @@ On the CPU (or with ``capture=False``) the SAME code path runs: the same static 
 padding, buckets and carries, with the unit called eagerly in place of ``graph.replay()``.
 That is what the CPU tests exercise.
 
+``backend`` names how a bucket runs: ``"cuda_graph"`` (recorded and replayed, above),
+``"eager"`` (the unit called as is), or ``"inductor"``: the CPU analogue of capture, one
+``torch.compile(fullgraph=True, dynamic=False)`` artifact per bucket (C++/OpenMP kernels on the
+CPU: the elementwise ops between the matrix products fused, one call in place of dozens of
+dispatched ops). Like a recording, `capture` compiles every bucket (largest first, after
+``warmup`` eager runs that settle lazy state), so `run` never compiles; ``compile_seconds``
+says what each bucket cost. Each bucket compiles its own copy of a trampoline's code object
+(`torch.compile` keeps its cache on the code object), so a bucket's artifact is its own and
+runners never evict one another's under dynamo's recompile limit. A unit that does not compile
+is logged and run eagerly (``compile_error`` holds why). A compiled unit runs in
+``torch.inference_mode`` (entered around it: dynamo does not trace into it), so it must not
+enter inference mode itself. The unit must be traceable: no host
+reads, no data-dependent shapes, and mutations of the tensors it closes over (e.g. the K/V pool)
+made on base tensors, not views (`wgc_runtime.components.llama.StaticDecode.prepare`).
+``backend=None`` keeps ``capture``'s meaning: ``"cuda_graph"`` on a CUDA device, else
+``"eager"``.
+
 `MetadataPlanner` double-buffers host-side planning: while step N replays, a side thread fills
 staging set ``(N+1) % 2`` with step N+1's metadata (which does not depend on step N's outputs:
 positions advance by one, pages are appended); `take` waits for it and the caller copies it
@@ -34,7 +51,10 @@ into the static buffers before replay N+1.
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
+import types
 from bisect import bisect_left
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -47,6 +67,9 @@ from wgc_runtime.node import DTYPES
 from wgc_runtime.spec import CaptureSpec, PieceSpec, TypeSpec
 
 UnitFn = Callable[[Mapping[str, torch.Tensor]], Mapping[str, torch.Tensor]]
+BACKENDS = ("eager", "cuda_graph", "inductor")
+
+log = logging.getLogger(__name__)
 
 
 class GraphError(RuntimeError):
@@ -75,6 +98,44 @@ class _Bucket:
     inputs: dict[str, torch.Tensor]
     outputs: dict[str, torch.Tensor] = field(default_factory=dict)
     graph: Any = None  # torch.cuda.CUDAGraph when captured
+    compiled: Any = None  # the `torch.compile`d body (backend "inductor")
+
+
+def _trampoline(body, bufs):
+    return body(bufs)
+
+
+def _compile_body(body: Callable, label: str) -> Callable:
+    """``torch.compile`` of ``body`` through a private copy of `_trampoline`'s code: dynamo
+    caches per code object, so this artifact has a cache (and a recompile limit) of its own."""
+    fresh = types.FunctionType(
+        _trampoline.__code__.replace(co_name=f"_wgc_{label}"), _trampoline.__globals__
+    )
+    # like a recorded graph, the artifact is replayed on the same static buffers without
+    # re-checking the Python objects it closed over; only tensor guards (shapes, dtypes,
+    # devices of buffers and the K/V pool) stay, which saves ~20 µs per tiny step
+    opts = {"guard_filter_fn": torch.compiler.keep_tensor_guards_unsafe}
+    compiled = torch.compile(fresh, backend="inductor", fullgraph=True, dynamic=False, options=opts)
+
+    def run(bufs):
+        # entered outside the compiled frame: dynamo cannot trace into inference mode
+        with torch.inference_mode():
+            return compiled(body, bufs)
+
+    return run
+
+
+def inductor_available() -> str | None:
+    """None when ``torch.compile`` with inductor can work here, else why not."""
+    try:
+        import torch._inductor  # noqa: F401
+    except Exception as e:  # pragma: no cover - depends on the installation
+        return f"inductor does not import: {e}"
+    import shutil
+
+    if not shutil.which("g++") and not shutil.which("c++") and not shutil.which("clang++"):
+        return "no C++ compiler on PATH (inductor's CPU kernels need one)"
+    return None
 
 
 def shared_pool(device: torch.device | str) -> Any:
@@ -102,6 +163,7 @@ class GraphRunner:
         pool: Any = None,
         warmup: int = 2,
         name: str = "unit",
+        backend: str | None = None,
     ) -> None:
         if not buckets or any(b <= 0 for b in buckets):
             raise GraphError(f"`{name}`: buckets must be positive, got {list(buckets)}")
@@ -113,15 +175,26 @@ class GraphRunner:
         unknown = [k for k in self.carry if k not in self.specs]
         if unknown:
             raise GraphError(f"`{name}`: carried inputs {unknown} are not static inputs")
-        self.capture_enabled = self.device.type == "cuda" if capture is None else capture
+        if backend is None:
+            captured = self.device.type == "cuda" if capture is None else capture
+            backend = "cuda_graph" if captured else "eager"
+        elif backend not in BACKENDS:
+            raise GraphError(f"`{name}`: unknown backend `{backend}` (one of {list(BACKENDS)})")
+        elif capture is not None and capture != (backend == "cuda_graph"):
+            raise GraphError(f"`{name}`: capture={capture} contradicts backend `{backend}`")
+        self.backend = backend
+        self.capture_enabled = backend == "cuda_graph"
         if self.capture_enabled and self.device.type != "cuda":
             raise GraphError(f"`{name}`: CUDA graphs need a CUDA device, not {self.device}")
+        self.compile_seconds: dict[int, float] = {}  # bucket -> compile time ("inductor")
+        self.compile_error: str | None = None
         self.pool = pool if pool is not None else shared_pool(self.device)
         self.warmup = warmup
         self.name = name
         self._buckets: dict[int, _Bucket] = {}
         self.replays = 0
         self.eager_runs = 0
+        self.compiled_runs = 0
 
     # ------------------------------------------------------------ setup
 
@@ -147,8 +220,39 @@ class GraphRunner:
             bucket = _Bucket(size, self._alloc(size))
             if self.capture_enabled:
                 self._record(bucket)
+            elif self.backend == "inductor":
+                self._compile(bucket)
             self._buckets[size] = bucket
         return self
+
+    def _compile(self, bucket: _Bucket) -> None:
+        """Warm up eagerly, then compile the body at this bucket and run it once (that run
+        compiles); a failure is logged and the runner falls back to eager."""
+        saved = {k: v.clone() for k, v in bucket.inputs.items()}
+        with torch.inference_mode():
+            for _ in range(self.warmup):  # lazy init (fused weights, tables) happens eagerly
+                self._body(bucket.inputs)
+        try:
+            label = "".join(c if c.isalnum() else "_" for c in f"{self.name}_b{bucket.size}")
+            compiled = _compile_body(self._body, label)
+            t0 = time.perf_counter()
+            compiled(bucket.inputs)
+            self.compile_seconds[bucket.size] = time.perf_counter() - t0
+            bucket.compiled = compiled
+        except Exception as e:  # any compiler failure means: run eagerly
+            self.compile_error = f"{type(e).__name__}: {e}".splitlines()[0]
+            log.warning(
+                "`%s`: torch.compile failed at bucket %d, running eagerly: %s",
+                self.name,
+                bucket.size,
+                self.compile_error,
+            )
+            self.backend = "eager"
+            for b in self._buckets.values():
+                b.compiled = None
+        finally:
+            for k, v in saved.items():  # warm-up and compile ran carries
+                bucket.inputs[k].copy_(v)
 
     def _record(self, bucket: _Bucket) -> None:
         saved = {k: v.clone() for k, v in bucket.inputs.items()}
@@ -206,6 +310,9 @@ class GraphRunner:
             bucket.graph.replay()
             outs = bucket.outputs
             self.replays += 1
+        elif bucket.compiled is not None:
+            outs = bucket.compiled(bucket.inputs)
+            self.compiled_runs += 1
         else:
             outs = self._body(bucket.inputs)
             self.eager_runs += 1
@@ -316,6 +423,7 @@ def runner_for(
     extra: Mapping[str, StaticBuffer] | None = None,
     pool: Any = None,
     capture: bool | None = None,
+    backend: str | None = None,
 ) -> GraphRunner:
     """A `GraphRunner` for one entry of the plan's capture list."""
     unit = body_unit(spec, piece, call_fn, extra)
@@ -329,6 +437,7 @@ def runner_for(
         pool=pool,
         capture=capture,
         name=label,
+        backend=backend,
     )
 
 
