@@ -76,7 +76,7 @@ class WgcGroup(click.Group):
 @click.group(cls=WgcGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(_version(), "--version", "-V", prog_name="wgc")
 def main() -> None:
-    """wgc: check, inspect and format `.walk` model graphs."""
+    """wgc: check, show, format, compile and run `.walk` model graphs."""
 
 
 def _optional_exists(name: str) -> bool:
