@@ -145,7 +145,8 @@ class StartWalk(Message):
 class ForwardPersisted(Message):
     """Walk input ``input`` of instance ``walk_id`` is channel ``name`` that ``flow`` persisted on
     this rank: deliver it to ``dests`` (the input's `WalkInputSpec.dests`: calls on any rank,
-    the client, persists on this rank)."""
+    the client, persists on this rank). ``ack``: this rank has no piece of the walk, so it
+    answers `WalkDone` once it delivered (the walk is not done before its emits are sent)."""
 
     request: str
     walk_id: int
@@ -154,6 +155,7 @@ class ForwardPersisted(Message):
     input: str
     name: str
     dests: tuple[Dest, ...] = ()
+    ack: bool = False
 
 
 @dataclass(frozen=True, slots=True)

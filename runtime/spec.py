@@ -13,9 +13,9 @@ the rank's entry in the ``plan.json`` written beside it), and carry the executio
   copies can agree on when the loop ends). A worker runs a piece from its `RankSpec` alone.
 * Every call input (`PortIn`) has a ``mode``: ``once`` (one value per walk instance, kept for every
   iteration of enclosing loops), ``per_iteration`` (one value per iteration of the innermost
-  loop), ``carried`` (iteration 0 reads ``init``, iteration i+1 reads ``src`` of iteration i), or
-  ``stream`` (the next chunk of stream ``src.name``). ``optional`` inputs may arrive as a bare
-  signal (no tensor): the node makes its own default.
+  loop), ``carried`` (iteration 0 reads ``init``, iteration i+1 reads ``src`` of iteration i of
+  loop ``loop``), or ``stream`` (the next chunk of stream ``src.name``). ``optional`` inputs may
+  arrive as a bare signal (no tensor): the node makes its own default.
 * Every call output (`PortOut`) has destinations (`Dest`): ``call`` (a call on the same rank: an
   in-process hand-off; on another rank: the transport), ``client`` (emit), ``persist`` (kept for
   a later walk of the request), ``stream`` (appended to a stream buffer), ``until`` (the stop
@@ -24,7 +24,10 @@ the rank's entry in the ``plan.json`` written beside it), and carry the executio
   ``accumulated`` is stacked over iterations and travels after the loop, the rest at once.
   A ``carried`` destination gets the value at the next iteration of ``loop`` (a read written
   before the binding in the body), so the last iteration's value is never delivered. For a
-  ``stream`` destination ``rank`` is the stream's owner.
+  ``stream`` destination ``rank`` is the stream's owner; a ``client`` one names the emitted
+  ``channel``.
+* An `emit` / `persist` in a loop of a value from outside the loop's iteration is a `SinkSpec`
+  of the piece: a node-less unit that fires once per iteration, fed like a call input.
 
 Node state moves between rank groups when a kv-cache node runs its walks on several groups
 (prefill on one, decode on another): `WalkSpec.handoffs` lists the moves that may be due before a
@@ -100,6 +103,7 @@ class Dest:
     loop: str | None = None
     ranks: tuple[int, ...] = ()
     carried: bool = False  # delivered at the next iteration of ``loop`` (never after the last)
+    channel: str | None = None  # ``client``: the emitted channel's name
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -111,6 +115,7 @@ class PortIn:
     init: Source | None = None  # carried: what iteration 0 reads
     type: TypeSpec | None = None
     optional: bool = False
+    loop: str | None = None  # carried: the loop that carries it
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -159,6 +164,22 @@ class LoopSpec:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class SinkSpec:
+    """An `emit` / `persist` in a loop of a value from outside the loop's iteration: a unit of
+    the piece that fires once per iteration of ``loops`` (iteration 0 only from ``input.init``
+    when the input is ``carried``), like a call without a node. ``id`` is unique among the
+    walk's call ids; ``input`` (port ``value``) is fed like a call input; ``dest`` (``client``
+    or ``persist``) gets the value with the instance's iterations."""
+
+    id: int
+    rank: int
+    loops: tuple[str, ...] = ()
+    input: PortIn
+    dest: Dest
+    source: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PieceSpec:
     """The part of walk ``walk`` that rank ``rank`` runs."""
 
@@ -168,6 +189,7 @@ class PieceSpec:
     loops: tuple[LoopSpec, ...] = ()
     calls: tuple[CallSpec, ...] = ()
     source: str = ""
+    sinks: tuple[SinkSpec, ...] = ()
 
     def call(self, id: int) -> CallSpec | None:
         return next((c for c in self.calls if c.id == id), None)

@@ -327,7 +327,7 @@ class ConductorCore:
                 self.outbox(r, StartWalk(req.id, wid, ws.name, name, options))
             for inp in ws.inputs:
                 self._deliver_input(req, flow, wid, ws, inp, step.args)
-            if not ws.report:  # a walk with no rank to wait for
+            if not wait.pending:  # a walk with no rank to wait for
                 self._walk_complete(req, wid)
 
         self._move_state(req, wid, wait, ws)
@@ -373,10 +373,14 @@ class ConductorCore:
                         ws.name,
                     )
                 if loc != CONDUCTOR_KEEPS:
-                    self.outbox(
-                        loc,
-                        ForwardPersisted(req.id, wid, ws.name, name, inp.name, arg.name, inp.dests),
+                    # a rank without a piece of the walk that emits the value: wait for it too
+                    ack = loc not in ws.report and any(d.kind != "call" for d in inp.dests)
+                    if ack:
+                        req.walks[wid].pending.add(loc)
+                    fwd = ForwardPersisted(
+                        req.id, wid, ws.name, name, inp.name, arg.name, inp.dests, ack
                     )
+                    self.outbox(loc, fwd)
                     for d in inp.dests:
                         if d.kind == "persist":
                             req.persist_loc[(name, d.name or inp.name)] = loc
@@ -400,15 +404,8 @@ class ConductorCore:
                 )
                 self.outbox(d.rank if d.rank is not None else 0, msg)
             elif d.kind == "client":
-                if d.edge == "emitted" and d.loop is not None:
-                    raise _Abort(
-                        "internal",
-                        f"walk `{ws.name}` emits input `{inp.name}` in every iteration of loop "
-                        f"`{d.loop}`: the runtime cannot do that yet",
-                        name,
-                        ws.name,
-                    )
-                out = Output(req.id, name, ws.name, d.name or "", inp.name, (), value)
+                channel = d.channel or inp.name
+                out = Output(req.id, name, ws.name, d.name or "", channel, (), value)
                 self.outbox(CLIENT, out)
             elif d.kind == "persist":
                 req.kept[(name, d.name or inp.name)] = value

@@ -26,8 +26,15 @@ when it is true, so a speculative step is never visible. `nospeculate` loops wai
 ends after the iteration whose stop is true (or the last of ``max``), on every rank of the loop
 (the producer of ``stop`` sends `Until` to each). Then terminal values (the last iteration's)
 and accumulated ones (every iteration's, stacked on a new dim 0) travel on. A loop-carried
-destination that is not a call (an `emit` or `persist` of a loop-carried channel) fires when
-the next iteration starts, so the last iteration's value is never delivered.
+destination that is not a call (an `emit` or `persist` of a loop-carried channel, in a
+hand-written spec) fires when the next iteration starts, so the last iteration's value is never
+delivered. Discarding a speculative iteration i drops only what is inside that loop (a sibling
+loop's iteration i has the same iteration prefix and is left alone).
+
+**Sink units.** A piece's `SinkSpec`s (an `emit` / `persist` in a loop of a value from outside
+the loop's iteration) run like calls without a node: an instance per iteration, ready when its
+one input is, counted in its loop's iteration; it sends its value to the client (`ClientOut`,
+named by the channel) or the persisted store, held like any effect while speculative.
 
 **Batching.** Ready call instances of the same (walk, call) run together in one `Node.forward`
 call, up to ``max_batch``, at most one per request (a batch never mixes two iterations or two
@@ -38,7 +45,11 @@ item when the node is stateless, and fails every request of the batch when it ke
 (re-running would apply its state changes twice).
 
 **Streams.** Producer values go to the owner rank's `StreamBuffer` (one per request and
-stream); the producing call's remaining destinations wait until the item is accepted
+stream). The items of one walk instance go in statement order, as the interpreter pushes them:
+a producer instance pushes once no earlier producer instance of the stream (by call id, loops'
+iterations in turn: `_Piece.order_key`) is waiting, running or still to come in a loop that has
+not ended; until then its push is parked. The producing call's remaining destinations wait until
+the item is accepted
 (back-pressure: a full buffer stalls that call's downstream push, never drops an item). The
 owner tells the conductor each time a chunk becomes ready (`ChunkReady`, with its exact
 ``final`` flag), and takes chunks for consumer calls, for `SkipChunk` and never otherwise.
@@ -90,7 +101,7 @@ from wgc_runtime.messages import (
     WalkDone,
 )
 from wgc_runtime.node import DTYPES, CallContext, Node, NodeError, Work, check_outputs
-from wgc_runtime.spec import CallSpec, Dest, LoopSpec, PieceSpec, RankSpec, StreamSpec
+from wgc_runtime.spec import CallSpec, Dest, LoopSpec, PieceSpec, PortIn, RankSpec, StreamSpec
 from wgc_runtime.streams import Policy, StreamBuffer, StreamError, chunk_plan
 
 Outbox = Callable[[int, Message], None]
@@ -120,6 +131,26 @@ class _Piece:
     children: dict[str | None, list[str]]  # loop (None: top level) -> loops directly in it
     stream_calls: dict[str, list[int]]  # stream -> calls taking its chunks
     writes: dict[int, frozenset[str]]  # call -> output ports it binds to channels
+    sinks: dict[int, Dest]  # sink unit (a node-less call) -> where its value goes
+    ports: dict[tuple[int, str], PortIn]  # (call, port) -> its input spec
+    pushes: dict[int, frozenset[str]]  # call -> the streams it pushes to
+    producers: dict[str, tuple[int, ...]]  # stream -> the calls pushing to it
+    loop_pushes: dict[str, frozenset[str]]  # loop -> the streams its body's calls push to
+    rep: dict[str, int]  # loop -> a call id inside it: its place among its scope's units
+
+    def order_key(self, call: CallSpec, it: tuple[int, ...]) -> tuple[int, ...]:
+        """Where a call instance runs in the walk's statement order: call ids follow the source
+        (a loop's calls lie between the units before and after it), iterations in order."""
+        key: list[int] = []
+        for lp, i in zip(call.loops, it, strict=True):
+            key += (self.rep.get(lp, 0), i)
+        return (*key, call.id)
+
+    def loop_key(self, name: str, outer: tuple[int, ...]) -> tuple[int, ...]:
+        key: list[int] = []
+        for lp, i in zip(self.chain[name], outer, strict=False):
+            key += (self.rep.get(lp, 0), i)
+        return (*key, self.rep.get(name, 0))
 
     @staticmethod
     def of(spec: PieceSpec) -> _Piece:
@@ -134,7 +165,13 @@ class _Piece:
         direct: dict[str | None, list[int]] = {}
         stream_calls: dict[str, list[int]] = {}
         writes: dict[int, frozenset[str]] = {}
-        for c in spec.calls:
+        # a sink unit runs like a call without a node: one input, no output, its `dest` fires
+        units = tuple(
+            CallSpec(id=u.id, node="", rank=u.rank, loops=u.loops, inputs=(u.input,), writes=())
+            for u in getattr(spec, "sinks", ())
+        )
+        calls = (*spec.calls, *units)
+        for c in calls:
             direct.setdefault(c.loops[-1] if c.loops else None, []).append(c.id)
             for p in c.inputs:
                 if p.mode == "stream" and p.src.name:
@@ -148,15 +185,34 @@ class _Piece:
         children: dict[str | None, list[str]] = {}
         for lp in spec.loops:
             children.setdefault(lp.parent, []).append(lp.name)
+        pushes = {
+            c.id: frozenset(d.name or "" for o in c.outputs for d in o.dests if d.kind == "stream")
+            for c in spec.calls
+        }
+        producers: dict[str, list[int]] = {}
+        loop_pushes: dict[str, set[str]] = {}
+        rep: dict[str, int] = {}
+        for c in calls:
+            for st in pushes.get(c.id, ()):
+                producers.setdefault(st, []).append(c.id)
+            for lp in c.loops:
+                loop_pushes.setdefault(lp, set()).update(pushes.get(c.id, ()))
+                rep[lp] = min(rep.get(lp, c.id), c.id)
         return _Piece(
             spec,
-            {c.id: c for c in spec.calls},
+            {c.id: c for c in calls},
             loops,
             chain,
             direct,
             children,
             stream_calls,
             writes,
+            {u.id: u.dest for u in getattr(spec, "sinks", ())},
+            {(c.id, p.port): p for c in calls for p in c.inputs},
+            {cid: st for cid, st in pushes.items() if st},
+            {st: tuple(ids) for st, ids in producers.items()},
+            {lp: frozenset(st) for lp, st in loop_pushes.items()},
+            {lp: rep.get(lp, 0) for lp in loops},
         )
 
 
@@ -189,7 +245,7 @@ class _LoopRun:
     on_start: dict[int, list] = field(default_factory=dict)  # carried emits / persists
     yields: dict[tuple[int, str], Any] = field(default_factory=dict)  # terminal values
     stacks: dict[tuple[int, str], list] = field(default_factory=dict)  # accumulated values
-    yield_dests: dict[tuple[int, str], list[Dest]] = field(default_factory=dict)
+    yield_dests: dict[tuple[int, str], dict[int, Dest]] = field(default_factory=dict)
 
     def confirmed(self, i: int) -> bool:
         """Iteration i is not speculative here (its parents' iterations aside)."""
@@ -213,6 +269,10 @@ class _WalkRun:
     early_stops: dict[tuple[str, tuple[int, ...]], dict[int, bool]] = field(default_factory=dict)
     waiting: dict[int, dict[tuple[int, ...], _Inst]] = field(default_factory=dict)
     top_remaining: int = 0
+    # stream pushes in statement order: producer instances that ran and have not finished
+    # pushing (order key -> streams), and pushes parked behind an earlier one
+    pushing: dict[tuple[int, ...], frozenset[str]] = field(default_factory=dict)
+    parked: list = field(default_factory=list)
 
 
 @dataclass(eq=False)
@@ -317,7 +377,7 @@ class RankExecutor:
 
     def step(self) -> bool:
         """Run one batch of ready work; False when nothing was ready."""
-        self._process_dirty()
+        ran = self._process_dirty()
         while self._ready:
             key, insts = next(iter(self._ready.items()))
             del self._ready[key]
@@ -327,7 +387,7 @@ class RankExecutor:
             if batch:
                 self._run_batch(batch)
                 return True
-        return False
+        return ran
 
     def has_work(self) -> bool:
         return bool(self._dirty) or any(self._ready.values())
@@ -434,12 +494,17 @@ class RankExecutor:
         slot = (m.call, m.port)
         value = None if m.signal else m.data
         key = self._key(call, m.iters)
-        if m.edge == "loop_init":
-            w.inits.setdefault(slot, {})[key] = value
-            w.carried_loop[slot] = m.loop or ""
-        elif m.edge == "loop_carried":
+        port = w.piece.ports.get(slot)
+        loop = port.loop if port is not None else None
+        if m.edge == "loop_carried":
             w.carried.setdefault(slot, {})[key] = value
-            w.carried_loop[slot] = m.loop or ""
+            w.carried_loop[slot] = loop or m.loop or ""
+        elif m.edge == "loop_init" or (port is not None and port.mode == "carried"):
+            # iteration 0's value of a carried port (an earlier loop's yield comes as
+            # `terminal`, once that loop has ended)
+            w.inits.setdefault(slot, {})[key] = value
+            if loop or m.edge == "loop_init":
+                w.carried_loop[slot] = loop or m.loop or ""
         else:
             w.values.setdefault(slot, {})[key] = value
         self._dirty[(id(w), m.call)] = w
@@ -455,12 +520,13 @@ class RankExecutor:
             if d.kind == "call":
                 self._send_value(req.id, m.walk_id, m.walk, d, (), value)
             elif d.kind == "client":
-                self.outbox(
-                    CONDUCTOR,
-                    ClientOut(req.id, m.walk_id, m.walk, m.flow, d.name or "", m.input, (), value),
-                )
+                channel = d.channel or m.input
+                out = ClientOut(req.id, m.walk_id, m.walk, m.flow, d.name or "", channel, (), value)
+                self.outbox(CONDUCTOR, out)
             elif d.kind == "persist":
                 req.persisted[(m.flow, d.name or m.input)] = value
+        if m.ack:  # no piece of the walk here: say this part of it is done
+            self.outbox(CONDUCTOR, WalkDone(req.id, m.walk_id, m.walk, self.rank))
 
     def _send_value(self, request, walk_id, walk, d: Dest, iters, value) -> None:
         msg = Value(
@@ -494,7 +560,7 @@ class RankExecutor:
     def _input(self, w: _WalkRun, inst: _Inst, port) -> Any:
         slot = (inst.call.id, port.port)
         if port.mode == "carried":
-            loop = w.carried_loop.get(slot)
+            loop = port.loop or w.carried_loop.get(slot)
             if loop is None or loop not in inst.call.loops:
                 return _MISSING
             j = inst.call.loops.index(loop)
@@ -537,24 +603,46 @@ class RankExecutor:
         stateful = has_stream or self.engines.get(inst.call.node, "stateless") != "stateless"
         return not (speculative and stateful)
 
-    def _process_dirty(self) -> None:
+    def _process_dirty(self) -> bool:
+        """Queue the ready call instances; run ready sink units at once. True when a sink
+        unit ran (work happened that sent nothing yet)."""
+        ran = False
         while self._dirty:
             (_, cid), w = self._dirty.popitem()
             insts = w.waiting.get(cid)
             if not insts:
                 continue
             for it in sorted(insts):
-                inst = insts[it]
-                if inst.queued or inst.dead:
+                inst = insts.get(it)
+                if inst is None or inst.queued or inst.dead:
                     continue
                 try:
                     ready = self._ready_now(inst)
+                    if ready and cid in w.piece.sinks:
+                        ran = True
+                        self._run_sink(inst, w.piece.sinks[cid])
+                        continue
                 except RequestAbort as exc:
                     self._fail(w.req.id, exc)
                     break
                 if ready:
                     inst.queued = True
                     self._ready.setdefault((w.walk, cid), deque()).append(inst)
+        return ran
+
+    def _run_sink(self, inst: _Inst, dest: Dest) -> None:
+        """A sink unit's instance: send its value to ``dest`` (held while speculative)."""
+        w, call = inst.walk, inst.call
+        port = call.inputs[0]
+        value = self._input(w, inst, port)
+        w.waiting.get(call.id, {}).pop(inst.it, None)
+        self._consume(w, inst)
+
+        def fire() -> None:
+            self._sink(w, dest, value, port.channel, inst.it)
+            self._unit_done(w, call.loops, inst.it)
+
+        self._route_or_hold(w, call.loops, inst.it, fire)
 
     def _mark_stream_dirty(self, req: _Request, stream: str) -> None:
         for w in req.walks.values():
@@ -584,6 +672,9 @@ class RankExecutor:
                 self._dirty[(id(inst.walk), inst.call.id)] = inst.walk
                 continue
             inst.walk.waiting.get(inst.call.id, {}).pop(inst.it, None)
+            streams = inst.walk.piece.pushes.get(inst.call.id)
+            if streams:
+                inst.walk.pushing[inst.walk.piece.order_key(inst.call, inst.it)] = streams
             seen.add(inst.walk.req.id)
             batch.append((inst, work))
         insts.extendleft(reversed(skipped))
@@ -710,37 +801,90 @@ class RankExecutor:
 
     def _route(self, w: _WalkRun, call: CallSpec, it, outputs: dict[str, Any], done) -> None:
         pushes: list[tuple[Dest, Any]] = []
-        rest: list[tuple[Dest, Any, str]] = []
+        rest: list[tuple[Dest, Any, str, int]] = []
         for o in call.outputs:
             if o.port not in outputs:
                 continue
             v = outputs[o.port]
-            for d in o.dests:
+            for k, d in enumerate(o.dests):
                 if d.kind == "stream":
                     pushes.append((d, v))
                 else:
-                    rest.append((d, v, o.port))
+                    rest.append((d, v, o.port, k))
+
+        key = w.piece.order_key(call, it) if pushes else ()
 
         def finish() -> None:
+            if pushes and w.pushing.pop(key, None) is not None:
+                self._unpark(w)
             seen: set = set()
-            for d, v, port in rest:
+            for d, v, port, k in rest:
                 if d.edge in ("terminal", "accumulated"):
-                    self._yield(w, call, it, d, v, port, seen)
+                    self._yield(w, call, it, d, v, port, k, seen)
                 else:
                     self._dest(w, call, it, d, v, port)
             done()
 
-        self._push_all(w.req, pushes, finish)
+        if not pushes:
+            finish()
+            return
+        streams = frozenset(d.name or "" for d, _ in pushes)
+
+        def start() -> None:
+            self._push_all(w.req, pushes, finish)
+
+        if self._push_blocked(w, key, streams):
+            w.parked.append((key, streams, start))
+        else:
+            start()
+
+    def _push_blocked(self, w: _WalkRun, key: tuple[int, ...], streams: frozenset[str]) -> bool:
+        """Does a push of the call instance at ``key`` have to wait? Items of one stream from
+        one walk instance go in statement order (the interpreter's): every producer instance
+        before it (waiting, running, or still to come in a loop instance that has not ended)
+        pushes first. Earlier iterations of its own loops are done: they complete first."""
+        p = w.piece
+        for k, st in w.pushing.items():
+            if k < key and st & streams:
+                return True
+        for name in streams:
+            for cid in p.producers.get(name, ()):
+                for it, inst in w.waiting.get(cid, {}).items():
+                    if not inst.dead and p.order_key(inst.call, it) < key:
+                        return True
+        for (name, outer), lr in w.loops.items():
+            if lr.ended or not (p.loop_pushes.get(name, frozenset()) & streams):
+                continue
+            lk = p.loop_key(name, outer)
+            if lk < key and key[: len(lk)] != lk:
+                return True
+        return False
+
+    def _unpark(self, w: _WalkRun) -> None:
+        """Start the parked pushes nothing earlier holds back any more, in statement order."""
+        while w.parked and w.walk_id in w.req.walks:
+            w.parked.sort(key=lambda x: x[0])
+            for n, (key, streams, start) in enumerate(w.parked):
+                if not self._push_blocked(w, key, streams):
+                    del w.parked[n]
+                    start()
+                    break
+            else:
+                return
 
     def _push_all(self, req: _Request, pushes: list, finish: Callable[[], None]) -> None:
+        # one call's items go in its port order, each after the previous one was accepted
         if not pushes:
             finish()
             return
         (d, v), more = pushes[0], pushes[1:]
         self._push(req, d, v, lambda: self._push_all(req, more, finish))
 
-    def _yield(self, w: _WalkRun, call: CallSpec, it, d: Dest, v: Any, port: str, seen) -> None:
-        """Keep a terminal / accumulated value for the end of loop ``d.loop``."""
+    def _yield(
+        self, w: _WalkRun, call: CallSpec, it, d: Dest, v: Any, port: str, k: int, seen
+    ) -> None:
+        """Keep a terminal / accumulated value for the end of loop ``d.loop`` (``k``: the
+        destination's index among the port's: two equal destinations, two `emit`s, both fire)."""
         lr = self._loop_of(w, call, it, d.loop)
         key = (call.id, port)
         if (key, d.loop, d.edge) not in seen:  # one value, several destinations: keep it once
@@ -749,9 +893,7 @@ class RankExecutor:
                 lr.yields[key] = v
             else:
                 lr.stacks.setdefault(key, []).append(v)
-        dests = lr.yield_dests.setdefault(key, [])
-        if d not in dests:
-            dests.append(d)
+        lr.yield_dests.setdefault(key, {})[k] = d
 
     def _dest(self, w: _WalkRun, call: CallSpec, it, d: Dest, v: Any, port: str) -> None:
         req = w.req
@@ -785,6 +927,7 @@ class RankExecutor:
 
     def _sink(self, w: _WalkRun, d: Dest, v: Any, channel: str, it) -> None:
         if d.kind == "client":
+            channel = d.channel or channel
             msg = ClientOut(w.req.id, w.walk_id, w.walk, w.flow, d.name or "", channel, it, v)
             self.outbox(CONDUCTOR, msg)
         elif d.kind == "persist":
@@ -896,7 +1039,7 @@ class RankExecutor:
         prefix = (*lr.outer, i)
         n = len(prefix)
         for cid, insts in w.waiting.items():
-            if any(it[:n] == prefix for it in insts):
+            if w.piece.calls[cid].loops[:n] == lr.chain and any(it[:n] == prefix for it in insts):
                 self._dirty[(id(w), cid)] = w
 
     def _discard_iteration(self, w: _WalkRun, lr: _LoopRun, i: int) -> None:
@@ -905,12 +1048,25 @@ class RankExecutor:
         lr.on_start.pop(i, None)
         prefix = (*lr.outer, i)
         n = len(prefix)
-        depth = len(lr.chain)
-        for insts in w.waiting.values():
-            for it in [it for it in insts if len(it) >= depth and it[:n] == prefix]:
+        # only what is inside this loop: a sibling loop's iteration i has the same prefix
+        inside = lr.chain
+        for cid, insts in w.waiting.items():
+            if w.piece.calls[cid].loops[:n] != inside:
+                continue
+            for it in [it for it in insts if it[:n] == prefix]:
                 insts.pop(it).dead = True
-        for key in [k for k in w.loops if len(k[1]) >= n and k[1][:n] == prefix]:
+        for key in [
+            k
+            for k in w.loops
+            if w.piece.chain[k[0]][:n] == inside and len(k[1]) >= n and k[1][:n] == prefix
+        ]:
             del w.loops[key]
+        if w.pushing or w.parked:  # its producer instances will never push
+            head = (*w.piece.loop_key(lr.spec.name, lr.outer), i)
+            for k in [k for k in w.pushing if k[: len(head)] == head]:
+                del w.pushing[k]
+            w.parked = [x for x in w.parked if x[0][: len(head)] != head]
+            self._unpark(w)
 
     def _end_loop(self, w: _WalkRun, lr: _LoopRun) -> None:
         if lr.ended:
@@ -922,7 +1078,7 @@ class RankExecutor:
         lr.on_start.clear()
         tag = tuple(zip(lr.chain[:-1], lr.outer, strict=True))
         for key, dests in lr.yield_dests.items():
-            for d in dests:
+            for d in dests.values():
                 if d.edge == "terminal":
                     v = lr.yields.get(key)
                 else:
@@ -939,6 +1095,8 @@ class RankExecutor:
                 else:
                     self._sink(w, d, v, key[1], lr.outer)
         w.loops.pop((lr.spec.name, lr.outer), None)
+        if w.parked:
+            self._unpark(w)
         self._unit_done(w, lr.chain[:-1], lr.outer)
 
     # ------------------------------------------------------------------ streams

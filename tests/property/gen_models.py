@@ -14,11 +14,11 @@ schedule shows in them), and so that it exercises:
 * sometimes a second flow `side` (`when` or not; `for seg in request.inputs` / `match`) running
   walks `w2` (persist) and `w3` beside `main`;
 * sometimes a stream `st: P.t -> C.u` (fixed, sliding or left_context; final pad or drop) fed
-  by `main`'s walks, whose `P` calls form a chain like `K`'s (so the push order is defined), and
-  consumed by a flow `codec on st`.
+  by `main`'s walks, whose `P` calls form a chain like `K`'s or are free (items of one walk go
+  in statement order either way), and consumed by a flow `codec on st`.
 
 Shapes the runtime gets wrong today are steered around, each marked ``KNOWN BUG`` with the
-xfail test in `test_runtime_vs_interp` that pins it.
+xfail test in `test_runtime_vs_interp` that pins it (none at the moment).
 
 `placements(walk_nodes)` draws a placement YAML over 1–3 CPU ranks: each node on one rank for
 all its walks, or per walk (which, for `K`, moves its state between ranks), sometimes a
@@ -75,11 +75,9 @@ class _Walk:
         return f"{node}({', '.join(self.reads(visible))}){out}"
 
     def emit(self, ch: str) -> str:
-        # KNOWN BUG (test_runtime_vs_interp.test_double_emit): the runtime emits a channel
-        # once however many `emit`s of it with one modality a walk has; until fixed, a second
-        # `emit` of a channel in a walk uses another modality
+        # a second `emit` of a channel keeps the walk's modality or takes another
         modality = self.modality
-        if ch in self.emitted:
+        if ch in self.emitted and self.draw(st.booleans()):
             modality = MODALITIES[(MODALITIES.index(self.modality) + len(self.emitted[ch])) % 4]
         self.emitted.setdefault(ch, []).append(modality)
         return f"emit {ch} as {modality}"
@@ -93,15 +91,8 @@ class _Walk:
         return f"{node}(a = {src}) -> {c} = x"
 
     def body(self, param: str, size: int) -> tuple[list[str], list[str]]:
-        """A walk's body reading walk input ``param``. KNOWN BUG
-        (test_runtime_vs_interp.test_walk_without_calls): the runtime drops the emits of a
-        walk that calls no node; until fixed, every walk makes a call."""
-        lines, bound = self.block([param], 0, size, True)
-        if not self.nodes:
-            c = self.fresh()
-            lines.insert(0, self.call([param], [(c, "y")]))
-            bound.append(c)
-        return lines, bound
+        """A walk's body reading walk input ``param`` (it may call no node at all)."""
+        return self.block([param], 0, size, True)
 
     def block(self, visible: list[str], depth: int, size: int, top: bool) -> tuple[list, list]:
         """Statements, and the channels they bind that stay visible after the block.
@@ -111,6 +102,8 @@ class _Walk:
         kinds = ["call", "call", "loop", "par", "emit"] if depth < 2 else ["call", "emit"]
         if top:
             kinds += [*self.chains, *self.chains]
+        if "P" in self.chains:
+            kinds.append("free P")  # a stream producer call outside the chain
         for _ in range(size):
             kind = self.draw(st.sampled_from(kinds))
             vis = visible + bound
@@ -126,11 +119,13 @@ class _Walk:
                     branches.append("{ " + " ".join(branch) + " }")
                     bound.append(c)
                 lines.append("par { " + " ".join(branches) + " }")
-            elif kind == "emit" and (bound if depth else vis):
-                # KNOWN BUG (test_runtime_vs_interp.test_emit_of_invariant_in_loop): in a
-                # loop, the runtime emits a channel bound outside the loop once (a walk input:
-                # not at all), not every iteration; until fixed, loops emit their own channels
-                lines.append(self.emit(self.draw(st.sampled_from(bound if depth else vis))))
+            elif kind == "emit" and vis:  # in a loop: its own channels, or ones from outside
+                lines.append(self.emit(self.draw(st.sampled_from(vis))))
+            elif kind == "free P":
+                c = self.fresh()
+                self.nodes.add("P")
+                lines.append(f"P(a = {self.draw(st.sampled_from(vis))}) -> {c} = x")
+                bound.append(c)
             elif kind in self.chains and vis:
                 lines.append(self.chain_call(kind, vis, bound))
             else:
@@ -143,18 +138,6 @@ class _Walk:
         self.loops += 1
         name = f"{self.prefix}L{self.loops}"
         lines: list[str] = []
-        # KNOWN BUG (test_runtime_vs_interp.test_loop_reads_an_earlier_loops_yield): a loop
-        # that reads another loop's `yield last` (carried init or invariant) gets that loop's
-        # first iteration's value at runtime; until fixed, loops read no yielded channel
-        vis = [c for c in vis if c not in self.yielded]
-        if not vis:
-            c = self.fresh()
-            lines.append(self.call([], [(c, "y")]))
-            bound.append(c)
-            vis = [c]
-        for node, ch in self.chains.items():
-            if top and ch in self.yielded:  # restart the chain from a non-yielded channel
-                lines.append(self.chain_call(node, [ch], bound))
         carried = None
         if self.draw(st.booleans()):  # bound just before the loop, rebound in it
             carried = self.fresh()

@@ -175,10 +175,12 @@ def _check_routes(model, plan: Plan) -> None:
     transfers = {(t.walk, t.call, t.port, t.dst_rank) for t in plan.transfers}
     lowered = {w.name for w in plan.walks}
     calls = {}
+    sinks: dict[str, set[int]] = {}
     for rp in plan.ranks:
         for piece in rp.pieces:
             for c in piece.calls:
                 calls[(piece.walk, c.id)] = c
+            sinks.setdefault(piece.walk, set()).update(u.id for u in piece.sinks)
     for w in model.walks:
         if w.name not in lowered:
             continue
@@ -192,9 +194,10 @@ def _check_routes(model, plan: Plan) -> None:
                 assert d.rank == calls[(w.name, e.dst.call)].rank
                 if d.rank != row.rank:
                     assert (w.name, e.src.call, e.src.port, d.rank) in transfers
-            else:
+            else:  # an emit / persist: the producer's destination, or a sink unit's input
                 kinds = {d.kind for d in row.dests}
-                assert e.dst.kind.value in kinds
+                units = {d.call for d in row.dests if d.kind == "call" and d.port == "value"}
+                assert e.dst.kind.value in kinds or units & sinks.get(w.name, set())
     for (walk, _), c in calls.items():
         for p in c.inputs:
             for s in (p.src, p.init):

@@ -10,11 +10,12 @@ a temporary folder and run by `LocalCluster` with the generated node specs; ever
 `generic_nodes.Generic`. A few random requests (input segments, `stop_at` / `flag` options,
 wanted modalities, sometimes a call told to raise) run *concurrently* on the cluster and one by
 one on the interpreter; the property: the same success or failure (error kind and message), on
-success the same emitted values per (flow, walk, modality) with their loop iterations, bit for
-bit (as multisets: see `emitted`), and no request state left on any rank.
+success the same emitted values per (flow, walk, modality, channel) with their loop iterations,
+bit for bit (as multisets: see `emitted`), and no request state left on any rank.
 
-The bugs the property found are pinned below as minimal `xfail(strict=True)` cases; the
-generator avoids those shapes (its ``KNOWN BUG`` comments) until they are fixed.
+The bugs the property found are kept below as minimal regression cases (pinned as
+`xfail(strict=True)` while open; the generator avoids an open one's shape, marked ``KNOWN BUG``).
+``WGC_PROPERTY_EXAMPLES`` overrides the example count (e.g. 500 for a longer hunt).
 Cost: about 0.07 s per example on a laptop-class core (compile + cluster + interpreter).
 """
 
@@ -50,7 +51,7 @@ from wgc_runtime.local import Handle, LocalCluster
 
 DRIVER = Driver()
 WALKS = ("w0", "w1", "w2", "w3", "wc")
-EXAMPLES = 200 if os.environ.get("CI") else 50  # ~0.07 s each
+EXAMPLES = int(os.environ.get("WGC_PROPERTY_EXAMPLES", 200 if os.environ.get("CI") else 50))
 PROPERTY = settings(
     max_examples=EXAMPLES,
     deadline=None,
@@ -98,15 +99,13 @@ def _order(item: tuple) -> tuple:
 
 
 def emitted(o: Outputs) -> dict[tuple, list]:
-    """Emitted (iteration, value) per (flow, walk, modality), as a sorted multiset.
+    """Emitted (iteration, value) per (flow, walk, modality, channel), as a sorted multiset.
 
-    Not `Outputs.by_key`'s order: statements run as data allows, so two channels a walk emits
-    with one modality may come either way (and the runtime names an emitted value by its
-    producer's port, not the channel, so channels cannot tell them apart). The iterations
-    still pin each value of a loop to its step."""
+    Not `Outputs.by_key`'s order: statements run as data allows, so two emits may come either
+    way. The iterations still pin each value of a loop to its step."""
     out: dict[tuple, list] = {}
     for e in o.emitted:
-        out.setdefault((e.flow, e.walk, e.modality), []).append((e.iteration, e.value))
+        out.setdefault((e.flow, e.walk, e.modality, e.channel), []).append((e.iteration, e.value))
     return {k: sorted(v, key=_order) for k, v in out.items()}
 
 
@@ -177,9 +176,10 @@ def test_runtime_matches_the_interpreter_on_random_models(data) -> None:
     check(gm.text, yaml, reqs)
 
 
-# ---------------------------------------------------------------------------------- known bugs
+# ---------------------------------------------------------------------------------- found bugs
 # Minimal programs the property found, each a divergence between the runtime and the
-# interpreter; `gen_models` steers around each (see its KNOWN BUG comments) until it is fixed.
+# interpreter (fixed ones stay as regression tests; open ones are strict xfails that
+# `gen_models` steers around, see its KNOWN BUG comments).
 HEAD = """model bug
 option stop_at: int = 2
 node N0: stateless { impl "generic_nodes:Generic" in a: f32[4] out x: f32[4] out s: bool[] }
@@ -199,8 +199,8 @@ def bug(reason: str):
     return pytest.mark.xfail(strict=True, raises=AssertionError, reason=reason)
 
 
-@bug("the runtime emits a channel once however many `emit`s of it (one modality) a walk has")
 def test_double_emit() -> None:
+    # every `emit` emits: the plan keeps one client destination per `emit`, equal or not
     check(
         HEAD + "walk w(i?: f32[4]) { N0(a = i) -> c = x  emit c as tensor  emit c as tensor }\n"
         "flow main { w() }\n",
@@ -209,8 +209,8 @@ def test_double_emit() -> None:
     )
 
 
-@bug("the runtime names an emitted value by its producer's port (`x`), not the channel (`c`)")
 def test_emitted_channel_name() -> None:
+    # the client sees the channel (`c`), not the producer's port (`x`): `Dest.channel`
     text = HEAD + "walk w(i?: f32[4]) { N0(a = i) -> c = x  emit c as tensor }\nflow main { w() }\n"
     with tempfile.TemporaryDirectory() as tmp:
         Path(tmp, "m.walk").write_text(text)
@@ -222,8 +222,9 @@ def test_emitted_channel_name() -> None:
     assert [o.channel for o in h.outputs] == ["c"]
 
 
-@bug("a walk that calls no node emits nothing at runtime")
 def test_walk_without_calls() -> None:
+    # no rank runs a piece of `w1`: the rank keeping `c` emits it and answers `WalkDone`
+    # (`ForwardPersisted.ack`), so the walk does not end before its emit is out
     check(
         HEAD + "walk w0(i?: f32[4]) { N0(a = i) -> c = x  persist c }\n"
         "walk w1(g: f32[4]) { emit g as text }\n"
@@ -241,26 +242,10 @@ def _loop_emitting(channel: str) -> str:
     )
 
 
-@pytest.mark.parametrize(
-    "channel",
-    [
-        pytest.param(
-            "c",
-            marks=bug(
-                "a channel bound before a loop, emitted in it: the runtime "
-                "emits it once (iterations ()), not in every iteration"
-            ),
-        ),
-        pytest.param(
-            "i",
-            marks=bug(
-                "a walk input emitted in a loop: the runtime fails with "
-                "'internal: ... the runtime cannot do that yet'"
-            ),
-        ),
-    ],
-)
+@pytest.mark.parametrize("channel", ["c", "i"])
 def test_emit_of_invariant_in_loop(channel: str) -> None:
+    # a channel bound before a loop (or a walk input) emitted in it: once per iteration (a
+    # sink unit of the loop, `SinkSpec`)
     check(_loop_emitting(channel), ONE_RANK, REQUEST)
 
 
@@ -275,16 +260,13 @@ def _two_loops(second: str) -> str:
 @pytest.mark.parametrize(
     "second",
     [
-        # `k` is A's last value: B's carried init (plan: Dest(edge='loop_init', loop='B') from
-        # the call in A, so B starts from A's first iteration's value)
+        # `k` is A's last value: B's carried init (plan: Dest(edge='terminal', loop='A') into
+        # B's carried port, which takes it as iteration 0's value once A has ended)
         "loop B max 3 { N1(a = k) -> k = x } yield last k\n  emit k as tensor",
+        # ... and emitted in B before B rebinds it: iteration 0 emits A's last value
+        "loop B max 3 { emit k as text  N1(a = k) -> k = x } yield last k",
     ],
-    ids=["carried_init"],
-)
-@bug(
-    "a loop whose carried init is an earlier loop's `yield last` gets that loop's FIRST "
-    "iteration's value at runtime: the plan routes it Dest(edge='terminal', loop='A') into a "
-    "carried port's init, which the executor does not hold back until loop A ends"
+    ids=["carried_init", "carried_emit"],
 )
 def test_loop_reads_an_earlier_loops_yield(second: str) -> None:
     check(_two_loops(second), ONE_RANK, REQUEST)
@@ -323,11 +305,9 @@ TWO_RANKS = (
 )
 
 
-@bug(
-    "deadlock: rank 1 never finishes walk `w` after a speculative `until` loop (stop before "
-    "`max`) over two ranks; passes with `nospeculate`, with stop_at = max, or on one rank"
-)
 def test_speculation_across_ranks_deadlocks() -> None:
+    # was: discarding L2's speculative iteration 2 also killed sibling loop L1's call at
+    # iteration 2 (same iteration prefix), so L1 never ended on rank 1
     check(SPECULATION, TWO_RANKS, [([], ["text"], {"stop_at": 2})])
 
 
@@ -335,12 +315,8 @@ def test_speculation_across_ranks_nospeculate_is_fine() -> None:
     check(SPECULATION.replace("until st", "until st nospeculate"), TWO_RANKS, REQUEST)
 
 
-@bug(
-    "two data-independent calls of a stream producer in one walk: the interpreter pushes in "
-    "statement order, the runtime in another order (the language leaves it open: define it, "
-    "e.g. push in call order, or have the verifier warn)"
-)
 def test_independent_producer_calls_push_in_statement_order() -> None:
+    # items of one stream from one walk instance are pushed in statement order
     check(
         HEAD + STREAM + "walk w(i?: f32[4]) { N0(a = i) -> c = x  P(a = c)  P(a = c)  persist c }\n"
         "flow main { w() }\n",

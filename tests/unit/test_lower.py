@@ -99,13 +99,18 @@ def test_until_reaches_every_rank_of_the_loop_and_carried_emit() -> None:
     rows = {(r.port, r.channel): r for r in plan.routes if r.walk == "decode"}
     (stop,) = rows[("stop", "stop")].dests
     assert stop == Dest("until", "until", name="decode_loop", loop="decode_loop", ranks=(0,))
-    emit = next(d for d in rows[("new_token", "token")].dests if d.kind == "client")
-    assert emit.carried and emit.name == "text"  # emitted at the next iteration: EOS never is
     (piece,) = [p for p in plan.ranks[0].pieces if p.walk == "decode"]
+    # `emit token` before `-> token = new_token`: a sink unit of the loop, fed like a carried
+    # port (iteration 0: the walk input; i+1: iteration i's new token, so EOS never is)
+    (unit,) = piece.sinks
+    assert unit.loops == ("decode_loop",) and unit.input.mode == "carried"
+    assert unit.dest == Dest("client", "emitted", name="text", channel="token")
+    emit = next(d for d in rows[("new_token", "token")].dests if d.call == unit.id)
+    assert emit.carried and emit.edge == "loop_carried"
     (loop,) = piece.loops
     assert loop.until is not None and (loop.until.call, loop.until.port) == (0, "stop")
     token = plan.walk("decode").inputs[0]
-    assert [d.kind for d in token.dests] == ["client", "call"]  # the conductor emits the input
+    assert [(d.call, d.edge) for d in token.dests] == [(unit.id, "loop_init"), (0, "loop_init")]
 
 
 def test_split_decode_loop_sends_stop_to_every_rank() -> None:

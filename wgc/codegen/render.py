@@ -171,7 +171,7 @@ def render_rank(plan: P.Plan, r: P.RankPlan, env: jinja2.Environment) -> str:
     stream_names = const_names("STREAM", [s.name for s in r.streams])
 
     def hook(record, fname, value):
-        if isinstance(record, P.PiecePlan) and fname in ("calls", "loops"):
+        if isinstance(record, P.PiecePlan) and fname in ("calls", "loops", "sinks"):
             return provenance_tuple(value, used, where)
         if isinstance(record, P.RankPlan):
             table = {"nodes": node_names, "pieces": piece_names, "streams": stream_names}

@@ -26,6 +26,7 @@ SPEC_OF: dict[type, type] = {
     P.CallPlan: S.CallSpec,
     P.LoopPlan: S.LoopSpec,
     P.PiecePlan: S.PieceSpec,
+    P.SinkPlan: S.SinkSpec,
     P.NodePlan: S.NodeSpec,
     P.StreamPlan: S.StreamSpec,
     P.CaptureEntry: S.CaptureSpec,

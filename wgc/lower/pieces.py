@@ -10,6 +10,13 @@ accumulated values of a nested loop read in the enclosing loop's body); a `LOOP_
 A rank takes part in a loop when it runs a call in the loop's body (nested loops included):
 every value crossing the loop boundary each iteration (internal, loop-carried, `until`) has
 both ends in the body, so those ranks are exactly the ones that must step together.
+
+An `emit` / `persist` is a destination of its producer's port when it runs in the producer's
+scope (once per value). One in a loop whose value comes from outside the loop's iteration (a
+walk input, a value bound before the loop, an earlier loop's yield, a loop-carried value read
+before its binding) fires once per iteration instead: it becomes a *sink unit* (`SinkPlan`),
+fed like a call input and counted in its loops like a call, on a rank that already takes part
+in its innermost loop where one does (the producer's when it can).
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ from dataclasses import dataclass, field
 
 from wgc.diagnostics.diagnostic import Span
 from wgc.ir.model import Model
-from wgc.ir.walk import Block, Edge, EdgeKind, End, EndKind, Loop, Par, Walk
+from wgc.ir.walk import Block, Edge, EdgeKind, Emit, End, EndKind, Loop, Par, Persist, Walk
 from wgc.lower.plan import (
     CallPlan,
     Dest,
@@ -27,6 +34,7 @@ from wgc.lower.plan import (
     PiecePlan,
     PortIn,
     PortOut,
+    SinkPlan,
     Source,
     WalkInputPlan,
 )
@@ -35,6 +43,8 @@ from wgc.lower.typespec import type_spec
 SourceFn = Callable[[Span], str]
 
 _AFTER_LOOP_KINDS = (EdgeKind.TERMINAL, EdgeKind.ACCUMULATED)
+_SINK_ENDS = (EndKind.CLIENT, EndKind.PERSIST)
+SINK_PORT = "value"  # a sink unit's one input port
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +64,7 @@ class Hop:
 class LoweredWalk:
     walk: Walk
     calls: dict[int, CallPlan] = field(default_factory=dict)
+    sinks: dict[int, SinkPlan] = field(default_factory=dict)
     loops: dict[int, list[LoopPlan]] = field(default_factory=dict)  # rank -> its loop copies
     hops: list[Hop] = field(default_factory=list)
     inputs: tuple[WalkInputPlan, ...] = ()
@@ -62,16 +73,15 @@ class LoweredWalk:
     parents: dict[str, str | None] = field(default_factory=dict)  # loop -> enclosing loop
 
     def ranks(self) -> tuple[int, ...]:
-        return tuple(sorted({c.rank for c in self.calls.values()}))
+        units = (*self.calls.values(), *self.sinks.values())
+        return tuple(sorted({c.rank for c in units}))
 
     def piece(self, rank: int, source: str) -> PiecePlan:
         calls = tuple(c for _, c in sorted(self.calls.items()) if c.rank == rank)
+        sinks = tuple(u for _, u in sorted(self.sinks.items()) if u.rank == rank)
+        ports = [p for c in calls for p in c.inputs] + [u.input for u in sinks]
         read = {
-            s.name
-            for c in calls
-            for p in c.inputs
-            for s in (p.src, p.init)
-            if s is not None and s.kind == "input"
+            s.name for p in ports for s in (p.src, p.init) if s is not None and s.kind == "input"
         }
         return PiecePlan(
             walk=self.walk.name,
@@ -80,6 +90,7 @@ class LoweredWalk:
             loops=tuple(self.loops.get(rank, [])),
             inputs=tuple(i.name for i in self.walk.inputs if i.name in read),
             source=source,
+            sinks=sinks,
         )
 
 
@@ -94,6 +105,31 @@ def loop_parents(block: Block, parent: str | None = None, out: dict | None = Non
             for b in s.branches:
                 loop_parents(b, parent, out)
     return out
+
+
+def sink_statements(block: Block, loops: tuple[str, ...] = (), out: dict | None = None) -> dict:
+    """The span of every `emit` / `persist` -> (the statement, its enclosing loops)."""
+    out = {} if out is None else out
+    for s in block.stmts:
+        if isinstance(s, Emit | Persist):
+            out[s.span] = (s, loops)
+        elif isinstance(s, Par):
+            for b in s.branches:
+                sink_statements(b, loops, out)
+        elif isinstance(s, Loop):
+            sink_statements(s.body, (*loops, s.name), out)
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class _Unit:
+    """A sink unit being planned: its id, rank, loops and statement, and its input edges."""
+
+    id: int
+    rank: int
+    loops: tuple[str, ...]
+    stmt: Emit | Persist
+    edges: tuple[Edge, ...]
 
 
 def _common_loop(a: tuple[str, ...], b: tuple[str, ...]) -> str | None:
@@ -146,7 +182,96 @@ class WalkLowerer:
             for lp in c.loops:
                 body_ranks.setdefault(lp, set()).add(ranks[c.id])
                 self.body_calls.setdefault(lp, []).append(c.id)
+        self.units = self.sink_units(body_ranks)
+        self.unit_of: dict[int, _Unit] = {id(e): u for u in self.units for e in u.edges}
+        for u in self.units:
+            for lp in u.loops:
+                body_ranks.setdefault(lp, set()).add(u.rank)
         self.loop_ranks = {lp: tuple(sorted(rs)) for lp, rs in body_ranks.items()}
+
+    # ------------------------------------------------------------------ sink units
+    def scope_of(self, e: Edge) -> tuple[str, ...]:
+        """The loops the value an edge reads lives in (a yield: outside its yielding loop)."""
+        if e.via is not None and e.via_loop is not None:
+            chain: list[str] = []
+            cur = self.parents.get(e.via_loop)
+            while cur is not None:
+                chain.append(cur)
+                cur = self.parents.get(cur)
+            return tuple(reversed(chain))
+        if e.src.kind is EndKind.CALL and e.src.call is not None:
+            return self.walk.calls[e.src.call].loops
+        return ()
+
+    def sink_units(self, body_ranks: dict[str, set[int]]) -> list[_Unit]:
+        stmts = sink_statements(self.walk.body)
+        edges: dict = {}
+        for e in self.walk.edges:
+            if e.dst.kind in _SINK_ENDS and e.span in stmts:
+                edges.setdefault(e.span, []).append(e)
+        units: list[_Unit] = []
+        next_id = len(self.walk.calls)
+        for span, (stmt, loops) in stmts.items():
+            es = edges.get(span, [])
+            if not loops or not es:
+                continue
+            carried = any(e.kind is EdgeKind.LOOP_INIT for e in es)
+            if not carried and all(len(self.scope_of(e)) >= len(loops) for e in es):
+                continue  # in its producer's scope: a destination of the producer's port
+            rank = self.unit_rank(es, loops, body_ranks)
+            units.append(_Unit(next_id, rank, loops, stmt, tuple(es)))
+            next_id += 1
+        return units
+
+    def unit_rank(self, es: list[Edge], loops: tuple[str, ...], body_ranks) -> int:
+        """The producer's rank when it takes part in the unit's innermost loop, else a rank
+        that does, else the producer's (or the walk's first) rank."""
+        inner = body_ranks.get(loops[-1], set())
+        producers = [
+            self.ranks[e.src.call]
+            for e in sorted(es, key=lambda e: e.kind is EdgeKind.LOOP_INIT)
+            if e.src.kind is EndKind.CALL and e.src.call in self.ranks
+        ]
+        for r in producers:
+            if r in inner:
+                return r
+        if inner:
+            return min(inner)
+        if producers:
+            return producers[0]
+        return min(self.ranks.values(), default=0)
+
+    def unit_input(self, u: _Unit) -> PortIn:
+        init = next((e for e in u.edges if e.kind is EdgeKind.LOOP_INIT), None)
+        other = next((e for e in u.edges if e.kind is not EdgeKind.LOOP_INIT), None)
+        typ = type_spec(u.edges[0].type)
+        if init is not None:
+            s = self.src(other.src) if other is not None else self.src(init.src)
+            i = self.src(init.src)
+            return PortIn(
+                SINK_PORT, u.stmt.channel, "carried", s, i, typ, self.optional_input(i), init.loop
+            )
+        s = self.src(u.edges[0].src)
+        return PortIn(SINK_PORT, u.stmt.channel, "once", s, None, typ, self.optional_input(s))
+
+    def sink_plan(self, u: _Unit) -> SinkPlan:
+        if isinstance(u.stmt, Emit):
+            dest = Dest("client", "emitted", name=u.stmt.modality, channel=u.stmt.channel)
+        else:
+            dest = Dest("persist", "persisted", name=u.stmt.channel)
+        return SinkPlan(u.id, u.rank, u.loops, self.unit_input(u), dest, self.source(u.stmt.span))
+
+    def unit_dest(self, e: Edge, u: _Unit) -> Dest:
+        """The destination of an edge into sink unit ``u``: its input port, like a call's."""
+        init = next((x for x in u.edges if x.kind is EdgeKind.LOOP_INIT), None)
+        kind, loop, carried = "loop_invariant", u.loops[-1], False
+        if e.kind is EdgeKind.LOOP_INIT:  # iteration 0's value (an earlier loop's: at its end)
+            kind, loop = "loop_init", e.loop
+        elif init is not None:  # the in-loop binding, read by the next iteration
+            kind, loop, carried = "loop_carried", init.loop, True
+        if e.via is not None and not carried:
+            kind, loop = e.via.value, e.via_loop
+        return Dest("call", kind, u.rank, u.id, SINK_PORT, loop=loop, carried=carried)
 
     # ------------------------------------------------------------------ entry
     def lower(self) -> LoweredWalk:
@@ -164,6 +289,8 @@ class WalkLowerer:
                 writes=self.writes(c.id),
                 source=self.source(c.span),
             )
+        for u in self.units:
+            out.sinks[u.id] = self.sink_plan(u)
         for lp in self.walk.loops:
             for r in self.loop_ranks.get(lp.name, ()):
                 out.loops.setdefault(r, []).append(self.loop_plan(lp, r))
@@ -216,7 +343,7 @@ class WalkLowerer:
             init = next((e for e in edges if e.kind is EdgeKind.LOOP_INIT), None)
             s, i = self.src(carried.src), self.src(init.src) if init else None
             opt = self.optional_input(i)
-            return PortIn(port, carried.channel, "carried", s, i, typ, opt)
+            return PortIn(port, carried.channel, "carried", s, i, typ, opt, carried.loop)
         e = edges[0]
         changes = (e.kind is EdgeKind.INTERNAL and e.loop is not None) or (
             e.kind in _AFTER_LOOP_KINDS and bool(call.loops)
@@ -227,6 +354,9 @@ class WalkLowerer:
 
     # ------------------------------------------------------------------ destinations
     def dest(self, e: Edge) -> Dest:
+        unit = self.unit_of.get(id(e))
+        if unit is not None:
+            return self.unit_dest(e, unit)
         kind, carried = e.kind.value, e.kind is EdgeKind.LOOP_CARRIED
         loop = e.loop
         if e.via is not None:  # a loop's yield read as something else: once, at that loop's end
@@ -238,7 +368,8 @@ class WalkLowerer:
             rank = self.ranks.get(d.call or 0)
             return Dest("call", kind, rank, d.call, d.port, loop=loop, carried=carried)
         if d.kind is EndKind.CLIENT:
-            return Dest("client", kind, name=d.name, loop=loop, carried=carried)
+            channel = e.channel
+            return Dest("client", kind, name=d.name, loop=loop, carried=carried, channel=channel)
         if d.kind is EndKind.PERSIST:
             return Dest("persist", kind, name=d.name, loop=loop, carried=carried)
         if d.kind is EndKind.STREAM:
@@ -248,6 +379,9 @@ class WalkLowerer:
         return Dest("until", kind, name=d.name, loop=d.name, ranks=ranks)
 
     def hop_loop(self, e: Edge, producer_loops: tuple[str, ...]) -> str | None:
+        unit = self.unit_of.get(id(e))
+        if unit is not None:
+            return _common_loop(producer_loops, unit.loops)
         d = e.dst
         if d.kind is EndKind.CALL and d.call is not None:
             return _common_loop(producer_loops, self.walk.calls[d.call].loops)
@@ -282,7 +416,7 @@ class WalkLowerer:
             for e in self.out_of[(call_id, port)]:
                 d = self.dest(e)
                 hops.append(Hop(call_id, rank, port, e.channel, e, d, self.hop_loop(e, call.loops)))
-                if d not in dests:
+                if d not in dests or d.kind == "client":  # every `emit` emits
                     dests.append(d)
             p = node.output(port) if node else None
             result.append(PortOut(port, type_spec(p.type if p else None), tuple(dests)))
@@ -315,7 +449,7 @@ class WalkLowerer:
                 if e.dst.kind is EndKind.CALL and e.dst.call not in self.ranks:
                     continue
                 d = self.dest(e)
-                if d not in dests:
+                if d not in dests or d.kind == "client":  # every `emit` emits
                     dests.append(d)
             ranks = _call_ranks(dests)
             out.append(WalkInputPlan(inp.name, inp.optional, ranks, tuple(dests)))
@@ -326,7 +460,10 @@ class WalkLowerer:
         for e in self.walk.edges:
             if e.kind is not EdgeKind.PERSISTED or e.channel in out:
                 continue
-            if e.src.kind is EndKind.CALL and e.src.call in self.ranks:
+            unit = self.unit_of.get(id(e))
+            if unit is not None:
+                out[e.channel] = unit.rank
+            elif e.src.kind is EndKind.CALL and e.src.call in self.ranks:
                 out[e.channel] = self.ranks[e.src.call]
             elif e.src.kind is EndKind.INPUT:
                 out[e.channel] = -1

@@ -77,6 +77,7 @@ class Dest:
     ``carried``: the value is delivered at the *next* iteration of ``loop`` (a read that comes
     before the binding in the body, as in `emit token` before `-> token = new_token`), so the
     last iteration's value is never delivered; always true for ``loop_carried`` edges.
+    ``channel``: for a ``client`` destination, the emitted channel's name (what the client sees).
     """
 
     kind: str
@@ -88,6 +89,7 @@ class Dest:
     loop: str | None = None
     ranks: tuple[int, ...] = ()
     carried: bool = False
+    channel: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +101,7 @@ class PortIn:
     init: Source | None  # for carried: the value iteration 0 reads
     type: TypeSpec | None
     optional: bool = False  # fed by an optional walk input: may be a bare signal
+    loop: str | None = None  # carried: the loop that carries it
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +147,23 @@ class LoopPlan:
 
 
 @dataclass(frozen=True, slots=True)
+class SinkPlan:
+    """An `emit` / `persist` in a loop whose value comes from outside the loop's iteration (a
+    walk input, a value bound before the loop, an earlier loop's yield, or a loop-carried value
+    read before its binding): it fires once per iteration of ``loops``, so it is a unit of the
+    piece like a call. ``id`` follows the walk's call ids (unique among them); its one input
+    ``input`` (port ``value``) is fed like a call input; ``dest`` is where it sends its value
+    (``client`` or ``persist``) with the iterations of the instance."""
+
+    id: int
+    rank: int
+    loops: tuple[str, ...]
+    input: PortIn
+    dest: Dest
+    source: str
+
+
+@dataclass(frozen=True, slots=True)
 class PiecePlan:
     walk: str
     rank: int
@@ -151,6 +171,7 @@ class PiecePlan:
     loops: tuple[LoopPlan, ...]
     inputs: tuple[str, ...]  # walk inputs this piece reads
     source: str
+    sinks: tuple[SinkPlan, ...] = ()
 
 
 # ---------------------------------------------------------------- ranks

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from wgc.lower.plan import CallPlan, PiecePlan, Plan, Transfer
+from wgc.lower.plan import CallPlan, PiecePlan, Plan, PortOut, SinkPlan, Transfer
 from wgc.show.dot import _NODE_SHAPES, q
 from wgc.show.dot import _edge as dot_edge
 from wgc.show.graph import Cluster, GEdge, GNode, Graph, call_id, stream_id
@@ -84,6 +84,18 @@ def input_node(walk: str, r: int, name: str) -> str:
     return f"w_{walk}_r{r}_in_{name}"
 
 
+def sink_call(u: SinkPlan) -> CallPlan:
+    """A sink unit drawn as a call: an `emit` / `persist` box fed like a call, with one output
+    going where the unit sends its value."""
+    what = "emit" if u.dest.kind == "client" else "persist"
+    out = PortOut(u.input.channel, u.input.type, (u.dest,))
+    return CallPlan(u.id, what, u.rank, u.loops, (u.input,), (out,), (), u.source)
+
+
+def _units(piece: PiecePlan) -> tuple[CallPlan, ...]:
+    return (*piece.calls, *(sink_call(u) for u in piece.sinks))
+
+
 def build_plan_graph(plan: Plan) -> PlanGraph:
     b = _Builder(plan)
     for r in plan.ranks:
@@ -92,7 +104,7 @@ def build_plan_graph(plan: Plan) -> PlanGraph:
             b.piece(piece)
     for r in plan.ranks:
         for piece in r.pieces:
-            for c in piece.calls:
+            for c in _units(piece):
                 b.call_edges(piece, c)
     return b.finish()
 
@@ -120,7 +132,7 @@ class _Builder:
         self.calls: dict[tuple[str, int], CallPlan] = {}
         for r in plan.ranks:
             for piece in r.pieces:
-                for c in piece.calls:
+                for c in _units(piece):
                     self.calls[(piece.walk, c.id)] = c
                     for i in c.inputs:
                         self.channels[(piece.walk, c.id, i.port)] = i.channel
@@ -185,7 +197,7 @@ class _Builder:
                 self.cluster(lid, "loop", label, parent, piece.walk)
             return lid
 
-        for c in sorted(piece.calls, key=lambda c: c.id):
+        for c in sorted(_units(piece), key=lambda c: c.id):
             parent = ensure(c.loops[-1]) if c.loops else pid
             for outer in c.loops:
                 ensure(outer)

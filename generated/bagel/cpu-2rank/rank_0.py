@@ -21,6 +21,7 @@ from wgc_runtime.spec import (
     PortIn,
     PortOut,
     RankSpec,
+    SinkSpec,
     Source,
     TypeSpec,
 )
@@ -282,6 +283,7 @@ PIECE_DECODE = PieceSpec(
                     src=Source(kind="call", rank=0, call=0, port="new_token"),
                     init=Source(kind="input", name="token"),
                     type=TypeSpec("i64", (1,)),
+                    loop="decode_loop",
                 ),
             ),
             outputs=(
@@ -290,9 +292,11 @@ PIECE_DECODE = PieceSpec(
                     type=TypeSpec("i64", (1,)),
                     dests=(
                         Dest(
-                            kind="client",
-                            edge="emitted",
-                            name="text",
+                            kind="call",
+                            edge="loop_carried",
+                            rank=0,
+                            call=1,
+                            port="value",
                             loop="decode_loop",
                             carried=True,
                         ),
@@ -326,6 +330,25 @@ PIECE_DECODE = PieceSpec(
         ),
     ),
     source="bagel.walk:108",
+    sinks=(
+        # examples/bagel/bagel.walk:110
+        SinkSpec(
+            id=1,
+            rank=0,
+            loops=("decode_loop",),
+            input=PortIn(
+                port="value",
+                channel="token",
+                mode="carried",
+                src=Source(kind="call", rank=0, call=0, port="new_token"),
+                init=Source(kind="input", name="token"),
+                type=TypeSpec("i64", (1,)),
+                loop="decode_loop",
+            ),
+            dest=Dest(kind="client", edge="emitted", name="text", channel="token"),
+            source="bagel.walk:110",
+        ),
+    ),
 )
 
 # examples/bagel/bagel.walk:126
@@ -360,6 +383,7 @@ PIECE_IMAGE_GEN_CFG = PieceSpec(
                     init=Source(kind="input", name="latents"),
                     type=TypeSpec("f32", (16, 16)),
                     optional=True,
+                    loop="denoise",
                 ),
                 PortIn(
                     port="time_index",
@@ -369,6 +393,7 @@ PIECE_IMAGE_GEN_CFG = PieceSpec(
                     init=Source(kind="input", name="time_index"),
                     type=TypeSpec("i64", ()),
                     optional=True,
+                    loop="denoise",
                 ),
             ),
             outputs=(
@@ -426,6 +451,7 @@ PIECE_IMAGE_GEN_CFG = PieceSpec(
                     init=Source(kind="input", name="latents"),
                     type=TypeSpec("f32", (16, 16)),
                     optional=True,
+                    loop="denoise",
                 ),
                 PortIn(
                     port="time_index",
@@ -435,6 +461,7 @@ PIECE_IMAGE_GEN_CFG = PieceSpec(
                     init=Source(kind="input", name="time_index"),
                     type=TypeSpec("i64", ()),
                     optional=True,
+                    loop="denoise",
                 ),
             ),
             outputs=(
@@ -552,7 +579,7 @@ PIECE_IMAGE_GEN_CFG = PieceSpec(
                 PortOut(
                     port="image",
                     type=TypeSpec("u8", (64, 64, 3)),
-                    dests=(Dest(kind="client", edge="emitted", name="image"),),
+                    dests=(Dest(kind="client", edge="emitted", name="image", channel="image"),),
                 ),
             ),
             writes=("image",),

@@ -113,6 +113,7 @@ PIECE_IMAGE_GEN_CFG = PieceSpec(
                     init=Source(kind="input", name="latents"),
                     type=TypeSpec("f32", (16, 16)),
                     optional=True,
+                    loop="denoise",
                 ),
                 PortIn(
                     port="time_index",
@@ -122,6 +123,7 @@ PIECE_IMAGE_GEN_CFG = PieceSpec(
                     init=Source(kind="input", name="time_index"),
                     type=TypeSpec("i64", ()),
                     optional=True,
+                    loop="denoise",
                 ),
             ),
             outputs=(
@@ -158,6 +160,7 @@ PIECE_IMAGE_GEN_CFG = PieceSpec(
                     init=Source(kind="input", name="latents"),
                     type=TypeSpec("f32", (16, 16)),
                     optional=True,
+                    loop="denoise",
                 ),
                 PortIn(
                     port="time_index",
@@ -167,6 +170,7 @@ PIECE_IMAGE_GEN_CFG = PieceSpec(
                     init=Source(kind="input", name="time_index"),
                     type=TypeSpec("i64", ()),
                     optional=True,
+                    loop="denoise",
                 ),
             ),
             outputs=(

@@ -21,6 +21,7 @@ from wgc_runtime.spec import (
     PortIn,
     PortOut,
     RankSpec,
+    SinkSpec,
     Source,
     TypeSpec,
 )
@@ -334,6 +335,7 @@ PIECE_DECODE = PieceSpec(
                     src=Source(kind="call", rank=0, call=0, port="new_token"),
                     init=Source(kind="input", name="token"),
                     type=TypeSpec("i64", (1,)),
+                    loop="decode_loop",
                 ),
             ),
             outputs=(
@@ -342,9 +344,11 @@ PIECE_DECODE = PieceSpec(
                     type=TypeSpec("i64", (1,)),
                     dests=(
                         Dest(
-                            kind="client",
-                            edge="emitted",
-                            name="text",
+                            kind="call",
+                            edge="loop_carried",
+                            rank=0,
+                            call=1,
+                            port="value",
                             loop="decode_loop",
                             carried=True,
                         ),
@@ -378,6 +382,25 @@ PIECE_DECODE = PieceSpec(
         ),
     ),
     source="bagel.walk:108",
+    sinks=(
+        # examples/bagel/bagel.walk:110
+        SinkSpec(
+            id=1,
+            rank=0,
+            loops=("decode_loop",),
+            input=PortIn(
+                port="value",
+                channel="token",
+                mode="carried",
+                src=Source(kind="call", rank=0, call=0, port="new_token"),
+                init=Source(kind="input", name="token"),
+                type=TypeSpec("i64", (1,)),
+                loop="decode_loop",
+            ),
+            dest=Dest(kind="client", edge="emitted", name="text", channel="token"),
+            source="bagel.walk:110",
+        ),
+    ),
 )
 
 # examples/bagel/bagel.walk:126
@@ -412,6 +435,7 @@ PIECE_IMAGE_GEN_CFG = PieceSpec(
                     init=Source(kind="input", name="latents"),
                     type=TypeSpec("f32", (16, 16)),
                     optional=True,
+                    loop="denoise",
                 ),
                 PortIn(
                     port="time_index",
@@ -421,6 +445,7 @@ PIECE_IMAGE_GEN_CFG = PieceSpec(
                     init=Source(kind="input", name="time_index"),
                     type=TypeSpec("i64", ()),
                     optional=True,
+                    loop="denoise",
                 ),
             ),
             outputs=(
@@ -457,6 +482,7 @@ PIECE_IMAGE_GEN_CFG = PieceSpec(
                     init=Source(kind="input", name="latents"),
                     type=TypeSpec("f32", (16, 16)),
                     optional=True,
+                    loop="denoise",
                 ),
                 PortIn(
                     port="time_index",
@@ -466,6 +492,7 @@ PIECE_IMAGE_GEN_CFG = PieceSpec(
                     init=Source(kind="input", name="time_index"),
                     type=TypeSpec("i64", ()),
                     optional=True,
+                    loop="denoise",
                 ),
             ),
             outputs=(
@@ -502,6 +529,7 @@ PIECE_IMAGE_GEN_CFG = PieceSpec(
                     init=Source(kind="input", name="latents"),
                     type=TypeSpec("f32", (16, 16)),
                     optional=True,
+                    loop="denoise",
                 ),
                 PortIn(
                     port="time_index",
@@ -511,6 +539,7 @@ PIECE_IMAGE_GEN_CFG = PieceSpec(
                     init=Source(kind="input", name="time_index"),
                     type=TypeSpec("i64", ()),
                     optional=True,
+                    loop="denoise",
                 ),
             ),
             outputs=(
@@ -568,6 +597,7 @@ PIECE_IMAGE_GEN_CFG = PieceSpec(
                     init=Source(kind="input", name="latents"),
                     type=TypeSpec("f32", (16, 16)),
                     optional=True,
+                    loop="denoise",
                 ),
                 PortIn(
                     port="time_index",
@@ -577,6 +607,7 @@ PIECE_IMAGE_GEN_CFG = PieceSpec(
                     init=Source(kind="input", name="time_index"),
                     type=TypeSpec("i64", ()),
                     optional=True,
+                    loop="denoise",
                 ),
             ),
             outputs=(
@@ -694,7 +725,7 @@ PIECE_IMAGE_GEN_CFG = PieceSpec(
                 PortOut(
                     port="image",
                     type=TypeSpec("u8", (64, 64, 3)),
-                    dests=(Dest(kind="client", edge="emitted", name="image"),),
+                    dests=(Dest(kind="client", edge="emitted", name="image", channel="image"),),
                 ),
             ),
             writes=("image",),

@@ -86,6 +86,7 @@ PIECE_IMAGE_GEN_CFG = PieceSpec(
                     init=Source(kind="input", name="latents"),
                     type=TypeSpec("f32", (16, 16)),
                     optional=True,
+                    loop="denoise",
                 ),
                 PortIn(
                     port="time_index",
@@ -95,6 +96,7 @@ PIECE_IMAGE_GEN_CFG = PieceSpec(
                     init=Source(kind="input", name="time_index"),
                     type=TypeSpec("i64", ()),
                     optional=True,
+                    loop="denoise",
                 ),
             ),
             outputs=(

@@ -87,7 +87,14 @@ WALK_DECODE = WalkSpec(
             name="token",
             ranks=(1,),
             dests=(
-                Dest(kind="client", edge="loop_init", name="text", loop="decode_loop"),
+                Dest(
+                    kind="call",
+                    edge="loop_init",
+                    rank=1,
+                    call=1,
+                    port="value",
+                    loop="decode_loop",
+                ),
                 Dest(
                     kind="call",
                     edge="loop_init",

@@ -19,6 +19,7 @@ from wgc_runtime.spec import (
     PortIn,
     PortOut,
     RankSpec,
+    SinkSpec,
     Source,
     TypeSpec,
 )
@@ -96,6 +97,7 @@ PIECE_DECODE = PieceSpec(
                     src=Source(kind="call", rank=1, call=0, port="new_token"),
                     init=Source(kind="input", name="token"),
                     type=TypeSpec("i64", (1,)),
+                    loop="decode_loop",
                 ),
             ),
             outputs=(
@@ -104,9 +106,11 @@ PIECE_DECODE = PieceSpec(
                     type=TypeSpec("i64", (1,)),
                     dests=(
                         Dest(
-                            kind="client",
-                            edge="emitted",
-                            name="text",
+                            kind="call",
+                            edge="loop_carried",
+                            rank=1,
+                            call=1,
+                            port="value",
                             loop="decode_loop",
                             carried=True,
                         ),
@@ -140,6 +144,25 @@ PIECE_DECODE = PieceSpec(
         ),
     ),
     source="bagel.walk:108",
+    sinks=(
+        # examples/bagel/bagel.walk:110
+        SinkSpec(
+            id=1,
+            rank=1,
+            loops=("decode_loop",),
+            input=PortIn(
+                port="value",
+                channel="token",
+                mode="carried",
+                src=Source(kind="call", rank=1, call=0, port="new_token"),
+                init=Source(kind="input", name="token"),
+                type=TypeSpec("i64", (1,)),
+                loop="decode_loop",
+            ),
+            dest=Dest(kind="client", edge="emitted", name="text", channel="token"),
+            source="bagel.walk:110",
+        ),
+    ),
 )
 
 # examples/bagel/bagel.walk:117
@@ -174,6 +197,7 @@ PIECE_IMAGE_GEN = PieceSpec(
                     init=Source(kind="input", name="latents"),
                     type=TypeSpec("f32", (16, 16)),
                     optional=True,
+                    loop="denoise",
                 ),
                 PortIn(
                     port="time_index",
@@ -183,6 +207,7 @@ PIECE_IMAGE_GEN = PieceSpec(
                     init=Source(kind="input", name="time_index"),
                     type=TypeSpec("i64", ()),
                     optional=True,
+                    loop="denoise",
                 ),
             ),
             outputs=(
@@ -246,7 +271,7 @@ PIECE_IMAGE_GEN = PieceSpec(
                 PortOut(
                     port="image",
                     type=TypeSpec("u8", (64, 64, 3)),
-                    dests=(Dest(kind="client", edge="emitted", name="image"),),
+                    dests=(Dest(kind="client", edge="emitted", name="image", channel="image"),),
                 ),
             ),
             writes=("image",),

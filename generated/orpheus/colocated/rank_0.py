@@ -138,6 +138,7 @@ PIECE_DECODE = PieceSpec(
                     src=Source(kind="call", rank=0, call=0, port="new_token"),
                     init=Source(kind="input", name="token"),
                     type=TypeSpec("i64", (1,)),
+                    loop="decode_loop",
                 ),
             ),
             outputs=(
@@ -207,7 +208,7 @@ PIECE_SNAC_CHUNK = PieceSpec(
                 PortOut(
                     port="audio",
                     type=TypeSpec("f32", (64,)),
-                    dests=(Dest(kind="client", edge="emitted", name="audio"),),
+                    dests=(Dest(kind="client", edge="emitted", name="audio", channel="audio"),),
                 ),
             ),
             writes=("audio",),

@@ -79,7 +79,7 @@ PIECE_SNAC_CHUNK = PieceSpec(
                 PortOut(
                     port="audio",
                     type=TypeSpec("f32", (64,)),
-                    dests=(Dest(kind="client", edge="emitted", name="audio"),),
+                    dests=(Dest(kind="client", edge="emitted", name="audio", channel="audio"),),
                 ),
             ),
             writes=("audio",),

@@ -107,6 +107,7 @@ PIECE_DECODE = PieceSpec(
                     src=Source(kind="call", rank=0, call=0, port="new_token"),
                     init=Source(kind="input", name="token"),
                     type=TypeSpec("i64", (1,)),
+                    loop="decode_loop",
                 ),
             ),
             outputs=(

@@ -110,6 +110,7 @@ PIECE_ACTION_GEN = PieceSpec(
                     init=Source(kind="input", name="noisy_actions"),
                     type=TypeSpec("f32", (50, 32)),
                     optional=True,
+                    loop="denoise",
                 ),
                 PortIn(
                     port="timestep",
@@ -119,6 +120,7 @@ PIECE_ACTION_GEN = PieceSpec(
                     init=Source(kind="input", name="timestep"),
                     type=TypeSpec("f32", ()),
                     optional=True,
+                    loop="denoise",
                 ),
             ),
             outputs=(
@@ -135,7 +137,13 @@ PIECE_ACTION_GEN = PieceSpec(
                             loop="denoise",
                             carried=True,
                         ),
-                        Dest(kind="client", edge="terminal", name="action", loop="denoise"),
+                        Dest(
+                            kind="client",
+                            edge="terminal",
+                            name="action",
+                            loop="denoise",
+                            channel="noisy_actions",
+                        ),
                     ),
                 ),
                 PortOut(

@@ -147,6 +147,7 @@ PIECE_ACTION_GEN = PieceSpec(
                     init=Source(kind="input", name="noisy_actions"),
                     type=TypeSpec("f32", (50, 32)),
                     optional=True,
+                    loop="denoise",
                 ),
                 PortIn(
                     port="timestep",
@@ -156,6 +157,7 @@ PIECE_ACTION_GEN = PieceSpec(
                     init=Source(kind="input", name="timestep"),
                     type=TypeSpec("f32", ()),
                     optional=True,
+                    loop="denoise",
                 ),
             ),
             outputs=(
@@ -172,7 +174,13 @@ PIECE_ACTION_GEN = PieceSpec(
                             loop="denoise",
                             carried=True,
                         ),
-                        Dest(kind="client", edge="terminal", name="action", loop="denoise"),
+                        Dest(
+                            kind="client",
+                            edge="terminal",
+                            name="action",
+                            loop="denoise",
+                            channel="noisy_actions",
+                        ),
                     ),
                 ),
                 PortOut(

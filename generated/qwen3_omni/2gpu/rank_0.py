@@ -20,6 +20,7 @@ from wgc_runtime.spec import (
     PortIn,
     PortOut,
     RankSpec,
+    SinkSpec,
     Source,
     TypeSpec,
 )
@@ -293,6 +294,7 @@ PIECE_THINKER_DECODE = PieceSpec(
                     src=Source(kind="call", rank=0, call=0, port="new_token"),
                     init=Source(kind="input", name="token"),
                     type=TypeSpec("i64", (1,)),
+                    loop="decode_loop",
                 ),
             ),
             outputs=(
@@ -301,9 +303,11 @@ PIECE_THINKER_DECODE = PieceSpec(
                     type=TypeSpec("i64", (1,)),
                     dests=(
                         Dest(
-                            kind="client",
-                            edge="emitted",
-                            name="text",
+                            kind="call",
+                            edge="loop_carried",
+                            rank=0,
+                            call=1,
+                            port="value",
                             loop="decode_loop",
                             carried=True,
                         ),
@@ -363,6 +367,25 @@ PIECE_THINKER_DECODE = PieceSpec(
         ),
     ),
     source="qwen3_omni.walk:119",
+    sinks=(
+        # examples/qwen3_omni/qwen3_omni.walk:121
+        SinkSpec(
+            id=1,
+            rank=0,
+            loops=("decode_loop",),
+            input=PortIn(
+                port="value",
+                channel="token",
+                mode="carried",
+                src=Source(kind="call", rank=0, call=0, port="new_token"),
+                init=Source(kind="input", name="token"),
+                type=TypeSpec("i64", (1,)),
+                loop="decode_loop",
+            ),
+            dest=Dest(kind="client", edge="emitted", name="text", channel="token"),
+            source="qwen3_omni.walk:121",
+        ),
+    ),
 )
 
 # ---------------------------------------------------------------- the rank

@@ -246,6 +246,7 @@ PIECE_TALKER_DECODE = PieceSpec(
                     src=Source(kind="call", rank=1, call=0, port="talker_input_embeds"),
                     init=Source(kind="input", name="talker_input_embeds"),
                     type=TypeSpec("bf16", (1, 32)),
+                    loop="talker_decode_loop",
                 ),
             ),
             outputs=(
@@ -321,7 +322,7 @@ PIECE_CODE2WAV_CHUNK = PieceSpec(
                 PortOut(
                     port="audio",
                     type=TypeSpec("f32", (400,)),
-                    dests=(Dest(kind="client", edge="emitted", name="audio"),),
+                    dests=(Dest(kind="client", edge="emitted", name="audio", channel="audio"),),
                 ),
             ),
             writes=("audio",),

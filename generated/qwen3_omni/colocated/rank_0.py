@@ -23,6 +23,7 @@ from wgc_runtime.spec import (
     PortIn,
     PortOut,
     RankSpec,
+    SinkSpec,
     Source,
     StreamSpec,
     TypeSpec,
@@ -383,6 +384,7 @@ PIECE_THINKER_DECODE = PieceSpec(
                     src=Source(kind="call", rank=0, call=0, port="new_token"),
                     init=Source(kind="input", name="token"),
                     type=TypeSpec("i64", (1,)),
+                    loop="decode_loop",
                 ),
             ),
             outputs=(
@@ -391,9 +393,11 @@ PIECE_THINKER_DECODE = PieceSpec(
                     type=TypeSpec("i64", (1,)),
                     dests=(
                         Dest(
-                            kind="client",
-                            edge="emitted",
-                            name="text",
+                            kind="call",
+                            edge="loop_carried",
+                            rank=0,
+                            call=1,
+                            port="value",
                             loop="decode_loop",
                             carried=True,
                         ),
@@ -453,6 +457,25 @@ PIECE_THINKER_DECODE = PieceSpec(
         ),
     ),
     source="qwen3_omni.walk:119",
+    sinks=(
+        # examples/qwen3_omni/qwen3_omni.walk:121
+        SinkSpec(
+            id=1,
+            rank=0,
+            loops=("decode_loop",),
+            input=PortIn(
+                port="value",
+                channel="token",
+                mode="carried",
+                src=Source(kind="call", rank=0, call=0, port="new_token"),
+                init=Source(kind="input", name="token"),
+                type=TypeSpec("i64", (1,)),
+                loop="decode_loop",
+            ),
+            dest=Dest(kind="client", edge="emitted", name="text", channel="token"),
+            source="qwen3_omni.walk:121",
+        ),
+    ),
 )
 
 # examples/qwen3_omni/qwen3_omni.walk:127
@@ -585,6 +608,7 @@ PIECE_TALKER_DECODE = PieceSpec(
                     src=Source(kind="call", rank=0, call=0, port="talker_input_embeds"),
                     init=Source(kind="input", name="talker_input_embeds"),
                     type=TypeSpec("bf16", (1, 32)),
+                    loop="talker_decode_loop",
                 ),
             ),
             outputs=(
@@ -660,7 +684,7 @@ PIECE_CODE2WAV_CHUNK = PieceSpec(
                 PortOut(
                     port="audio",
                     type=TypeSpec("f32", (400,)),
-                    dests=(Dest(kind="client", edge="emitted", name="audio"),),
+                    dests=(Dest(kind="client", edge="emitted", name="audio", channel="audio"),),
                 ),
             ),
             writes=("audio",),

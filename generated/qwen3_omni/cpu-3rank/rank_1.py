@@ -217,6 +217,7 @@ PIECE_TALKER_DECODE = PieceSpec(
                     src=Source(kind="call", rank=1, call=0, port="talker_input_embeds"),
                     init=Source(kind="input", name="talker_input_embeds"),
                     type=TypeSpec("bf16", (1, 32)),
+                    loop="talker_decode_loop",
                 ),
             ),
             outputs=(

@@ -79,7 +79,7 @@ PIECE_CODE2WAV_CHUNK = PieceSpec(
                 PortOut(
                     port="audio",
                     type=TypeSpec("f32", (400,)),
-                    dests=(Dest(kind="client", edge="emitted", name="audio"),),
+                    dests=(Dest(kind="client", edge="emitted", name="audio", channel="audio"),),
                 ),
             ),
             writes=("audio",),

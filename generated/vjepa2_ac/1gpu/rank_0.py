@@ -225,7 +225,9 @@ PIECE_PREFILL_VIDEO = PieceSpec(
                 PortOut(
                     port="prediction",
                     type=TypeSpec("bf16", (16, 32)),
-                    dests=(Dest(kind="client", edge="emitted", name="tensor"),),
+                    dests=(
+                        Dest(kind="client", edge="emitted", name="tensor", channel="prediction"),
+                    ),
                 ),
             ),
             writes=("prediction",),
@@ -352,6 +354,7 @@ PIECE_PREFILL_VIDEO_ROLLOUT = PieceSpec(
                     src=Source(kind="call", rank=0, call=2, port="latent"),
                     init=Source(kind="call", rank=0, call=1, port="latent"),
                     type=TypeSpec("bf16", (16, 32)),
+                    loop="rollout_loop",
                 ),
                 PortIn(
                     port="step",
@@ -360,6 +363,7 @@ PIECE_PREFILL_VIDEO_ROLLOUT = PieceSpec(
                     src=Source(kind="call", rank=0, call=2, port="step"),
                     init=Source(kind="call", rank=0, call=1, port="step"),
                     type=TypeSpec("i64", ()),
+                    loop="rollout_loop",
                 ),
                 PortIn(
                     port="horizon",
@@ -383,7 +387,13 @@ PIECE_PREFILL_VIDEO_ROLLOUT = PieceSpec(
                             loop="rollout_loop",
                             carried=True,
                         ),
-                        Dest(kind="client", edge="accumulated", name="tensor", loop="rollout_loop"),
+                        Dest(
+                            kind="client",
+                            edge="accumulated",
+                            name="tensor",
+                            loop="rollout_loop",
+                            channel="latent",
+                        ),
                     ),
                 ),
                 PortOut(
@@ -538,6 +548,7 @@ PIECE_PREFILL_VIDEO_ROLLOUT_STREAMING = PieceSpec(
                     src=Source(kind="call", rank=0, call=2, port="latent"),
                     init=Source(kind="call", rank=0, call=1, port="latent"),
                     type=TypeSpec("bf16", (16, 32)),
+                    loop="rollout_loop",
                 ),
                 PortIn(
                     port="step",
@@ -546,6 +557,7 @@ PIECE_PREFILL_VIDEO_ROLLOUT_STREAMING = PieceSpec(
                     src=Source(kind="call", rank=0, call=2, port="step"),
                     init=Source(kind="call", rank=0, call=1, port="step"),
                     type=TypeSpec("i64", ()),
+                    loop="rollout_loop",
                 ),
                 PortIn(
                     port="horizon",
@@ -569,7 +581,13 @@ PIECE_PREFILL_VIDEO_ROLLOUT_STREAMING = PieceSpec(
                             loop="rollout_loop",
                             carried=True,
                         ),
-                        Dest(kind="client", edge="emitted", name="tensor", loop="rollout_loop"),
+                        Dest(
+                            kind="client",
+                            edge="emitted",
+                            name="tensor",
+                            loop="rollout_loop",
+                            channel="latent",
+                        ),
                     ),
                 ),
                 PortOut(
@@ -865,12 +883,12 @@ PIECE_PREFILL_VIDEO_MPC = PieceSpec(
                 PortOut(
                     port="best",
                     type=TypeSpec("i64", ()),
-                    dests=(Dest(kind="client", edge="emitted", name="action"),),
+                    dests=(Dest(kind="client", edge="emitted", name="action", channel="best"),),
                 ),
                 PortOut(
                     port="costs",
                     type=TypeSpec("f32", (4,)),
-                    dests=(Dest(kind="client", edge="emitted", name="tensor"),),
+                    dests=(Dest(kind="client", edge="emitted", name="tensor", channel="costs"),),
                 ),
             ),
             writes=("best", "costs"),
