@@ -105,6 +105,7 @@ _TABLE: tuple[tuple[str, Severity, str], ...] = (
     ("WG605", E, "loop-carried channel has no initial value"),
     ("WG606", E, "emitted or persisted channel is never bound"),
     ("WG607", E, "inner loop starts from a value an outer loop carries"),
+    ("WG608", W, "calls of one kv-cache node are not ordered by data"),
     # -- flows (WG7xx): the per-request state machine is well formed
     ("WG701", E, "walk is not reachable from any flow"),
     ("WG702", E, "persisted channel may be used before it is persisted"),

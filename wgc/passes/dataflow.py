@@ -15,6 +15,9 @@ Invariants proved (and codes owned):
 - WG606: every emitted or persisted channel is bound.
 - WG607: an inner loop's loop-carried channel does not start from a value an outer loop
   carries (its start would differ per outer iteration; not supported yet by the runtime).
+- WG608 (warning): two calls of one `kv_cache` node in a walk are ordered by dataflow. Each call
+  changes the request's cache, so unordered calls would leave the order to timing: the runtime
+  runs calls as their data arrives, the reference interpreter in statement order.
 
 `call_graph(walk)` and `topological_calls(walk)` are reused by later stages (lowering).
 """
@@ -26,12 +29,22 @@ import difflib
 import networkx as nx
 
 from wgc.diagnostics.diagnostic import Diagnostic, Label, Span, diag
+from wgc.ir.decls import EngineKind
 from wgc.ir.model import Model
 from wgc.ir.types import DType, TensorType
 from wgc.ir.walk import Call, Edge, EdgeKind, EndKind, Issue, IssueKind, Walk
 
 NAME = "dataflow"
-CODES: tuple[str, ...] = ("WG601", "WG602", "WG603", "WG604", "WG605", "WG606", "WG607")
+CODES: tuple[str, ...] = (
+    "WG601",
+    "WG602",
+    "WG603",
+    "WG604",
+    "WG605",
+    "WG606",
+    "WG607",
+    "WG608",
+)
 
 # Edges that hand a value from one call to another within one execution of their scope.
 CALL_ORDER_EDGES = frozenset(
@@ -52,7 +65,47 @@ def run(model: Model) -> list[Diagnostic]:
         out.extend(_issues(w))
         out.extend(_cycles(w))
         out.extend(_until_types(w))
+        out.extend(_unordered_kv_calls(model, w))
     return out
+
+
+def _unordered_kv_calls(model: Model, w: Walk) -> list[Diagnostic]:
+    kv_calls: dict[str, list[Call]] = {}
+    for c in w.calls:
+        node = model.node(c.node)
+        if node is not None and node.engine is EngineKind.KV_CACHE:
+            kv_calls.setdefault(c.node, []).append(c)
+    if not any(len(cs) > 1 for cs in kv_calls.values()):
+        return []
+    g = call_graph(w)
+    if not nx.is_directed_acyclic_graph(g):
+        return []  # WG602 first
+    out = []
+    for name, calls in kv_calls.items():
+        for i, later in enumerate(calls):
+            earlier = next(
+                (
+                    c
+                    for c in calls[:i]
+                    if not nx.has_path(g, c.id, later.id) and not nx.has_path(g, later.id, c.id)
+                ),
+                None,
+            )
+            if earlier is not None:
+                out.append(_unordered_kv(w, name, earlier, later))
+    return out
+
+
+def _unordered_kv(w: Walk, node: str, earlier: Call, later: Call) -> Diagnostic:
+    return diag(
+        "WG608",
+        f"calls of kv-cache node `{node}` in walk `{w.name}` are not ordered by data",
+        later.name_span or later.span,
+        label="may run before or after the other call",
+        labels=[Label(earlier.name_span or earlier.span, "the other call of the same cache")],
+        help="make one call read a channel the other binds, or move them into separate walks: "
+        "each call changes the request's cache, so their order must not depend on timing",
+    )
 
 
 # ---------------------------------------------------------------------------------- graph
