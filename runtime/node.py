@@ -115,6 +115,10 @@ class NodeContext:
     tp_size: int = 1
     inputs: Mapping[str, Any] = field(default_factory=dict)  # port -> TypeSpec-like
     outputs: Mapping[str, Any] = field(default_factory=dict)
+    # the plan's capture units this node takes part in on this rank (`CaptureSpec`s: a whole
+    # shape-static loop body or one node step, with its batch buckets): an engine builds its
+    # graph runner from them (`wgc_runtime.engines.cuda_graph.runner_for`); eager nodes ignore it
+    captures: tuple[Any, ...] = ()
 
 
 @dataclass(slots=True, kw_only=True)

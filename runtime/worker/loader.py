@@ -6,6 +6,8 @@ position, and its port types: the node's declared ports (`NodeSpec.inputs` / ``o
 port, whether or not a call on this rank uses it). A hand-written `NodeSpec` may leave them
 out; then they are gathered from every call of the node in the rank's pieces (each port a call
 uses carries its declared type), and ports no call on this rank uses are unknown to the node.
+The context also hands each node the plan's capture units that contain its calls, so an engine
+can build its CUDA-graph runner (or the eager CPU path) from the compiler's capture plan.
 """
 
 from __future__ import annotations
@@ -50,7 +52,19 @@ def node_context(rank: RankSpec, spec: NodeSpec) -> NodeContext:
         tp_size=spec.tp,
         inputs=ins,
         outputs=outs,
+        captures=node_captures(rank, spec.name),
     )
+
+
+def node_captures(rank: RankSpec, node: str) -> tuple[Any, ...]:
+    """The rank's capture units that contain a call of ``node``."""
+    out = []
+    for cap in rank.captures:
+        piece = rank.piece(cap.walk)
+        calls = {c.id: c.node for c in piece.calls} if piece is not None else {}
+        if any(calls.get(i) == node for i in cap.calls):
+            out.append(cap)
+    return tuple(out)
 
 
 def load_node(rank: RankSpec, spec: NodeSpec) -> Node:

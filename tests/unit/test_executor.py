@@ -226,3 +226,21 @@ def test_admission_cap_queues_and_queue_deadline(monkeypatch) -> None:
     fins = {m.request: m.kind for to, m in sent if isinstance(m, M.Finished)}
     assert fins == {"b": "cancelled", "c": "timeout"}
     assert core.running() == ["a"] and core.queued() == []
+
+
+def test_loader_hands_each_node_its_capture_units():
+    """The compiler's capture plan reaches the engines: the decode loop of orpheus on one CPU
+    rank is one shape-static capture unit, and only the node it calls receives it."""
+    import importlib.util
+    from pathlib import Path
+
+    from wgc_runtime.worker.loader import node_captures
+
+    path = Path(__file__).resolve().parents[2] / "generated" / "orpheus" / "cpu" / "rank_0.py"
+    spec = importlib.util.spec_from_file_location("orpheus_cpu_rank_0", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    rank = module.RANK
+    llm = node_captures(rank, "LLM")
+    assert [c.loop for c in llm] == ["decode_loop"] and llm[0].buckets
+    assert node_captures(rank, "snac_decoder") == ()
