@@ -307,23 +307,31 @@ def _check_one(node_name: str, port: str, t: Any, value: Any) -> None:
     if t is None:
         return  # the compiler could not type the port; nothing to check against
     dtype, dims = type_parts(t)
-    want = render_type(t)
-    where = f"node `{node_name}` output `{port}`"
+    # the hot path (every output of every call) only compares; texts are built when raising
     if not isinstance(value, torch.Tensor):
-        raise NodeOutputError(f"{where}: expected a tensor {want}, got {render_tensor(value)}")
+        raise _output_error(node_name, port, t, value, "a tensor ", paren=False)
     if DTYPES.get(dtype) is not value.dtype:
-        raise NodeOutputError(
-            f"{where}: expected dtype {dtype} ({want}), got {render_tensor(value)}"
-        )
-    if value.dim() != len(dims):
-        raise NodeOutputError(
-            f"{where}: expected rank {len(dims)} ({want}), got {render_tensor(value)}"
-        )
-    for i, (d, n) in enumerate(zip(dims, value.shape, strict=True)):
-        if isinstance(d, int) and d != n:
-            raise NodeOutputError(
-                f"{where}: expected {want}, got {render_tensor(value)} (dim {i} is {n}, not {d})"
-            )
+        raise _output_error(node_name, port, t, value, f"dtype {dtype} ")
+    shape = value.shape
+    if len(shape) != len(dims):
+        raise _output_error(node_name, port, t, value, f"rank {len(dims)} ")
+    for i, d in enumerate(dims):
+        if isinstance(d, int) and d != shape[i]:
+            tail = f" (dim {i} is {shape[i]}, not {d})"
+            raise _output_error(node_name, port, t, value, "", paren=False, tail=tail)
+
+
+def _output_error(
+    node_name: str, port: str, t: Any, value: Any, what: str, paren: bool = True, tail: str = ""
+) -> NodeOutputError:
+    """``node `n` output `p`: expected <what><type>, got <tensor><tail>`` (the type in
+    parentheses after ``what`` when ``paren``)."""
+    want = render_type(t)
+    want = f"({want})" if paren else want
+    got = render_tensor(value)
+    return NodeOutputError(
+        f"node `{node_name}` output `{port}`: expected {what}{want}, got {got}{tail}"
+    )
 
 
 def to_tensor(value: Any) -> torch.Tensor | None:

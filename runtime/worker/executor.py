@@ -226,6 +226,10 @@ class _Inst:
     it: tuple[int, ...]
     dead: bool = False
     queued: bool = False
+    # the input values found when it was queued (a call without stream inputs: they stay
+    # ready, values are bound once per key), for `_work`; None: look again (stream chunks can
+    # go to another instance meanwhile)
+    inputs: dict[str, Any] | None = None
 
 
 @dataclass(eq=False)
@@ -577,11 +581,14 @@ class RankExecutor:
                 return lr, it[k]
         return None
 
-    def _ready_now(self, inst: _Inst) -> bool:
+    def _ready_now(self, inst: _Inst) -> dict[str, Any] | None:
+        """The instance's non-stream input values when it can run now (its stream inputs have
+        a chunk ready), else None."""
         w = inst.walk
         if not w.started:
-            return False
+            return None
         has_stream = False
+        inputs: dict[str, Any] = {}
         for p in inst.call.inputs:
             if p.mode == "stream":
                 has_stream = True
@@ -595,13 +602,19 @@ class RankExecutor:
                         inst.call.node,
                     )
                 if not buf.ready():
-                    return False
-            elif self._input(w, inst, p) is _MISSING:
-                return False
+                    return None
+            else:
+                v = self._input(w, inst, p)
+                if v is _MISSING:
+                    return None
+                inputs[p.port] = v
         # in a speculative iteration only stateless calls without stream inputs may run
         speculative = bool(inst.call.loops) and self._confirmed(w, inst.call.loops, inst.it)
         stateful = has_stream or self.engines.get(inst.call.node, "stateless") != "stateless"
-        return not (speculative and stateful)
+        if speculative and stateful:
+            return None
+        inst.inputs = None if has_stream else inputs
+        return inputs
 
     def _process_dirty(self) -> bool:
         """Queue the ready call instances; run ready sink units at once. True when a sink
@@ -617,7 +630,7 @@ class RankExecutor:
                 if inst is None or inst.queued or inst.dead:
                     continue
                 try:
-                    ready = self._ready_now(inst)
+                    ready = self._ready_now(inst) is not None
                     if ready and cid in w.piece.sinks:
                         ran = True
                         self._run_sink(inst, w.piece.sinks[cid])
@@ -634,7 +647,9 @@ class RankExecutor:
         """A sink unit's instance: send its value to ``dest`` (held while speculative)."""
         w, call = inst.walk, inst.call
         port = call.inputs[0]
-        value = self._input(w, inst, port)
+        cached = inst.inputs
+        inst.inputs = None
+        value = cached[port.port] if cached is not None else self._input(w, inst, port)
         w.waiting.get(call.id, {}).pop(inst.it, None)
         self._consume(w, inst)
 
@@ -682,13 +697,15 @@ class RankExecutor:
 
     def _work(self, inst: _Inst) -> Work | None:
         w, call = inst.walk, inst.call
-        if not self._ready_now(inst):
-            return None
-        inputs: dict[str, Any] = {}
+        # readiness as `_process_dirty` found it, unless a stream input must be looked at again
+        inputs = inst.inputs
+        inst.inputs = None
+        if inputs is None:
+            inputs = self._ready_now(inst)
+            inst.inputs = None  # taken now: nothing to keep
+            if inputs is None:
+                return None
         chunks = {}
-        for p in call.inputs:
-            if p.mode != "stream":
-                inputs[p.port] = self._input(w, inst, p)
         for p in call.inputs:
             if p.mode == "stream":
                 name = p.src.name or ""
