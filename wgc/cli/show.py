@@ -14,7 +14,6 @@ highlighted and labelled with their bytes. Placement errors print like model err
 from __future__ import annotations
 
 import difflib
-import hashlib
 from pathlib import Path
 
 import click
@@ -26,7 +25,7 @@ from wgc.diagnostics.codes import Severity
 from wgc.diagnostics.render import render_summary, render_text
 from wgc.driver import Driver, FrontEndResult
 from wgc.ir.model import Model
-from wgc.lower.plan import Plan, SourceFile
+from wgc.lower.plan import Plan
 from wgc.show import FORMATS, render
 
 
@@ -70,46 +69,11 @@ def build_plan(
 ) -> Plan | None:
     """Front end, placement rules, overrides and lowering, as `wgc compile` does them (without
     code generation); prints every diagnostic and returns None when there are errors."""
-    # imported here: the IR view needs none of lowering
-    from wgc.lower.lower import lower
-    from wgc.lower.params import needs_rebuild
-    from wgc.placement.check import check_placement
-    from wgc.placement.params import apply_overrides
+    from wgc.codegen.pipeline import plan_model  # the IR view needs none of lowering
 
-    fe = driver.front_end(file)
-    diags = list(fe.diagnostics)
-    model = fe.model
-    if model is not None and not fe.errors:
-        placed = check_placement(model, placement)
-        fe.sources.add(placement, placed.text)
-        diags += placed.diagnostics
-        if placed.placement is not None and not placed.errors:
-            values, set_diags = apply_overrides(model.params, placed.placement, sets)
-            diags += set_diags
-            if not any(d.is_error for d in set_diags):
-                if needs_rebuild(model, values):
-                    # types and loop bounds derive from params: build again with the overrides
-                    again = driver.front_end(file, fe.text, overrides=values)
-                    diags += again.errors
-                    model = again.model if not again.errors else None
-                if model is not None:
-                    _report_all(diags, fe.sources, file, color)
-                    srcs = _sources(file, fe.text, placement, placed.text)
-                    return lower(model, placed.placement, values, srcs)
-    _report_all(diags, fe.sources, file, color)
-    return None
-
-
-def _sources(walk: str, walk_text: str, placement: str, placement_text: str) -> tuple:
-    from wgc.codegen.pipeline import display_path
-
-    def sha(text: str) -> str:
-        return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-    return (
-        SourceFile(display_path(walk), sha(walk_text)),
-        SourceFile(display_path(placement), sha(placement_text)),
-    )
+    result = plan_model(file, placement, sets, driver)
+    _report_all(result.diagnostics, result.sources, file, color)
+    return result.plan if result.ok else None
 
 
 @click.command()

@@ -2,7 +2,8 @@
 
 `compile_model(walk_path, placement_path, sets)` stops at the first stage with errors and returns
 its diagnostics (with a `SourceMap` holding both files, so YAML errors quote their line);
-otherwise it returns the plan and the rendered files. `wgc compile` and the golden tests call it.
+otherwise it returns the plan and the rendered files. `wgc compile` and the golden tests call it;
+`wgc show --placement` calls `plan_model`, the same without rendering.
 Paths are used as given (relative to the repository root in practice): they appear in banners
 and provenance comments, so an absolute path is made relative to the working directory first.
 """
@@ -60,12 +61,13 @@ def _sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def compile_model(
+def plan_model(
     walk_path: str,
     placement_path: str,
     sets: dict[str, str] | None = None,
     driver: Driver | None = None,
 ) -> CompileResult:
+    """Everything `compile_model` does but rendering: the plan, or the first stage's errors."""
     walk_path, placement_path = display_path(walk_path), display_path(placement_path)
     driver = driver or Driver()
     fe = driver.front_end(walk_path)
@@ -95,5 +97,16 @@ def compile_model(
         SourceFile(placement_path, _sha256(placed.text)),
     )
     result.plan = lower(model, placed.placement, values, sources)
-    result.files = render(result.plan, model)
+    return result
+
+
+def compile_model(
+    walk_path: str,
+    placement_path: str,
+    sets: dict[str, str] | None = None,
+    driver: Driver | None = None,
+) -> CompileResult:
+    result = plan_model(walk_path, placement_path, sets, driver)
+    if result.plan is not None and result.model is not None:
+        result.files = render(result.plan, result.model)
     return result
