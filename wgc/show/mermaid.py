@@ -38,6 +38,18 @@ def text(s: str) -> str:
     return '"' + s.replace("#", "#35;").replace('"', "#quot;").replace("\n", "<br/>") + '"'
 
 
+def edge_lines(e, index: int) -> tuple[str, str]:
+    """An edge's line and its `linkStyle` line (edge ``index``), styled by the edge's kind."""
+    s = style(e.kind)
+    arrow = "-->" if s.dash == "solid" else "-.->"
+    label = f"|{text(e.label)}|" if e.label else ""
+    dash = {"dashed": ",stroke-dasharray:6 4", "dotted": ",stroke-dasharray:2 3"}.get(s.dash, "")
+    return (
+        f"  {ident(e.src)} {arrow}{label} {ident(e.dst)}",
+        f"  linkStyle {index} stroke:{s.color},color:{s.color}{dash}",
+    )
+
+
 def render_mermaid(g: Graph) -> str:
     out = ["flowchart LR"]
     for c in g.clusters:
@@ -46,14 +58,9 @@ def render_mermaid(g: Graph) -> str:
     out += ["  " + _node(n) for n in g.nodes if n.cluster is None]
     link_styles = []
     for i, e in enumerate(g.edges):
-        s = style(e.kind)
-        arrow = "-->" if s.dash == "solid" else "-.->"
-        label = f"|{text(e.label)}|" if e.label else ""
-        out.append(f"  {ident(e.src)} {arrow}{label} {ident(e.dst)}")
-        dash = {"dashed": ",stroke-dasharray:6 4", "dotted": ",stroke-dasharray:2 3"}.get(
-            s.dash, ""
-        )
-        link_styles.append(f"  linkStyle {i} stroke:{s.color},color:{s.color}{dash}")
+        line, link_style = edge_lines(e, i)
+        out.append(line)
+        link_styles.append(link_style)
     out += link_styles
     out += [f"  classDef {k} {v}" for k, v in _CLASSES.items()]
     out += [

@@ -21,7 +21,7 @@ from wgc.lower.plan import CallPlan, PiecePlan, Plan, PortOut, SinkPlan, Transfe
 from wgc.show.dot import _NODE_SHAPES, q
 from wgc.show.dot import _edge as dot_edge
 from wgc.show.graph import Cluster, GEdge, GNode, Graph, call_id, stream_id
-from wgc.show.mermaid import _CLASSES, _SHAPES, ident, text
+from wgc.show.mermaid import _CLASSES, _SHAPES, edge_lines, ident, text
 from wgc.show.plan_text import human_bytes, spec_text
 from wgc.show.style import style
 
@@ -427,14 +427,9 @@ def render_plan_mermaid(plan: Plan) -> str:
     link_styles = []
     index = 0
     for e in g.edges:
-        s = style(e.kind)
-        arrow = "-->" if s.dash == "solid" else "-.->"
-        label = f"|{text(e.label)}|" if e.label else ""
-        out.append(f"  {ident(e.src)} {arrow}{label} {ident(e.dst)}")
-        dash = {"dashed": ",stroke-dasharray:6 4", "dotted": ",stroke-dasharray:2 3"}.get(
-            s.dash, ""
-        )
-        link_styles.append(f"  linkStyle {index} stroke:{s.color},color:{s.color}{dash}")
+        line, link_style = edge_lines(e, index)
+        out.append(line)
+        link_styles.append(link_style)
         index += 1
     for e in pg.cross:
         out.append(f"  {ident(e.src)} ==>|{text(e.label)}| {ident(e.dst)}")
