@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from wgc_runtime.node import Node
+from wgc_runtime.contract.node import Node
 
 
 class Noop(Node):

@@ -206,11 +206,11 @@ def cpu_seconds(pids: list[int]) -> float:
 
 def request_latency(plan: str, n: int, env: dict[str, str] | None = None) -> tuple[float, float]:
     """(median request latency, CPU time of the runtime's processes per request), both in µs;
-    ``env``: tuning variables for the spawned processes (`wgc_runtime.transport.tuning`)."""
+    ``env``: tuning variables for the spawned processes (`wgc_runtime.host.transport.tuning`)."""
     import torch
 
-    from wgc_runtime.client import Client
-    from wgc_runtime.process.launcher import Cluster
+    from wgc_runtime.host.client import Client
+    from wgc_runtime.host.processes.launcher import Cluster
 
     saved = {k: os.environ.get(k) for k in env or {}}
     os.environ.update(env or {})
@@ -241,8 +241,8 @@ def request_latency(plan: str, n: int, env: dict[str, str] | None = None) -> tup
 def local_latency(plan: str, n: int) -> float:
     import torch
 
-    from wgc_runtime.local import LocalCluster
-    from wgc_runtime.spec import Segment
+    from wgc_runtime.contract.spec import Segment
+    from wgc_runtime.host.local import LocalCluster
 
     cluster = LocalCluster(plan)
     samples = []
@@ -261,7 +261,7 @@ def direct_call_us(n: int = 20000) -> float:
     import torch
 
     from benchmarks.noop import Noop
-    from wgc_runtime.node import CallContext, NodeContext, Work
+    from wgc_runtime.contract.node import CallContext, NodeContext, Work
 
     node = Noop(NodeContext(name="n0"))
     work = [Work({"x": torch.zeros(4)}, CallContext(request_id="r", walk="chain", call=0))]
@@ -275,8 +275,8 @@ def direct_call_us(n: int = 20000) -> float:
 
 
 def _receiver(boot: dict, mode: str, n: int) -> None:
-    from wgc_runtime.transport.arena import Arena
-    from wgc_runtime.transport.sockets import Mesh
+    from wgc_runtime.host.transport.arena import Arena
+    from wgc_runtime.host.transport.sockets import Mesh
 
     a = boot["arena"]
     arena = Arena.attach(a["name"], a["slots"], a["region"], slot=1) if mode == "arena" else None
@@ -303,9 +303,9 @@ def hand_over(mode: str, n: int) -> float:
     """Median round trip (send 16 MiB, receive a small ack) in microseconds."""
     import torch
 
-    from wgc_runtime.transport.arena import Arena
-    from wgc_runtime.transport.codec import encode
-    from wgc_runtime.transport.sockets import Mesh
+    from wgc_runtime.host.transport.arena import Arena
+    from wgc_runtime.host.transport.codec import encode
+    from wgc_runtime.host.transport.sockets import Mesh
 
     owner = Arena.create(slots=2, region=64 << 20, tag="bench")
     try:

@@ -12,7 +12,7 @@ import hashlib
 
 import torch
 
-from wgc_runtime.node import CallContext
+from wgc_runtime.contract.node import CallContext
 
 
 def digest(*values: object) -> int:

@@ -18,7 +18,7 @@ import math
 import torch
 
 from examples._toy import digest, embed, eos_after, noise
-from wgc_runtime.node import CallContext, Node
+from wgc_runtime.contract.node import CallContext, Node
 
 VOCAB = 1000
 EOS = 0

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from examples._toy import digest, eos_after, fixed_matrix
-from wgc_runtime.node import Node
+from wgc_runtime.contract.node import Node
 
 VOCAB = 4096
 

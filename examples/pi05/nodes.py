@@ -13,7 +13,7 @@ import math
 import torch
 
 from examples._toy import digest, embed, noise
-from wgc_runtime.node import Node
+from wgc_runtime.contract.node import Node
 
 STEPS = 10
 

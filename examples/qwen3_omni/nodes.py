@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 
 from examples._toy import digest, embed, eos_after, fixed_matrix
-from wgc_runtime.node import Node
+from wgc_runtime.contract.node import Node
 
 VOCAB = 1000
 CODEBOOK = 2048

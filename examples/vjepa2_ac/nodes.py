@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from examples._toy import embed
-from wgc_runtime.node import Node
+from wgc_runtime.contract.node import Node
 
 
 def _frame(context: torch.Tensor, shape) -> torch.Tensor:

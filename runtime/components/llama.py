@@ -45,9 +45,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from wgc_runtime.attention.base import AttentionBackend, AttentionMetadata, prepare_step
 from wgc_runtime.components.config import DecoderConfig
 from wgc_runtime.components.loading import load_checkpoint
+from wgc_runtime.engines.attention.base import AttentionBackend, AttentionMetadata, prepare_step
 from wgc_runtime.engines.cuda_graph import StaticBuffer
 from wgc_runtime.engines.kv_pool import PagedKVPool
 
@@ -503,7 +503,7 @@ class DecoderEngine:
         labels: Sequence[str] | None = None,
     ) -> DecoderEngine:
         """A pool and a backend sized for ``model`` (backend defaults to torch)."""
-        from wgc_runtime.attention.torch_backend import TorchAttention
+        from wgc_runtime.engines.attention.torch_backend import TorchAttention
 
         cfg = model.config
         param = next(model.parameters())

@@ -2,7 +2,7 @@
 
 `kv_pool.PagedKVPool` is the paged KV cache of a `kv_cache` node (one pool per engine, page
 tables per request and label); the attention backends that read it live in
-`wgc_runtime.attention`.
+`wgc_runtime.engines.attention`.
 """
 
 from wgc_runtime.engines.kv_pool import PagedKVPool, PageTable, PoolFull, PoolStats

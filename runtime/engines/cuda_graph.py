@@ -1,6 +1,7 @@
 """The CUDA-graph runner: replay shape-static units at batch buckets.
 
-The compiler's capture list (`wgc_runtime.spec.CaptureSpec`) names the units worth capturing: a
+The compiler's capture list
+(`wgc_runtime.contract.spec.CaptureSpec`) names the units worth capturing: a
 whole loop body that sits on one rank and is shape-static (scope ``loop``: the Loop makes the
 body's shapes static by construction, so the body is ONE graph), or one node step (scope
 ``call``), with the port types and the batch buckets. For each unit and bucket the runner keeps
@@ -63,8 +64,8 @@ from typing import Any
 
 import torch
 
-from wgc_runtime.node import DTYPES
-from wgc_runtime.spec import CaptureSpec, PieceSpec, TypeSpec
+from wgc_runtime.contract.node import DTYPES
+from wgc_runtime.contract.spec import CaptureSpec, PieceSpec, TypeSpec
 
 UnitFn = Callable[[Mapping[str, torch.Tensor]], Mapping[str, torch.Tensor]]
 BACKENDS = ("eager", "cuda_graph", "inductor")

@@ -23,7 +23,7 @@ from wgc.interp import (  # noqa: E402
     same_outputs,
     segment,
 )
-from wgc_runtime.node import Node  # noqa: E402
+from wgc_runtime.contract.node import Node  # noqa: E402
 
 MODELS: dict[str, object] = {}
 

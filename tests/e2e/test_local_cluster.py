@@ -28,9 +28,9 @@ from wgc.interp import (  # noqa: E402
     same_outputs,
     segment,
 )
-from wgc_runtime import messages as M  # noqa: E402
-from wgc_runtime.local import Handle, LocalCluster, load_generated  # noqa: E402
-from wgc_runtime.node import Node  # noqa: E402
+from wgc_runtime.contract import messages as M  # noqa: E402
+from wgc_runtime.contract.node import Node  # noqa: E402
+from wgc_runtime.host.local import Handle, LocalCluster, load_generated  # noqa: E402
 
 PLACEMENTS = ("cpu", "cpu-2rank", "cpu-3rank")
 MODELS: dict[str, object] = {}

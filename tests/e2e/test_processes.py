@@ -24,9 +24,9 @@ if str(ROOT) not in sys.path:  # node modules are imported as `examples.<family>
 from wgc.cli.compile import sync  # noqa: E402
 from wgc.codegen.pipeline import compile_model  # noqa: E402
 from wgc.interp import load_model, make_request, run_request, segment  # noqa: E402
-from wgc_runtime.client import Client, RequestFailed  # noqa: E402
-from wgc_runtime.process.launcher import Cluster  # noqa: E402
-from wgc_runtime.transport.arena import leaked_segments  # noqa: E402
+from wgc_runtime.host.client import Client, RequestFailed  # noqa: E402
+from wgc_runtime.host.processes.launcher import Cluster  # noqa: E402
+from wgc_runtime.host.transport.arena import leaked_segments  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not Path("/dev/shm").is_dir(), reason="needs POSIX shm")
 

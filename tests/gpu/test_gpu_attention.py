@@ -12,8 +12,8 @@ import importlib.util
 import pytest
 import torch
 
-from wgc_runtime.attention import make_backend, prepare_step
 from wgc_runtime.engines import PagedKVPool
+from wgc_runtime.engines.attention import make_backend, prepare_step
 
 pytestmark = [
     pytest.mark.gpu,

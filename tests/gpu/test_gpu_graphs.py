@@ -66,7 +66,7 @@ def test_captured_decode_loop_equals_plain_path(backend):
     model = model.cuda()
     kind = None
     if backend == "triton":
-        from wgc_runtime.attention.triton_backend import TritonAttention
+        from wgc_runtime.engines.attention.triton_backend import TritonAttention
 
         kind = TritonAttention
     g = torch.Generator().manual_seed(1)

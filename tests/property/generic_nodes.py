@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from wgc_runtime.node import DTYPES, CallContext, Node, type_parts
+from wgc_runtime.contract.node import DTYPES, CallContext, Node, type_parts
 
 
 def _digest(*parts: bytes | str) -> int:

@@ -47,7 +47,7 @@ from wgc.interp import (
     run_request,
     segment,
 )
-from wgc_runtime.local import Handle, LocalCluster
+from wgc_runtime.host.local import Handle, LocalCluster
 
 DRIVER = Driver()
 WALKS = ("w0", "w1", "w2", "w3", "wc")

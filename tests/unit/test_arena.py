@@ -9,7 +9,7 @@ import random
 import pytest
 import torch
 
-from wgc_runtime.transport.arena import Allocator, Arena, ArenaFull, leaked_segments
+from wgc_runtime.host.transport.arena import Allocator, Arena, ArenaFull, leaked_segments
 
 
 @pytest.fixture

@@ -15,15 +15,15 @@ import textwrap
 import pytest
 import torch
 
-from wgc_runtime.attention import (
+from wgc_runtime.engines import PagedKVPool
+from wgc_runtime.engines.attention import (
     AttentionMetadata,
     BackendUnavailable,
     make_backend,
     prepare_step,
     resolve,
 )
-from wgc_runtime.attention.torch_backend import TorchAttention
-from wgc_runtime.engines import PagedKVPool
+from wgc_runtime.engines.attention.torch_backend import TorchAttention
 
 
 def dense_reference(q, k, v, positions, scale):
@@ -194,7 +194,7 @@ TRITON_SCRIPT = textwrap.dedent(
     import torch
     sys.path.insert(0, sys.argv[1])
     from test_attention_backends import make, run_steps
-    from wgc_runtime.attention import prepare_step
+    from wgc_runtime.engines.attention import prepare_step
     from wgc_runtime.engines import PagedKVPool
 
     # page 4 / dim 8: the broadcast-sum path; page 16 / dim 16: the tl.dot path

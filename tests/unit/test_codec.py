@@ -8,7 +8,7 @@ import pytest
 import torch
 import zmq
 
-from wgc_runtime.transport.codec import DTYPES, CodecError, decode, encode
+from wgc_runtime.host.transport.codec import DTYPES, CodecError, decode, encode
 
 
 def _sample(dtype: torch.dtype, shape: tuple[int, ...]) -> torch.Tensor:

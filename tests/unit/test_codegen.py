@@ -20,7 +20,7 @@ from wgc.codegen.pipeline import compile_model
 from wgc.codegen.specs import SPEC_OF
 from wgc.diagnostics.diagnostic import Span
 from wgc.ir import flow as F
-from wgc_runtime import spec as S
+from wgc_runtime.contract import spec as S
 
 ROOT = Path(__file__).resolve().parents[2]
 BAGEL = "examples/bagel/bagel.walk"
@@ -131,7 +131,7 @@ def test_every_plan_field_exists_in_its_spec(plan_cls: type) -> None:
 
 def test_spec_module_does_not_import_the_compiler() -> None:
     code = (
-        "import sys, wgc_runtime.spec; "
+        "import sys, wgc_runtime.contract.spec; "
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('wgc', 'torch')))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -12,16 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from wgc_runtime.engines.cuda_graph import (
-    GraphError,
-    GraphRunner,
-    MetadataPlanner,
-    StaticBuffer,
-    body_unit,
-    runner_for,
-    split_ports,
-)
-from wgc_runtime.spec import (
+from wgc_runtime.contract.spec import (
     CallSpec,
     CaptureSpec,
     Dest,
@@ -30,6 +21,15 @@ from wgc_runtime.spec import (
     PortOut,
     Source,
     TypeSpec,
+)
+from wgc_runtime.engines.cuda_graph import (
+    GraphError,
+    GraphRunner,
+    MetadataPlanner,
+    StaticBuffer,
+    body_unit,
+    runner_for,
+    split_ports,
 )
 
 ROOT = Path(__file__).resolve().parents[2]

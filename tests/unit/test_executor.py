@@ -9,11 +9,11 @@ import torch
 
 from wgc.codegen.pipeline import compile_model
 from wgc.interp import make_request, node_context, run_request, segment
-from wgc_runtime import messages as M
-from wgc_runtime.conductor.core import ConductorCore
-from wgc_runtime.local import LocalCluster, load_generated
-from wgc_runtime.node import Node
-from wgc_runtime.spec import Dest, Segment
+from wgc_runtime.contract import messages as M
+from wgc_runtime.contract.node import Node
+from wgc_runtime.contract.spec import Dest, Segment
+from wgc_runtime.core.conductor.core import ConductorCore
+from wgc_runtime.host.local import LocalCluster, load_generated
 
 # ---------------------------------------------------------------------------------- messages
 
@@ -234,7 +234,7 @@ def test_loader_hands_each_node_its_capture_units():
     import importlib.util
     from pathlib import Path
 
-    from wgc_runtime.worker.loader import node_captures
+    from wgc_runtime.host.loading import node_captures
 
     path = Path(__file__).resolve().parents[2] / "generated" / "orpheus" / "cpu" / "rank_0.py"
     spec = importlib.util.spec_from_file_location("orpheus_cpu_rank_0", path)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from wgc_runtime.node import (
+from wgc_runtime.contract.node import (
     CallContext,
     Node,
     NodeContext,
@@ -14,7 +14,7 @@ from wgc_runtime.node import (
     check_outputs,
     to_tensor,
 )
-from wgc_runtime.spec import TypeSpec
+from wgc_runtime.contract.spec import TypeSpec
 
 PORTS = {"latents": TypeSpec("f32", (16, 8)), "tokens": ("i64", ("T",)), "stop": ("bool", ())}
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from wgc_runtime import messages as M
-from wgc_runtime.node import Node, NodeContext, NodeError, decode_state, encode_state
-from wgc_runtime.spec import NodeSpec, RankSpec
-from wgc_runtime.worker.executor import RankExecutor
+from wgc_runtime.contract import messages as M
+from wgc_runtime.contract.node import Node, NodeContext, NodeError, decode_state, encode_state
+from wgc_runtime.contract.spec import NodeSpec, RankSpec
+from wgc_runtime.core.executor.core import RankExecutor
 
 
 def test_the_default_state_encoding_round_trips_exactly() -> None:

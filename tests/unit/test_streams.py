@@ -9,7 +9,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from wgc_runtime.streams import (
+from wgc_runtime.core.streams import (
     Policy,
     StreamBuffer,
     StreamEnded,

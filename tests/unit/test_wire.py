@@ -1,4 +1,4 @@
-"""The compact wire form of runtime messages (`wgc_runtime.transport.wire`) and the batched
+"""The compact wire form of runtime messages (`wgc_runtime.host.transport.wire`) and the batched
 `Mesh.send_messages` path: same meaning as ``from_wire(to_wire(m))``, tensors intact."""
 
 from __future__ import annotations
@@ -9,13 +9,13 @@ import msgpack
 import pytest
 import torch
 
-from wgc_runtime import messages as m
-from wgc_runtime.spec import Dest
-from wgc_runtime.transport import wire
-from wgc_runtime.transport.arena import Arena, leaked_segments
-from wgc_runtime.transport.codec import CodecError, Encoder, decode
-from wgc_runtime.transport.sockets import Mesh
-from wgc_runtime.transport.tuning import Tuning
+from wgc_runtime.contract import messages as m
+from wgc_runtime.contract.spec import Dest
+from wgc_runtime.host.transport import wire
+from wgc_runtime.host.transport.arena import Arena, leaked_segments
+from wgc_runtime.host.transport.codec import CodecError, Encoder, decode
+from wgc_runtime.host.transport.sockets import Mesh
+from wgc_runtime.host.transport.tuning import Tuning
 
 SAMPLES: list[m.Message] = [
     m.StartWalk("r1", 3, "chain", "main", (("temperature", 0.5), ("tags", ("a", "b")))),

@@ -14,9 +14,9 @@ the request finished, 1 when it failed (the error names node, walk and message) 
 died (the message names the rank; workers are not restarted).
 
 Server use: ``--serve`` starts the processes, prints the client address (for
-`wgc_runtime.client.Client`) and runs until Ctrl-C / SIGTERM, or exits 1 when a process dies.
+`wgc_runtime.host.client.Client`) and runs until Ctrl-C / SIGTERM, or exits 1 when a process dies.
 
-``--local`` runs the one-shot request in this process on `wgc_runtime.local.LocalCluster` (no
+``--local`` runs the one-shot request in this process on `wgc_runtime.host.local.LocalCluster` (no
 sockets, no processes): handy for debugging.
 """
 
@@ -39,7 +39,7 @@ import click
 
 from wgc.cli.errors import EXIT_OK, EXIT_USER, UserError
 from wgc.config import Env
-from wgc_runtime.process.common import DeploymentError
+from wgc_runtime.host.processes.common import DeploymentError
 
 DEFAULT_SAMPLE_RATE = 24_000
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp")
@@ -318,7 +318,7 @@ def decode_text(value: Any) -> str:
 
 def sample_rates(plan_dir: str) -> dict[str, int]:
     """Emitted modality -> the emitting node's ``sample_rate`` config, where it has one."""
-    from wgc_runtime.process.common import load_conductor, load_rank
+    from wgc_runtime.host.processes.common import load_conductor, load_rank
 
     out: dict[str, int] = {}
     spec = load_conductor(plan_dir)
@@ -378,8 +378,8 @@ def prepare(target: str, placement: str | None, sets: tuple[str, ...], keep: Pat
 def _stream_processes(
     plan_dir: str, inputs, want, options, ready_timeout: float, deadline: float | None
 ) -> Iterator[Any]:
-    from wgc_runtime.client import Client
-    from wgc_runtime.process.launcher import Cluster, terminate_as_interrupt
+    from wgc_runtime.host.client import Client
+    from wgc_runtime.host.processes.launcher import Cluster, terminate_as_interrupt
 
     with terminate_as_interrupt(), Cluster(plan_dir, ready_timeout=ready_timeout) as cluster:
         assert cluster.client_address is not None
@@ -396,12 +396,12 @@ def _stream_processes(
 
 
 def _stream_local(plan_dir: str, inputs, want, options) -> Iterator[Any]:
-    from wgc_runtime.client import ErrorInfo, Output, RequestFailed
-    from wgc_runtime.process.common import ensure_import_root
-    from wgc_runtime.spec import Segment
+    from wgc_runtime.contract.spec import Segment
+    from wgc_runtime.host.client import ErrorInfo, Output, RequestFailed
+    from wgc_runtime.host.processes.common import ensure_import_root
 
     ensure_import_root()
-    from wgc_runtime.local import LocalCluster
+    from wgc_runtime.host.local import LocalCluster
 
     cluster = LocalCluster(plan_dir)
     segments = [Segment(m, d, tuple(f.items())) for m, d, f in inputs]
@@ -510,7 +510,7 @@ def _one_shot(
     ready_timeout: float,
     timeout: float | None,
 ) -> int:
-    from wgc_runtime.client import RequestFailed
+    from wgc_runtime.host.client import RequestFailed
 
     segments = [read_input(name, value) for name, value in _pairs(inputs, "--input")]
     opts = {name: parse_value(value) for name, value in _pairs(options, "--option")}
@@ -554,7 +554,7 @@ def _one_shot(
 
 
 def _serve(plan: str, ready_timeout: float) -> int:
-    from wgc_runtime.process.launcher import Cluster, terminate_as_interrupt
+    from wgc_runtime.host.processes.launcher import Cluster, terminate_as_interrupt
 
     try:
         with terminate_as_interrupt(), Cluster(plan, ready_timeout=ready_timeout) as cluster:

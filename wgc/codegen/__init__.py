@@ -3,8 +3,8 @@
 `render(plan, model)` returns the files of ``generated/<model>/<placement>/``: one
 ``rank_<r>.py`` per rank (``RANK = RankSpec(...)``), ``conductor.py`` (the flows as generator
 functions and ``CONDUCTOR = ConductorSpec(...)``), ``plan.json`` and ``__init__.py``. Generated
-modules import only ``wgc_runtime.spec``; node implementations are named by ``module:Class``
-strings and imported by the runtime, never by the generated code or the compiler.
+modules import only ``wgc_runtime.contract.spec``; node implementations are named by
+``module:Class`` strings and imported by the runtime, never by the generated code or the compiler.
 """
 
 from wgc.codegen.render import GENERATED_FILES, render

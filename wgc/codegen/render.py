@@ -24,7 +24,7 @@ from wgc.ir.flow import FlowKind
 from wgc.ir.model import Model
 from wgc.lower import plan as P
 
-RUNTIME_SPEC = "wgc_runtime.spec"
+RUNTIME_SPEC = "wgc_runtime.contract.spec"
 GENERATED_FILES = ("rank_*.py", "conductor.py", "plan.json", "__init__.py")
 
 
@@ -75,7 +75,7 @@ def docstring(paragraphs: list[str]) -> str:
 
 
 def imports(names: set[str]) -> str:
-    """``from wgc_runtime.spec import ...`` sorted as ruff's isort sorts (order by type)."""
+    """``from wgc_runtime.contract.spec import ...``, sorted as ruff's isort sorts them."""
 
     def key(n: str) -> tuple[int, str]:
         group = 0 if n.isupper() and len(n) > 1 else 1 if n[:1].isupper() else 2

@@ -1,4 +1,4 @@
-"""Plan records as `wgc_runtime.spec` constructor expressions.
+"""Plan records as `wgc_runtime.contract.spec` constructor expressions.
 
 Each plan record class maps to one spec class with the same fields (the runtime's own types, kept
 field-for-field equal so a generated ``RANK`` dumps to the plan's JSON). A field equal to the
@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from wgc.codegen import pyfmt
 from wgc.codegen.pyfmt import Doc
 from wgc.lower import plan as P
-from wgc_runtime import spec as S
+from wgc_runtime.contract import spec as S
 
 # plan record -> spec class
 SPEC_OF: dict[type, type] = {

@@ -5,8 +5,8 @@ processes. The compiled runtime must produce exactly what this produces (compare
 `Outputs.by_key` / `same_outputs`). See `interp` (requests, flows side by side, streams),
 `walks` (scopes, frames, loops) and `flows` (flow statements and the escape hatch).
 
-It imports only the runtime's public API (`wgc_runtime.node`, `wgc_runtime.streams`,
-`wgc_runtime.spec`), never runtime internals.
+It imports only the runtime's public API (`wgc_runtime.contract.node`, `wgc_runtime.core.streams`,
+`wgc_runtime.contract.spec`), never runtime internals.
 """
 
 from wgc.interp.interp import Interpreter, load_nodes, node_context, run_request, type_spec

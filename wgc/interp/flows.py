@@ -8,10 +8,11 @@ its body ``count`` times (params and int options); `fail` ends the request.
 
 Walk arguments: the `for` variable is the segment's payload, ``seg.FIELD`` a named field, a bare
 name a channel this flow persisted earlier, ``option.NAME`` the request's option; values become
-tensors through `wgc_runtime.node.to_tensor`; optional walk inputs left out are bare signals.
+tensors through `wgc_runtime.contract.node.to_tensor`; optional walk inputs left out are bare
+signals.
 
 Escape-hatch flows (`flow NAME = "module:function"`) are imported and driven with the protocol
-of `wgc_runtime.spec`: the generator yields `RunWalk` (arguments: `Segment`, `Persisted` or
+of `wgc_runtime.contract.spec`: the generator yields `RunWalk` (arguments: `Segment`, `Persisted` or
 plain values) or `Fail`.
 """
 
@@ -43,9 +44,9 @@ from wgc.ir.flow import (
     WalkCall,
     iter_fstmts,
 )
-from wgc_runtime.node import to_tensor
-from wgc_runtime.spec import Fail as FailStep
-from wgc_runtime.spec import Persisted, RunWalk, Segment
+from wgc_runtime.contract.node import to_tensor
+from wgc_runtime.contract.spec import Fail as FailStep
+from wgc_runtime.contract.spec import Persisted, RunWalk, Segment
 
 
 class FlowRun:

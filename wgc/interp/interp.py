@@ -6,7 +6,7 @@ each flow runs until it blocks (a stream chunk not ready, a full stream), then t
 When no flow can move and some are blocked, the request fails with a deadlock error naming what
 each one waits for; nothing ever hangs.
 
-Streams (`wgc_runtime.streams.StreamBuffer`, one per stream per request): every value a
+Streams (`wgc_runtime.core.streams.StreamBuffer`, one per stream per request): every value a
 producer port returns, in any call of its node, is pushed (waiting while the buffer is full);
 every call of the consumer node takes the next chunk (waiting until it is ready) and sees its
 `ChunkInfo` in `CallContext.chunks`. A stream's producer is *done* when every running flow that
@@ -38,7 +38,7 @@ from wgc.ir.flow import FlowKind
 from wgc.ir.model import Model
 from wgc.ir.types import DimKind, TensorType
 from wgc.ir.walk import Call
-from wgc_runtime.node import (
+from wgc_runtime.contract.node import (
     DTYPES,
     CallContext,
     Node,
@@ -47,8 +47,8 @@ from wgc_runtime.node import (
     Work,
     check_outputs,
 )
-from wgc_runtime.spec import SimpleRequest, TypeSpec
-from wgc_runtime.streams import Policy, StreamBuffer, StreamError
+from wgc_runtime.contract.spec import SimpleRequest, TypeSpec
+from wgc_runtime.core.streams import Policy, StreamBuffer, StreamError
 
 
 def type_spec(t: TensorType | None) -> TypeSpec | None:

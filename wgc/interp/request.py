@@ -1,6 +1,6 @@
 """Requests in, outputs out: what the reference interpreter takes and returns.
 
-A request is a `wgc_runtime.spec.SimpleRequest` (input segments, wanted output modalities,
+A request is a `wgc_runtime.contract.spec.SimpleRequest` (input segments, wanted output modalities,
 options over the model's declared defaults); `make_request` builds one for a model. The result
 is an `Outputs`: every emitted value with the flow, walk, modality, channel and loop iterations
 that produced it, and the request's error, if it failed.
@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from wgc.ir.model import Model
-from wgc_runtime.spec import Segment, SimpleRequest
+from wgc_runtime.contract.spec import Segment, SimpleRequest
 
 
 def segment(modality: str, data: Any = None, **fields: Any) -> Segment:

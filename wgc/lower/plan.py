@@ -2,7 +2,8 @@
 
 Frozen dataclasses of strings, ints, tuples and other plan records only, so a plan dumps to JSON
 (`Plan.to_json`) and codegen renders it without looking back at the IR. The runtime never sees
-these classes: codegen turns them into `wgc_runtime.spec` constructors in generated modules.
+these classes: codegen turns them into `wgc_runtime.contract.spec` constructors in generated
+modules.
 
 Vocabulary (the runtime contract, documented in docs/plan.md):
 

@@ -10,7 +10,7 @@ Owns stream buffers: none.
 Static memory estimate: 2.03 MiB (KV cache 2097152 B, static buffers 28836 B, streams 0 B).
 """
 
-from wgc_runtime.spec import (
+from wgc_runtime.contract.spec import (
     CallSpec,
     CaptureSpec,
     Dest,

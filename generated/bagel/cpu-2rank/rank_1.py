@@ -8,7 +8,7 @@ Hosts nodes: `LLM_cfg_text (kv_cache)`, `LLM_cfg_img (kv_cache)`. Runs pieces of
 Static memory estimate: 4.02 MiB (KV cache 4194304 B, static buffers 16448 B, streams 0 B).
 """
 
-from wgc_runtime.spec import (
+from wgc_runtime.contract.spec import (
     CallSpec,
     CaptureSpec,
     Dest,

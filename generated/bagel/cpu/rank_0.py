@@ -10,7 +10,7 @@ Hosts nodes: `vit_encoder (stateless)`, `vae_encoder (stateless)`, `LLM (kv_cach
 Static memory estimate: 6.04 MiB (KV cache 6291456 B, static buffers 45284 B, streams 0 B).
 """
 
-from wgc_runtime.spec import (
+from wgc_runtime.contract.spec import (
     CallSpec,
     CaptureSpec,
     Dest,

@@ -10,7 +10,7 @@ Owns stream buffers: none.
 Static memory estimate: 8.11 MiB (KV cache 8388608 B, static buffers 115344 B, streams 0 B).
 """
 
-from wgc_runtime.spec import (
+from wgc_runtime.contract.spec import (
     CallSpec,
     CaptureSpec,
     Dest,

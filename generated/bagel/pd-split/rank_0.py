@@ -8,7 +8,7 @@ pieces of walks: `prefill_text`, `prefill_vit`, `prefill_vae`. Owns stream buffe
 Static memory estimate: 8.00 MiB (KV cache 8388608 B, static buffers 0 B, streams 0 B).
 """
 
-from wgc_runtime.spec import (
+from wgc_runtime.contract.spec import (
     CallSpec,
     Dest,
     MemorySpec,

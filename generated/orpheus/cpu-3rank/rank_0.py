@@ -7,7 +7,7 @@ Hosts nodes: `LLM (kv_cache)`. Runs pieces of walks: `prefill`. Owns stream buff
 Static memory estimate: 0.03 MiB (KV cache 32768 B, static buffers 0 B, streams 0 B).
 """
 
-from wgc_runtime.spec import (
+from wgc_runtime.contract.spec import (
     CallSpec,
     Dest,
     MemorySpec,

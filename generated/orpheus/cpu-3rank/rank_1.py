@@ -8,7 +8,7 @@ buffers: none.
 Static memory estimate: 0.03 MiB (KV cache 32768 B, static buffers 68 B, streams 0 B).
 """
 
-from wgc_runtime.spec import (
+from wgc_runtime.contract.spec import (
     CallSpec,
     CaptureSpec,
     Dest,

@@ -8,7 +8,7 @@ Hosts nodes: `LLM (kv_cache)`, `snac_decoder (stateless)`. Runs pieces of walks:
 Static memory estimate: 0.03 MiB (KV cache 32768 B, static buffers 68 B, streams 896 B).
 """
 
-from wgc_runtime.spec import (
+from wgc_runtime.contract.spec import (
     CallSpec,
     CaptureSpec,
     Dest,

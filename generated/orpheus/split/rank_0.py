@@ -8,7 +8,7 @@ Owns stream buffers: none.
 Static memory estimate: 0.13 MiB (KV cache 131072 B, static buffers 272 B, streams 0 B).
 """
 
-from wgc_runtime.spec import (
+from wgc_runtime.contract.spec import (
     CallSpec,
     CaptureSpec,
     Dest,

@@ -8,7 +8,7 @@ Hosts nodes: `vit_encoder (stateless)`, `LLM (kv_cache)`. Runs pieces of walks: 
 Static memory estimate: 8.20 MiB (KV cache 8388608 B, static buffers 204928 B, streams 0 B).
 """
 
-from wgc_runtime.spec import (
+from wgc_runtime.contract.spec import (
     CallSpec,
     CaptureSpec,
     Dest,

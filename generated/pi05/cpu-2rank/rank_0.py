@@ -8,7 +8,7 @@ none.
 Static memory estimate: 0.00 MiB (KV cache 0 B, static buffers 0 B, streams 0 B).
 """
 
-from wgc_runtime.spec import (
+from wgc_runtime.contract.spec import (
     CallSpec,
     Dest,
     MemorySpec,

@@ -7,7 +7,7 @@ Hosts nodes: `LLM (kv_cache)`. Runs pieces of walks: `prefill`. Owns stream buff
 Static memory estimate: 2.00 MiB (KV cache 2097152 B, static buffers 0 B, streams 0 B).
 """
 
-from wgc_runtime.spec import (
+from wgc_runtime.contract.spec import (
     CallSpec,
     MemorySpec,
     NodeSpec,

@@ -8,7 +8,7 @@ Hosts nodes: `vit_encoder (stateless)`, `LLM (kv_cache)`. Runs pieces of walks: 
 Static memory estimate: 2.05 MiB (KV cache 2097152 B, static buffers 51232 B, streams 0 B).
 """
 
-from wgc_runtime.spec import (
+from wgc_runtime.contract.spec import (
     CallSpec,
     CaptureSpec,
     Dest,

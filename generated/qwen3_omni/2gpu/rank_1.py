@@ -10,7 +10,7 @@ Static memory estimate: 8.07 MiB (KV cache 8388608 B, static buffers 37136 B, st
 B).
 """
 
-from wgc_runtime.spec import (
+from wgc_runtime.contract.spec import (
     CallSpec,
     CaptureSpec,
     Dest,

@@ -12,7 +12,7 @@ Static memory estimate: 16.10 MiB (KV cache 16777216 B, static buffers 70432 B, 
 B).
 """
 
-from wgc_runtime.spec import (
+from wgc_runtime.contract.spec import (
     CallSpec,
     CaptureSpec,
     Dest,

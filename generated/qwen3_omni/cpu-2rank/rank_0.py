@@ -9,7 +9,7 @@ decode_loop)`. Owns stream buffers: none.
 Static memory estimate: 2.01 MiB (KV cache 2097152 B, static buffers 8324 B, streams 0 B).
 """
 
-from wgc_runtime.spec import (
+from wgc_runtime.contract.spec import (
     CallSpec,
     CaptureSpec,
     Dest,

@@ -9,7 +9,7 @@ Hosts nodes: `Talker (kv_cache)`, `Code2Wav (stateless)`. Runs pieces of walks:
 Static memory estimate: 2.04 MiB (KV cache 2097152 B, static buffers 9284 B, streams 33856 B).
 """
 
-from wgc_runtime.spec import (
+from wgc_runtime.contract.spec import (
     CallSpec,
     CaptureSpec,
     Dest,

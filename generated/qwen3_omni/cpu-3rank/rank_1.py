@@ -9,7 +9,7 @@ Hosts nodes: `Talker (kv_cache)`. Runs pieces of walks: `talker_prefill`,
 Static memory estimate: 2.02 MiB (KV cache 2097152 B, static buffers 9284 B, streams 8256 B).
 """
 
-from wgc_runtime.spec import (
+from wgc_runtime.contract.spec import (
     CallSpec,
     CaptureSpec,
     Dest,

@@ -8,7 +8,7 @@ buffers: `codes`.
 Static memory estimate: 0.02 MiB (KV cache 0 B, static buffers 0 B, streams 25600 B).
 """
 
-from wgc_runtime.spec import (
+from wgc_runtime.contract.spec import (
     CallSpec,
     Dest,
     MemorySpec,

@@ -8,7 +8,7 @@ order, and `Fail` to end the request with an error. The runtime's conductor resu
 every rank in the walk's `report` has finished.
 """
 
-from wgc_runtime.spec import (
+from wgc_runtime.contract.spec import (
     ConductorSpec,
     Dest,
     Fail,

@@ -12,7 +12,7 @@ Static memory estimate: 4.05 MiB (KV cache 4194304 B, static buffers 17608 B, st
 B).
 """
 
-from wgc_runtime.spec import (
+from wgc_runtime.contract.spec import (
     CallSpec,
     CaptureSpec,
     Dest,

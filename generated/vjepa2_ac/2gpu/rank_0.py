@@ -11,7 +11,7 @@ Owns stream buffers: none.
 Static memory estimate: 0.34 MiB (KV cache 262144 B, static buffers 95008 B, streams 0 B).
 """
 
-from wgc_runtime.spec import (
+from wgc_runtime.contract.spec import (
     CallSpec,
     CaptureSpec,
     Dest,

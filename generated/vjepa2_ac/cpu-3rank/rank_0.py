@@ -10,7 +10,7 @@ rollout_loop)`, `prefill_video_mpc`. Owns stream buffers: none.
 Static memory estimate: 0.09 MiB (KV cache 65536 B, static buffers 23752 B, streams 0 B).
 """
 
-from wgc_runtime.spec import (
+from wgc_runtime.contract.spec import (
     CallSpec,
     CaptureSpec,
     Dest,

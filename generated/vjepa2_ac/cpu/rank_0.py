@@ -12,7 +12,7 @@ buffers: none.
 Static memory estimate: 0.09 MiB (KV cache 65536 B, static buffers 23752 B, streams 0 B).
 """
 
-from wgc_runtime.spec import (
+from wgc_runtime.contract.spec import (
     CallSpec,
     CaptureSpec,
     Dest,

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from wgc_runtime.node import Node
+from wgc_runtime.contract.node import Node
 
 
 class _Marking(Node):

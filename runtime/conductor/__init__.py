@@ -1,5 +1,0 @@
-"""The conductor: runs each request's flows and drives the ranks (`core.ConductorCore`)."""
-
-from wgc_runtime.conductor.core import ConductorCore, load_streams
-
-__all__ = ["ConductorCore", "load_streams"]

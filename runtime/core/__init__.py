@@ -1,0 +1,7 @@
+"""Rung 2 of the runtime: the sans-I/O cores.
+
+`conductor` (requests, flows, walks) and `executor` (one rank's pieces of walks) are state
+machines that take messages and send through an ``outbox`` callable: no sockets, no threads, no
+processes, so tests drive them directly. `streams` holds the stream buffers they share. They
+import only the contract (`wgc_runtime.contract`) and, for node engines, `wgc_runtime.engines`.
+"""

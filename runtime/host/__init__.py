@@ -1,0 +1,7 @@
+"""Rung 3 of the runtime: what hosts the cores.
+
+`processes` (the launcher, the conductor process, one worker process per rank), `transport`
+(ZeroMQ sockets, the msgpack codec, the shared-memory arena), `local` (every core in one thread,
+for tests and `wgc run --local`), `client` (the Python client) and `loading` (generated modules
+and node construction).
+"""

@@ -1,0 +1,223 @@
+"""One conductor and one worker per rank in ONE thread, through in-memory queues.
+
+`LocalCluster` runs a compiled plan with the real execution cores (`ConductorCore`,
+`RankExecutor`) and no processes: messages go through one FIFO queue, tensors by reference.
+It is deterministic (drain every queued message, then let each rank run one batch, in rank
+order, and repeat), so tests compare it exactly with the reference interpreter. When nothing is
+queued, no rank has work and requests are still running, they can never progress: they end with
+a ``deadlock`` error naming what each flow waits for (never a hang).
+
+    cluster = LocalCluster("generated/bagel/cpu-3rank")
+    handle = cluster.submit(cluster.request([Segment("text", "a cat")], outputs=["image"]))
+    for modality, channel, tensor, meta in handle:
+        ...
+    assert handle.ok, handle.error
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import sys
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from wgc_runtime.contract.messages import CLIENT, CONDUCTOR, Finished, Message, Output
+from wgc_runtime.contract.node import Node
+from wgc_runtime.contract.spec import ConductorSpec, RankSpec, Request, Segment, SimpleRequest
+from wgc_runtime.core.conductor.core import ConductorCore, load_streams
+from wgc_runtime.core.executor.core import RankExecutor
+from wgc_runtime.host.loading import load_rank_nodes
+
+NodesFactory = Callable[[RankSpec], Mapping[str, Node]]
+
+
+class OutputItem(NamedTuple):
+    modality: str
+    channel: str
+    tensor: Any
+    meta: dict[str, Any]  # flow, walk, iters
+
+
+@dataclass
+class Handle:
+    """One submitted request: iterate it for its outputs as they stream; then `ok` / `error`."""
+
+    cluster: LocalCluster
+    id: str
+    outputs: list[OutputItem] = field(default_factory=list)
+    finished: Finished | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.finished is not None
+
+    @property
+    def ok(self) -> bool:
+        return self.finished is not None and self.finished.ok
+
+    @property
+    def error(self) -> Finished | None:
+        return None if self.finished is None or self.finished.ok else self.finished
+
+    def __iter__(self) -> Iterator[OutputItem]:
+        i = 0
+        while True:
+            while i < len(self.outputs):
+                yield self.outputs[i]
+                i += 1
+            if self.done:
+                return
+            if not self.cluster.step():
+                self.cluster.settle()
+
+    def result(self) -> Handle:
+        """Run until the request ends; returns itself."""
+        for _ in self:
+            pass
+        return self
+
+    def cancel(self) -> None:
+        self.cluster.cancel(self.id)
+
+
+def load_generated(folder: str | Path) -> tuple[ConductorSpec, list[RankSpec]]:
+    """The conductor spec and every rank spec of a generated folder
+    (``generated/<model>/<placement>/``), imported by path."""
+    folder = Path(folder)
+    tag = f"_wgc_gen_{abs(hash(str(folder.resolve())))}"
+
+    def load(path: Path) -> Any:
+        name = f"{tag}_{path.stem}"
+        spec = importlib.util.spec_from_file_location(name, path)
+        if spec is None or spec.loader is None:
+            raise ImportError(f"cannot import {path}")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+        return module
+
+    conductor = load(folder / "conductor.py").CONDUCTOR
+    ranks = [
+        load(p).RANK
+        for p in sorted(folder.glob("rank_*.py"), key=lambda p: int(p.stem.split("_")[1]))
+    ]
+    if len(ranks) != conductor.world_size:
+        raise ValueError(
+            f"{folder}: {len(ranks)} rank modules for a world size of {conductor.world_size}"
+        )
+    return conductor, ranks
+
+
+class LocalCluster:
+    """A conductor and its ranks in one thread (see the module docstring).
+
+    ``source``: a generated folder, or ``(ConductorSpec, [RankSpec, ...])``. ``nodes_factory``
+    builds each rank's nodes (default: import every `NodeSpec.impl`). ``max_batch`` defaults to
+    the plan's ``batching.max_batch``. ``conductor_options`` go to `ConductorCore` (timeouts,
+    ``max_concurrent_requests``).
+    """
+
+    def __init__(
+        self,
+        source: str | Path | tuple[ConductorSpec, Sequence[RankSpec]],
+        nodes_factory: NodesFactory | None = None,
+        max_batch: int | None = None,
+        **conductor_options: Any,
+    ) -> None:
+        if isinstance(source, tuple):
+            self.spec, ranks = source[0], list(source[1])
+        else:
+            self.spec, ranks = load_generated(source)
+        self.rank_specs = ranks
+        batching = dict(self.spec.batching)
+        mb = max_batch if max_batch is not None else int(batching.get("max_batch", 1))
+        factory = nodes_factory or load_rank_nodes
+        self.queue: deque[tuple[int, Message]] = deque()
+        self.conductor = ConductorCore(
+            self.spec,
+            self._send,
+            load_streams(ranks),
+            **conductor_options,
+        )
+        self.ranks = {
+            r.rank: RankExecutor(r, factory(r), self._sender(r.rank), max_batch=mb) for r in ranks
+        }
+        self.handles: dict[str, Handle] = {}
+        self._ids = itertools.count()
+        self.log: list[tuple[int, Message]] | None = None  # set to a list to record traffic
+
+    # ------------------------------------------------------------------ client API
+    def request(
+        self,
+        segments: Sequence[Segment],
+        outputs: Sequence[str] = (),
+        options: Mapping[str, Any] | None = None,
+    ) -> SimpleRequest:
+        return self.spec.request(segments, outputs, options)
+
+    def submit(self, request: Request, request_id: str | None = None) -> Handle:
+        rid = request_id if request_id is not None else f"request-{next(self._ids)}"
+        h = self.handles[rid] = Handle(self, rid)
+        self.conductor.submit(rid, request)
+        return h
+
+    def cancel(self, request_id: str) -> None:
+        self.conductor.cancel(request_id)
+
+    def run(self) -> None:
+        """Run until every submitted request ended."""
+        while not all(h.done for h in self.handles.values()):
+            if not self.step():
+                self.settle()
+
+    # ------------------------------------------------------------------ the loop
+    def step(self) -> bool:
+        """Deliver every queued message, then one batch per rank; False when nothing moved."""
+        moved = self._drain()
+        for ex in self.ranks.values():
+            if ex.step():
+                moved = True
+                self._drain()
+        self.conductor.tick()
+        return moved
+
+    def settle(self) -> None:
+        """Nothing moved: every running request is stuck for good; end them with an error."""
+        if self.conductor.busy():
+            self.conductor.fail_stalled()
+            self._drain()
+
+    def _drain(self) -> bool:
+        moved = False
+        while self.queue:
+            to, msg = self.queue.popleft()
+            moved = True
+            if to == CONDUCTOR:
+                self.conductor.deliver(msg)
+            elif to == CLIENT:
+                self._to_client(msg)
+            else:
+                self.ranks[to].deliver(msg)
+        return moved
+
+    def _send(self, to: int, msg: Message) -> None:
+        if self.log is not None:
+            self.log.append((to, msg))
+        self.queue.append((to, msg))
+
+    def _sender(self, rank: int) -> Callable[[int, Message], None]:
+        return self._send
+
+    def _to_client(self, msg: Message) -> None:
+        h = self.handles.get(getattr(msg, "request", ""))
+        if h is None:
+            return
+        if isinstance(msg, Output):
+            meta = {"flow": msg.flow, "walk": msg.walk, "iters": msg.iters}
+            h.outputs.append(OutputItem(msg.modality, msg.channel, msg.data, meta))
+        elif isinstance(msg, Finished):
+            h.finished = msg

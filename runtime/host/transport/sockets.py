@@ -1,0 +1,328 @@
+"""ZeroMQ wiring between the launcher, the conductor, the workers and clients.
+
+Every runtime process binds one ``PULL`` socket, its *inbox*, and keeps one ``PUSH`` socket per
+peer it sends to (created on first use). One-way messages everywhere keep the loops simple: a
+process never waits for a reply on a socket, it polls its inbox with a deadline. Peers are named
+``"launcher"``, ``"conductor"`` and rank numbers; the launcher tells every process the address
+table (`Mesh.set_peers`). Clients talk to the conductor over a separate ``ROUTER`` socket
+(`ClientPort`), so a reply finds the client that asked.
+
+Sockets bind to ``127.0.0.1`` unless the placement names hosts (then to the process's host).
+Every inbox also binds an abstract-namespace ``ipc://`` address (Linux; no file to clean up):
+peers on the same host connect there (Unix domain sockets skip the TCP stack), peers on other
+hosts over TCP (`Tuning.ipc` turns it off).
+
+**The hot path** (`Mesh.send_messages`): runtime messages travel in their compact positional form
+(`wgc_runtime.host.transport.wire`), every message a process has for one peer in one loop turn
+batched into one ZeroMQ send (one header frame; small tensors inline in it). Sends try
+``NOBLOCK`` first and fall back to the bounded blocking send only when the peer's queue is full.
+Receiving, the header is copied (cheaper than a ``zmq.Frame`` for a few dozen bytes) and any
+tensor frames are taken zero-copy. `Mesh.wait` may busy-poll for a short window after activity
+(`Tuning.busy_poll_us`) before it sleeps. Launcher and transport messages stay plain dicts
+(`send`).
+
+**How a tensor travels** (`Mesh.send`), by where the receiver is:
+
+* same process (same rank): the caller hands it over by reference; nothing reaches this module;
+* another process on this host: written once into the host's shared-memory arena, only its
+  descriptor crosses the socket (small tensors and a full arena fall back to inline frames);
+* another host: zero-copy ZeroMQ frames (``copy=False`` views of the tensor's memory).
+
+Transport messages (``t`` starting with ``"x."``: arena releases) are handled here and never
+reach the cores. A send never blocks forever: every socket has a send timeout and a full queue to
+a peer raises `TransportError`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import sys
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import zmq
+
+from wgc_runtime.contract import messages as m
+from wgc_runtime.host.transport import wire
+from wgc_runtime.host.transport.arena import Arena
+from wgc_runtime.host.transport.codec import Encoder, decode
+from wgc_runtime.host.transport.tuning import TUNING, Tuning
+
+LOOPBACK = {"127.0.0.1", "localhost", "::1", ""}
+SEND_TIMEOUT_MS = 5000
+HWM = 100_000
+ARENA_FREE = "x.arena_free"
+
+Peer = int | str  # a rank, "conductor" or "launcher"
+
+# plain ints: pyzmq's enum flags cost a Python-level `Flag.__and__` (~1 µs) per use on the hot path
+_EVENTS, _POLLIN, _RCVMORE = int(zmq.EVENTS), int(zmq.POLLIN), int(zmq.RCVMORE)
+_NOBLOCK = int(zmq.NOBLOCK)
+
+
+class TransportError(RuntimeError):
+    """A peer cannot be reached (its queue is full past the send deadline, or it is gone)."""
+
+
+def bind_host(hosts: Iterable[str], own: str) -> str:
+    """The address to bind: loopback when every host is loopback, else this process's host."""
+    return "127.0.0.1" if all(h in LOOPBACK for h in hosts) else own
+
+
+def _tune(sock: zmq.Socket, send: bool) -> None:
+    sock.setsockopt(zmq.LINGER, 0)
+    if send:
+        sock.setsockopt(zmq.SNDHWM, HWM)
+        sock.setsockopt(zmq.SNDTIMEO, SEND_TIMEOUT_MS)
+    else:
+        sock.setsockopt(zmq.RCVHWM, HWM)
+
+
+Received = dict[str, Any] | m.Message  # a plain (launcher) message or a runtime message
+
+
+class Mesh:
+    """One process's sockets: its inbox and its outgoing pipes to peers.
+
+    ``me`` names this process; ``host`` is its host; ``arena`` (optional) is this process's
+    handle on the host's shared-memory arena; ``hosts`` maps peers to their hosts (filled by
+    `set_peers`); ``tuning`` defaults to the environment's (`wgc_runtime.host.transport.tuning`).
+    """
+
+    def __init__(
+        self,
+        me: Peer,
+        host: str = "127.0.0.1",
+        bind: str = "127.0.0.1",
+        arena: Arena | None = None,
+        ctx: zmq.Context | None = None,
+        tuning: Tuning | None = None,
+    ) -> None:
+        self.me = me
+        self.host = host
+        self.arena = arena
+        self.tuning = tuning or TUNING
+        self.ctx = ctx or zmq.Context.instance()
+        self.inbox = self.ctx.socket(zmq.PULL)
+        _tune(self.inbox, send=False)
+        port = self.inbox.bind_to_random_port(f"tcp://{bind}")
+        self.address = f"tcp://{bind if bind != '0.0.0.0' else host}:{port}"
+        self.ipc_address = _bind_ipc(self.inbox) if self.tuning.ipc else None
+        self.peers: dict[Peer, str] = {}
+        self.hosts: dict[Peer, str] = {}
+        self.ipc: dict[Peer, str] = {}
+        self._out: dict[Peer, zmq.Socket] = {}
+        self.poller = zmq.Poller()
+        self.poller.register(self.inbox, _POLLIN)
+        self.sent = 0
+        self.received = 0
+        self._pending: list[Received] = []
+        self._encoder = Encoder()
+        self._resolve = arena.view if arena is not None else None
+        self._last_active = 0.0  # perf_counter of the last send or receive (busy-poll window)
+
+    # -------------------------------------------------------------- wiring
+
+    def set_peers(self, table: dict[Any, Sequence[str | None]]) -> None:
+        """``{peer: (address, host[, ipc address])}``; peer keys arrive as strings."""
+        for key, entry in table.items():
+            self.connect(_peer(key), *entry)
+
+    def connect(
+        self, peer: Peer, address: str, host: str = "127.0.0.1", ipc: str | None = None
+    ) -> None:
+        self.peers[peer] = address
+        self.hosts[peer] = host
+        if ipc:
+            self.ipc[peer] = ipc
+
+    def _socket(self, peer: Peer) -> zmq.Socket:
+        sock = self._out.get(peer)
+        if sock is None:
+            try:
+                address = self.peers[peer]
+            except KeyError:
+                raise TransportError(f"{self.me}: no address for peer {peer!r}") from None
+            if self.ipc_address is not None and peer in self.ipc and self.same_host(peer):
+                address = self.ipc[peer]
+            sock = self.ctx.socket(zmq.PUSH)
+            _tune(sock, send=True)
+            sock.connect(address)
+            self._out[peer] = sock
+        return sock
+
+    # -------------------------------------------------------------- sending
+
+    def same_host(self, peer: Peer) -> bool:
+        return self.hosts.get(peer, self.host) == self.host
+
+    def _place(self, peer: Peer) -> Any:
+        return self.arena.put if self.arena is not None and self.same_host(peer) else None
+
+    def send(self, peer: Peer, msg: dict[str, Any]) -> None:
+        """Encode a plain ``msg`` for ``peer``: tensors through the arena on this host, inline
+        frames to another host. Raises `TransportError` when the peer's queue stays full."""
+        self._send(peer, self._encoder.encode(msg, self._place(peer)))
+
+    def send_messages(self, peer: Peer, msgs: Sequence[m.Message]) -> None:
+        """Runtime messages for ``peer``, in order, as one batch in the compact wire form (their
+        tensors: small ones inline, large ones in the arena on this host, frames elsewhere)."""
+        batch = [wire.pack(msg) for msg in msgs]
+        self._send(peer, self._encoder.encode(batch, self._place(peer)))
+
+    def _send(self, peer: Peer, frames: list[Any]) -> None:
+        sock = self._out.get(peer) or self._socket(peer)
+        try:
+            try:  # the common case: room in the queue, no timeout bookkeeping
+                if len(frames) == 1:
+                    sock.send(frames[0], _NOBLOCK)
+                else:
+                    sock.send_multipart(frames, _NOBLOCK, copy=False)
+            except zmq.Again:  # the peer's queue is full: wait (bounded by SNDTIMEO)
+                sock.send_multipart(frames, copy=False)
+        except zmq.Again:
+            raise TransportError(
+                f"{_name(self.me)} could not send to {_name(peer)} for "
+                f"{SEND_TIMEOUT_MS / 1000:.0f} s (is it alive?)"
+            ) from None
+        self.sent += 1
+        self._last_active = time.perf_counter()
+
+    def flush_releases(self) -> None:
+        """Tell owners which arena blocks this process is done with."""
+        if self.arena is None or not self.arena.has_released():
+            return
+        for slot, blocks in self.arena.drain_released().items():
+            if slot == self.arena.slot:
+                for off, gen in blocks:
+                    self.arena.release(off, gen)
+            else:
+                owner: Peer = "conductor" if slot == self.arena.slots - 1 else slot
+                # an owner that is gone takes its region with it
+                with contextlib.suppress(TransportError):
+                    self.send(owner, {"t": ARENA_FREE, "blocks": blocks})
+
+    # -------------------------------------------------------------- receiving
+
+    def wait(self, poller: zmq.Poller, timeout_ms: float) -> list[tuple[Any, int]]:
+        """``poller.poll(timeout_ms)``, busy-polling first for what is left of the busy-poll
+        window after the last activity (`Tuning.busy_poll_us`; 0: never)."""
+        spin = self.tuning.busy_poll_us
+        if timeout_ms > 0 and spin > 0:
+            now = time.perf_counter()
+            until = self._last_active + spin * 1e-6
+            give_way = self.tuning.busy_poll_yield
+            while now < until:
+                events = poller.poll(0)
+                if events:
+                    return events
+                if give_way:
+                    os.sched_yield()
+                now = time.perf_counter()
+        return poller.poll(max(0, int(timeout_ms)))
+
+    def poll(self, timeout_ms: float) -> list[Received]:
+        """Messages that arrived within ``timeout_ms`` (all that are queued, at least one if any
+        arrives in time): runtime messages as `Message` objects, launcher messages as dicts;
+        transport messages are handled here."""
+        out: list[Received] = []
+        if timeout_ms > 0 and not self.wait(self.poller, timeout_ms):
+            return out
+        self.take(out)
+        return out
+
+    def take(self, out: list[Received]) -> None:
+        """Append every message queued in the inbox now to ``out`` (without waiting)."""
+        inbox = self.inbox
+        get = inbox.get
+        while get(_EVENTS) & _POLLIN:
+            head = inbox.recv(_NOBLOCK)  # a copy: cheaper than a zmq.Frame for a header
+            frames: list[Any] = [head]
+            while get(_RCVMORE):  # tensor frames: zero-copy
+                frames.append(inbox.recv(copy=False))
+            self.received += 1
+            msg = decode(frames, self._resolve)
+            if msg.__class__ is list:
+                out.extend(wire.unpack(item) for item in msg)
+            elif msg.get("t") == ARENA_FREE:
+                if self.arena is not None:
+                    for off, gen in msg["blocks"]:
+                        self.arena.release(off, gen)
+            else:
+                out.append(msg)
+        self._last_active = time.perf_counter()
+
+    def recv(self, timeout_s: float) -> Received | None:
+        """One message within ``timeout_s`` (None if none arrived); the rest stay queued here."""
+        deadline = time.monotonic() + timeout_s
+        while not self._pending:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            self._pending.extend(self.poll(left * 1000))
+        return self._pending.pop(0)
+
+    def close(self) -> None:
+        for sock in self._out.values():
+            sock.close(0)
+        self._out.clear()
+        self.inbox.close(0)
+
+
+class ClientPort:
+    """The conductor's socket for clients (``ROUTER``): messages carry the client's identity."""
+
+    def __init__(self, bind: str = "127.0.0.1", ctx: zmq.Context | None = None) -> None:
+        self.ctx = ctx or zmq.Context.instance()
+        self.sock = self.ctx.socket(zmq.ROUTER)
+        _tune(self.sock, send=True)
+        self.sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        port = self.sock.bind_to_random_port(f"tcp://{bind}")
+        self.address = f"tcp://{bind}:{port}"
+        self._encoder = Encoder()
+
+    def recv_all(self) -> list[tuple[bytes, dict[str, Any]]]:
+        out = []
+        sock = self.sock
+        while sock.get(_EVENTS) & _POLLIN:  # no zmq.Again exception per call
+            frames = sock.recv_multipart(_NOBLOCK, copy=False)
+            ident = frames[0].bytes
+            out.append((ident, decode(frames[1:])))
+        return out
+
+    def send(self, ident: bytes, msg: dict[str, Any]) -> bool:
+        """False when the client is gone (its messages are dropped)."""
+        try:
+            self.sock.send_multipart([ident, *self._encoder.encode(msg)], copy=False)
+            return True
+        except (zmq.Again, zmq.error.ZMQError):
+            return False
+
+    def close(self) -> None:
+        self.sock.close(0)
+
+
+def _bind_ipc(sock: zmq.Socket) -> str | None:
+    """Bind ``sock`` to a fresh abstract-namespace IPC address (Linux only: nothing on disk to
+    leak); None where that is not available."""
+    if not sys.platform.startswith("linux"):
+        return None
+    address = f"ipc://@wgc-{os.getpid()}-{secrets.token_hex(6)}"
+    try:
+        sock.bind(address)
+    except zmq.ZMQError:
+        return None
+    return address
+
+
+def _peer(key: Any) -> Peer:
+    if isinstance(key, int):
+        return key
+    return int(key) if str(key).lstrip("-").isdigit() else str(key)
+
+
+def _name(peer: Peer) -> str:
+    return f"rank {peer}" if isinstance(peer, int) else str(peer)
