@@ -28,6 +28,7 @@ from wgc.diagnostics.render import (
     render_summary,
     render_text,
 )
+from wgc.diagnostics.suggest import closest
 
 _GLOB_CHARS = frozenset("*?[")
 
@@ -103,10 +104,8 @@ def _check_pass_name(name: str) -> None:
     from wgc.driver import PASS_NAMES
 
     if name not in PASS_NAMES:
-        import difflib
-
-        close = difflib.get_close_matches(name, PASS_NAMES, n=1)
-        hint = f"; did you mean `{close[0]}`?" if close else ""
+        close = closest(name, PASS_NAMES)
+        hint = f"; did you mean `{close}`?" if close else ""
         raise UserError(f"unknown pass `{name}`{hint} (passes: {', '.join(PASS_NAMES)})")
 
 

@@ -2,21 +2,17 @@
 
 from __future__ import annotations
 
-import difflib
-
 import click
 
 from wgc.cli.errors import UserError
 from wgc.diagnostics import explain as explanations
 from wgc.diagnostics.codes import REGISTRY, Code
+from wgc.diagnostics.suggest import ranked
 
 
 def _unknown(code: str) -> UserError:
     message = f"unknown diagnostic code `{code}`"
-    scored = ((difflib.SequenceMatcher(None, code, known).ratio(), known) for known in REGISTRY)
-    # best first; ties in code order so the suggestion never depends on dict order
-    close = [known for score, known in sorted(scored, key=lambda s: (-s[0], s[1])) if score >= 0.6]
-    close = close[:3]
+    close = ranked(code, REGISTRY, n=3)
     if close:
         message += "\n  = help: did you mean " + " or ".join(f"`{c}`" for c in close) + "?"
     message += "\n  = note: `wgc explain --list` lists every code"

@@ -13,7 +13,6 @@ highlighted and labelled with their bytes. Placement errors print like model err
 
 from __future__ import annotations
 
-import difflib
 from pathlib import Path
 
 import click
@@ -23,6 +22,7 @@ from wgc.cli.errors import UserError
 from wgc.config import Env
 from wgc.diagnostics.codes import Severity
 from wgc.diagnostics.render import render_summary, render_text
+from wgc.diagnostics.suggest import closest
 from wgc.driver import Driver, FrontEndResult
 from wgc.ir.model import Model
 from wgc.lower.plan import Plan
@@ -44,9 +44,9 @@ def _report(result: FrontEndResult, color: bool) -> None:
 def _unknown_walk(model: Model, name: str) -> UserError:
     names = [w.name for w in model.walks]
     message = f"no walk named `{name}` in `{model.file}`"
-    close = difflib.get_close_matches(name, names, n=1)
+    close = closest(name, names)
     if close:
-        message += f"\n  = help: did you mean `{close[0]}`?"
+        message += f"\n  = help: did you mean `{close}`?"
     elif names:
         message += "\n  = note: its walks are " + ", ".join(f"`{n}`" for n in names)
     return UserError(message)

@@ -13,6 +13,7 @@ from pathlib import Path
 from lark import Token, Tree
 
 from wgc.diagnostics.diagnostic import Diagnostic, Span, diag
+from wgc.diagnostics.suggest import did_you_mean
 from wgc.ir import expr as E
 from wgc.ir.decls import (
     OPTION_TYPES,
@@ -66,13 +67,6 @@ def build(
     `params:` and `--set`), so every param, dim and loop bound derived from them follows.
     """
     return _Builder(file, overrides).model(tree)
-
-
-def _did_you_mean(word: str, choices) -> str:
-    import difflib
-
-    close = difflib.get_close_matches(word, list(choices), n=1)
-    return f"did you mean `{close[0]}`? " if close else ""
 
 
 class _Builder:
@@ -208,7 +202,7 @@ class _Builder:
                 f"unknown option type `{typ}`",
                 t.children[1],
                 label="not an option type",
-                help=f"{_did_you_mean(typ, OPTION_TYPES)}option types are "
+                help=f"{did_you_mean(typ, OPTION_TYPES, end=' ')}option types are "
                 + ", ".join(f"`{x}`" for x in OPTION_TYPES),
             )
         else:
@@ -277,7 +271,7 @@ class _Builder:
                 f"unknown dtype `{dname}`",
                 dtype_tok,
                 label="not a dtype",
-                help=f"{_did_you_mean(dname, DTYPE_NAMES)}dtypes are "
+                help=f"{did_you_mean(dname, DTYPE_NAMES, end=' ')}dtypes are "
                 + " ".join(f"`{d}`" for d in DTYPE_NAMES),
             )
         else:
@@ -455,8 +449,8 @@ class _Builder:
                         f"unknown final mode `{word}`",
                         opt.children[0],
                         label="not a final mode",
-                        help=f"{_did_you_mean(word, modes)}write `final partial`, `final pad` or "
-                        "`final drop`",
+                        help=f"{did_you_mean(word, modes, end=' ')}write `final partial`, "
+                        "`final pad` or `final drop`",
                     )
             else:
                 word = str(opt.children[0])
@@ -508,7 +502,7 @@ class _Builder:
                 f"unknown chunk policy `{word}`",
                 t.children[0],
                 label="not a chunk policy",
-                help=f"{_did_you_mean(word, kinds)}policies are `fixed(k)`, "
+                help=f"{did_you_mean(word, kinds, end=' ')}policies are `fixed(k)`, "
                 "`sliding(window = W, stride = S)`, `left_context(chunk = C, left = L)`",
             )
             return None
@@ -673,7 +667,7 @@ class _Builder:
             f"unknown modality `{m}`",
             tok,
             label="not a modality",
-            help=f"{_did_you_mean(m, MODALITIES)}modalities are "
+            help=f"{did_you_mean(m, MODALITIES, end=' ')}modalities are "
             + " ".join(f"`{x}`" for x in MODALITIES),
         )
         return False

@@ -28,10 +28,10 @@ Unknown nodes and ports are the `names` pass's job; a stream that mentions one i
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass
 
 from wgc.diagnostics.diagnostic import Diagnostic, Label, Span, diag
+from wgc.diagnostics.suggest import did_you_mean
 from wgc.ir import expr as E
 from wgc.ir.decls import (
     POLICY_PARAMS,
@@ -131,8 +131,7 @@ def _arg_problem(
             help=f"write `{sig}`",
         )
     if name not in names:
-        close = difflib.get_close_matches(name, names, n=1)
-        hint = f"did you mean `{close[0]}`? " if close else ""
+        hint = did_you_mean(name, names, end=" ")
         return diag(
             "WG502",
             f"`{kind}` has no parameter `{name}`",

@@ -24,11 +24,10 @@ Invariants proved (and codes owned):
 
 from __future__ import annotations
 
-import difflib
-
 import networkx as nx
 
 from wgc.diagnostics.diagnostic import Diagnostic, Label, Span, diag
+from wgc.diagnostics.suggest import did_you_mean
 from wgc.ir.decls import EngineKind
 from wgc.ir.model import Model
 from wgc.ir.types import DType, TensorType
@@ -170,8 +169,7 @@ def bound_channels(w: Walk) -> list[str]:
 
 
 def _did_you_mean(w: Walk, channel: str) -> str:
-    close = difflib.get_close_matches(channel, [n for n in bound_channels(w) if n != channel], n=1)
-    return f"did you mean `{close[0]}`? " if close else ""
+    return did_you_mean(channel, [n for n in bound_channels(w) if n != channel], end=" ")
 
 
 def _unbound_port(w: Walk, i: Issue) -> Diagnostic:

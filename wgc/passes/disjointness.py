@@ -22,10 +22,10 @@ Owns: WG401, WG402, WG403, WG404, WG405, WG406.
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass
 
 from wgc.diagnostics.diagnostic import Diagnostic, Label, Span, diag
+from wgc.diagnostics.suggest import did_you_mean
 from wgc.ir.model import Model
 from wgc.ir.walk import Block, Call, Emit, Issue, IssueKind, Loop, Par, Persist, Walk
 
@@ -216,8 +216,7 @@ def _yield_unbound(walk: Walk, issue: Issue) -> Diagnostic:
         )
     else:
         bound = sorted(_bound_in(loop.body)) if loop is not None else []
-        close = difflib.get_close_matches(issue.channel, bound, n=1)
-        hint = f"did you mean `{close[0]}`? " if close else ""
+        hint = did_you_mean(issue.channel, bound, end=" ")
         fix = f"{hint}bind `{issue.channel}` in the loop body, or remove it from the `yield` list"
         if hint:
             fix = f"{hint}otherwise bind `{issue.channel}` in the loop body or drop it from `yield`"

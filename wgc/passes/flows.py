@@ -25,13 +25,13 @@ names pass and are skipped here.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import networkx as nx
 
 from wgc.diagnostics.diagnostic import Diagnostic, Label, Span, diag
+from wgc.diagnostics.suggest import did_you_mean
 from wgc.ir import expr as E
 from wgc.ir.flow import (
     ArgKind,
@@ -379,8 +379,7 @@ class _FlowChecker:
             hint = "`VAR.FIELD` reads a field of the input segment bound by `for VAR in ...`"
         else:
             label = "not a persisted channel or a `for` variable"
-            close = difflib.get_close_matches(a.name, [*self.persisters, *scope], n=1)
-            mean = f"did you mean `{close[0]}`? " if close else ""
+            mean = did_you_mean(a.name, [*self.persisters, *scope], end=" ")
             hint = (
                 f"{mean}a walk argument is a `for` variable, `VAR.FIELD`, `option.NAME`, or a "
                 "channel some walk persists (`persist NAME`)"

@@ -33,12 +33,12 @@ values (`x = seg`, `x = persisted`) are the `flows` pass's.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable, Iterator
 
 import networkx as nx
 
 from wgc.diagnostics.diagnostic import Diagnostic, Label, Span, diag
+from wgc.diagnostics.suggest import did_you_mean
 from wgc.ir import expr as E
 from wgc.ir.decls import EngineKind, Node, Port, Stream
 from wgc.ir.flow import (
@@ -95,11 +95,6 @@ def run(model: Model) -> list[Diagnostic]:
 
 
 # ---------------------------------------------------------------- helpers
-def _suggest(word: str, choices: Iterable[str]) -> str:
-    close = difflib.get_close_matches(word, sorted(set(choices)), n=1)
-    return f"did you mean `{close[0]}`?" if close else ""
-
-
 def _listing(what: str, names: Iterable[str]) -> str:
     names = list(dict.fromkeys(names))
     if not names:
@@ -110,7 +105,7 @@ def _listing(what: str, names: Iterable[str]) -> str:
 
 def _unknown_help(word: str, choices: Iterable[str], what: str, fallback: str) -> str:
     choices = list(choices)
-    dym = _suggest(word, choices)
+    dym = did_you_mean(word, choices)
     if dym:
         return dym
     return f"{fallback}; {_listing(what, choices)}" if choices else fallback
@@ -293,7 +288,7 @@ def _labels(model: Model, bad_like: set[str]) -> list[Diagnostic]:
                 )
             )
         elif n.label not in base.labels:
-            dym = _suggest(n.label, base.labels)
+            dym = did_you_mean(n.label, base.labels)
             out.append(
                 diag(
                     "WG111",
@@ -368,7 +363,7 @@ def _type_name(model: Model, ref: str, span: Span, user: str) -> list[Diagnostic
     if model.type(ref) is not None:
         return []
     choices = [t.name for t in model.types] + list(DTYPE_NAMES)
-    dym = _suggest(ref, choices)
+    dym = did_you_mean(ref, choices)
     return [
         diag(
             "WG104",
@@ -423,7 +418,7 @@ def _expr_names(model: Model, ex: E.Expr, where: str, options: bool = True) -> l
     params = [p.name for p in model.params]
     for r in E.refs(ex):
         if model.param(r.name) is None:
-            dym = _suggest(r.name, params)
+            dym = did_you_mean(r.name, params)
             out.append(
                 diag(
                     "WG105",
@@ -441,7 +436,7 @@ def _expr_names(model: Model, ex: E.Expr, where: str, options: bool = True) -> l
 def _option_name(model: Model, name: str, span: Span) -> list[Diagnostic]:
     if model.option(name) is not None:
         return []
-    dym = _suggest(name, (o.name for o in model.options))
+    dym = did_you_mean(name, (o.name for o in model.options))
     return [
         diag(
             "WG108",

@@ -36,9 +36,10 @@ from pathlib import Path
 import yaml
 
 from wgc.diagnostics.diagnostic import Diagnostic, Label, Span, diag
+from wgc.diagnostics.suggest import closest
 from wgc.ir.types import DTYPE_NAMES
 from wgc.placement.model import Batching, Group, KvCache, Named, ParamOverride, Placement
-from wgc.placement.yamlnodes import describe, did_you_mean, kind, mark_span, scalar, span
+from wgc.placement.yamlnodes import describe, kind, mark_span, scalar, span
 
 NAME = "placement-load"
 CODES = (
@@ -698,7 +699,7 @@ class _Loader:
         return name
 
     def choice_error(self, node: yaml.Node, got: str, what: str, choices) -> None:
-        close = did_you_mean(got, choices)
+        close = closest(got, choices)
         hint = f"did you mean `{close}`? " if close else ""
         self.error(
             "WG817",
@@ -728,7 +729,7 @@ class _Loader:
         return out
 
     def unknown_key(self, k: yaml.Node, name: str, own, where: str) -> None:
-        close = did_you_mean(name, own)
+        close = closest(name, own)
         known = ", ".join(f"`{o}`" for o in own)
         self.error(
             "WG802",

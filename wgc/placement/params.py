@@ -14,11 +14,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from wgc.diagnostics.diagnostic import Diagnostic, Span, diag
+from wgc.diagnostics.suggest import closest
 from wgc.ir.decls import Param
 from wgc.ir.expr import EvalError, Value, evaluate
 from wgc.placement.model import Placement
 from wgc.placement.rules import kind_name, value_fits
-from wgc.placement.yamlnodes import did_you_mean
 
 COMMAND_LINE = Span("<command line>", 0, 0, 0, 0)
 
@@ -64,7 +64,7 @@ def _parse_set(
 ) -> Value | None:
     p = declared.get(name)
     if p is None:
-        close = did_you_mean(name, list(declared))
+        close = closest(name, list(declared))
         diags.append(
             diag(
                 "WG815",

@@ -32,11 +32,11 @@ from __future__ import annotations
 from collections import defaultdict
 
 from wgc.diagnostics.diagnostic import Diagnostic, Label, Span, diag
+from wgc.diagnostics.suggest import closest
 from wgc.ir.decls import EngineKind
 from wgc.ir.model import Model
 from wgc.placement.model import Group, Named, Placement
 from wgc.placement.reach import Pair, assignment, candidates, required_pairs
-from wgc.placement.yamlnodes import did_you_mean
 
 NAME = "placement"
 CODES = ("WG807", "WG808", "WG811", "WG812", "WG813", "WG814", "WG815", "WG820")
@@ -70,7 +70,7 @@ def _unknown_names(model: Model, placement: Placement) -> list[Diagnostic]:
 
 
 def _unknown(code: str, what: str, named: Named, choices: list[str], model: Model) -> Diagnostic:
-    close = did_you_mean(named.name, choices)
+    close = closest(named.name, choices)
     if close:
         hint = f"did you mean `{close}`?"
     else:
@@ -264,7 +264,7 @@ def _params(model: Model, placement: Placement) -> list[Diagnostic]:
     for o in placement.params:
         p = model.param(o.name)
         if p is None:
-            close = did_you_mean(o.name, names)
+            close = closest(o.name, names)
             out.append(
                 diag(
                     "WG815",

@@ -7,8 +7,6 @@ Scalars are converted by PyYAML's *safe* constructor only: a placement file neve
 
 from __future__ import annotations
 
-import difflib
-
 import yaml
 from yaml.constructor import ConstructorError, SafeConstructor
 
@@ -61,8 +59,3 @@ def describe(node: yaml.Node) -> str:
     if word == "`":
         return f"`{node.value}`"
     return f"{word} `{node.value}`"
-
-
-def did_you_mean(name: str, choices: list[str] | tuple[str, ...] | set[str]) -> str | None:
-    close = difflib.get_close_matches(name, sorted(choices), n=1, cutoff=0.6)
-    return close[0] if close else None
