@@ -24,13 +24,11 @@ class Env:
     ``backtrace``: ``WGC_BACKTRACE=1`` prints the traceback of an internal compiler error.
     ``no_color``: ``NO_COLOR`` (https://no-color.org) turns off ``--color auto``.
     ``force_color``: ``CLICOLOR_FORCE`` or ``FORCE_COLOR`` turns on ``--color auto``.
-    ``ci``: ``CI`` is set, as on every common CI service.
     """
 
     backtrace: bool = False
     no_color: bool = False
     force_color: bool = False
-    ci: bool = False
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] | None = None) -> Env:
@@ -40,5 +38,4 @@ class Env:
             # NO_COLOR counts when set to anything non-empty, even "0" (per no-color.org)
             no_color=bool(env.get("NO_COLOR", "")),
             force_color=_flag(env, "CLICOLOR_FORCE") or _flag(env, "FORCE_COLOR"),
-            ci=_flag(env, "CI"),
         )

@@ -37,7 +37,3 @@ def persisted_channels(model: Model, walk: Walk) -> dict[str, TensorType | None]
         if e.kind is EdgeKind.PERSISTED:
             out.setdefault(e.channel, e.type)
     return out
-
-
-def called_nodes(model: Model) -> set[str]:
-    return {c.node for w in model.walks for c in w.calls}

@@ -186,12 +186,6 @@ class Walk:
     def loop(self, name: str) -> Loop | None:
         return next((lp for lp in self.loops if lp.name == name), None)
 
-    def edges_into(self, call_id: int) -> list[Edge]:
-        return [e for e in self.edges if e.dst.kind is EndKind.CALL and e.dst.call == call_id]
-
-    def edges_from(self, call_id: int) -> list[Edge]:
-        return [e for e in self.edges if e.src.kind is EndKind.CALL and e.src.call == call_id]
-
 
 def iter_stmts(block: Block):
     """Every statement of ``block``, depth first in source order (loops and pars included)."""

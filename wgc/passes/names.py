@@ -229,20 +229,6 @@ def _like_bases(model: Model, out: list[Diagnostic]) -> set[str]:
     return bad
 
 
-def _root(model: Model, node: Node) -> Node | None:
-    """The node at the end of ``node``'s `like` chain (None when the chain is broken)."""
-    seen = set()
-    while node.like is not None:
-        if node.name in seen:
-            return None
-        seen.add(node.name)
-        base = model.node(node.like)
-        if base is None:
-            return None
-        node = base
-    return node
-
-
 def _labels(model: Model, bad_like: set[str]) -> list[Diagnostic]:
     out = []
     for n in model.nodes:

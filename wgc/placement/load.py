@@ -432,15 +432,13 @@ class _Loader:
         walks = None
         if walks_key in e:
             walks = self.names(e[walks_key], walks_key, first_key, "walk")
-        tp, tp_span = self.tp(e.get(tp_key), tp_key, ranks, e.get(ranks_key))
+        tp = self.tp(e.get(tp_key), tp_key, ranks, e.get(ranks_key))
         return Group(
             nodes=nodes,
             ranks=ranks,
             walks=walks,
             tp=tp,
             span=span(self.file, node),
-            ranks_span=self.value_span(e.get(ranks_key)),
-            tp_span=tp_span,
             rank_spans=rank_spans,
         )
 
@@ -532,15 +530,15 @@ class _Loader:
             spans.append(s)
         return tuple(ranks), tuple(spans)
 
-    def tp(self, entry, key: str, ranks: tuple[int, ...], ranks_entry) -> tuple[int, Span | None]:
+    def tp(self, entry, key: str, ranks: tuple[int, ...], ranks_entry) -> int:
         size = max(len(ranks), 1)
         if entry is None:
-            return size, None
+            return size
         _, node = entry
         s = span(self.file, node)
         tp = self.int_(node, f"`{key}`")
         if tp is None:
-            return size, s
+            return size
         if tp < 1:
             self.error(
                 "WG810",
@@ -549,7 +547,7 @@ class _Loader:
                 label="not a size",
                 help=f"use `{key}: 1` for no tensor parallelism",
             )
-            return size, s
+            return size
         if ranks and len(ranks) % tp:
             divisors = [d for d in range(1, len(ranks) + 1) if len(ranks) % d == 0]
             self.error(
@@ -563,7 +561,7 @@ class _Loader:
                 help=f"use a `{key}` that divides {len(ranks)} "
                 f"({', '.join(map(str, divisors))}), or list a multiple of {tp} ranks",
             )
-        return tp, s
+        return tp
 
     def ranks_exist(
         self, groups: tuple[Group, ...], world: int, devices_key: yaml.Node | None

@@ -33,8 +33,6 @@ class Group:
     walks: tuple[Named, ...] | None  # None: every walk
     tp: int
     span: Span = field(compare=False)
-    ranks_span: Span | None = field(default=None, compare=False)
-    tp_span: Span | None = field(default=None, compare=False)
     rank_spans: tuple[Span, ...] = field(default=(), compare=False)  # one per entry of ``ranks``
     # the names of ``nodes`` and ``walks`` as sets: `places` is asked for every (walk, node) of
     # the model and every group, so a scan of ``nodes`` made placement quadratic
