@@ -13,14 +13,16 @@ One `ContinuousBatcher.step` is one iteration:
    Nobody waits for the slowest request to finish its loop: a request leaves as soon as it hits
    its stop token or ``max_new_tokens``, and its row goes to a waiting request next iteration.
 
-The decode step runs either through the plain path (`DecoderEngine.decode`: host-built
-`AttentionMetadata`, ``backend.forward``) or through the capture path: a `GraphRunner` over the
-engine's static decode unit (replayed CUDA graphs on a GPU, the same static buffers run eagerly
-on the CPU). On the capture path the next step's metadata (slots, kv lengths, page tables,
-positions) is planned by `MetadataPlanner` on a side thread while this step runs; that is
-possible because it does not depend on this step's tokens: the rows of the next step are this
-step's rows that will not reach ``max_new_tokens`` plus this iteration's joiners, and a row
-that leaves early (stop token, cancel) is simply dropped from the plan.
+The batcher drives any `StepEngine` (a decoder over one `PagedKVPool`: prefill, decode,
+free, and a static decode unit; `wgc_runtime.components.decode_engine.DecoderEngine` is one).
+The decode step runs either through the plain path (`StepEngine.decode`: host-built metadata)
+or through the capture path: a `GraphRunner` over the engine's static decode unit (replayed
+CUDA graphs on a GPU, the same static buffers run eagerly on the CPU). On the capture path
+the next step's metadata (slots, kv lengths, page tables, positions) is planned by
+`MetadataPlanner` on a side thread while this step runs; that is possible because it does not
+depend on this step's tokens: the rows of the next step are this step's rows that will not
+reach ``max_new_tokens`` plus this iteration's joiners, and a row that leaves early (stop
+token, cancel) is simply dropped from the plan.
 
 Per-step cost. A decode row's metadata changes by one token per step, so the capture path does
 not rebuild it: while the rows stay the same, the step advances positions, kv lengths and slots
@@ -37,14 +39,53 @@ batched or alone.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import torch
 
-from wgc_runtime.components.llama import DecoderEngine
-from wgc_runtime.engines.cuda_graph import GraphRunner, MetadataPlanner
-from wgc_runtime.engines.kv_pool import PoolFull
+from wgc_runtime.engines.capture import GraphRunner, MetadataPlanner, StaticBuffer, UnitFn
+from wgc_runtime.engines.kv_pool import PagedKVPool, PoolFull
+
+Seq = tuple[Hashable, str]  # (request, label): one sequence of the pool
+
+
+class StepEngine(Protocol):
+    """What `ContinuousBatcher` drives: a decoder over one `PagedKVPool` whose requests and
+    labels are the pool's. ``prefill`` and ``decode`` append to the named sequences and return
+    the logits of each one's last token (``[len(seqs), vocab]``); the unit of ``unit_for`` reads
+    the buffers of ``decode_buffers``, and its padding rows write to ``pad_slot`` (a slot on a
+    page of its own)."""
+
+    @property
+    def pool(self) -> PagedKVPool: ...
+
+    @property
+    def device(self) -> torch.device: ...
+
+    @property
+    def pad_slot(self) -> int: ...
+
+    def prefill(self, seqs: Sequence[Seq], prompts: Sequence[torch.Tensor]) -> torch.Tensor: ...
+
+    def decode(self, seqs: Sequence[Seq], tokens: torch.Tensor) -> torch.Tensor: ...
+
+    def free(self, request: Hashable) -> None: ...
+
+    def width_for(self, max_len: int) -> int:
+        """Page-table width of static buffers for sequences up to ``max_len`` tokens."""
+        ...
+
+    def decode_buffers(self, width: int) -> Mapping[str, StaticBuffer]:
+        """The static inputs of one decode step: ``tokens``, ``positions``, ``slots``,
+        ``kv_lens`` and ``block_tables`` (``width`` pages per row)."""
+        ...
+
+    def unit_for(self, backend: str) -> UnitFn:
+        """The static decode unit (outputs ``logits`` and ``next_token``) a `GraphRunner` with
+        ``backend`` should run."""
+        ...
 
 
 @dataclass(slots=True, eq=False)
@@ -97,7 +138,7 @@ def default_buckets(max_batch: int) -> tuple[int, ...]:
 
 
 class ContinuousBatcher:
-    """Continuous batching of greedy generation over one `DecoderEngine` (module docstring).
+    """Continuous batching of greedy generation over one `StepEngine` (module docstring).
 
     ``capture``: decode through the `GraphRunner` (True) or the plain path (False).
     ``graph_backend``: how the runner runs a bucket (`GraphRunner`'s ``backend``: ``"eager"``,
@@ -108,7 +149,7 @@ class ContinuousBatcher:
 
     def __init__(
         self,
-        engine: DecoderEngine,
+        engine: StepEngine,
         *,
         max_batch: int = 16,
         max_seq_len: int = 2048,
@@ -132,10 +173,10 @@ class ContinuousBatcher:
         self.batch_sizes: list[int] = []  # decode rows per iteration (for tests and benchmarks)
         self.runner: GraphRunner | None = None
         self.planner: MetadataPlanner | None = None
-        self._plan_ids: list[Hashable] | None = None  # rows of the plan being made / taken
+        self._plan_ids: list[Seq] | None = None  # rows of the plan being made / taken
         self._plan: dict[str, torch.Tensor] | None = None
         self._last_rows: list[Hashable] = []
-        self._rows: dict[tuple[Hashable, str], _Row] = {}  # capture path: per-row state
+        self._rows: dict[Seq, _Row] = {}  # capture path: per-row state
         # fast steps of `_lag_keys` not yet applied to their `_Row`s, and how many more can be
         # taken before some row needs a new page (then the rows are visited one by one)
         self._lag, self._budget, self._lag_keys = 0, 0, []
@@ -263,7 +304,8 @@ class ContinuousBatcher:
     def _decode(self, rows: list[GenRequest], joiners: list[GenRequest]) -> None:
         rows = [r for r in rows if not r.done]
         self.batch_sizes.append(len(rows))
-        if self.runner is None:
+        runner, planner = self.runner, self.planner
+        if runner is None:
             last = torch.tensor([r.tokens[-1] for r in rows], dtype=torch.long)
             logits = self.engine.decode([(r.id, r.label) for r in rows], last)
             self._record(rows, logits)
@@ -271,7 +313,7 @@ class ContinuousBatcher:
         ids = [r.id for r in rows]
         if ids == self._last_rows and self._plan_ids is None:
             # the same rows as last step: their metadata is still in the static buffers
-            self._advance(rows)
+            self._advance(runner, rows)
             inputs = {}
         else:
             self._sync()
@@ -281,24 +323,24 @@ class ContinuousBatcher:
             # rows moved: the carried tokens are stale
             inputs["tokens"] = torch.tensor([r.tokens[-1] for r in rows], dtype=torch.long)
         self._last_rows = ids
-        if self.planner is not None:
+        if planner is not None:
             nxt = [r for r in rows if len(r.tokens) + 1 < r.max_new_tokens]
             nxt += [r for r in joiners if not r.finished]
             if [r.id for r in nxt] != ids:  # only a change of rows needs a plan
-                self._submit_plan(nxt)
-        out = self.runner.run(inputs, len(rows))
-        if self._plan_ids:
+                self._submit_plan(planner, nxt)
+        out = runner.run(inputs, len(rows))
+        if planner is not None and self._plan_ids:
             # wait before anyone leaves: the planner appends to the pool, and freeing a request
             # while its slot is being appended would leak the page
-            self._plan = self.planner.take()
+            self._plan = planner.take()
         self._record(rows, out["logits"], out["next_token"])
 
-    def _submit_plan(self, rows: list[GenRequest]) -> None:
+    def _submit_plan(self, planner: MetadataPlanner, rows: list[GenRequest]) -> None:
         self._sync()  # the planner reads the rows' state
         self._plan_ids = [(r.id, r.label) for r in rows] or None
         self._plan = None
         if rows:
-            self.planner.submit(self._plan_ids)
+            planner.submit(self._plan_ids)
 
     def _take_plan(self, rows: list[GenRequest]) -> dict[str, torch.Tensor]:
         want = [(r.id, r.label) for r in rows]
@@ -321,7 +363,7 @@ class ContinuousBatcher:
         self._plan_rows(want, out)
         return out
 
-    def _take_slot(self, key: tuple[Hashable, str]) -> tuple[_Row, int, bool]:
+    def _take_slot(self, key: Seq) -> tuple[_Row, int, bool]:
         """The next slot of sequence ``key`` and whether it starts a new page. Slots are
         appended to the pool up to the end of the current page (at most the steps left), so
         the pool is called once per page."""
@@ -358,10 +400,10 @@ class ContinuousBatcher:
         self._lag_keys = [(r.id, r.label) for r in rows]
         self._budget = min((self._rows[k].ahead for k in self._lag_keys), default=0)
 
-    def _advance(self, rows: list[GenRequest]) -> None:
+    def _advance(self, runner: GraphRunner, rows: list[GenRequest]) -> None:
         """Move the static buffers of the same rows one token on, in place. The rows' host
         state is visited only when one of them starts a new page (once per page)."""
-        bufs = self.runner.static_inputs(len(rows))
+        bufs = runner.static_inputs(len(rows))
         n = len(rows)
         for b in ("positions", "kv_lens", "slots"):
             bufs[b][:n] += 1  # within a page, a row's next slot is the one after its last
@@ -377,7 +419,7 @@ class ContinuousBatcher:
                 bufs["block_tables"][i, len(row.table) - 1] = row.table[-1]
         self._set_budget(rows)
 
-    def _plan_rows(self, seqs: list[tuple[Hashable, str]], out: dict[str, torch.Tensor]) -> None:
+    def _plan_rows(self, seqs: list[Seq], out: dict[str, torch.Tensor]) -> None:
         """Take one slot per sequence and write the step's metadata rows into ``out``."""
         pad_page = self.engine.pad_slot // self.engine.pool.page_size
         slots, lengths, tables = [], [], []

@@ -22,7 +22,7 @@ from wgc_runtime.contract.spec import (
     Source,
     TypeSpec,
 )
-from wgc_runtime.engines.cuda_graph import (
+from wgc_runtime.engines.capture import (
     GraphError,
     GraphRunner,
     MetadataPlanner,

@@ -90,7 +90,10 @@ class AttentionMetadata:
         for t, n, q in zip(tables, kv_lens, q_lens, strict=True):
             if not 1 <= q <= n or len(t) != -(-n // page_size):
                 raise ValueError(f"bad sequence: {len(t)} pages, {n} kv tokens, {q} queries")
-        i32 = dict(dtype=torch.int32, device=device)
+
+        def i32(values: Sequence[int]) -> torch.Tensor:
+            return torch.tensor(values, dtype=torch.int32, device=device)
+
         counts = [len(t) for t in tables]
         width = max(counts, default=0) or 1
         block = torch.zeros((len(tables), width), dtype=torch.int32)
@@ -102,11 +105,11 @@ class AttentionMetadata:
             tables=tuple(tuple(t) for t in tables),
             q_lens=tuple(q_lens),
             kv_lens=tuple(kv_lens),
-            qo_indptr=torch.tensor(_cumsum(q_lens), **i32),
-            kv_indptr=torch.tensor(_cumsum(counts), **i32),
-            kv_indices=torch.tensor([p for t in tables for p in t], **i32),
-            kv_last_page_len=torch.tensor([(n - 1) % page_size + 1 for n in kv_lens], **i32),
-            kv_lens_t=torch.tensor(list(kv_lens), **i32),
+            qo_indptr=i32(_cumsum(q_lens)),
+            kv_indptr=i32(_cumsum(counts)),
+            kv_indices=i32([p for t in tables for p in t]),
+            kv_last_page_len=i32([(n - 1) % page_size + 1 for n in kv_lens]),
+            kv_lens_t=i32(list(kv_lens)),
             block_tables=block.to(device),
             positions=torch.tensor(positions, dtype=torch.long, device=device),
             slot_mapping=slot_mapping,

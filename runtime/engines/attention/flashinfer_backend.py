@@ -27,7 +27,7 @@ class FlashInferAttention(AttentionBackend):
         super().__init__(**kw)
         if self.device.type != "cuda":
             raise RuntimeError("the flashinfer attention backend needs a CUDA device")
-        import flashinfer
+        import flashinfer  # pyright: ignore[reportMissingImports]  (optional GPU dependency)
 
         self.workspace = torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device=self.device)
         self.prefill_wrapper = flashinfer.BatchPrefillWithPagedKVCacheWrapper(self.workspace, "NHD")

@@ -81,6 +81,8 @@ class TorchAttention(AttentionBackend):
     ) -> torch.Tensor:
         if self._plan is None or self.meta is not meta:
             self.plan(meta)
+        if self._plan is None:  # `plan` makes a decode layout only for one query per sequence
+            raise ValueError(f"decode needs one query per sequence, got q_lens {meta.q_lens}")
         kind, idx, mask = self._plan
         hk, g, d, b = self.num_kv_heads, self.group, self.head_dim, meta.batch
         k = _upcast(self._gather(kv_layer, 0, idx).transpose(0, 1))  # [kv_heads, n, dim]

@@ -9,10 +9,19 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
 from wgc_runtime.engines.attention.base import AttentionBackend, AttentionMetadata
+
+
+def _launcher(kernel: Any, grid: tuple[int, ...]) -> Callable[..., None]:
+    """``kernel[grid]``, typed as taking any arguments. Triton types a launch with the kernel's
+    Python signature, so its ``tl.constexpr`` parameters would reject the plain ints and bools
+    that a launch takes (and triton wraps)."""
+    return kernel[grid]
 
 
 def interpreter_on() -> bool:
@@ -45,7 +54,8 @@ class TritonAttention(AttentionBackend):
         q = q.to(kv_layer.dtype).contiguous()
         out = torch.empty_like(q)
         bt = meta.block_tables
-        self.k.paged_decode_kernel[(meta.batch, self.num_heads)](
+        launch = _launcher(self.k.paged_decode_kernel, (meta.batch, self.num_heads))
+        launch(
             q,
             kv_layer,
             bt,
@@ -77,7 +87,8 @@ class TritonAttention(AttentionBackend):
         block_m = self.block_m if meta.max_q_len > 16 else 16
         use_dot = self.page_size >= 16 and self.block_d >= 16
         grid = (meta.batch, self.num_heads, -(-meta.max_q_len // block_m))
-        self.k.paged_prefill_kernel[grid](
+        launch = _launcher(self.k.paged_prefill_kernel, grid)
+        launch(
             q,
             kv_layer,
             bt,

@@ -1,10 +1,6 @@
-"""The CUDA-graph runner: replay shape-static units at batch buckets.
+"""The graph runner: replay a shape-static unit at batch buckets.
 
-The compiler's capture list
-(`wgc_runtime.contract.spec.CaptureSpec`) names the units worth capturing: a
-whole loop body that sits on one rank and is shape-static (scope ``loop``: the Loop makes the
-body's shapes static by construction, so the body is ONE graph), or one node step (scope
-``call``), with the port types and the batch buckets. For each unit and bucket the runner keeps
+For each bucket the runner keeps
 
 * static input buffers ``[bucket, *dims]`` (the unit's ports, plus any extra buffers the unit
   declares, e.g. attention metadata: page tables, sequence lengths, slot mapping),
@@ -28,44 +24,28 @@ padding, buckets and carries, with the unit called eagerly in place of ``graph.r
 That is what the CPU tests exercise.
 
 ``backend`` names how a bucket runs: ``"cuda_graph"`` (recorded and replayed, above),
-``"eager"`` (the unit called as is), or ``"inductor"``: the CPU analogue of capture, one
-``torch.compile(fullgraph=True, dynamic=False)`` artifact per bucket (C++/OpenMP kernels on the
-CPU: the elementwise ops between the matrix products fused, one call in place of dozens of
-dispatched ops). Like a recording, `capture` compiles every bucket (largest first, after
-``warmup`` eager runs that settle lazy state), so `run` never compiles; ``compile_seconds``
-says what each bucket cost. Each bucket compiles its own copy of a trampoline's code object
-(`torch.compile` keeps its cache on the code object), so a bucket's artifact is its own and
-runners never evict one another's under dynamo's recompile limit. A unit that does not compile
-is logged and run eagerly (``compile_error`` holds why). A compiled unit runs in
-``torch.inference_mode`` (entered around it: dynamo does not trace into it), so it must not
-enter inference mode itself. The unit must be traceable: no host
-reads, no data-dependent shapes, and mutations of the tensors it closes over (e.g. the K/V pool)
-made on base tensors, not views (`wgc_runtime.components.llama.StaticDecode.prepare`).
-``backend=None`` keeps ``capture``'s meaning: ``"cuda_graph"`` on a CUDA device, else
-``"eager"``.
-
-`MetadataPlanner` double-buffers host-side planning: while step N replays, a side thread fills
-staging set ``(N+1) % 2`` with step N+1's metadata (which does not depend on step N's outputs:
-positions advance by one, pages are appended); `take` waits for it and the caller copies it
-into the static buffers before replay N+1.
+``"eager"`` (the unit called as is), or ``"inductor"`` (`wgc_runtime.engines.capture.inductor`:
+one ``torch.compile`` artifact per bucket). Like a recording, `GraphRunner.capture` compiles
+every bucket (largest first, after ``warmup`` eager runs that settle lazy state), so `run` never
+compiles; ``compile_seconds`` says what each bucket cost. A unit that does not compile is
+logged and run eagerly (``compile_error`` holds why). ``backend=None`` keeps ``capture``'s
+meaning: ``"cuda_graph"`` on a CUDA device, else ``"eager"``.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 import time
-import types
 from bisect import bisect_left
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from wgc_runtime.contract.node import DTYPES
-from wgc_runtime.contract.spec import CaptureSpec, PieceSpec, TypeSpec
+from wgc_runtime.contract.spec import TypeSpec
+from wgc_runtime.engines.capture.inductor import compile_body
 
 UnitFn = Callable[[Mapping[str, torch.Tensor]], Mapping[str, torch.Tensor]]
 BACKENDS = ("eager", "cuda_graph", "inductor")
@@ -100,43 +80,6 @@ class _Bucket:
     outputs: dict[str, torch.Tensor] = field(default_factory=dict)
     graph: Any = None  # torch.cuda.CUDAGraph when captured
     compiled: Any = None  # the `torch.compile`d body (backend "inductor")
-
-
-def _trampoline(body, bufs):
-    return body(bufs)
-
-
-def _compile_body(body: Callable, label: str) -> Callable:
-    """``torch.compile`` of ``body`` through a private copy of `_trampoline`'s code: dynamo
-    caches per code object, so this artifact has a cache (and a recompile limit) of its own."""
-    fresh = types.FunctionType(
-        _trampoline.__code__.replace(co_name=f"_wgc_{label}"), _trampoline.__globals__
-    )
-    # like a recorded graph, the artifact is replayed on the same static buffers without
-    # re-checking the Python objects it closed over; only tensor guards (shapes, dtypes,
-    # devices of buffers and the K/V pool) stay, which saves ~20 µs per tiny step
-    opts = {"guard_filter_fn": torch.compiler.keep_tensor_guards_unsafe}
-    compiled = torch.compile(fresh, backend="inductor", fullgraph=True, dynamic=False, options=opts)
-
-    def run(bufs):
-        # entered outside the compiled frame: dynamo cannot trace into inference mode
-        with torch.inference_mode():
-            return compiled(body, bufs)
-
-    return run
-
-
-def inductor_available() -> str | None:
-    """None when ``torch.compile`` with inductor can work here, else why not."""
-    try:
-        import torch._inductor  # noqa: F401
-    except Exception as e:  # pragma: no cover - depends on the installation
-        return f"inductor does not import: {e}"
-    import shutil
-
-    if not shutil.which("g++") and not shutil.which("c++") and not shutil.which("clang++"):
-        return "no C++ compiler on PATH (inductor's CPU kernels need one)"
-    return None
 
 
 def shared_pool(device: torch.device | str) -> Any:
@@ -235,7 +178,7 @@ class GraphRunner:
                 self._body(bucket.inputs)
         try:
             label = "".join(c if c.isalnum() else "_" for c in f"{self.name}_b{bucket.size}")
-            compiled = _compile_body(self._body, label)
+            compiled = compile_body(self._body, label)
             t0 = time.perf_counter()
             compiled(bucket.inputs)
             self.compile_seconds[bucket.size] = time.perf_counter() - t0
@@ -329,180 +272,3 @@ class GraphRunner:
         bufs = {k: v.reshape(batch, *self.specs[k].dims).clone() for k, v in inputs.items()}
         self.eager_runs += 1
         return dict(self.fn(bufs))
-
-
-# ---------------------------------------------------------------- units from the capture list
-
-
-def split_ports(spec: CaptureSpec, piece: PieceSpec) -> tuple[list[str], list[str]]:
-    """The capture's ports as (inputs, outputs) "call#port" names, by the piece's calls."""
-    ins, outs = [], []
-    for call_id in spec.calls:
-        call = piece.call(call_id)
-        if call is None:
-            raise GraphError(f"capture of `{spec.walk}` names call {call_id}, not in the piece")
-        ins += [f"{call_id}#{p.port}" for p in call.inputs]
-        outs += [f"{call_id}#{p.port}" for p in call.outputs]
-    return ins, outs
-
-
-CallFn = Callable[[int, dict[str, torch.Tensor]], Mapping[str, torch.Tensor]]
-
-
-@dataclass(frozen=True, slots=True)
-class BodyUnit:
-    """A captured unit built from the plan: its calls in order, in-body hand-offs resolved
-    inside the unit, everything else a static input. ``carry`` pairs carried inputs with the
-    in-body output that feeds them next iteration."""
-
-    fn: UnitFn
-    inputs: dict[str, StaticBuffer]
-    outputs: tuple[str, ...]
-    carry: dict[str, str]
-
-
-def body_unit(
-    spec: CaptureSpec,
-    piece: PieceSpec,
-    call_fn: CallFn,
-    extra: Mapping[str, StaticBuffer] | None = None,
-) -> BodyUnit:
-    """Compose the calls of ``spec`` into one unit (one graph for a whole loop body).
-
-    ``call_fn(call_id, ports)`` runs one call batched (``ports``: port name -> ``[B, ...]``,
-    plus every ``extra`` buffer under its own name) and returns its output ports.
-    """
-    types = dict(spec.ports)
-    body = set(spec.calls)
-    inputs: dict[str, StaticBuffer] = dict(extra or {})
-    wiring: dict[str, str] = {}  # "call#port" input -> "call#port" output of an earlier call
-    carry: dict[str, str] = {}
-    done: set[int] = set()
-    for call_id in spec.calls:
-        call = piece.call(call_id)
-        if call is None:
-            raise GraphError(f"capture of `{spec.walk}` names call {call_id}, not in the piece")
-        for p in call.inputs:
-            key = f"{call_id}#{p.port}"
-            src = p.src
-            internal = src.kind == "call" and src.call in body
-            if internal and p.mode != "carried" and src.call in done:
-                wiring[key] = f"{src.call}#{src.port}"
-                continue
-            if key not in types:
-                raise GraphError(f"capture of `{spec.walk}` has no static type for `{key}`")
-            inputs[key] = StaticBuffer.of(types[key])
-            if internal and p.mode == "carried":
-                carry[key] = f"{src.call}#{src.port}"
-        done.add(call_id)
-    outputs = tuple(f"{c}#{p.port}" for c in spec.calls for p in piece.call(c).outputs)
-    extras = tuple(extra or {})
-
-    def fn(bufs: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        values: dict[str, torch.Tensor] = {}
-        for call_id in spec.calls:
-            call = piece.call(call_id)
-            ports = {k: bufs[k] for k in extras}
-            for p in call.inputs:
-                key = f"{call_id}#{p.port}"
-                ports[p.port] = values[wiring[key]] if key in wiring else bufs[key]
-            result = call_fn(call_id, ports)
-            for p in call.outputs:
-                if p.port in result:
-                    values[f"{call_id}#{p.port}"] = result[p.port]
-        return values
-
-    return BodyUnit(fn, inputs, outputs, carry)
-
-
-def runner_for(
-    spec: CaptureSpec,
-    piece: PieceSpec,
-    call_fn: CallFn,
-    *,
-    device: torch.device | str = "cpu",
-    extra: Mapping[str, StaticBuffer] | None = None,
-    pool: Any = None,
-    capture: bool | None = None,
-    backend: str | None = None,
-) -> GraphRunner:
-    """A `GraphRunner` for one entry of the plan's capture list."""
-    unit = body_unit(spec, piece, call_fn, extra)
-    label = f"{spec.walk}:{spec.loop or spec.calls}"
-    return GraphRunner(
-        unit.fn,
-        unit.inputs,
-        spec.buckets,
-        device=device,
-        carry=unit.carry,
-        pool=pool,
-        capture=capture,
-        name=label,
-        backend=backend,
-    )
-
-
-# ---------------------------------------------------------------- double-buffered planning
-
-
-class MetadataPlanner:
-    """Plans step N+1's host-side metadata on a side thread while step N runs.
-
-    ``plan(step, out)`` fills ``out`` (a dict of preallocated tensors: one of two staging sets)
-    for ``step``; `submit` starts it, `take` waits and returns the filled set. Two staging sets
-    alternate, so the set being planned is never the one the current step copies from.
-    On a GPU the staging tensors are pinned so the copy into static buffers is asynchronous.
-
-    ``threaded=False`` plans inside `submit` (same staging sets, same order): on the CPU the
-    step itself holds the interpreter, so a side thread only adds lock hand-offs (measured:
-    milliseconds per step under Python's GIL switch interval) and overlaps nothing.
-    """
-
-    def __init__(
-        self,
-        plan: Callable[[Any, dict[str, torch.Tensor]], None],
-        staging: Mapping[str, tuple[tuple[int, ...], torch.dtype]],
-        *,
-        pin: bool = False,
-        threaded: bool = True,
-    ) -> None:
-        self._plan = plan
-        self.threaded = threaded
-        self._sets = [
-            {
-                k: torch.zeros(shape, dtype=dt, pin_memory=pin and torch.cuda.is_available())
-                for k, (shape, dt) in staging.items()
-            }
-            for _ in range(2)
-        ]
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="wgc-plan")
-        self._pending: Future | None = None
-        self._turn = 0
-        self._lock = threading.Lock()
-
-    def submit(self, step: Any) -> None:
-        with self._lock:
-            if self._pending is not None:
-                raise GraphError("a plan is already pending; take it first")
-            out = self._sets[self._turn]
-            self._turn ^= 1
-            if self.threaded:
-                self._pending = self._pool.submit(self._run, step, out)
-            else:
-                done: Future = Future()
-                done.set_result(self._run(step, out))
-                self._pending = done
-
-    def _run(self, step: Any, out: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        self._plan(step, out)
-        return out
-
-    def take(self) -> dict[str, torch.Tensor]:
-        with self._lock:
-            if self._pending is None:
-                raise GraphError("no plan is pending")
-            pending, self._pending = self._pending, None
-        return pending.result()
-
-    def close(self) -> None:
-        self._pool.shutdown(wait=True)

@@ -1,0 +1,58 @@
+"""The ``"inductor"`` backend of a `GraphRunner` bucket: the CPU analogue of graph capture.
+
+One ``torch.compile(fullgraph=True, dynamic=False)`` artifact per bucket (C++/OpenMP kernels on
+the CPU: the elementwise ops between the matrix products fused, one call in place of dozens of
+dispatched ops). Each bucket compiles its own copy of `_trampoline`'s code object
+(`torch.compile` keeps its cache on the code object), so a bucket's artifact is its own and
+runners never evict one another's under dynamo's recompile limit. A compiled unit runs in
+``torch.inference_mode`` (entered around it: dynamo does not trace into it), so it must not
+enter inference mode itself. The unit must be traceable: no host reads, no data-dependent
+shapes, and mutations of the tensors it closes over (e.g. the K/V pool) made on base tensors,
+not views (`wgc_runtime.components.attention.StaticDecode.prepare`).
+"""
+
+from __future__ import annotations
+
+import shutil
+import types
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+
+def _trampoline(body, bufs):
+    return body(bufs)
+
+
+def compile_body(body: Callable, label: str) -> Callable:
+    """``torch.compile`` of ``body`` through a private copy of `_trampoline`'s code: dynamo
+    caches per code object, so this artifact has a cache (and a recompile limit) of its own."""
+    fresh = types.FunctionType(
+        _trampoline.__code__.replace(co_name=f"_wgc_{label}"), _trampoline.__globals__
+    )
+    # like a recorded graph, the artifact is replayed on the same static buffers without
+    # re-checking the Python objects it closed over; only tensor guards (shapes, dtypes,
+    # devices of buffers and the K/V pool) stay, which saves ~20 µs per tiny step
+    opts: dict[str, str | int | bool | Callable[..., Any]] = {
+        "guard_filter_fn": torch.compiler.keep_tensor_guards_unsafe
+    }
+    compiled = torch.compile(fresh, backend="inductor", fullgraph=True, dynamic=False, options=opts)
+
+    def run(bufs):
+        # entered outside the compiled frame: dynamo cannot trace into inference mode
+        with torch.inference_mode():
+            return compiled(body, bufs)
+
+    return run
+
+
+def inductor_available() -> str | None:
+    """None when ``torch.compile`` with inductor can work here, else why not."""
+    try:
+        import torch._inductor  # noqa: F401
+    except Exception as e:  # pragma: no cover - depends on the installation
+        return f"inductor does not import: {e}"
+    if not shutil.which("g++") and not shutil.which("c++") and not shutil.which("clang++"):
+        return "no C++ compiler on PATH (inductor's CPU kernels need one)"
+    return None
