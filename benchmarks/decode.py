@@ -4,7 +4,7 @@
         [--batches 1 16] [--new 128] [--repeat 5] [--mixed 48] [--no-compiled]
 
 Both sides run the SAME weights (a random `LlamaForCausalLM` saved as safetensors and loaded by
-`wgc_runtime.components.llama.LlamaDecoder.from_pretrained`), greedy, fp32, on the CPU, with the
+`wgc_runtime.components.decoder.LlamaDecoder.from_pretrained`), greedy, fp32, on the CPU, with the
 same intra-op threads (``torch.set_num_threads``, each value of ``--threads`` in turn):
 
 * wgc: `LlamaDecoder` + `PagedKVPool` + the torch attention backend + `ContinuousBatcher` on
@@ -55,9 +55,10 @@ import time
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from wgc_runtime.components.llama import DecoderEngine, LlamaDecoder
+from wgc_runtime.components.decode_engine import DecoderEngine
+from wgc_runtime.components.decoder import LlamaDecoder
 from wgc_runtime.engines.batching import ContinuousBatcher, GenRequest
-from wgc_runtime.engines.cuda_graph import inductor_available
+from wgc_runtime.engines.capture import inductor_available
 
 CONFIGS = {
     "tiny": dict(
@@ -189,7 +190,7 @@ def mixed_hf(hf: LlamaForCausalLM, work, slots: int) -> tuple[float, list]:
 def graph_vs_eager(model: LlamaDecoder, batches, steps: int = 200) -> None:
     """On a GPU: one decode step of the static unit, replayed as a CUDA graph vs run eagerly
     on the same static buffers (rows at position ~128 of a 256-token page table)."""
-    from wgc_runtime.engines.cuda_graph import GraphRunner
+    from wgc_runtime.engines.capture import GraphRunner
 
     model = model.cuda()
     print(f"{'batch':>5} {'eager us/step':>14} {'graph us/step':>14} {'speed-up':>8}")

@@ -13,9 +13,10 @@ import pytest
 import torch
 
 from wgc_runtime.components.config import DecoderConfig
-from wgc_runtime.components.llama import DecoderEngine, LlamaDecoder
+from wgc_runtime.components.decode_engine import DecoderEngine
+from wgc_runtime.components.decoder import LlamaDecoder
 from wgc_runtime.engines.batching import ContinuousBatcher, GenRequest
-from wgc_runtime.engines.cuda_graph import GraphRunner, StaticBuffer, shared_pool
+from wgc_runtime.engines.capture import GraphRunner, StaticBuffer, shared_pool
 
 pytestmark = [
     pytest.mark.gpu,

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from wgc_runtime.components.config import DecoderConfig
-from wgc_runtime.components.llama import DecoderEngine, LlamaDecoder
+from wgc_runtime.components.decode_engine import DecoderEngine
+from wgc_runtime.components.decoder import LlamaDecoder
 from wgc_runtime.engines.batching import ContinuousBatcher, GenRequest, default_buckets
 
 CFG = DecoderConfig(

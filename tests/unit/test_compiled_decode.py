@@ -16,9 +16,10 @@ import torch
 from torch._dynamo.utils import counters
 
 from wgc_runtime.components.config import DecoderConfig
-from wgc_runtime.components.llama import DecoderEngine, LlamaDecoder
+from wgc_runtime.components.decode_engine import DecoderEngine
+from wgc_runtime.components.decoder import LlamaDecoder
 from wgc_runtime.engines.batching import ContinuousBatcher, GenRequest
-from wgc_runtime.engines.cuda_graph import (
+from wgc_runtime.engines.capture import (
     GraphError,
     GraphRunner,
     StaticBuffer,
@@ -137,7 +138,7 @@ def _breaks(bufs):
 
 @needs_inductor
 def test_a_unit_that_does_not_compile_runs_eagerly_and_says_why(caplog):
-    caplog.set_level(logging.WARNING, logger="wgc_runtime.engines.cuda_graph")
+    caplog.set_level(logging.WARNING, logger="wgc_runtime.engines.capture.runner")
     r = GraphRunner(_breaks, INPUTS, (2,), backend="inductor", name="breaks").capture()
     assert r.backend == "eager" and r.compile_error and not r.compile_seconds
     assert any("`breaks`: torch.compile failed" in m for m in caplog.messages)

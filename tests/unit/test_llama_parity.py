@@ -18,7 +18,8 @@ transformers = pytest.importorskip("transformers")
 from safetensors.torch import save_file  # noqa: E402
 
 from wgc_runtime.components.config import ConfigError, DecoderConfig  # noqa: E402
-from wgc_runtime.components.llama import DecoderEngine, LlamaDecoder  # noqa: E402
+from wgc_runtime.components.decode_engine import DecoderEngine  # noqa: E402
+from wgc_runtime.components.decoder import LlamaDecoder  # noqa: E402
 from wgc_runtime.components.loading import CheckpointError, load_checkpoint  # noqa: E402
 
 TOL = 1e-4
@@ -213,6 +214,9 @@ def test_config_spellings():
         dict(base, rope_scaling={"rope_type": "llama3", "factor": 8.0}, rope_theta=5e5)
     )
     assert (l3.rope_type, l3.rope_factor) == ("llama3", 8.0)
+    assert (old.max_position_embeddings, l3.max_position_embeddings) == (2048, 2048)
+    long = DecoderConfig.from_dict(dict(base, max_position_embeddings=32768))
+    assert long.max_position_embeddings == 32768
     with pytest.raises(ConfigError, match="rotary scaling `yarn` is not supported"):
         DecoderConfig.from_dict(dict(base, rope_scaling={"rope_type": "yarn"}))
     with pytest.raises(ConfigError, match="no `vocab_size`"):
@@ -225,7 +229,7 @@ def test_llama3_rope_matches_transformers():
     from transformers import LlamaConfig
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
-    from wgc_runtime.components.llama import inv_freq
+    from wgc_runtime.components.rope import inv_freq
 
     scaling = {
         "rope_type": "llama3",
