@@ -47,11 +47,6 @@ class DecoderConfig:
     max_position_embeddings: int = 2048
     model_type: str = "llama"
 
-    @property
-    def group_size(self) -> int:
-        """Query heads per KV head (grouped-query attention)."""
-        return self.num_heads // self.num_kv_heads
-
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> DecoderConfig:
         def need(key: str) -> Any:
