@@ -251,3 +251,27 @@ def test_comment_between_then_and_else() -> None:
 def test_empty_and_comment_only_files() -> None:
     assert check_invariants("") == ""
     assert check_invariants("\n\n  # only\n\n") == "# only\n"
+
+
+# `str.splitlines` breaks lines at these too; the lexer (and so every line number) only at `\n`
+LINE_BREAKS = ["\u2028", "\u2029", "\x85", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e"]
+
+
+@pytest.mark.parametrize("ch", LINE_BREAKS, ids=[f"U+{ord(c):04X}" for c in LINE_BREAKS])
+def test_line_break_characters_in_comments_and_strings(ch: str) -> None:
+    src = (
+        f"model m  # a{ch}b\nparam x = 1  # c\n"
+        f'node A: stateless {{\n  impl "x{ch}y"  # t{ch}u\n  in a: f32[1]  # p\n}}\n'
+        f'flow f {{ fail "no{ch}pe"  # z\n}}  # end\n'
+    )
+    out = check_invariants(src)
+    assert f"model m  # a{ch}b\n" in out and "param x = 1  # c\n" in out  # still trailing
+    assert "in  a: f32[1]  # p\n" in out and "}  # end\n" in out
+
+
+def test_cli_diff_cuts_lines_where_the_lexer_does(tmp_path: Path) -> None:
+    ugly = tmp_path / "u.walk"
+    ugly.write_text("model  m  # a\u2028b\n", encoding="utf-8")
+    result = _run(["fmt", "--diff", str(ugly)])
+    assert result.exit_code == 1
+    assert "@@ -1 +1 @@\n-model  m  # a\u2028b\n+model m   # a\u2028b\n" in result.output

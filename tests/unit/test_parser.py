@@ -130,3 +130,16 @@ def test_context_ignores_strings_and_comments():
 def test_valid_program_has_no_diagnostics():
     result = _parser.parse(EMBED, "t.walk")
     assert result.tree is not None and result.diagnostics == ()
+
+
+@pytest.mark.parametrize("ch", ["\u2028", "\u2029", "\x85", "\x0b", "\x0c", "\x1c", "\x1e"])
+def test_comments_are_placed_on_the_lexers_lines(ch):
+    # a line break `str.splitlines` knows (but the lexer does not) must not shift later lines
+    result = _parser.parse(f'model m  # a{ch}b\nparam x = "{ch}"  # c\n# d\n', "t.walk")
+    got = [(c.line, c.col, c.own_line) for c in result.comments]
+    assert got == [(1, 10, False), (2, 16, False), (3, 1, True)]
+
+
+def test_eof_error_after_a_line_break_character():
+    d = error("model m  # \u2028\nnode A: {")
+    assert d.code in ("WG001", "WG002") and d.span.line == 2

@@ -54,12 +54,16 @@ def _report_syntax(path: str, source: str, result: Formatted, color: bool) -> No
 
 def _diff(path: str, before: str, after: str) -> str:
     lines = difflib.unified_diff(
-        before.splitlines(keepends=True),
-        after.splitlines(keepends=True),
-        f"{path} (original)",
-        f"{path} (formatted)",
+        _lines(before), _lines(after), f"{path} (original)", f"{path} (formatted)"
     )
     return "".join(lines)
+
+
+def _lines(text: str) -> list[str]:
+    """``text`` cut after each `\n`, line ends kept: lines as the lexer counts them, which
+    `str.splitlines` does not (it also cuts at `\u2028`, `\x0c`, ... inside comments)."""
+    parts = text.split("\n")
+    return [p + "\n" for p in parts[:-1]] + ([parts[-1]] if parts[-1] else [])
 
 
 def _format_stdin(parser: Parser, color: bool) -> int:

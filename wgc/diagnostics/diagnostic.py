@@ -85,6 +85,20 @@ def diag(
     )
 
 
+def source_lines(text: str) -> list[str]:
+    """The lines of ``text`` as the lexer counts them (line ``n`` is ``[n - 1]``), without their
+    line ends.
+
+    Lines end at `\n` only: `str.splitlines` also breaks at `\f`, `\v`, `\x1c`-`\x1e`, `\x85`,
+    `\u2028` and `\u2029` (legal in comments, strings and whitespace), and would number every
+    later line wrongly. A `\r` before the `\n` is not part of the line; the final newline does
+    not start a line (so an empty text has no lines)."""
+    lines = [line.removesuffix("\r") for line in text.split("\n")]
+    if lines[-1] == "":
+        lines.pop()
+    return lines
+
+
 class SourceMap:
     """File name -> text, so renderers can quote source lines. Owned by one compilation."""
 
@@ -92,12 +106,7 @@ class SourceMap:
         self._texts: dict[str, list[str]] = {}
 
     def add(self, file: str, text: str) -> None:
-        # split on `\n` only, as the lexer counts lines: `str.splitlines` also breaks at `\f`,
-        # `\x1c`, `\u2028`... (legal in comments and whitespace) and would quote the wrong line
-        lines = [line.removesuffix("\r") for line in text.split("\n")]
-        if lines[-1] == "":
-            lines.pop()  # the final newline does not start a line
-        self._texts[file] = lines
+        self._texts[file] = source_lines(text)
 
     def line(self, file: str, line: int) -> str | None:
         lines = self._texts.get(file)

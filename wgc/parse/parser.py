@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from lark import Lark, Token, Tree
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 
-from wgc.diagnostics.diagnostic import Diagnostic, Label, Span, diag
+from wgc.diagnostics.diagnostic import Diagnostic, Label, Span, diag, source_lines
 from wgc.parse.grammar import grammar_text
 from wgc.parse.hints import context, describe_expected, hint_for
 
@@ -76,21 +76,13 @@ class Parser:
             tree = self._lark.parse(text)
         except UnexpectedInput as exc:
             return ParseResult(None, (), (self._syntax_error(exc, text, file),))
-        lines = text.splitlines()
-        comments = tuple(
-            Comment(
-                c.line,
-                c.column,
-                str(c).rstrip(),
-                not lines[c.line - 1][: c.column - 1].strip(),
-            )
-            for c in self._comments
-        )
+        lines = source_lines(text)
+        comments = tuple(_comment(c, lines) for c in self._comments)
         return ParseResult(tree, comments, ())
 
     # ------------------------------------------------------------------ syntax errors
     def _syntax_error(self, exc: UnexpectedInput, text: str, file: str) -> Diagnostic:
-        lines = text.splitlines() or [""]
+        lines = source_lines(text) or [""]
         if isinstance(exc, UnexpectedCharacters):
             ch = text[exc.pos_in_stream] if exc.pos_in_stream < len(text) else "?"
             span = Span(file, exc.line, exc.column, exc.line, exc.column + 1)
@@ -145,6 +137,13 @@ class Parser:
             labels=labels,
             help=help_,
         )
+
+
+def _comment(tok: Token, lines: list[str]) -> Comment:
+    """A `COMMENT` token as a `Comment`; ``lines`` are the source's, numbered as lark does."""
+    assert tok.line is not None and tok.column is not None  # the lexer positions every token
+    before = lines[tok.line - 1][: tok.column - 1]
+    return Comment(tok.line, tok.column, str(tok).rstrip(), not before.strip())
 
 
 _CHAR_HINTS = {
