@@ -311,7 +311,7 @@ def _sarif_result(d: Diagnostic, rule_index: int) -> dict[str, object]:
             related.append({"id": i, **_sarif_location(lb.span), "message": {"text": lb.message}})
     if related:
         result["relatedLocations"] = related
-    props = {"help": d.help} if d.help else {}
+    props: dict[str, str | list[str]] = {"help": d.help} if d.help else {}
     if d.notes:
         props["notes"] = list(d.notes)
     if props:

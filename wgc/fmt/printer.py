@@ -26,6 +26,12 @@ def _lines_of(t: Tree | Token) -> tuple[int, int]:
     return t.meta.line, t.meta.end_line
 
 
+def _end_pos(child: Tree | Token) -> int:
+    """The end offset of a child the grammar makes a token (a name); the lexer sets it."""
+    assert isinstance(child, Token) and child.end_pos is not None, child
+    return child.end_pos
+
+
 def _present(children) -> list:
     return [c for c in children if c is not None]
 
@@ -112,7 +118,7 @@ class Printer:
     def node_decl(self, t: Tree) -> None:
         name, engine, *items = t.children
         start, end = _lines_of(t)
-        brace = self.brace_line(name.end_pos)
+        brace = self.brace_line(_end_pos(name))
         head = f"node {name}: {_engine(engine)} {{"
         short = self.inline(0, head, items, brace == end, _short_node_item)
         if short is not None:
@@ -187,7 +193,7 @@ class Printer:
         elif d == "block":  # a `par` branch of several statements (or none)
             self.block(depth, "{", t.meta.line, t, self.stmt)
         else:
-            self.emit(depth, _simple_stmt(t, depth), *_lines_of(t))
+            self.emit(depth, _stmt_text(_simple_stmt(t, depth), t), *_lines_of(t))
 
     def par(self, depth: int, t: Tree) -> None:
         start, end = _lines_of(t)
@@ -201,7 +207,8 @@ class Printer:
         width = max((len(h) for h in heads if "\n" not in h), default=0)
         for branch in branches:
             if branch.data == "call":
-                self.emit(depth + 1, _simple_stmt(branch, depth + 1, width), *_lines_of(branch))
+                text = _stmt_text(_simple_stmt(branch, depth + 1, width), branch)
+                self.emit(depth + 1, text, *_lines_of(branch))
             else:
                 self.stmt(depth + 1, branch)
         self.emit(depth, "}", end, end, closes=True)
@@ -241,13 +248,13 @@ class Printer:
         elif d == "fblock":  # an arm body
             self.block(depth, prefix + "{", t.meta.line, t, self.fstmt)
         else:
-            self.emit(depth, _simple_fstmt(t, depth, prefix), *_lines_of(t))
+            self.emit(depth, _stmt_text(_simple_fstmt(t, depth, prefix), t), *_lines_of(t))
 
     def match(self, depth: int, t: Tree, prefix: str) -> None:
         var, attr, *arms = t.children
         start, end = _lines_of(t)
         head = f"{prefix}match {var}.{attr} {{"
-        self.emit(depth, head, start, self.brace_line(attr.end_pos), opens=True)
+        self.emit(depth, head, start, self.brace_line(_end_pos(attr)), opens=True)
         pats = [" | ".join(str(p) for p in arm.children[0].children) for arm in arms]
         width = max((len(p) for p in pats), default=0)
         for arm, pat in zip(arms, pats, strict=True):
@@ -386,6 +393,13 @@ def _call_head(t: Tree, depth: int = 0, tail: str = ")") -> str:
     """`N(a, b = c)` + ``tail``, wrapped if long."""
     args = [_binding(c) for c in _present(t.children[1:]) if c.data == "arg"]
     return fit(depth, f"{t.children[0]}(", args, tail)
+
+
+def _stmt_text(text: str | None, t: Tree) -> str:
+    """The one-line text of a statement the printer has no block form for: every such statement
+    of the grammar has a simple form, so None here is a printer bug."""
+    assert text is not None, f"no printed form for `{t.data}`"
+    return text
 
 
 def _simple_stmt(t: Tree, depth: int = 0, arrow: int = 0) -> str | None:

@@ -43,6 +43,7 @@ from wgc.ir.flow import (
     Flow,
     FlowKind,
     For,
+    FStmt,
     If,
     Match,
     Not,
@@ -366,7 +367,11 @@ class _Builder:
                     label_span = self.span(it)
                 elif it.data == "config":
                     key, ex = str(it.children[0]), self.expr(it.children[1])
-                    config[key] = self.static_value(ex)
+                    value = self.static_value(ex)
+                    if value is None:  # reported; a broken value is no value (nor the base's)
+                        config.pop(key, None)
+                    else:
+                        config[key] = value
                     config_exprs[key] = ex
             if like is not None:
                 for p in own_inputs:
@@ -630,6 +635,7 @@ class _Builder:
                 yl.extend(Named(str(x), self.span(x)) for x in c.children)
             elif c.data == "yield_all":
                 ya.extend(Named(str(x), self.span(x)) for x in c.children)
+        assert body is not None, "the grammar gives every loop a block"
         mx = None
         if E.is_static(max_expr, self.params):
             try:
@@ -654,11 +660,11 @@ class _Builder:
             tuple(ya),
             self.span(t),
             header,
-        )  # type: ignore[arg-type]
+        )
         self._loops[index] = loop
         return loop
 
-    def check_modality(self, tok: Token) -> bool:
+    def check_modality(self, tok: Tree | Token) -> bool:
         m = str(tok)
         if m in MODALITIES:
             return True
@@ -723,11 +729,11 @@ class _Builder:
     def fblock(self, t: Tree) -> FBlock:
         return FBlock(tuple(self.fstmt(s) for s in t.children), self.span(t))
 
-    def fstmt(self, t: Tree):
+    def fstmt(self, t: Tree) -> FStmt:
+        """One statement of a flow body (braced arm and `else` bodies are `fblock`s, built by
+        their callers)."""
         d = t.data
         sp = self.span(t)
-        if d == "fblock":  # a braced arm body
-            return self.fblock(t)
         if d == "walk_call":
             args = []
             for a in t.children[1:]:
@@ -758,7 +764,7 @@ class _Builder:
                 self.error(
                     "WG007",
                     f"`for` iterates over `request.inputs`, not `{obj}.{attr}`",
-                    Span(self.file, obj.line, obj.column, attr.end_line, attr.end_column),
+                    _join(self.span(obj), self.span(attr)),
                     label="expected `request.inputs`",
                     help=f"write `for {var} in request.inputs {{ ... }}`",
                 )
@@ -857,3 +863,8 @@ def _unquote(s: str) -> str:
 
 def _example(typ: str) -> str:
     return {"bool": "false", "int": "1", "float": "1.0", "str": '"x"'}.get(typ, "...")
+
+
+def _join(first: Span, last: Span) -> Span:
+    """From the start of ``first`` to the end of ``last``."""
+    return Span(first.file, first.line, first.col, last.end_line, last.end_col)

@@ -340,8 +340,11 @@ class _Resolver:
         """Edges of a loop-carried read in loop ``level``'s body: the body's last binding feeds
         the next iteration; the value visible before the loop feeds iteration 0."""
         loop = level.loop
-        assert loop is not None
-        edges = [(EdgeKind.LOOP_CARRIED, level.last(channel), loop.name)]
+        last = level.last(channel)
+        # callers found a binding of `channel` at or after the read in this body (a `par`
+        # branch's bindings are its statement's), so the body's last one exists
+        assert loop is not None and last is not None
+        edges = [(EdgeKind.LOOP_CARRIED, last, loop.name)]
         init = None
         if level.parent is not None:
             init = self.lookup_quiet(channel, level.parent, level.pos_in_parent)

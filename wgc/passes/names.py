@@ -33,7 +33,8 @@ values (`x = seg`, `x = persisted`) are the `flows` pass's.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator
+from typing import Protocol, TypeVar
 
 import networkx as nx
 
@@ -111,9 +112,23 @@ def _unknown_help(word: str, choices: Iterable[str], what: str, fallback: str) -
     return f"{fallback}; {_listing(what, choices)}" if choices else fallback
 
 
-def _first_dupes(items: Iterable, key=lambda x: x.name) -> Iterator[tuple[object, object]]:
-    """(duplicate, first) for every item whose key was seen before."""
-    first: dict = {}
+class _Named(Protocol):
+    @property
+    def name(self) -> str: ...
+
+
+_T = TypeVar("_T")
+
+
+def _name(item: _Named) -> str:
+    return item.name
+
+
+def _first_dupes(
+    items: Iterable[_T], key: Callable[[_T], Hashable] = _name
+) -> Iterator[tuple[_T, _T]]:
+    """(duplicate, first) for every item whose key (by default its name) was seen before."""
+    first: dict[Hashable, _T] = {}
     for it in items:
         k = key(it)
         if k in first:
@@ -209,14 +224,15 @@ def _like_bases(model: Model, out: list[Diagnostic]) -> set[str]:
         i = cycle.index(start)
         cycle = cycle[i:] + cycle[:i]
         path = " -> ".join(f"`{x}`" for x in (*cycle, start))
-        others = [model.node(x) for x in cycle[1:]]
+        # every node of a cycle is declared: an edge only joins a node to a declared base
+        first, *others = [n for x in cycle if (n := model.node(x)) is not None]
         out.append(
             diag(
                 "WG110",
                 f"`like` cycle: {path}",
-                model.node(start).span,  # type: ignore[union-attr]
+                first.span,
                 label="this node's `like` chain comes back to it",
-                labels=[Label(o.span, f"`{o.name}` is `like` `{o.like}`") for o in others if o],
+                labels=[Label(o.span, f"`{o.name}` is `like` `{o.like}`") for o in others],
                 help="one node of the chain must declare its own engine, impl and ports",
             )
         )
@@ -535,14 +551,14 @@ def _call(model: Model, call: Call) -> list[Diagnostic]:
     for b in call.reads:
         if node.input(b.port) is not None:
             continue
-        if node.output(b.port) is not None:
+        if (declared := node.output(b.port)) is not None:
             out.append(
                 diag(
                     "WG113",
                     f"`{b.port}` is an output port of `{node.name}`, not an input",
                     b.span,
                     label="output port passed as an argument",
-                    labels=[Label(node.output(b.port).span, "declared `out` here")],  # type: ignore[union-attr]
+                    labels=[Label(declared.span, "declared `out` here")],
                     help=f"bind outputs after `->`: `{node.name}(...) -> {b.port}`",
                 )
             )
@@ -551,14 +567,14 @@ def _call(model: Model, call: Call) -> list[Diagnostic]:
     for b in call.writes:
         if node.output(b.port) is not None:
             continue
-        if node.input(b.port) is not None:
+        if (declared := node.input(b.port)) is not None:
             out.append(
                 diag(
                     "WG113",
                     f"`{b.port}` is an input port of `{node.name}`, not an output",
                     b.span,
                     label="input port bound after `->`",
-                    labels=[Label(node.input(b.port).span, "declared `in` here")],  # type: ignore[union-attr]
+                    labels=[Label(declared.span, "declared `in` here")],
                     help=f"pass inputs as arguments: `{node.name}({b.port})`",
                 )
             )
@@ -597,16 +613,16 @@ def _unknown_port(node: Node, port: str, span: Span, kind: str, ports) -> Diagno
 # ---------------------------------------------------------------- flows
 def _flow(model: Model, f: Flow) -> list[Diagnostic]:
     out = []
-    on_stream = f.kind is FlowKind.ON_STREAM and f.on_stream is not None
-    if on_stream and model.stream(f.on_stream) is None:  # type: ignore[arg-type]
+    stream = f.on_stream if f.kind is FlowKind.ON_STREAM else None
+    if stream is not None and model.stream(stream) is None:
         out.append(
             diag(
                 "WG107",
-                f"flow `{f.name}` runs on unknown stream `{f.on_stream}`",
+                f"flow `{f.name}` runs on unknown stream `{stream}`",
                 f.trigger_span or f.span,
                 label="not a declared stream",
                 help=_unknown_help(
-                    f.on_stream,
+                    stream,
                     (s.name for s in model.streams),
                     "streams",
                     "declare it with `stream NAME: PRODUCER.port -> CONSUMER.port`",

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import TypeGuard
 
 import yaml
 
@@ -161,7 +162,7 @@ class _Loader:
             return self.mstar(root, top)
         return self.wgc(root, top)
 
-    def compose(self) -> yaml.Node | None:
+    def compose(self) -> yaml.MappingNode | None:
         try:
             root = yaml.compose(self.text, Loader=yaml.SafeLoader)
         except yaml.MarkedYAMLError as exc:
@@ -318,8 +319,10 @@ class _Loader:
             if kind(v) not in ("int", "float", "bool", "str"):
                 self.wrong(v, f"param `{name}`", "a number, boolean or string")
                 continue
+            value = scalar(v)
+            assert isinstance(value, int | float | str)  # what those kinds construct to
             out.append(
-                ParamOverride(name, scalar(v), span(self.file, k), value_span=span(self.file, v))  # type: ignore[arg-type]
+                ParamOverride(name, value, span(self.file, k), value_span=span(self.file, v))
             )
         return tuple(out)
 
@@ -570,13 +573,17 @@ class _Loader:
             for r, s in zip(g.ranks, g.rank_spans, strict=True):
                 if r >= world:
                     self.rank_trouble = True
-                    labels = [Label(span(self.file, devices_key), "devices listed here")]
+                    labels = (
+                        [Label(span(self.file, devices_key), "devices listed here")]
+                        if devices_key is not None
+                        else []
+                    )
                     self.error(
                         "WG809",
                         f"rank {r} does not exist: `devices` lists {_ranks_phrase(world)}",
                         s,
                         label="no such rank",
-                        labels=labels if devices_key is not None else [],
+                        labels=labels,
                         help=f"add a device for rank {r} to `devices`, or use a rank below {world}",
                     )
 
@@ -785,7 +792,9 @@ class _Loader:
 
     def int_(self, node: yaml.Node, what: str) -> int | None:
         if kind(node) == "int":
-            return int(scalar(node))  # type: ignore[arg-type]
+            value = scalar(node)
+            assert isinstance(value, int)  # what the `int` kind constructs to
+            return value
         self.wrong(node, what, "an integer")
         return None
 
@@ -803,7 +812,7 @@ class _Loader:
         self.wrong(node, what, "a list", f"write a list, e.g. `{key}: {example}`")
         return None
 
-    def map_(self, node: yaml.Node, what: str) -> bool:
+    def map_(self, node: yaml.Node, what: str) -> TypeGuard[yaml.MappingNode]:
         if isinstance(node, yaml.MappingNode):
             return True
         self.wrong(node, what, "a mapping", "write `key: value` lines indented under it")

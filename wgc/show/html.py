@@ -13,6 +13,7 @@ from html import escape
 from importlib import resources
 
 import jinja2
+import markupsafe  # jinja2's own dependency: `Markup` marks the SVG as safe
 
 from wgc.ir.model import Model
 from wgc.show import describe as d
@@ -41,7 +42,7 @@ def render_html(model: Model, walk: str | None = None) -> str:
         ],
         flows=["\n".join(flow_lines(f)) for f in model.flows] if walk is None else [],
         legend=[(k, s.color, _DASH[s.dash], s.legend) for k, s in EDGE_STYLES.items()],
-        svg=jinja2.utils.markupsafe.Markup(svg(g, lay)),
+        svg=markupsafe.Markup(svg(g, lay)),
     )
 
 
