@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import signal
+from contextlib import contextmanager
 from pathlib import Path
 
 import networkx as nx
@@ -171,3 +173,91 @@ def test_unknown_nodes_and_ports_never_raise():
     src = walk_src("  Nobody(q) -> r\n  A(nope = x) -> x\n  emit r as tensor")
     for d in findings(src):
         assert d.code in dataflow.CODES
+
+
+# ------------------------------------------------------------------------- WG608 kv-cache order
+KV_NODES = "model m\n\n" + "".join(
+    f'node {n}: {e} {{\n  impl "m:{n}"\n  in  text: i64[1]\n  out token: i64[1]\n}}\n\n'
+    for n, e in (("L1", "kv_cache"), ("L2", "kv_cache"), ("S", "stateless"))
+)
+
+
+def kv_walk(calls: list[tuple[str, str]]) -> str:
+    """A walk of calls `(node, channel read)`; call `i` binds `t<i>`."""
+    body = "\n".join(f"  {n}(text = {src}) -> t{i} = token" for i, (n, src) in enumerate(calls))
+    return f"{KV_NODES}walk w(a: i64[1]) {{\n{body}\n}}\n"
+
+
+def _pairwise_wg608(model, w) -> list[tuple[int, int]]:
+    """WG608 by its definition: for each call of a shared cache, the first earlier call of that
+    cache that neither reaches it nor is reached from it (a path query per pair)."""
+    g = dataflow.call_graph(w)
+    by_node: dict[str, list] = {}
+    for c in w.calls:
+        if model.node(c.node).engine.value == "kv_cache":
+            by_node.setdefault(c.node, []).append(c)
+    out = []
+    for calls in by_node.values():
+        for i, later in enumerate(calls):
+            for c in calls[:i]:
+                if not nx.has_path(g, c.id, later.id) and not nx.has_path(g, later.id, c.id):
+                    out.append((c.id, later.id))
+                    break
+    return out
+
+
+def _wg608(src: str, pairwise: bool = True) -> tuple[list[tuple[int, int]], list | None]:
+    """The pass's WG608 findings as (earlier call id, later call id), and the definition's."""
+    r = _driver.front_end("t.walk", src, verify=False)
+    assert r.model is not None
+    (w,) = r.model.walks
+    found = dataflow._unordered_kv_calls(r.model, w)
+    assert all(d.code == "WG608" for d in found)
+    by_span = {(c.name_span or c.span): c.id for c in w.calls}
+    got = [(by_span[d.labels[0].span], by_span[d.span]) for d in found]
+    return got, _pairwise_wg608(r.model, w) if pairwise else None
+
+
+def test_wg608_matches_its_pairwise_definition_on_random_walks():
+    import random
+
+    rng = random.Random(608)
+    for _ in range(60):
+        channels, calls = ["a"], []
+        for i in range(rng.randint(2, 12)):
+            calls.append((rng.choice(["L1", "L2", "S"]), rng.choice(channels)))
+            channels.append(f"t{i}")
+        got, want = _wg608(kv_walk(calls))
+        assert got == want, calls
+
+
+@contextmanager
+def _deadline(seconds: int):
+    """Fail (rather than hang for minutes) when the body runs past ``seconds``."""
+    if not hasattr(signal, "SIGALRM"):
+        yield
+        return
+
+    def expire(signum, frame):
+        raise TimeoutError(f"took more than {seconds} s")
+
+    old = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def test_wg608_on_a_chain_of_600_calls_of_one_cache():
+    # pairwise path queries made this cubic (24 s at N = 600; now well under a second). The
+    # deadline is generous so that a loaded machine cannot fail it: no timing comparison here.
+    n = 600
+    chain = [("L1", "a" if i == 0 else f"t{i - 1}") for i in range(n)]
+    with _deadline(10):
+        ordered = result(kv_walk(chain))  # the whole front end, as `wgc check` runs it
+        forked, _ = _wg608(kv_walk([*chain, ("L1", f"t{n // 2}")]), pairwise=False)
+    assert [d for d in ordered.diagnostics if d.code == "WG608"] == []
+    # the extra call reads t300: it is unordered with calls 301..599, and names the first
+    assert forked == [(n // 2 + 1, n)]

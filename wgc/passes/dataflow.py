@@ -74,25 +74,49 @@ def _unordered_kv_calls(model: Model, w: Walk) -> list[Diagnostic]:
         node = model.node(c.node)
         if node is not None and node.engine is EngineKind.KV_CACHE:
             kv_calls.setdefault(c.node, []).append(c)
-    if not any(len(cs) > 1 for cs in kv_calls.values()):
+    # the calls that share a cache, each one bit of a bitset (in walk order within one node)
+    shared = [c.id for cs in kv_calls.values() if len(cs) > 1 for c in cs]
+    if not shared:
         return []
     g = call_graph(w)
     if not nx.is_directed_acyclic_graph(g):
         return []  # WG602 first
+    bits = {cid: 1 << k for k, cid in enumerate(shared)}
+    related = _related(g, bits)
     out = []
     for name, calls in kv_calls.items():
-        for i, later in enumerate(calls):
-            earlier = next(
-                (
-                    c
-                    for c in calls[:i]
-                    if not nx.has_path(g, c.id, later.id) and not nx.has_path(g, later.id, c.id)
-                ),
-                None,
-            )
-            if earlier is not None:
+        if len(calls) < 2:
+            continue
+        before = 0  # the bits of the calls of `name` before `later`
+        for later in calls:
+            unordered = before & ~related[later.id]
+            if unordered:  # the first earlier call (lowest bit) neither before nor after it
+                earlier = w.calls[shared[(unordered & -unordered).bit_length() - 1]]
                 out.append(_unordered_kv(w, name, earlier, later))
+            before |= bits[later.id]
     return out
+
+
+def _related(g: nx.DiGraph, bit: dict[int, int]) -> dict[int, int]:
+    """For each call id of ``bit`` (call id -> its bit): the bitset of those calls it reaches or
+    is reached from in the acyclic ``g``, itself included.
+
+    One sweep each way along a topological order: O((calls + edges) * len(bit) / word size),
+    where a path query per pair of calls is cubic in a chain of calls."""
+    order = list(nx.topological_sort(g))
+    down: dict[int, int] = {}
+    for v in reversed(order):
+        mask = bit.get(v, 0)
+        for s in g.successors(v):
+            mask |= down[s]
+        down[v] = mask
+    up: dict[int, int] = {}
+    for v in order:
+        mask = bit.get(v, 0)
+        for p in g.predecessors(v):
+            mask |= up[p]
+        up[v] = mask
+    return {cid: down[cid] | up[cid] for cid in bit}
 
 
 def _unordered_kv(w: Walk, node: str, earlier: Call, later: Call) -> Diagnostic:
