@@ -1,7 +1,8 @@
 """Robustness of the front end (issue 2, point 8): no input makes wgc raise.
 
-Whatever the text (a valid generated program, a mutated one, grammar-shaped token soup, or
-arbitrary Unicode), `Driver().front_end` returns, and everything it returns is well formed:
+Whatever the text (a valid generated program, one whose numbers are out of the 64-bit range, a
+mutated one, grammar-shaped token soup, or arbitrary Unicode), `Driver().front_end` returns, and
+everything it returns is well formed:
 
 * every diagnostic has a registered code;
 * every span (primary and secondary) is in the file: line 1 up to one past its last line, with
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -45,7 +47,7 @@ FORMATS = ("text", "json", "github", "sarif")
 DEV_EXAMPLES = 200
 # Under CI the four properties run 10,000 cases in all, weighted towards the inputs that are
 # cheap to draw: a generated program costs ~10x a token soup and ~30x a random string.
-CI_EXAMPLES = {"generated": 600, "mutated": 1200, "soup": 3200, "text": 5000}
+CI_EXAMPLES = {"generated": 600, "big": 300, "mutated": 1200, "soup": 3200, "text": 5000}
 
 
 def _robust(kind: str) -> settings:
@@ -124,10 +126,46 @@ def _assert_robust(text: str) -> None:
     _check_cli(text)
 
 
+# ------------------------------------------------------------------ inputs
+# numbers that overflow a float, an int64, Python's int-from-text limit (4,300 digits), or the
+# float range once multiplied; and numbers at the edges of the range
+BIG_NUMBERS = (
+    "1e309",
+    "1e308",
+    "9223372036854775807",
+    "9223372036854775808",
+    "99999999999999999999999",
+    "9" * 5000,
+    "0" * 30 + "7",
+    "1.7976931348623157e308",
+)
+_NUMBER_OR_SKIPPED = re.compile(
+    r'#[^\n]*|"(?:[^"\\\n]|\\.)*"|[A-Za-z_]\w*|(\d[\d.]*(?:[eE][-+]?\d+)?)'
+)
+
+
+@st.composite
+def programs_with_big_numbers(draw) -> str:
+    """A generated program with some of its number literals replaced by `BIG_NUMBERS`."""
+
+    def swap(m: re.Match) -> str:
+        if m.group(1) is None or not draw(st.booleans()):  # a comment, string or name
+            return m.group()
+        return draw(st.sampled_from(BIG_NUMBERS))
+
+    return _NUMBER_OR_SKIPPED.sub(swap, draw(walk_programs()))
+
+
 # ------------------------------------------------------------------ properties
 @_robust("generated")
 @given(walk_programs())
 def test_generated_programs_never_crash(text: str) -> None:
+    _assert_robust(text)
+
+
+@_robust("big")
+@given(programs_with_big_numbers())
+def test_out_of_range_numbers_never_crash(text: str) -> None:
     _assert_robust(text)
 
 
@@ -160,7 +198,26 @@ def test_arbitrary_text_never_crashes(text: str) -> None:
         "model m\r\nnode A : stateless {\r\n",
         "\x00",
         "\ufeffmodel m",
+        "model m\nparam p = 1e309\ntype T = f32[p]\n",
+        "model m\nparam p = " + "9" * 5000 + "\n",
+        "walk w(x?: f32[1]) {\n  loop l max 1e309 {\n    A(x) -> x\n  } yield last x\n}\n",
+        "flow f { repeat option.n * 1e400 { w() } }\nwalk w() { }\n",
     ],
 )
 def test_known_edge_cases(text: str) -> None:
     _assert_robust(text)
+
+
+def test_check_reports_an_overflowing_loop_bound_as_a_user_error(tmp_path: Path) -> None:
+    # issue 16: `max 1e309` raised OverflowError in the loop_shape pass (exit 2, a traceback)
+    path = tmp_path / "big.walk"
+    path.write_text(
+        'model big\nnode A: stateless {\n  impl "m:A"\n  in  x: f32[4]\n  out x: f32[4]\n}\n'
+        "walk w(x?: f32[4]) {\n  loop l max 1e309 {\n    A(x) -> x\n  } yield last x\n"
+        "  emit x as tensor\n}\nflow main { w() }\n",
+        encoding="utf-8",
+    )
+    res = CliRunner().invoke(main, ["check", str(path)], obj=Env())
+    assert res.exit_code == 1, res.output
+    assert "error[WG303]: loop bound is not a static integer" in res.stderr
+    assert f"{path}:8:14" in res.stderr and "Traceback" not in res.output

@@ -30,7 +30,7 @@ _driver = Driver()
 
 def expected_annotations(text: str) -> set[tuple[int, str]]:
     out = set()
-    for i, line in enumerate(text.splitlines(), start=1):
+    for i, line in enumerate(text.split("\n"), start=1):  # lines as the lexer counts them
         m = _ANNOT.search(line)
         if m:
             target = i - len(m.group(1))

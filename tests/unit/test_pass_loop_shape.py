@@ -280,3 +280,35 @@ def test_unknown_names_and_broken_params_in_bounds_are_reported_elsewhere():
     src += "walk w(s?: f32[4]) { loop a max nope { fixed(s) -> s } "
     src += "loop b max broken { fixed(s) -> s } }"
     assert _codes(src) == []
+
+
+# -------------------------------------------------------------------- bounds out of range
+@pytest.mark.parametrize(
+    ("bound", "message"),
+    [
+        ("1e309", "number literal is too large for a 64-bit float"),
+        ("-1e309", "number literal is too large for a 64-bit float"),
+        ("1e200 * 1e200", "`1e+200 * 1e+200` overflows a 64-bit float"),
+        ("99999999999999999999", "number literal is too large for a 64-bit integer"),
+        ("9" * 5000, "number literal is too large for a 64-bit integer"),
+        ("9223372036854775807 + 1", "`9223372036854775807 + 1` overflows a 64-bit integer"),
+    ],
+    ids=["inf", "neg-inf", "product", "int", "5000-digits", "int-sum"],
+)
+def test_a_bound_out_of_range_is_wg303_not_a_crash(bound, message):
+    # `1e309` used to raise OverflowError (`int(inf)`) while the pass built its help text
+    walk = f"walk w(s?: f32[4]) {{ loop l max {bound} {{ fixed(s) -> s }} yield last s }}"
+    (d,) = _run(NODES + walk)
+    assert d.code == "WG303"
+    assert d.message == f"loop bound is not a static integer: {message}"
+    # the span is the number, or the operation, that is out of range
+    at = walk.index(bound.removeprefix("-")) + 1
+    assert (d.span.line, d.span.col) == (NODES.count("\n") + 1, at)
+
+
+def test_the_largest_bound_in_range_is_accepted():
+    src = (
+        NODES
+        + "walk w(s?: f32[4]) { loop l max 9223372036854775807 { fixed(s) -> s } yield last s }"
+    )
+    assert _codes(src) == []

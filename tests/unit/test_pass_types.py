@@ -121,3 +121,75 @@ def test_never_raises_and_reports_only_its_codes(path):
     if result.model is None:
         return
     assert {d.code for d in types.run(result.model)} <= set(types.CODES)
+
+
+# ---------------------------------------------------------------- numbers out of the 64-bit range
+def _front_end_errors(text: str) -> list[tuple[str, int, str]]:
+    result = _driver.front_end("t.walk", text)
+    return [(d.code, d.span.line, d.message) for d in result.diagnostics if d.is_error]
+
+
+@pytest.mark.parametrize(
+    ("decl", "message"),
+    [
+        ("param p = 1e309", "number literal is too large for a 64-bit float"),
+        ("param p = " + "9" * 5000, "number literal is too large for a 64-bit integer"),
+        (
+            "param p = 4611686018427387904 * 2",
+            "`4611686018427387904 * 2` overflows a 64-bit integer",
+        ),
+        ("param p = 1e308 + 1e308", "`1e+308 + 1e+308` overflows a 64-bit float"),
+        ("param p = 1e300 / 1e-300", "`1e+300 / 1e-300` overflows a 64-bit float"),
+        ("type T = f32[99999999999999999999]", "number literal is too large for a 64-bit integer"),
+        ("option o: float = 1e309", "number literal is too large for a 64-bit float"),
+        ("option o: int = " + "9" * 30, "number literal is too large for a 64-bit integer"),
+    ],
+    ids=[
+        "float",
+        "5000-digits",
+        "int-product",
+        "float-sum",
+        "float-quotient",
+        "dim",
+        "option-float",
+        "option-int",
+    ],
+)
+def test_numbers_out_of_range_are_wg203(decl, message):
+    assert _front_end_errors(f"model m\n{decl}\n") == [("WG203", 2, message)]
+
+
+def test_a_broken_param_is_reported_once_not_at_every_use():
+    text = """model m
+param p = 1e309
+type T = f32[p * 2]
+node A: stateless {
+  impl "m:A"
+  in  x: f32[4]
+  out y: f32[4]
+  config k = p
+}
+node B: stateless {
+  impl "m:B"
+  in  x: f32[4]
+}
+stream s: A.y -> B.x chunk fixed(p)
+"""
+    assert [(c, line) for c, line, _ in _front_end_errors(text)] == [("WG203", 2)]
+
+
+def test_a_repeat_count_out_of_range_is_reported_even_with_an_option():
+    # a count with an option is not evaluated at compile time, but its literals still are checked
+    text = 'option k: int = 2\nflow main {\n  repeat option.k * 1e400 { fail "x" }\n}\n'
+    (d,) = run(text)
+    assert (d.code, d.span.line, d.message) == (
+        "WG203",
+        3,
+        "number literal is too large for a 64-bit float",
+    )
+
+
+def test_the_edges_of_the_range_are_valid():
+    text = "model m\nparam a = 9223372036854775807\nparam b = -9223372036854775807 - 1\n"
+    text += "param c = 1.7976931348623157e308\nparam d = 00000000000000000000000042\n"
+    assert _front_end_errors(text) == []

@@ -270,3 +270,43 @@ def test_parse_value():
     assert parse_value(1, "7") == 7 and parse_value(1.0, "7") == 7.0
     assert parse_value(True, "FALSE") is False and parse_value(True, "no") is None
     assert parse_value("x", " y ") == "y" and parse_value(1, "1.5") is None
+
+
+# ---------------------------------------------------------------- numbers out of the 64-bit range
+def test_overrides_out_of_range_are_wg815_and_not_applied():
+    bagel = model("bagel")
+    for text in ("params: {steps: 99999999999999999999}", f"params: {{steps: {'9' * 5000}}}"):
+        result = check_placement(bagel, "x.yaml", text)
+        (d,) = [d for d in result.diagnostics if d.code == "WG815"]
+        assert "out of range" in d.message and d.span.line == 1
+        values, _ = apply_overrides(bagel.params, result.placement, {})
+        assert values["steps"] == 50
+
+
+@pytest.mark.parametrize("text", ["99999999999999999999", "9" * 5000, "1e999"])
+def test_cli_sets_out_of_range(text):
+    bagel = model("bagel")
+    values, diags = apply_overrides(bagel.params, None, {"steps": text})
+    if text == "1e999":  # not an integer at all
+        assert codes(diags) == ["WG815"] and "is an integer" in diags[0].message
+        return
+    assert codes(diags) == ["WG815"] and "out of range" in diags[0].message
+    assert values["steps"] == 50
+
+
+def test_placement_integers_out_of_range_are_wg803():
+    big = "9" * 5000
+    for text in (
+        "devices: [cpu]\nplace: [{nodes: [A], ranks: [99999999999999999999]}]",
+        f"devices: [cpu]\nplace: [{{nodes: [A], ranks: [{big}]}}]",
+        f"devices: [cpu]\nplace: [{{nodes: [A], ranks: [0], tp: {big}}}]",
+    ):
+        _, diags = load("p.yaml", text)
+        assert any(d.code == "WG803" and "64-bit" in d.message for d in diags), text
+
+
+def test_parse_value_range_and_odd_digits():
+    assert parse_value(1, "9" * 5000) == 2**63  # out of range: `apply_overrides` reports it
+    assert parse_value(1, "-9223372036854775808") == -(2**63)
+    assert parse_value(1, "\u00b2") is None  # a digit to `str.isdigit`, not to `int()`
+    assert not value_fits(1.0, float("inf")) and not value_fits(1, 2**63)

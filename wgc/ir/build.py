@@ -76,6 +76,7 @@ class _Builder:
         self.overrides = dict(overrides or {})
         self.diags: list[Diagnostic] = []
         self.params: dict[str, E.Value] = {}
+        self.failed_params: set[str] = set()  # declared, but their value was an error
         self.aliases: dict[str, Tree] = {}
         self.resolved_aliases: dict[str, TensorType | None] = {}
 
@@ -160,7 +161,7 @@ class _Builder:
         d = t.data
         sp = self.span(t)
         if d == "int":
-            return E.Lit(int(t.children[0]), sp)
+            return E.Lit(E.int_literal(str(t.children[0])), sp)
         if d == "float":
             return E.Lit(float(t.children[0]), sp)
         if d == "string":
@@ -178,7 +179,13 @@ class _Builder:
         op = {"add": "+", "sub": "-", "mul": "*", "div": "/"}[d]
         return E.BinOp(op, self.expr(t.children[0]), self.expr(t.children[1]), sp)
 
+    def uses_failed_param(self, ex: E.Expr) -> bool:
+        """Whether ``ex`` names a param whose own value failed (and was reported there)."""
+        return any(r.name in self.failed_params and r.name not in self.params for r in E.refs(ex))
+
     def static_value(self, ex: E.Expr) -> E.Value | None:
+        if self.uses_failed_param(ex):
+            return None  # one error per broken param, where it is declared
         try:
             return E.evaluate(ex, self.params)
         except E.EvalError as err:
@@ -189,7 +196,9 @@ class _Builder:
         name = str(t.children[0])
         ex = self.expr(t.children[1])
         value = self.overrides[name] if name in self.overrides else self.static_value(ex)
-        if value is not None and name not in self.params:
+        if value is None:
+            self.failed_params.add(name)
+        elif name not in self.params:
             self.params[name] = value
         return Param(name, ex, value, self.span(t), self.span(t.children[0]))
 
@@ -293,6 +302,8 @@ class _Builder:
         ex = self.expr(t)
         if isinstance(ex, E.Ref) and ex.name not in self.params:
             return Dim.sym(ex.name)
+        if self.uses_failed_param(ex):
+            return None
         if not E.is_static(ex, self.params):
             bad = next((r for r in E.refs(ex) if r.name not in self.params), None)
             self.error(

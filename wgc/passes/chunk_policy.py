@@ -167,6 +167,8 @@ def _value_problem(model: Model, policy: ChunkPolicy, a: PolicyArg, name: str) -
             help=f"give `{name}` an integer value",
         )
     unknown = [r.name for r in E.refs(a.expr) if r.name not in params]
+    if any(model.param(n) is not None for n in unknown):
+        return None  # a declared param whose value failed: reported where it is declared
     opts = [o.name for o in E.option_refs(a.expr)]
     why = (
         f"`option.{opts[0]}` is only known per request"

@@ -11,8 +11,10 @@ shape the compiler knows (every dim an integer or a `param`). Invariants proved:
 * WG304: a loop marked `eager` (or nested inside an `eager` loop, which runs its whole body
   eagerly) does not need captured shapes: its WG301/WG302 findings become ONE warning for the
   outermost eager loop, listing every dynamic shape in notes.
-* WG303: `max` is a static positive integer. Unknown names in it are WG105 (the names pass) and
-  a param that failed to evaluate was reported where it is declared; both are skipped here.
+* WG303: `max` is a static positive integer in the 64-bit range (`1e309`, an infinite float, is
+  reported like any other bound that does not evaluate). Unknown names in it are WG105 (the
+  names pass) and a param that failed to evaluate was reported where it is declared; both are
+  skipped here.
 
 Owns: WG301, WG302, WG303, WG304.
 """

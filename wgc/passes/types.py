@@ -9,7 +9,8 @@ Invariants proved (and the code reported when one fails):
   (WG503/WG504); `emit` and `persist` accept any type.
 * WG202: `type A = f32` (a bare dtype) is rejected like a bare dtype on a port, which the
   builder reports; other dims are the builder's.
-* WG203: a `repeat` count is an integer expression (literals, `param`s, int options).
+* WG203: a `repeat` count is an integer expression (literals, `param`s, int options) whose
+  literals are in the 64-bit range, even when an option keeps it from being evaluated here.
 * WG204: an `option` used as a condition is a `bool`; one used in a `repeat` count is an `int`.
 
 Unknown names (nodes, ports, options, params) are the `names` pass's; this pass skips them.
@@ -228,6 +229,10 @@ def _int_expr(model: Model, ex: E.Expr, out: list[Diagnostic]) -> str | None:
     """The type name of ``ex`` (`int`, `float`, `bool`, `str`), reporting options of the wrong
     type into ``out``; None when a name is unknown (the `names` pass reports it)."""
     if isinstance(ex, E.Lit):
+        if not E.in_range(ex.value):  # a count with an option is never evaluated here
+            err = E.range_error(ex, ex.value)
+            out.append(diag(err.code, err.message, err.span, help=err.help))
+            return None
         return _value_type(ex.value)
     if isinstance(ex, E.Ref):
         p = model.param(ex.name)

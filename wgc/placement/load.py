@@ -38,6 +38,7 @@ import yaml
 
 from wgc.diagnostics.diagnostic import Diagnostic, Label, Span, diag
 from wgc.diagnostics.suggest import closest
+from wgc.ir.expr import in_range
 from wgc.ir.types import DTYPE_NAMES
 from wgc.placement.model import Batching, Group, KvCache, Named, ParamOverride, Placement
 from wgc.placement.yamlnodes import describe, kind, mark_span, scalar, span
@@ -791,12 +792,20 @@ class _Loader:
         return value
 
     def int_(self, node: yaml.Node, what: str) -> int | None:
-        if kind(node) == "int":
-            value = scalar(node)
-            assert isinstance(value, int)  # what the `int` kind constructs to
-            return value
-        self.wrong(node, what, "an integer")
-        return None
+        value = scalar(node)
+        if kind(node) != "int" or not isinstance(value, int):
+            self.wrong(node, what, "an integer")
+            return None
+        if not in_range(value):
+            self.error(
+                "WG803",
+                f"{what} does not fit in a 64-bit integer",
+                span(self.file, node),
+                label="too large",
+                help="placement integers are 64-bit (-2^63 to 2^63 - 1)",
+            )
+            return None
+        return value
 
     def str_(self, node: yaml.Node, what: str) -> str | None:
         if isinstance(node, yaml.ScalarNode) and kind(node) != "null":

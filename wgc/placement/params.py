@@ -11,16 +11,18 @@ reported by `wgc.placement.rules` and skipped, so a compile reports each problem
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from wgc.diagnostics.diagnostic import Diagnostic, Span, diag
 from wgc.diagnostics.suggest import closest
 from wgc.ir.decls import Param
-from wgc.ir.expr import EvalError, Value, evaluate
+from wgc.ir.expr import EvalError, Value, evaluate, in_range, int_literal
 from wgc.placement.model import Placement
 from wgc.placement.rules import kind_name, value_fits
 
 COMMAND_LINE = Span("<command line>", 0, 0, 0, 0)
+_DECIMAL = re.compile(r"[0-9]+")
 
 
 def apply_overrides(
@@ -79,6 +81,16 @@ def _parse_set(
     if p.value is None:
         return None  # its declaration is broken: the front end reported it
     value = parse_value(p.value, text)
+    if value is not None and not in_range(value):
+        diags.append(
+            diag(
+                "WG815",
+                f"`--set {name}=...`: the value is out of range",
+                COMMAND_LINE,
+                help="param values are 64-bit integers (-2^63 to 2^63 - 1) or finite floats",
+            )
+        )
+        return None
     if value is None:
         diags.append(
             diag(
@@ -97,6 +109,10 @@ def parse_value(declared: Value, text: str) -> Value | None:
     if isinstance(declared, bool):
         low = text.lower()
         return True if low == "true" else False if low == "false" else None
+    digits = text.removeprefix("-").removeprefix("+")
+    if isinstance(declared, int) and _DECIMAL.fullmatch(digits):
+        # decimal digits, even too many for `int()` (those are far out of range anyway)
+        return -int_literal(digits) if text.startswith("-") else int_literal(digits)
     try:
         if isinstance(declared, int):
             return int(text)

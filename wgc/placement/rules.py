@@ -34,6 +34,7 @@ from collections import defaultdict
 from wgc.diagnostics.diagnostic import Diagnostic, Label, Span, diag
 from wgc.diagnostics.suggest import closest
 from wgc.ir.decls import EngineKind
+from wgc.ir.expr import Value, in_range
 from wgc.ir.model import Model
 from wgc.placement.model import Group, Named, Placement
 from wgc.placement.reach import Pair, assignment, candidates, required_pairs
@@ -279,6 +280,17 @@ def _params(model: Model, placement: Placement) -> list[Diagnostic]:
             continue
         if p.value is None or value_fits(p.value, o.value):
             continue
+        if not in_range(o.value):
+            out.append(
+                diag(
+                    "WG815",
+                    f"the override of param `{o.name}` is out of range",
+                    o.value_span or o.span,
+                    label="not a 64-bit number",
+                    help="param values are 64-bit integers (-2^63 to 2^63 - 1) or finite floats",
+                )
+            )
+            continue
         out.append(
             diag(
                 "WG815",
@@ -293,8 +305,10 @@ def _params(model: Model, placement: Placement) -> list[Diagnostic]:
     return out
 
 
-def value_fits(declared: object, value: object) -> bool:
-    """Whether ``value`` may override a param declared as ``declared``."""
+def value_fits(declared: Value, value: Value) -> bool:
+    """Whether ``value`` may override a param declared as ``declared`` (and is in range)."""
+    if not in_range(value):
+        return False
     if isinstance(declared, bool) or isinstance(value, bool):
         return isinstance(declared, bool) and isinstance(value, bool)
     if isinstance(declared, float):

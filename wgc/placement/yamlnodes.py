@@ -11,6 +11,7 @@ import yaml
 from yaml.constructor import ConstructorError, SafeConstructor
 
 from wgc.diagnostics.diagnostic import Span
+from wgc.ir.expr import int_literal
 
 _TAG = "tag:yaml.org,2002:"
 _KINDS = {"int": int, "float": float, "bool": bool, "str": str, "null": type(None)}
@@ -36,6 +37,14 @@ def scalar(node: yaml.Node) -> object:
         return SafeConstructor().construct_object(node, deep=True)
     except ConstructorError:
         return node.value  # an explicit tag the safe loader does not know: keep the text
+    except ValueError:
+        # a decimal integer past Python's conversion limit (thousands of digits): far out of
+        # the 64-bit range, which the loader reports, so an out-of-range stand-in will do
+        text = str(node.value).replace("_", "")
+        digits = text.removeprefix("-").removeprefix("+")
+        if not (digits.isascii() and digits.isdigit()):
+            return node.value
+        return -int_literal(digits) if text.startswith("-") else int_literal(digits)
 
 
 def kind(node: yaml.Node) -> str:
