@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/compile.py [--sizes 1000 10000] [--ranks 8] [--repeat 3]
                                            [--profile N]
 
-Times `compile_model` in process (front end + placement rules + lowering + code generation, no
+Times `Driver.compile` in process (front end + placement rules + lowering + code generation, no
 file writes), best of `repeat`, with the grammar compiled outside the timing. For the synthetic
 models (benchmarks/synth.py) an `--ranks`-rank placement is written programmatically: nodes
 round-robin over the ranks, so most channels cross ranks and every loop spreads. The ratio
@@ -29,7 +29,6 @@ sys.path.insert(0, str(HERE))
 from synth import synth_model  # noqa: E402
 
 from wgc.cli.compile import example_pairs  # noqa: E402
-from wgc.codegen.pipeline import compile_model  # noqa: E402
 from wgc.driver import Driver  # noqa: E402
 
 
@@ -56,7 +55,7 @@ def best_of(repeat: int, fn) -> tuple[float, object]:
 def bench_examples(repeat: int) -> None:
     os.chdir(ROOT)
     for walk, placement in example_pairs():
-        t, result = best_of(repeat, lambda w=walk, p=placement: compile_model(w, p, {}, Driver()))
+        t, result = best_of(repeat, lambda w=walk, p=placement: Driver().compile(w, p, {}))
         assert result.ok, (walk, placement, [str(d) for d in result.errors])
         ranks = len(result.plan.ranks)
         name = f"{Path(walk).parent.name}/{Path(placement).stem}"
@@ -76,7 +75,7 @@ def bench_synth(sizes: list[int], ranks: int, repeat: int) -> None:
     with tempfile.TemporaryDirectory() as d:
         for n in sizes:
             walk, placement = synth_files(Path(d), n, ranks)
-            t, result = best_of(repeat, lambda w=walk, p=placement: compile_model(w, p))
+            t, result = best_of(repeat, lambda w=walk, p=placement: Driver().compile(w, p))
             assert result.ok, [str(x) for x in result.errors][:5]
             hops = len(result.plan.transfers)
             size = sum(len(text) for text in result.files.values())
@@ -97,7 +96,7 @@ def profile(n: int, ranks: int) -> None:
         walk, placement = synth_files(Path(d), n, ranks)
         prof = cProfile.Profile()
         prof.enable()
-        compile_model(walk, placement)
+        Driver().compile(walk, placement)
         prof.disable()
     pstats.Stats(prof).sort_stats("cumulative").print_stats(40)
 

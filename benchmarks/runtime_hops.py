@@ -53,11 +53,11 @@ PLANS = {
 
 def compile_all(out: Path) -> dict[str, str]:
     from wgc.cli.compile import sync
-    from wgc.codegen.pipeline import compile_model
+    from wgc.driver import Driver
 
     dirs = {}
     for name, (walk, placement) in PLANS.items():
-        result = compile_model(str(MODELS / walk), str(MODELS / "placements" / placement))
+        result = Driver().compile(str(MODELS / walk), str(MODELS / "placements" / placement))
         if not result.ok:
             raise SystemExit(f"{walk} @ {placement}: {[d.message for d in result.errors]}")
         sync(out / name, result.files, check=False)
@@ -241,7 +241,7 @@ def request_latency(plan: str, n: int, env: dict[str, str] | None = None) -> tup
 def local_latency(plan: str, n: int) -> float:
     import torch
 
-    from wgc_runtime.contract.spec import Segment
+    from wgc_runtime.contract.flow import Segment
     from wgc_runtime.host.local import LocalCluster
 
     cluster = LocalCluster(plan)

@@ -1,16 +1,17 @@
-"""The messages between the conductor, the workers (one per rank) and the client.
+"""The messages between the conductor and the workers (one per rank), and what the client sees.
 
-Every message is a small frozen dataclass. `to_wire()` turns it into a msgpack-able dict
-(``{"t": <class name>, <field>: <value>, ...}``, tuples as lists) and `from_wire()` turns such a
-dict back into the message; nothing here ever pickles.
+Every message is a frozen `msgspec.Struct`, encoded as a msgpack array (``[tag, field, ...]``:
+``array_like``, an int tag per class). The transport (`wgc_runtime.host.transport.codec`)
+decodes a received frame *into these types*, so a malformed or mistyped message is rejected at
+the socket with a `CodecError` naming the bad field: it never reaches a core, and nothing is ever
+pickled. The launcher and client protocols (`wgc_runtime.contract.control`) are messages of the
+same kind; `INBOX` is what a rank's or the conductor's inbox accepts.
 
-**Tensors are never encoded here.** A *data message* (``DATA`` is true: `Value`, `StreamItem`,
-`ClientOut`, `Output`) carries one tensor *handle* in its ``data`` field, which the transport
-fills and reads: in one process the handle is the tensor itself (or ``None``); across processes
-the transport swaps the tensor for a descriptor (a shared-memory arena slot, a ZeroMQ frame
-index) with `with_data` before `to_wire`, and back after `from_wire`. `to_wire` refuses a
-message whose ``data`` is still a tensor-like object (anything but None / str / int / float /
-bool / bytes / list / dict), so a forgotten swap fails loudly instead of pickling.
+**Tensors.** A *data message* (`Value`, `StreamItem`, `StatePart`, `ClientOut`, `Output`) carries
+one value in its ``data`` field: in one process the tensor itself (or ``None``); across processes
+the codec's encode hook turns the tensor into a msgpack extension value (inline bytes for a small
+tensor, a shared-memory arena descriptor on one host, a zero-copy frame across hosts) and its
+decode hook turns it back.
 
 Addresses: a rank is its number; `CONDUCTOR` and `CLIENT` are the other two endpoints. An
 ``outbox`` is a callable ``outbox(to: int, msg)``.
@@ -53,10 +54,11 @@ message                 from -> to          meaning
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
+import msgspec
+
+from wgc_runtime.contract.kinds import Edge, FailKind
 from wgc_runtime.contract.spec import Dest
 
 CONDUCTOR = -1
@@ -64,73 +66,18 @@ CLIENT = -2
 
 Iters = tuple[tuple[str, int], ...]
 
-_PLAIN = (type(None), str, int, float, bool, bytes, list, dict, tuple)
 
+class Message(msgspec.Struct, frozen=True, array_like=True):
+    """Base of every message (see the module docstring); ``DATA``: it carries a ``data``
+    value that may be a tensor."""
 
-class Message:
-    """Base of every message (see the module docstring)."""
-
-    __slots__ = ()
     DATA: ClassVar[bool] = False
-
-    def to_wire(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"t": type(self).__name__}
-        for f in dataclasses.fields(self):  # type: ignore[arg-type]
-            value = getattr(self, f.name)
-            if f.name == "data":
-                if not isinstance(value, _PLAIN):
-                    raise TypeError(
-                        f"{type(self).__name__}.data holds a {type(value).__name__}: the "
-                        "transport must swap tensors for descriptors before to_wire()"
-                    )
-                out["data"] = value
-            elif f.name == "dests":
-                out["dests"] = [dataclasses.asdict(d) for d in value]
-            else:
-                out[f.name] = _plain(value)
-        return out
-
-    def with_data(self, data: Any) -> Message:
-        """A copy with ``data`` replaced (the transport's handle swap)."""
-        return dataclasses.replace(self, data=data)  # type: ignore[type-var]
-
-
-def _plain(v: Any) -> Any:
-    if isinstance(v, tuple):
-        return [_plain(x) for x in v]
-    return v
-
-
-def _tuple(v: Any) -> Any:
-    if isinstance(v, list):
-        return tuple(_tuple(x) for x in v)
-    return v
-
-
-def from_wire(d: dict[str, Any]) -> Message:
-    """The message a `Message.to_wire` dict describes."""
-    cls = MESSAGES.get(d.get("t", ""))
-    if cls is None:
-        raise ValueError(f"unknown message type {d.get('t')!r}")
-    kwargs: dict[str, Any] = {}
-    for f in dataclasses.fields(cls):
-        if f.name not in d:
-            continue
-        v = d[f.name]
-        if f.name == "data":
-            kwargs["data"] = v
-        elif f.name == "dests":
-            kwargs["dests"] = tuple(Dest(**{**x, "ranks": tuple(x["ranks"])}) for x in v)
-        else:
-            kwargs[f.name] = _tuple(v)
-    return cls(**kwargs)
 
 
 # ---------------------------------------------------------------- conductor -> rank
 
 
-@dataclass(frozen=True, slots=True)
-class StartWalk(Message):
+class StartWalk(Message, frozen=True, tag=1):
     """Run this rank's piece of walk instance ``walk_id`` for ``flow`` of ``request``.
     ``options``: the request's option values (defaults included), for `CallContext.options`."""
 
@@ -141,8 +88,7 @@ class StartWalk(Message):
     options: tuple[tuple[str, Any], ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
-class ForwardPersisted(Message):
+class ForwardPersisted(Message, frozen=True, tag=2):
     """Walk input ``input`` of instance ``walk_id`` is channel ``name`` that ``flow`` persisted on
     this rank: deliver it to ``dests`` (the input's `WalkInputSpec.dests`: calls on any rank,
     the client, persists on this rank). ``ack``: this rank has no piece of the walk, so it
@@ -158,35 +104,30 @@ class ForwardPersisted(Message):
     ack: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class StreamDone(Message):
+class StreamDone(Message, frozen=True, tag=3):
     request: str
     stream: str
 
 
-@dataclass(frozen=True, slots=True)
-class StreamAbandon(Message):
+class StreamAbandon(Message, frozen=True, tag=4):
     request: str
     stream: str
 
 
-@dataclass(frozen=True, slots=True)
-class SkipChunk(Message):
+class SkipChunk(Message, frozen=True, tag=5):
     request: str
     stream: str
     index: int
 
 
-@dataclass(frozen=True, slots=True)
-class Release(Message):
+class Release(Message, frozen=True, tag=6):
     """The request ended (finished, failed or cancelled): drop its state, release its nodes."""
 
     request: str
     reason: str = "finished"
 
 
-@dataclass(frozen=True, slots=True)
-class ExportState(Message):
+class ExportState(Message, frozen=True, tag=7):
     """Before walk instance ``walk_id`` starts, the request's state of ``node`` must move from
     ``from_ranks`` (this rank is one of them) to ``to_ranks`` (`WalkSpec.handoffs`). Export it
     (`Node.export_state`), drop it here, and send it: with groups of one size, the rank at
@@ -203,8 +144,7 @@ class ExportState(Message):
 # ---------------------------------------------------------------- data between ranks
 
 
-@dataclass(frozen=True, slots=True)
-class Value(Message):
+class Value(Message, frozen=True, tag=8):
     """A value for input ``port`` of call ``call`` (on the receiving rank) of walk instance
     ``walk_id``. ``edge``/``loop`` are the destination's (`Dest.edge`, `Dest.loop`). ``iters``
     tags the iteration the value belongs to: the producer's loop iterations, already adjusted by
@@ -219,15 +159,14 @@ class Value(Message):
     walk: str
     call: int
     port: str
-    edge: str
+    edge: Edge
     loop: str | None = None
     iters: Iters = ()
     signal: bool = False
     data: Any = None
 
 
-@dataclass(frozen=True, slots=True)
-class Until(Message):
+class Until(Message, frozen=True, tag=9):
     """The stop value of iteration ``iteration`` of loop ``loop`` (the instance inside
     iterations ``outer`` of its enclosing loops)."""
 
@@ -240,8 +179,7 @@ class Until(Message):
     stop: bool
 
 
-@dataclass(frozen=True, slots=True)
-class StreamItem(Message):
+class StreamItem(Message, frozen=True, tag=10):
     """One item for stream ``stream``; the owner answers `StreamAck` with ``seq`` once the item
     is in the buffer (at once, or after a consumer made room)."""
 
@@ -253,15 +191,13 @@ class StreamItem(Message):
     data: Any = None
 
 
-@dataclass(frozen=True, slots=True)
-class StreamAck(Message):
+class StreamAck(Message, frozen=True, tag=11):
     request: str
     stream: str
     seq: int
 
 
-@dataclass(frozen=True, slots=True)
-class StatePart(Message):
+class StatePart(Message, frozen=True, tag=12):
     """One named tensor (``key``, from `Node.export_state`) of the state of ``node`` that
     ``src_rank`` exports for walk instance ``walk_id``; a data message like `Value`."""
 
@@ -274,8 +210,7 @@ class StatePart(Message):
     data: Any = None
 
 
-@dataclass(frozen=True, slots=True)
-class StateEnd(Message):
+class StateEnd(Message, frozen=True, tag=13):
     """``src_rank`` sent every part of the exported state: ``parts`` `StatePart` messages (the
     receiver imports once it holds them all, whatever order they arrive in)."""
 
@@ -289,16 +224,14 @@ class StateEnd(Message):
 # ---------------------------------------------------------------- rank -> conductor
 
 
-@dataclass(frozen=True, slots=True)
-class WalkDone(Message):
+class WalkDone(Message, frozen=True, tag=14):
     request: str
     walk_id: int
     walk: str
     rank: int
 
 
-@dataclass(frozen=True, slots=True)
-class StateImported(Message):
+class StateImported(Message, frozen=True, tag=15):
     """``rank`` imported the state of ``node`` moved for walk instance ``walk_id``."""
 
     request: str
@@ -307,8 +240,7 @@ class StateImported(Message):
     rank: int
 
 
-@dataclass(frozen=True, slots=True)
-class ChunkReady(Message):
+class ChunkReady(Message, frozen=True, tag=16):
     """Chunk ``index`` of ``stream`` can be taken; ``empty``: it holds no item; ``final``: it is
     the stream's final chunk (known exactly when it becomes ready)."""
 
@@ -319,8 +251,7 @@ class ChunkReady(Message):
     final: bool
 
 
-@dataclass(frozen=True, slots=True)
-class ClientOut(Message):
+class ClientOut(Message, frozen=True, tag=17):
     """An emitted value (``iters``: the emit's loop iterations, outermost first)."""
 
     DATA: ClassVar[bool] = True
@@ -334,13 +265,11 @@ class ClientOut(Message):
     data: Any = None
 
 
-@dataclass(frozen=True, slots=True)
-class Failed(Message):
-    """The request failed. ``kind``: node | output | stream | flow | fail | timeout | deadlock
-    | cancelled | internal (the reference interpreter's kinds, plus the runtime's own)."""
+class Failed(Message, frozen=True, tag=18):
+    """The request failed (`FailKind` says why)."""
 
     request: str
-    kind: str
+    kind: FailKind
     message: str
     flow: str | None = None
     walk: str | None = None
@@ -351,8 +280,9 @@ class Failed(Message):
 # ---------------------------------------------------------------- conductor -> client
 
 
-@dataclass(frozen=True, slots=True)
-class Output(Message):
+class Output(Message, frozen=True, tag=19):
+    """An emitted value, as the client sees it (``iters``: the emit's loop iterations)."""
+
     DATA: ClassVar[bool] = True
     request: str
     flow: str
@@ -363,41 +293,36 @@ class Output(Message):
     data: Any = None
 
 
-@dataclass(frozen=True, slots=True)
-class Finished(Message):
+class Finished(Message, frozen=True, tag=20):
     """The request ended: ``ok``, or failed with the error fields (as in `Failed`)."""
 
     request: str
     ok: bool
-    kind: str | None = None
+    kind: FailKind | None = None
     message: str | None = None
     flow: str | None = None
     walk: str | None = None
     node: str | None = None
 
 
-MESSAGES: dict[str, type[Message]] = {
-    c.__name__: c
-    for c in (
-        StartWalk,
-        ForwardPersisted,
-        StreamDone,
-        StreamAbandon,
-        SkipChunk,
-        Release,
-        ExportState,
-        Value,
-        Until,
-        StreamItem,
-        StreamAck,
-        StatePart,
-        StateEnd,
-        WalkDone,
-        StateImported,
-        ChunkReady,
-        ClientOut,
-        Failed,
-        Output,
-        Finished,
-    )
-}
+# what moves between the cores (conductor <-> ranks, rank <-> rank)
+CORE = (
+    StartWalk,
+    ForwardPersisted,
+    StreamDone,
+    StreamAbandon,
+    SkipChunk,
+    Release,
+    ExportState,
+    Value,
+    Until,
+    StreamItem,
+    StreamAck,
+    StatePart,
+    StateEnd,
+    WalkDone,
+    StateImported,
+    ChunkReady,
+    ClientOut,
+    Failed,
+)

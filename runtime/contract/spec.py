@@ -1,54 +1,91 @@
-"""The records generated modules construct: what each rank runs and what the conductor drives.
+"""The plan records: what lowering builds, generated modules construct, and the runtime reads.
 
-`wgc compile` writes one module per rank (``RANK = RankSpec(...)``) and one conductor module
-(``CONDUCTOR = ConductorSpec(...)``, with every flow as a Python generator function). This module
-defines those records and nothing that needs torch, so a generated module imports in
-milliseconds and a test can read it on any machine. It never imports the compiler.
+One schema for both sides. `wgc compile` lowers a model and a placement into these records
+(`wgc.lower`), dumps them to ``plan.json`` and renders them as constructor calls in one module per
+rank (``RANK = RankSpec(...)``) and a conductor module (``CONDUCTOR = ConductorSpec(...)``, with
+every flow as a generator function, see `wgc_runtime.contract.flow`). Standard library only, so a
+generated module imports in milliseconds on any machine; this module never imports the compiler.
+Kinds are `StrEnum`s (`wgc_runtime.contract.kinds`).
 
-The rank records mirror the compiler's plan field for field (``dataclasses.asdict(RANK)`` equals
-the rank's entry in the ``plan.json`` written beside it), and carry the execution contract:
+Every generated module states the `SPEC_VERSION` it was written for; the runtime refuses a
+module of another version before importing it (`check_spec_version`), and ``plan.json`` carries
+it as ``"version"``. Any change to these records that an older module could not satisfy bumps it.
 
-* A *piece* (`PieceSpec`) is the part of one walk that one rank runs: its calls, and its own copy
-  of every loop it takes part in (`LoopSpec`; ``ranks`` lists every rank with a copy, so the
-  copies can agree on when the loop ends). A worker runs a piece from its `RankSpec` alone.
-* Every call input (`PortIn`) has a ``mode``: ``once`` (one value per walk instance, kept for every
-  iteration of enclosing loops), ``per_iteration`` (one value per iteration of the innermost
-  loop), ``carried`` (iteration 0 reads ``init``, iteration i+1 reads ``src`` of iteration i of
-  loop ``loop``), or ``stream`` (the next chunk of stream ``src.name``). ``optional`` inputs may
-  arrive as a bare signal (no tensor): the node makes its own default.
-* Every call output (`PortOut`) has destinations (`Dest`): ``call`` (a call on the same rank: an
-  in-process hand-off; on another rank: the transport), ``client`` (emit), ``persist`` (kept for
-  a later walk of the request), ``stream`` (appended to a stream buffer), ``until`` (the stop
-  condition of a loop; every rank in ``ranks`` must learn it). ``edge`` says when the value
-  travels: ``loop_carried`` feeds the next iteration, ``terminal`` travels once after the loop,
-  ``accumulated`` is stacked over iterations and travels after the loop, the rest at once.
-  A ``carried`` destination gets the value at the next iteration of ``loop`` (a read written
-  before the binding in the body), so the last iteration's value is never delivered. For a
-  ``stream`` destination ``rank`` is the stream's owner; a ``client`` one names the emitted
-  ``channel``.
+The execution contract:
+
+* A *piece* (`PieceSpec`) is the part of one walk that one rank runs: its calls, its sink units,
+  and its own copy of every loop it takes part in (`LoopSpec`; ``ranks`` lists every rank with a
+  copy, so the copies can agree on when the loop ends). A worker runs a piece from its
+  `RankSpec` alone. The compiler does the indexing: which units sit directly in the piece's top
+  level (``body``) or a loop (`LoopSpec.body`), which loops nest where (``nested``), each loop's
+  chain of enclosing loops and its place in statement order (``order``), which calls push to or
+  take chunks of which stream (``producers`` / ``consumers``).
+* Every call input (`PortIn`) has a ``mode`` (`InputMode`): ``once`` (one value per walk
+  instance, kept for every iteration of enclosing loops), ``per_iteration`` (one value per
+  iteration of the innermost loop), ``carried`` (iteration 0 reads ``init``, iteration i+1 reads
+  ``src`` of iteration i of loop ``loop``), or ``stream`` (the next chunk of stream ``src.name``).
+  ``optional`` inputs may arrive as a bare signal (no tensor): the node makes its own default.
+* Every call output (`PortOut`) has destinations (`Dest`, `DestKind`): ``call`` (a call on the
+  same rank: an in-process hand-off; on another rank: the transport), ``client`` (emit),
+  ``persist`` (kept for a later walk of the request), ``stream`` (appended to a stream buffer),
+  ``until`` (the stop condition of a loop; every rank in ``ranks`` must learn it). ``edge``
+  (`Edge`) says when the value travels: ``loop_carried`` feeds the next iteration, ``terminal``
+  travels once after the loop, ``accumulated`` is stacked over iterations and travels after the
+  loop, the rest at once. A ``carried`` destination gets the value at the next iteration of
+  ``loop`` (a read written before the binding in the body), so the last iteration's value is
+  never delivered. For a ``stream`` destination ``rank`` is the stream's owner; a ``client``
+  one names the emitted ``channel``.
 * An `emit` / `persist` in a loop of a value from outside the loop's iteration is a `SinkSpec`
   of the piece: a node-less unit that fires once per iteration, fed like a call input.
 
 Node state moves between rank groups when a kv-cache node runs its walks on several groups
 (prefill on one, decode on another): `WalkSpec.handoffs` lists the moves that may be due before a
 walk starts, `WalkSpec.kv_groups` where each such node's state lives once it started; the
-conductor tracks, per request, where each node's state lives and runs the moves (see
-`wgc_runtime.core.conductor.core`).
-
-Flows speak a small protocol: a flow body is a generator taking a `Request` and yielding
-`RunWalk` (run a walk to completion, with arguments that are request segments, `Persisted`
-channels or option values) or `Fail` (end the request with an error). The conductor resumes the
-generator when the walk is done, on every rank in `WalkSpec.report`.
+conductor tracks, per request, where each node's state lives and runs the moves.
 """
 
 from __future__ import annotations
 
-import abc
-from collections.abc import Callable, Generator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
+from wgc_runtime.contract.flow import FlowGen, Request, Segment, SimpleRequest
+from wgc_runtime.contract.kinds import (
+    AttentionKind,
+    CaptureScope,
+    DestKind,
+    Edge,
+    Engine,
+    FinalMode,
+    FlowKind,
+    InputMode,
+    OptionType,
+    Policy,
+    SourceKind,
+)
+
+SPEC_VERSION = 2
+"""The version of these records that generated modules and ``plan.json`` are written for."""
+
 ITEMSIZE = {"bool": 1, "u8": 1, "i32": 4, "i64": 8, "f16": 2, "bf16": 2, "f32": 4}
+
+
+class SpecVersionError(RuntimeError):
+    """A generated module (or plan) written for another version of these records."""
+
+
+def check_spec_version(found: int | None, where: str) -> None:
+    """Raise `SpecVersionError` unless ``found`` (the version ``where`` was written for; None
+    when it names none) is `SPEC_VERSION`."""
+    if found == SPEC_VERSION:
+        return
+    said = "names no spec version" if found is None else f"was generated for spec version {found}"
+    raise SpecVersionError(
+        f"`{where}` {said}, but this runtime reads spec version {SPEC_VERSION}: recompile it "
+        "with this wgc (`wgc compile MODEL.walk --placement P.yaml`)"
+    )
+
 
 # ---------------------------------------------------------------- types, sources, destinations
 
@@ -83,7 +120,7 @@ class Source:
     """Where an input value comes from: ``input`` (walk input ``name``), ``call`` (output ``port``
     of call ``call`` on rank ``rank``) or ``stream`` (stream ``name``)."""
 
-    kind: str
+    kind: SourceKind
     name: str | None = None
     rank: int | None = None
     call: int | None = None
@@ -94,8 +131,8 @@ class Source:
 class Dest:
     """Where an output value goes (see the module docstring for ``kind`` and ``edge``)."""
 
-    kind: str
-    edge: str
+    kind: DestKind
+    edge: Edge
     rank: int | None = None
     call: int | None = None
     port: str | None = None
@@ -110,7 +147,7 @@ class Dest:
 class PortIn:
     port: str
     channel: str
-    mode: str  # once | per_iteration | carried | stream
+    mode: InputMode
     src: Source
     init: Source | None = None  # carried: what iteration 0 reads
     type: TypeSpec | None = None
@@ -138,29 +175,11 @@ class CallSpec:
     loops: tuple[str, ...] = ()  # enclosing loops, outermost first
     inputs: tuple[PortIn, ...] = ()
     outputs: tuple[PortOut, ...] = ()
-    # the output ports the call binds to channels in the source: what the node must return
-    # (`CallContext.writes`); None (hand-written specs): every output port with a destination
-    # other than a stream
-    writes: tuple[str, ...] | None = None
+    # the output ports the call binds to channels in the source, in the node's port order: what
+    # the node must return (`CallContext.writes`)
+    writes: tuple[str, ...] = ()
+    pushes: tuple[str, ...] = ()  # the streams its outputs are appended to
     source: str = ""  # "file.walk:line"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class LoopSpec:
-    """One rank's copy of a loop: at most ``max`` iterations, ending early when ``until`` (a
-    ``bool[]`` from some rank) is true. ``calls`` are this rank's calls in the body."""
-
-    name: str
-    parent: str | None = None
-    max: int
-    until: Source | None = None
-    eager: bool = False
-    speculate: bool = True
-    ranks: tuple[int, ...] = ()
-    calls: tuple[int, ...] = ()
-    yield_last: tuple[str, ...] = ()
-    yield_all: tuple[str, ...] = ()
-    source: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -169,7 +188,8 @@ class SinkSpec:
     the piece that fires once per iteration of ``loops`` (iteration 0 only from ``input.init``
     when the input is ``carried``), like a call without a node. ``id`` is unique among the
     walk's call ids; ``input`` (port ``value``) is fed like a call input; ``dest`` (``client``
-    or ``persist``) gets the value with the instance's iterations."""
+    or ``persist``) gets the value with the instance's iterations. The properties let the
+    executor treat it like a `CallSpec` with one input and no outputs."""
 
     id: int
     rank: int
@@ -178,18 +198,79 @@ class SinkSpec:
     dest: Dest
     source: str = ""
 
+    @property
+    def node(self) -> str:
+        return ""
+
+    @property
+    def inputs(self) -> tuple[PortIn, ...]:
+        return (self.input,)
+
+    @property
+    def outputs(self) -> tuple[PortOut, ...]:
+        return ()
+
+    @property
+    def writes(self) -> tuple[str, ...]:
+        return ()
+
+    @property
+    def pushes(self) -> tuple[str, ...]:
+        return ()
+
+
+Unit = CallSpec | SinkSpec  # what runs in a piece: a call, or a sink unit
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LoopSpec:
+    """One rank's copy of a loop: at most ``max`` iterations, ending early when ``until`` (a
+    ``bool[]`` from some rank) is true.
+
+    ``chain``: the loop's enclosing loops, outermost first, itself last. ``calls``: this rank's
+    calls in the body (nested loops included). ``body``: this rank's units directly in the body
+    (calls and sink units), ``nested``: the loops directly in it; an iteration is complete when
+    both have finished. ``pushes``: the streams this rank's calls in the body push to.
+    ``order``: the loop's place in the walk's statement order among the units of its scope (the
+    smallest unit id inside it here): stream items of one walk go in statement order."""
+
+    name: str
+    parent: str | None = None
+    chain: tuple[str, ...] = ()
+    max: int
+    until: Source | None = None
+    eager: bool = False
+    speculate: bool = True
+    ranks: tuple[int, ...] = ()
+    calls: tuple[int, ...] = ()
+    body: tuple[int, ...] = ()
+    nested: tuple[str, ...] = ()
+    pushes: tuple[str, ...] = ()
+    order: int = 0
+    yield_last: tuple[str, ...] = ()
+    yield_all: tuple[str, ...] = ()
+    source: str = ""
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PieceSpec:
-    """The part of walk ``walk`` that rank ``rank`` runs."""
+    """The part of walk ``walk`` that rank ``rank`` runs.
+
+    ``body`` / ``nested``: the units and loops at the walk's top level here (the piece is done
+    when they all are). ``producers``: stream -> the calls here that push to it; ``consumers``:
+    stream -> the calls here that take its chunks."""
 
     walk: str
     rank: int
     inputs: tuple[str, ...] = ()  # walk inputs this piece reads
     loops: tuple[LoopSpec, ...] = ()
     calls: tuple[CallSpec, ...] = ()
-    source: str = ""
     sinks: tuple[SinkSpec, ...] = ()
+    body: tuple[int, ...] = ()
+    nested: tuple[str, ...] = ()
+    producers: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    consumers: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    source: str = ""
 
     def call(self, id: int) -> CallSpec | None:
         return next((c for c in self.calls if c.id == id), None)
@@ -204,13 +285,13 @@ class PieceSpec:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class NodeSpec:
     """A node hosted on a rank group; ``impl`` is a ``module:Class`` path the worker imports.
-    ``inputs`` / ``outputs``: the node's declared port types (port -> `TypeSpec`, None when
-    untyped), which the node is built with and its results are checked against; empty in
-    hand-written specs, where the ports the rank's calls use stand in."""
+    ``inputs`` / ``outputs``: the node's declared ports in declaration order (port ->
+    `TypeSpec`, None when the compiler could not type it): the node is built with them and its
+    results are checked against them."""
 
     name: str
     impl: str
-    engine: str  # stateless | kv_cache
+    engine: Engine
     labels: tuple[str, ...] = ()
     config: tuple[tuple[str, Any], ...] = ()
     ranks: tuple[int, ...] = ()  # the group (tensor parallel shards across it)
@@ -223,36 +304,39 @@ class NodeSpec:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StreamSpec:
-    """A stream buffer, owned by the consumer's rank."""
+    """A stream buffer, owned by the consumer's rank. The producer is done for a request once
+    every flow in ``done_after_flows`` that runs has ended; ``consumer_flows`` may take its
+    chunks (once none of them runs, the stream is abandoned)."""
 
     name: str
     producer: tuple[str, str]  # node, port
     consumer: tuple[str, str]
     producer_ranks: tuple[int, ...] = ()
     owner: int
-    policy: str  # fixed | sliding | left_context
+    policy: Policy
     params: tuple[tuple[str, int], ...] = ()
-    final: str = "partial"  # partial | pad | drop
+    final: FinalMode = FinalMode.PARTIAL
     after_done: bool = False
     item: TypeSpec | None = None
     capacity: int
     done_after_flows: tuple[str, ...] = ()
-    # the flows that may take its chunks (None: unknown, the conductor assumes every flow but
-    # its producers'); once none of them runs, the stream is abandoned
-    consumer_flows: tuple[str, ...] | None = None
+    consumer_flows: tuple[str, ...] = ()
     source: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CaptureSpec:
-    """A shape-static unit the runtime may capture (a CUDA graph per batch bucket)."""
+    """A shape-static unit the runtime may capture (a CUDA graph per batch bucket): a whole loop
+    body on one rank (``loop``) or one node step (``call``). ``nodes``: the nodes its calls run;
+    ``ports``: ``"call#port"`` -> static type, inputs then outputs."""
 
     walk: str
     rank: int
-    scope: str  # "loop" (a whole loop body) | "call" (one node step)
+    scope: CaptureScope
     loop: str | None = None
     calls: tuple[int, ...] = ()
-    ports: tuple[tuple[str, TypeSpec], ...] = ()  # "call#port" -> static type
+    nodes: tuple[str, ...] = ()
+    ports: tuple[tuple[str, TypeSpec], ...] = ()
     buckets: tuple[int, ...] = ()
 
 
@@ -270,21 +354,50 @@ class MemorySpec:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class KvCacheSpec:
+    """The placement's ``kv_cache:``: every kv-cache node's page pool on a rank."""
+
+    page_size: int = 16
+    pages: int = 1024
+    dtype: str = "f32"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BatchingSpec:
+    """The placement's ``batching:``: the largest batch per (node, walk) step, and the batch
+    sizes captured graphs are recorded for."""
+
+    max_batch: int = 16
+    capture: tuple[int, ...] = (1, 2, 4, 8, 16)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AttentionSpec:
+    """The placement's ``attention:``: which paged-attention backend kv-cache nodes use."""
+
+    backend: AttentionKind = AttentionKind.AUTO
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RankSpec:
-    """Everything one worker needs: its nodes, its pieces of walks, its stream buffers."""
+    """Everything one worker needs: its nodes, its pieces of walks, its stream buffers, and the
+    deployment settings it runs under (``model``/``placement``/``world_size`` let a worker check
+    it joined the right deployment)."""
 
     rank: int
     device: str
     host: str
+    model: str = ""
+    placement: str = ""
+    world_size: int = 1
     nodes: tuple[NodeSpec, ...] = ()
     pieces: tuple[PieceSpec, ...] = ()
     streams: tuple[StreamSpec, ...] = ()
     captures: tuple[CaptureSpec, ...] = ()
     memory: MemorySpec = MemorySpec()
-    # not in the plan's rank record: lets a worker check it joined the right deployment
-    model: str = ""
-    placement: str = ""
-    world_size: int = 1
+    kv_cache: KvCacheSpec = KvCacheSpec()
+    batching: BatchingSpec = BatchingSpec()
+    attention: AttentionSpec = AttentionSpec()
 
     def node(self, name: str) -> NodeSpec | None:
         return next((n for n in self.nodes if n.name == name), None)
@@ -334,112 +447,24 @@ class WalkSpec:
     source: str = ""
 
 
-# ---------------------------------------------------------------- requests and the flow protocol
-
-
-@dataclass(frozen=True, slots=True)
-class Segment:
-    """One input segment of a request: a modality, its payload, and named side fields
-    (``seg.goal`` in a flow reads ``field("goal")``)."""
-
-    modality: str
-    data: Any = None
-    fields: tuple[tuple[str, Any], ...] = ()
-
-    def field(self, name: str) -> Any:
-        for key, value in self.fields:
-            if key == name:
-                return value
-        raise KeyError(f"input segment ({self.modality}) has no field `{name}`")
-
-
-class Request(abc.ABC):
-    """What a flow reads of a request."""
-
-    @property
-    @abc.abstractmethod
-    def inputs(self) -> Sequence[Segment]:
-        """The input segments, in order."""
-
-    @abc.abstractmethod
-    def wants(self, modality: str) -> bool:
-        """True when the client asked for output of ``modality``."""
-
-    @abc.abstractmethod
-    def has(self, modality: str) -> bool:
-        """True when some input segment has ``modality``."""
-
-    @abc.abstractmethod
-    def option(self, name: str) -> Any:
-        """The request's value of option ``name``, or its declared default."""
-
-
-@dataclass(frozen=True, slots=True)
-class SimpleRequest(Request):
-    """A plain `Request`: inputs, the wanted output modalities, and options over defaults."""
-
-    segments: tuple[Segment, ...]
-    outputs: frozenset[str] = frozenset()
-    options: Mapping[str, Any] = field(default_factory=dict)
-    defaults: Mapping[str, Any] = field(default_factory=dict)
-
-    @property
-    def inputs(self) -> Sequence[Segment]:
-        return self.segments
-
-    def wants(self, modality: str) -> bool:
-        return modality in self.outputs
-
-    def has(self, modality: str) -> bool:
-        return any(s.modality == modality for s in self.segments)
-
-    def option(self, name: str) -> Any:
-        if name in self.options:
-            return self.options[name]
-        if name in self.defaults:
-            return self.defaults[name]
-        raise KeyError(f"unknown request option `{name}`")
-
-
-@dataclass(frozen=True, slots=True)
-class Persisted:
-    """A walk argument: the channel ``name`` an earlier walk of this request persisted."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OptionSpec:
+    """A request option with its declared type and default."""
 
     name: str
-
-
-@dataclass(frozen=True, slots=True)
-class RunWalk:
-    """Run walk ``walk`` to completion; ``args`` maps walk inputs to segments, `Persisted`
-    channels or option values (an optional input left out arrives as a bare signal)."""
-
-    walk: str
-    args: Mapping[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class Fail:
-    """End the request with an error the client sees."""
-
-    message: str
-
-
-FlowStep = RunWalk | Fail
-FlowGen = Generator[FlowStep, None, None]
+    type: OptionType
+    default: Any
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FlowSpec:
-    """A flow of the model.
-
-    ``kind``: ``always`` (runs for every request), ``when`` (runs beside the others when
-    ``when(req)`` holds), ``on_stream`` (``body`` runs once per chunk of ``stream``), or
-    ``extern`` (``extern`` names a ``module:function`` generator with the same protocol, which
-    the conductor imports).
-    """
+    """A flow of the model (`FlowKind`): ``always`` (runs for every request), ``when`` (runs
+    beside the others when ``when(req)`` holds), ``on_stream`` (``body`` runs once per chunk of
+    ``stream``), or ``extern`` (``extern`` names a ``module:function`` generator with the same
+    protocol, which the conductor imports)."""
 
     name: str
-    kind: str
+    kind: FlowKind
     body: Callable[[Request], FlowGen] | None = None
     when: Callable[[Request], bool] | None = None
     stream: str | None = None
@@ -448,17 +473,9 @@ class FlowSpec:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class OptionSpec:
-    """A request option with its declared type (bool, int, float, str) and default."""
-
-    name: str
-    type: str
-    default: Any
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class ConductorSpec:
-    """What the conductor needs: the deployment, the walks, the flows, the request options."""
+    """What the conductor needs: the deployment, the walks, the flows, every stream (its owner
+    and the flows that produce and consume it), the request options and the serving settings."""
 
     model: str
     placement: str
@@ -467,12 +484,14 @@ class ConductorSpec:
     hosts: tuple[str, ...] = ()  # rank i runs on hosts[i]
     walks: tuple[WalkSpec, ...] = ()
     flows: tuple[FlowSpec, ...] = ()
+    streams: tuple[StreamSpec, ...] = ()
     options: tuple[OptionSpec, ...] = ()
     params: tuple[tuple[str, Any], ...] = ()  # effective param values
     placed: tuple[str, ...] = ()  # nodes placed on some rank (extern flows may ask)
     max_concurrent_requests: int = 1
-    batching: tuple[tuple[str, Any], ...] = ()
-    kv_cache: tuple[tuple[str, Any], ...] = ()
+    kv_cache: KvCacheSpec = KvCacheSpec()
+    batching: BatchingSpec = BatchingSpec()
+    attention: AttentionSpec = AttentionSpec()
 
     def walk(self, name: str) -> WalkSpec | None:
         return next((w for w in self.walks if w.name == name), None)

@@ -16,13 +16,10 @@ once a second; a stream that hears nothing for ``idle_timeout`` seconds raises
 `RequestTimeout` (the conductor is gone or wedged), and ``deadline`` (seconds, optional) bounds
 the whole request: when it passes the client cancels the request and raises `RequestTimeout`.
 
-Wire protocol (msgpack via `wgc_runtime.host.transport.codec`, tensors as frames) over a ``DEALER``
-socket to the conductor's ``ROUTER``:
-
-* client -> conductor: ``submit {rid, inputs: [{modality, data, fields}], want, options}``,
-  ``cancel {rid}``, ``ping``;
-* conductor -> client: ``accepted {rid, queued}``, ``output {rid, flow, walk, modality, channel,
-  iteration, value}``, ``alive {rid}``, ``done {rid}``, ``error {rid, error}``, ``pong``.
+Wire protocol: the typed client messages of `wgc_runtime.contract.control` (the one wire format,
+`wgc_runtime.host.transport.codec`; tensors as frames) over a ``DEALER`` socket to the
+conductor's ``ROUTER``: `Submit`, `Cancel` and `Ping` out; `Accepted`, `Output`, `Alive`,
+`Finished` and `Pong` in. A reply that does not decode is dropped.
 """
 
 from __future__ import annotations
@@ -40,7 +37,9 @@ import numpy as np
 import torch
 import zmq
 
-from wgc_runtime.host.transport.codec import decode, encode
+from wgc_runtime.contract import control as c
+from wgc_runtime.contract import messages as m
+from wgc_runtime.host.transport.codec import Codec, CodecError
 
 IDLE_TIMEOUT = 15.0
 
@@ -85,7 +84,7 @@ class RequestTimeout(RequestFailed):
     pass
 
 
-def segment_wire(seg: Any) -> dict[str, Any]:
+def segment_wire(seg: Any) -> c.InputSegment:
     """An input segment as sent: ``(modality, data)``, ``(modality, data, fields)``, a
     ``Segment`` or a dict. numpy arrays travel as tensors."""
     if isinstance(seg, Mapping):
@@ -95,11 +94,9 @@ def segment_wire(seg: Any) -> dict[str, Any]:
     else:
         modality, data, *rest = seg
         fields = dict(rest[0]) if rest else {}
-    return {
-        "modality": modality,
-        "data": _plain(data),
-        "fields": {k: _plain(v) for k, v in fields.items()},
-    }
+    return c.InputSegment(
+        str(modality), _plain(data), {str(k): _plain(v) for k, v in fields.items()}
+    )
 
 
 def _plain(v: Any) -> Any:
@@ -152,6 +149,7 @@ class Client:
         self.sock.setsockopt(zmq.IDENTITY, f"client-{os.getpid()}-{uuid.uuid4().hex[:8]}".encode())
         self.sock.connect(address)
         self.streams: dict[str, Stream] = {}
+        self._codec = Codec(c.CLIENT_OUT)
         self._ids = itertools.count()
         self._prefix = uuid.uuid4().hex[:8]
 
@@ -167,15 +165,6 @@ class Client:
                 self.cancel(stream.rid)
         self.sock.close(0)
 
-    def ping(self, timeout: float = 5.0) -> bool:
-        self._send({"t": "ping"})
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            left_ms = int(max(1, (deadline - time.monotonic()) * 1000))
-            if self.sock.poll(left_ms) and self._recv_one().get("t") == "pong":
-                return True
-        return False
-
     def submit(
         self,
         inputs: Iterable[Any],
@@ -188,13 +177,12 @@ class Client:
         (default: a fresh one) must be unique among this conductor's live requests; nodes seed
         their randomness from it."""
         rid = request_id or f"{self._prefix}-{next(self._ids)}"
-        msg = {
-            "t": "submit",
-            "rid": rid,
-            "inputs": [segment_wire(s) for s in inputs],
-            "want": sorted(set(want)),
-            "options": {k: _plain(v) for k, v in (options or {}).items()},
-        }
+        msg = c.Submit(
+            rid,
+            tuple(segment_wire(s) for s in inputs),
+            tuple(sorted(set(want))),
+            {str(k): _plain(v) for k, v in (options or {}).items()},
+        )
         stream = Stream(self, rid, None if deadline is None else time.monotonic() + deadline)
         self.streams[rid] = stream
         self._send(msg)
@@ -202,23 +190,26 @@ class Client:
 
     def cancel(self, rid: str) -> None:
         with contextlib.suppress(zmq.ZMQError):
-            self._send({"t": "cancel", "rid": rid})
+            self._send(c.Cancel(rid))
 
     def run(self, inputs, want=(), options=None, deadline=None) -> list[Output]:
         return self.submit(inputs, want, options, deadline).collect()
 
     # ---------------------------------------------------------------- receiving
 
-    def _send(self, msg: dict[str, Any]) -> None:
+    def _send(self, msg: m.Message) -> None:
         try:
-            self.sock.send_multipart(encode(msg), copy=False)
+            self.sock.send_multipart(self._codec.encode([msg]), copy=False)
         except zmq.Again:
             raise RequestFailed(
                 ErrorInfo("timeout", f"cannot reach the conductor at {self.address}")
             ) from None
 
-    def _recv_one(self) -> dict[str, Any]:
-        return decode(self.sock.recv_multipart(copy=False))
+    def _recv(self) -> list[m.Message]:
+        try:
+            return self._codec.decode(self.sock.recv_multipart(copy=False))
+        except CodecError:
+            return []  # not a reply the protocol knows: dropped
 
     def _pump(self, waiting: Stream) -> None:
         """Receive until ``waiting`` has something new, within its deadlines."""
@@ -240,41 +231,38 @@ class Client:
                 return
             if not self.sock.poll(int(max(1, (limit - now) * 1000))):
                 continue
-            msg = self._recv_one()
-            stream = self.streams.get(msg.get("rid", ""))
-            if stream is None:
-                continue
-            if stream is waiting:
-                idle_until = time.monotonic() + self.idle_timeout
-            self._handle(stream, msg)
+            for msg in self._recv():
+                stream = self.streams.get(getattr(msg, "request", ""))
+                if stream is None:
+                    continue
+                if stream is waiting:
+                    idle_until = time.monotonic() + self.idle_timeout
+                self._handle(stream, msg)
 
-    def _handle(self, stream: Stream, msg: dict[str, Any]) -> None:
-        kind = msg.get("t")
-        if kind == "output":
+    def _handle(self, stream: Stream, msg: m.Message) -> None:
+        if isinstance(msg, m.Output):
             stream._buffer.append(
                 Output(
                     stream.rid,
-                    msg.get("flow", ""),
-                    msg.get("walk", ""),
-                    msg.get("modality", ""),
-                    msg.get("channel", ""),
-                    msg.get("value"),
-                    tuple(msg.get("iteration", ())),
+                    msg.flow,
+                    msg.walk,
+                    msg.modality,
+                    msg.channel,
+                    msg.data,
+                    tuple(msg.iters),
                 )
             )
-        elif kind == "accepted":
-            stream.queued = bool(msg.get("queued"))
-        elif kind == "done":
-            stream.done = True
-        elif kind == "error":
-            e = msg.get("error", {})
-            stream.error = ErrorInfo(
-                e.get("kind", "error"),
-                e.get("message", "request failed"),
-                e.get("flow"),
-                e.get("walk"),
-                e.get("node"),
-            )
+        elif isinstance(msg, c.Accepted):
+            stream.queued = msg.queued
+        elif isinstance(msg, m.Finished):
+            if not msg.ok:
+                stream.error = ErrorInfo(
+                    str(msg.kind or "error"),
+                    msg.message or "request failed",
+                    msg.flow,
+                    msg.walk,
+                    msg.node,
+                )
             stream.done = True
         if stream.done:
             self.streams.pop(stream.rid, None)

@@ -16,21 +16,20 @@ a ``deadlock`` error naming what each flow waits for (never a hang).
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
-import sys
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from wgc_runtime.contract.flow import Request, Segment, SimpleRequest
 from wgc_runtime.contract.messages import CLIENT, CONDUCTOR, Finished, Message, Output
 from wgc_runtime.contract.node import Node
-from wgc_runtime.contract.spec import ConductorSpec, RankSpec, Request, Segment, SimpleRequest
-from wgc_runtime.core.conductor.core import ConductorCore, load_streams
-from wgc_runtime.core.executor.core import RankExecutor
-from wgc_runtime.host.loading import load_rank_nodes
+from wgc_runtime.contract.spec import ConductorSpec, RankSpec
+from wgc_runtime.core.conductor import ConductorCore
+from wgc_runtime.core.executor import RankExecutor
+from wgc_runtime.host.loading import load_nodes, load_plan
 
 NodesFactory = Callable[[RankSpec], Mapping[str, Node]]
 
@@ -84,41 +83,13 @@ class Handle:
         self.cluster.cancel(self.id)
 
 
-def load_generated(folder: str | Path) -> tuple[ConductorSpec, list[RankSpec]]:
-    """The conductor spec and every rank spec of a generated folder
-    (``generated/<model>/<placement>/``), imported by path."""
-    folder = Path(folder)
-    tag = f"_wgc_gen_{abs(hash(str(folder.resolve())))}"
-
-    def load(path: Path) -> Any:
-        name = f"{tag}_{path.stem}"
-        spec = importlib.util.spec_from_file_location(name, path)
-        if spec is None or spec.loader is None:
-            raise ImportError(f"cannot import {path}")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-        return module
-
-    conductor = load(folder / "conductor.py").CONDUCTOR
-    ranks = [
-        load(p).RANK
-        for p in sorted(folder.glob("rank_*.py"), key=lambda p: int(p.stem.split("_")[1]))
-    ]
-    if len(ranks) != conductor.world_size:
-        raise ValueError(
-            f"{folder}: {len(ranks)} rank modules for a world size of {conductor.world_size}"
-        )
-    return conductor, ranks
-
-
 class LocalCluster:
     """A conductor and its ranks in one thread (see the module docstring).
 
-    ``source``: a generated folder, or ``(ConductorSpec, [RankSpec, ...])``. ``nodes_factory``
-    builds each rank's nodes (default: import every `NodeSpec.impl`). ``max_batch`` defaults to
-    the plan's ``batching.max_batch``. ``conductor_options`` go to `ConductorCore` (timeouts,
-    ``max_concurrent_requests``).
+    ``source``: a generated folder (loaded with its spec version checked), or ``(ConductorSpec,
+    [RankSpec, ...])``. ``nodes_factory`` builds each rank's nodes (default: import every
+    `NodeSpec.impl`). ``max_batch`` defaults to each rank's ``batching.max_batch``.
+    ``conductor_options`` go to `ConductorCore` (timeouts, ``max_concurrent_requests``).
     """
 
     def __init__(
@@ -131,20 +102,18 @@ class LocalCluster:
         if isinstance(source, tuple):
             self.spec, ranks = source[0], list(source[1])
         else:
-            self.spec, ranks = load_generated(source)
-        self.rank_specs = ranks
-        batching = dict(self.spec.batching)
-        mb = max_batch if max_batch is not None else int(batching.get("max_batch", 1))
-        factory = nodes_factory or load_rank_nodes
+            self.spec, ranks = load_plan(source)
+        factory = nodes_factory or load_nodes
         self.queue: deque[tuple[int, Message]] = deque()
-        self.conductor = ConductorCore(
-            self.spec,
-            self._send,
-            load_streams(ranks),
-            **conductor_options,
-        )
+        self.conductor = ConductorCore(self.spec, self._send, **conductor_options)
         self.ranks = {
-            r.rank: RankExecutor(r, factory(r), self._sender(r.rank), max_batch=mb) for r in ranks
+            r.rank: RankExecutor(
+                r,
+                factory(r),
+                self._send,
+                max_batch=max_batch if max_batch is not None else r.batching.max_batch,
+            )
+            for r in ranks
         }
         self.handles: dict[str, Handle] = {}
         self._ids = itertools.count()
@@ -208,9 +177,6 @@ class LocalCluster:
         if self.log is not None:
             self.log.append((to, msg))
         self.queue.append((to, msg))
-
-    def _sender(self, rank: int) -> Callable[[int, Message], None]:
-        return self._send
 
     def _to_client(self, msg: Message) -> None:
         h = self.handles.get(getattr(msg, "request", ""))

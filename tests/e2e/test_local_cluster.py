@@ -30,7 +30,8 @@ from wgc.interp import (  # noqa: E402
 )
 from wgc_runtime.contract import messages as M  # noqa: E402
 from wgc_runtime.contract.node import Node  # noqa: E402
-from wgc_runtime.host.local import Handle, LocalCluster, load_generated  # noqa: E402
+from wgc_runtime.host.loading import load_plan  # noqa: E402
+from wgc_runtime.host.local import Handle, LocalCluster  # noqa: E402
 
 PLACEMENTS = ("cpu", "cpu-2rank", "cpu-3rank")
 MODELS: dict[str, object] = {}
@@ -369,7 +370,7 @@ def test_pd_split_moves_the_llm_state_before_decode_starts() -> None:
 
 
 def test_bagel_pd_split_runs_on_cpu_and_matches_the_interpreter() -> None:
-    conductor, ranks = load_generated(ROOT / "generated" / "bagel" / "pd-split")
+    conductor, ranks = load_plan(ROOT / "generated" / "bagel" / "pd-split")
     ranks = [dataclasses.replace(r, device="cpu") for r in ranks]
     c = LocalCluster((conductor, ranks), nodes_factory=factory(model("bagel")))
     for inputs, want, options in (

@@ -22,7 +22,7 @@ if str(ROOT) not in sys.path:  # node modules are imported as `examples.<family>
     sys.path.insert(0, str(ROOT))
 
 from wgc.cli.compile import sync  # noqa: E402
-from wgc.codegen.pipeline import compile_model  # noqa: E402
+from wgc.driver import Driver  # noqa: E402
 from wgc.interp import load_model, make_request, run_request, segment  # noqa: E402
 from wgc_runtime.host.client import Client, RequestFailed  # noqa: E402
 from wgc_runtime.host.processes.launcher import Cluster  # noqa: E402
@@ -87,7 +87,7 @@ def stop(cluster: Cluster) -> None:
 @pytest.fixture(scope="module")
 def faults_dir(tmp_path_factory) -> str:
     out = tmp_path_factory.mktemp("faults")
-    result = compile_model(
+    result = Driver().compile(
         str(FAULTS / "faults.walk"), str(FAULTS / "placements" / "cpu-2rank.yaml")
     )
     assert result.ok, [d.message for d in result.errors]

@@ -19,7 +19,6 @@ from pathlib import Path
 import pytest
 
 from wgc.cli.compile import example_pairs, sync
-from wgc.codegen.pipeline import compile_model
 from wgc.driver import Driver
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -46,7 +45,7 @@ def _at_root(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.parametrize("pair", PAIRS, ids=[_id(p) for p in PAIRS])
 def test_generated_is_current(pair: tuple[str, str], request: pytest.FixtureRequest) -> None:
     walk, placement = _rel(pair)
-    result = compile_model(walk, placement, driver=DRIVER)
+    result = DRIVER.compile(walk, placement)
     assert result.ok, "\n".join(f"{d.span}: {d.code} {d.message}" for d in result.errors)
     out = ROOT / result.default_output()
     bless = request.config.getoption("--bless")
@@ -65,7 +64,7 @@ def test_bagel_3xh100_writes_three_ranks_and_a_conductor() -> None:
     placement = "examples/bagel/placements/3xh100.yaml"
     if not (ROOT / placement).is_file():
         pytest.skip("no BAGEL 3xh100 placement yet")
-    result = compile_model("examples/bagel/bagel.walk", placement, driver=DRIVER)
+    result = DRIVER.compile("examples/bagel/bagel.walk", placement)
     assert result.ok
     assert sorted(n for n in result.files if n.endswith(".py") and n != "__init__.py") == [
         "conductor.py",

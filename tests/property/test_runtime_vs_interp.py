@@ -5,7 +5,7 @@ channels, `until` with and without `nospeculate`, `yield last` / `yield all`, `p
 and after loops, `persist` then a later walk, `repeat` / `if` / `for`+`match` flows, two flows
 side by side, a kv-cache node whose state threads through the request, a stream consumed by an
 `on` flow), a random placement over 1–3 CPU ranks (per-walk placement that moves the kv-cache
-state between ranks, tensor-parallel pairs, batch size 1–4), compiled with `compile_model` into
+state between ranks, tensor-parallel pairs, batch size 1–4), compiled with `Driver.compile` into
 a temporary folder and run by `LocalCluster` with the generated node specs; every node is
 `generic_nodes.Generic`. A few random requests (input segments, `stop_at` / `flag` options,
 wanted modalities, sometimes a call told to raise) run *concurrently* on the cluster and one by
@@ -36,7 +36,6 @@ sys.path.insert(0, str(Path(__file__).parent))  # --import-mode=importlib: no pa
 from gen_models import MODALITIES, models, placements
 from generic_nodes import Generic
 
-from wgc.codegen.pipeline import compile_model
 from wgc.driver import Driver
 from wgc.interp import (
     Emitted,
@@ -143,7 +142,7 @@ def check(text: str, yaml: str, reqs: list) -> None:
         walk, place = Path(tmp, "gen.walk"), Path(tmp, "rand.yaml")
         walk.write_text(text)
         place.write_text(yaml)
-        res = compile_model(str(walk), str(place), driver=DRIVER)
+        res = DRIVER.compile(str(walk), str(place))
         assert res.ok, [(d.code, d.message) for d in res.diagnostics if d.is_error]
         out = Path(tmp, "out")
         out.mkdir()
@@ -215,7 +214,7 @@ def test_emitted_channel_name() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         Path(tmp, "m.walk").write_text(text)
         Path(tmp, "p.yaml").write_text(ONE_RANK)
-        res = compile_model(str(Path(tmp, "m.walk")), str(Path(tmp, "p.yaml")), driver=DRIVER)
+        res = DRIVER.compile(str(Path(tmp, "m.walk")), str(Path(tmp, "p.yaml")))
         for name, content in res.files.items():
             Path(tmp, name).write_text(content)
         h = LocalCluster(tmp).submit(make_request(res.model, [], ["tensor"])).result()

@@ -51,13 +51,14 @@ def fake_driver(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[Diagnostic]]:
     """Install a stand-in `wgc.driver` whose results are looked up by file name."""
     by_file: dict[str, list[Diagnostic]] = {}
 
-    def front_end(path: str) -> FakeResult:
-        sources = SourceMap()
-        sources.add(path, Path(path).read_text())
-        return FakeResult(diagnostics=by_file.get(Path(path).name, []), sources=sources)
+    class FakeDriver:
+        def front_end(self, path: str, stop_after: str | None = None) -> FakeResult:
+            sources = SourceMap()
+            sources.add(path, Path(path).read_text())
+            return FakeResult(diagnostics=by_file.get(Path(path).name, []), sources=sources)
 
     module = types.ModuleType("wgc.driver")
-    module.front_end = front_end  # type: ignore[attr-defined]
+    module.Driver = FakeDriver  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "wgc.driver", module)
     return by_file
 
@@ -112,10 +113,10 @@ def test_check_glob_matching_nothing_is_user_error(tmp_path: Path) -> None:
 def test_check_internal_error_exits_2(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, fake_driver: dict
 ) -> None:
-    def boom(path: str) -> FakeResult:
+    def boom(self, path: str, stop_after: str | None = None) -> FakeResult:
         raise RuntimeError("kaboom")
 
-    monkeypatch.setattr(sys.modules["wgc.driver"], "front_end", boom)
+    monkeypatch.setattr(sys.modules["wgc.driver"].Driver, "front_end", boom)
     walk = tmp_path / "a b.walk"
     walk.write_text("model m {}\n")
     result = _invoke(["check", str(walk)])

@@ -82,9 +82,13 @@ def test_no_pickle_and_no_unknown_types() -> None:
 def test_placed_tensors_become_descriptors() -> None:
     t = torch.ones(4)
     seen = []
-    frames = encode({"v": t}, place=lambda x: ["desc", 7])
+    desc = [0, 64, 16, "f32", [4], 3]  # slot, offset, nbytes, dtype, shape, generation
+    frames = encode({"v": t}, place=lambda x: desc)
     assert len(frames) == 1
     got = decode(frames, resolve=lambda d: seen.append(d) or torch.zeros(1))
-    assert seen == [["desc", 7]] and torch.equal(got["v"], torch.zeros(1))
+    assert seen == [desc] and torch.equal(got["v"], torch.zeros(1))
+    bad = encode({"v": t}, place=lambda x: ["desc", 7])  # not a descriptor: refused on decode
+    with pytest.raises(CodecError, match="malformed tensor reference"):
+        decode(bad, resolve=lambda d: torch.zeros(1))
     with pytest.raises(CodecError):
         decode(frames)

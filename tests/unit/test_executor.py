@@ -3,17 +3,20 @@ without speculation across ranks, deadlines and the admission cap of the conduct
 
 from __future__ import annotations
 
-import msgpack
 import pytest
 import torch
 
-from wgc.codegen.pipeline import compile_model
+from wgc.driver import Driver
 from wgc.interp import make_request, node_context, run_request, segment
 from wgc_runtime.contract import messages as M
+from wgc_runtime.contract.flow import Segment
+from wgc_runtime.contract.kinds import Edge
 from wgc_runtime.contract.node import Node
-from wgc_runtime.contract.spec import Dest, Segment
-from wgc_runtime.core.conductor.core import ConductorCore
-from wgc_runtime.host.local import LocalCluster, load_generated
+from wgc_runtime.contract.spec import Dest
+from wgc_runtime.core.conductor import ConductorCore
+from wgc_runtime.host.loading import load_plan
+from wgc_runtime.host.local import LocalCluster
+from wgc_runtime.host.transport.codec import Codec, CodecError
 
 # ---------------------------------------------------------------------------------- messages
 
@@ -44,18 +47,22 @@ def _samples() -> list[M.Message]:
     ]
 
 
+CODEC = Codec((*M.CORE, M.Output, M.Finished))
+
+
 @pytest.mark.parametrize("msg", _samples(), ids=lambda m: type(m).__name__)
-def test_every_message_round_trips_through_msgpack(msg: M.Message) -> None:
-    wire = msgpack.unpackb(msgpack.packb(msg.to_wire()))
-    assert M.from_wire(wire) == msg
+def test_every_message_round_trips_through_the_typed_codec(msg: M.Message) -> None:
+    (back,) = CODEC.decode(CODEC.encode([msg]))
+    assert type(back) is type(msg) and back == msg
 
 
-def test_a_tensor_never_reaches_the_wire() -> None:
-    v = M.Value("r", 1, "w", 0, "x", "input", data=torch.zeros(2))
-    with pytest.raises(TypeError, match="descriptors"):
-        v.to_wire()
-    assert v.with_data({"slot": 1}).to_wire()["data"] == {"slot": 1}
-    assert set(M.MESSAGES) == {type(m).__name__ for m in _samples()}
+def test_tensors_travel_as_extensions_and_other_objects_never() -> None:
+    v = M.Value("r", 1, "w", 0, "x", Edge.INPUT, data=torch.arange(6.0).reshape(2, 3))
+    (back,) = CODEC.decode(CODEC.encode([v]))
+    assert torch.equal(back.data, v.data)
+    with pytest.raises(CodecError, match="cannot encode object"):
+        CODEC.encode([M.Value("r", 1, "w", 0, "x", Edge.INPUT, data=object())])
+    assert set(M.CORE) | {M.Output, M.Finished} == {type(m) for m in _samples()}
 
 
 # ---------------------------------------------------------------------------------- until loops
@@ -123,7 +130,7 @@ def _compiled(tmp_path, modifier: str):
     walk.write_text(SPEC_DEMO.replace("MODIFIER", modifier), encoding="utf-8")
     placement = tmp_path / "two.yaml"
     placement.write_text(TWO_RANKS, encoding="utf-8")
-    result = compile_model(str(walk), str(placement))
+    result = Driver().compile(str(walk), str(placement))
     assert result.ok, [(d.code, d.message) for d in result.diagnostics]
     out = tmp_path / "gen"
     out.mkdir()
@@ -164,7 +171,7 @@ def test_until_across_ranks_never_shows_the_speculative_step(tmp_path, modifier)
 
 def test_executor_routes_until_to_every_rank_of_the_loop(tmp_path) -> None:
     _, folder = _compiled(tmp_path, "")
-    _, ranks = load_generated(folder)
+    _, ranks = load_plan(folder)
     until = [
         d
         for p in ranks[1].pieces
@@ -180,7 +187,7 @@ def test_executor_routes_until_to_every_rank_of_the_loop(tmp_path) -> None:
 
 
 def _bagel():
-    return load_generated("generated/bagel/cpu")
+    return load_plan("generated/bagel/cpu")
 
 
 def test_walk_deadline_ends_the_request_with_a_timeout(monkeypatch) -> None:

@@ -11,8 +11,8 @@ import torch
 
 from wgc.driver import Driver
 from wgc.interp import make_request, node_context, run_request, segment
+from wgc_runtime.contract.flow import Fail, Persisted, RunWalk
 from wgc_runtime.contract.node import Node
-from wgc_runtime.contract.spec import Fail, Persisted, RunWalk
 
 
 def compile_text(text: str):

@@ -16,10 +16,12 @@ from wgc.diagnostics.diagnostic import Span
 from wgc.driver import Driver
 from wgc.lower.lower import lower
 from wgc.lower.memory import kv_bytes
-from wgc.lower.params import needs_rebuild, overrides, parse_value, rebuild_with_params
-from wgc.lower.plan import Dest, NodePlan, Plan
+from wgc.lower.params import needs_rebuild
+from wgc.lower.plan import Plan
 from wgc.lower.summary import cross_rank_summary
 from wgc.placement.model import Batching, Group, KvCache, Named, ParamOverride, Placement
+from wgc.placement.params import apply_overrides
+from wgc_runtime.contract.spec import SPEC_VERSION, Dest, KvCacheSpec, NodeSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "examples").glob("*/*.walk"))
@@ -88,8 +90,7 @@ def test_bagel_cpu_captures_the_whole_denoise_body() -> None:
     assert ("3#latents", cfg.ports[-2][1]) == cfg.ports[-2]  # outputs come after inputs
     assert ("decode", "loop", "decode_loop") in caps
     # a capture holds its static ports at the largest bucket
-    port_bytes = sum(t.nbytes(4 if t.dtype == "f32" else 8 if t.dtype == "i64" else 1) or 0
-                     for c in plan.ranks[0].captures for _, t in c.ports)  # fmt: skip
+    port_bytes = sum(t.nbytes or 0 for c in plan.ranks[0].captures for _, t in c.ports)
     assert plan.ranks[0].memory.static_buffer_bytes == 4 * port_bytes
 
 
@@ -98,13 +99,15 @@ def test_until_reaches_every_rank_of_the_loop_and_carried_emit() -> None:
     plan = lower(model, cpu(model))
     rows = {(r.port, r.channel): r for r in plan.routes if r.walk == "decode"}
     (stop,) = rows[("stop", "stop")].dests
-    assert stop == Dest("until", "until", name="decode_loop", loop="decode_loop", ranks=(0,))
+    assert stop == Dest(
+        kind="until", edge="until", name="decode_loop", loop="decode_loop", ranks=(0,)
+    )
     (piece,) = [p for p in plan.ranks[0].pieces if p.walk == "decode"]
     # `emit token` before `-> token = new_token`: a sink unit of the loop, fed like a carried
     # port (iteration 0: the walk input; i+1: iteration i's new token, so EOS never is)
     (unit,) = piece.sinks
     assert unit.loops == ("decode_loop",) and unit.input.mode == "carried"
-    assert unit.dest == Dest("client", "emitted", name="text", channel="token")
+    assert unit.dest == Dest(kind="client", edge="emitted", name="text", channel="token")
     emit = next(d for d in rows[("new_token", "token")].dests if d.call == unit.id)
     assert emit.carried and emit.edge == "loop_carried"
     (loop,) = piece.loops
@@ -205,9 +208,9 @@ def test_mstar_default_ranks_run_unnamed_nodes() -> None:
 
 def test_kv_bytes_reads_layers_heads_and_head_dim_from_config() -> None:
     model = front(example("bagel"))
-    node = NodePlan("X", "p:X", "kv_cache", (), (("layers", 28), ("kv_heads", 4),
-                    ("head_dim", 128)), (0,), 1, ("*",), (), (), "x:1")  # fmt: skip
-    kv = KvCache(page_size=16, pages=10, dtype="bf16")
+    config = (("layers", 28), ("kv_heads", 4), ("head_dim", 128))
+    node = NodeSpec(name="X", impl="p:X", engine="kv_cache", config=config, ranks=(0,))
+    kv = KvCacheSpec(page_size=16, pages=10, dtype="bf16")
     assert kv_bytes(model, node, kv) == 10 * 16 * 2 * 28 * 4 * 128 * 2
 
 
@@ -215,30 +218,21 @@ def test_kv_bytes_reads_layers_heads_and_head_dim_from_config() -> None:
 def test_param_overrides_rebuild_the_model() -> None:
     path = example("bagel")
     p = placement("cpu", 1, [], params=[("steps", 11), ("latent_side", 8)])
-    values = overrides(p, {"steps": 21})
-    assert values == {"steps": 21, "latent_side": 8}
     base = front(path)
+    values, diags = apply_overrides(base.params, p, {"steps": "21"})
+    assert not diags and values["steps"] == 21 and values["latent_side"] == 8
+    assert values["latent_tokens"] == 64  # derived params follow
     assert needs_rebuild(base, values) and not needs_rebuild(base, {"steps": 50})
-    res = rebuild_with_params(str(path), None, values)
+    res = DRIVER.front_end(str(path), overrides=values)
     assert res.model is not None and not res.errors
     model = res.model
-    plan = lower(model, dataclasses.replace(cpu(model), params=p.params), {"steps": 21})
+    plan = lower(model, dataclasses.replace(cpu(model), params=p.params), values)
     params = dict(plan.params)
     assert params["steps"] == 21 and params["latent_tokens"] == 64  # derived params follow
     loops = [lp for p_ in plan.ranks[0].pieces if p_.walk == "image_gen_cfg" for lp in p_.loops]
     assert loops[0].max == 20
     cap = next(c for c in plan.ranks[0].captures if c.walk == "image_gen_cfg")
     assert dict(cap.ports)["3#latents"].dims == (64, 16)
-
-
-def test_parse_value() -> None:
-    assert [parse_value(v) for v in ("3", "2.5", "true", "False", "x")] == [
-        3,
-        2.5,
-        True,
-        False,
-        "x",
-    ]
 
 
 # ---------------------------------------------------------------- determinism
@@ -272,4 +266,7 @@ def test_plan_is_plain_data() -> None:
     assert isinstance(plan, Plan)
     data = json.loads(plan.to_json())
     assert data["model"] == "bagel" and data["placement"] == "cpu"
-    assert data["batching"] == [["max_batch", 4], ["capture", [1, 2, 4]]]
+    assert data["batching"] == {"max_batch": 4, "capture": [1, 2, 4]}
+    assert data["version"] == SPEC_VERSION and data["attention"] == {"backend": "auto"}
+    flow = data["flows"][0]
+    assert flow["node"] == "FlowPlan" and flow["body"][0]["node"] == "ForPlan"

@@ -12,9 +12,10 @@ import pytest
 from wgc.diagnostics.diagnostic import Span
 from wgc.driver import Driver
 from wgc.lower.lower import lower
-from wgc.lower.plan import Dest, Plan, Route, Source
+from wgc.lower.plan import Plan, Route
 from wgc.lower.summary import cross_rank_summary
 from wgc.placement.model import Batching, Group, KvCache, Named, Placement
+from wgc_runtime.contract.spec import Dest, Source
 
 ROOT = Path(__file__).resolve().parents[2]
 BAGEL = ROOT / "examples" / "bagel" / "bagel.walk"
@@ -105,8 +106,8 @@ def test_each_rank_has_its_own_copy_of_the_denoise_loop(plan) -> None:
     (call,) = rank1.calls
     latents = next(p for p in call.inputs if p.port == "latents")
     assert latents.mode == "carried"
-    assert latents.src == Source("call", rank=0, call=COMBINE, port="latents")
-    assert latents.init == Source("input", name="latents")
+    assert latents.src == Source(kind="call", rank=0, call=COMBINE, port="latents")
+    assert latents.init == Source(kind="input", name="latents")
     assert latents.optional  # `latents?`: may arrive as a bare signal
     assert rank1.inputs == ("latents", "time_index")
 

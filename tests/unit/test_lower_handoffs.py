@@ -14,8 +14,9 @@ import pytest
 
 from wgc.driver import Driver
 from wgc.lower.lower import lower
-from wgc.lower.plan import Handoff, Plan, TypeSpec
+from wgc.lower.plan import Plan
 from wgc.placement.load import load
+from wgc_runtime.contract.spec import Handoff, TypeSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -34,8 +35,8 @@ def pd_split() -> Plan:
 
 
 def test_bagel_pd_split_moves_the_llm_state_between_prefill_and_decode(pd_split) -> None:
-    to_decode = (Handoff("LLM", (0,), (1,)),)
-    to_prefill = (Handoff("LLM", (1,), (0,)),)
+    to_decode = (Handoff(node="LLM", from_ranks=(0,), to_ranks=(1,)),)
+    to_prefill = (Handoff(node="LLM", from_ranks=(1,), to_ranks=(0,)),)
     expected = {
         "prefill_text": (to_prefill, (("LLM", (0,)),)),
         "prefill_vit": (to_prefill, (("LLM", (0,)),)),
@@ -66,8 +67,8 @@ def test_cpu_3rank_pd_splits_hand_the_llm_state_to_the_decoding_group(
     plan = plan_of(family, "cpu-3rank")
     a, b = plan.walk(prefill).kv_groups[0][1], plan.walk(decode).kv_groups[0][1]
     assert a != b
-    assert plan.walk(decode).handoffs == (Handoff("LLM", a, b),)
-    assert plan.walk(prefill).handoffs == (Handoff("LLM", b, a),)
+    assert plan.walk(decode).handoffs == (Handoff(node="LLM", from_ranks=a, to_ranks=b),)
+    assert plan.walk(prefill).handoffs == (Handoff(node="LLM", from_ranks=b, to_ranks=a),)
 
 
 def test_plan_json_carries_the_handoffs(pd_split) -> None:

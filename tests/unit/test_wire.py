@@ -1,62 +1,87 @@
-"""The compact wire form of runtime messages (`wgc_runtime.host.transport.wire`) and the batched
-`Mesh.send_messages` path: same meaning as ``from_wire(to_wire(m))``, tensors intact."""
+"""The one wire format: every message a socket carries is a typed msgspec Struct, decoded with
+validation into what that socket accepts; tensors intact; malformed frames dropped, not fatal."""
 
 from __future__ import annotations
-
-import dataclasses
 
 import msgpack
 import pytest
 import torch
 
+from wgc_runtime.contract import control as c
 from wgc_runtime.contract import messages as m
+from wgc_runtime.contract.kinds import DestKind, Edge, FailKind
 from wgc_runtime.contract.spec import Dest
-from wgc_runtime.host.transport import wire
 from wgc_runtime.host.transport.arena import Arena, leaked_segments
-from wgc_runtime.host.transport.codec import CodecError, Encoder, decode
-from wgc_runtime.host.transport.sockets import Mesh
+from wgc_runtime.host.transport.codec import Codec, CodecError
+from wgc_runtime.host.transport.sockets import ClientPort, Mesh
 from wgc_runtime.host.transport.tuning import Tuning
 
+DEST = Dest(kind=DestKind.CALL, edge=Edge.LOOP_INIT, rank=1, ranks=(0, 1))
 SAMPLES: list[m.Message] = [
-    m.StartWalk("r1", 3, "chain", "main", (("temperature", 0.5), ("tags", ("a", "b")))),
-    m.ForwardPersisted(
-        "r1", 3, "chain", "main", "x", "kv", (Dest(kind="call", edge="e1", rank=1, ranks=(0, 1)),)
-    ),
+    m.StartWalk("r1", 3, "chain", "main", (("temperature", 0.5), ("voice", "tara"))),
+    m.ForwardPersisted("r1", 3, "chain", "main", "x", "kv", (DEST,)),
     m.StreamDone("r1", "tokens"),
     m.StreamAbandon("r1", "tokens"),
     m.SkipChunk("r1", "tokens", 4),
     m.Release("r1", "cancelled"),
     m.ExportState("r1", 3, "LLM", (0,), (1, 2)),
-    m.Value("r1", 3, "chain", 7, "x", "e12", "steps", (("steps", 2), ("inner", 0)), False, None),
-    m.Value("r1", 3, "chain", 7, "x", "e12", None, (), True, None),
+    m.Value("r1", 3, "chain", 7, "x", Edge.INTERNAL, "steps", (("steps", 2), ("inner", 0))),
+    m.Value("r1", 3, "chain", 7, "x", Edge.INTERNAL, None, (), True, None),
     m.Until("r1", 3, "chain", "steps", (1, 2), 5, True),
     m.StreamItem("r1", "tokens", 9, 0, "text data"),
     m.StreamAck("r1", "tokens", 9),
+    m.StatePart("r1", 3, "LLM", "int:x", 0, 5),
     m.StateEnd("r1", 3, "LLM", 0, 2),
     m.WalkDone("r1", 3, "chain", 1),
     m.StateImported("r1", 3, "LLM", 2),
     m.ChunkReady("r1", "tokens", 2, False, True),
     m.ClientOut("r1", 3, "chain", "main", "tensor", "x10", (1, 2), [1, [2, 3]]),
-    m.Failed("r1", "node", "boom", "main", "chain", "n3", 1),
-    m.Output("r1", "main", "chain", "text", "y", (), {"k": [1, 2]}),
-    m.Finished("r1", True),
+    m.Failed("r1", FailKind.NODE, "boom", "main", "chain", "n3", 1),
+    c.Hello(0, "tcp://127.0.0.1:5", "127.0.0.1", None),
+    c.Peers((c.PeerEntry("conductor", "tcp://127.0.0.1:6"), c.PeerEntry(1, "tcp://h:7", "h"))),
+    c.Progress(1, "loading"),
+    c.Ready("conductor", 1.5),
+    c.StartFailed(0, "ImportError: x"),
+    c.Shutdown(),
+    c.RankDied("rank 1", "killed"),
+    c.ArenaFree(((64, 3), (128, 4))),
 ]
+INBOX = Codec(c.INBOX)
 
 
-def _round_trip(msgs: list[m.Message]) -> list[m.Message]:
-    frames = Encoder().encode([wire.pack(x) for x in msgs])
-    return [wire.unpack(item) for item in decode([bytes(f) for f in frames])]
+def _round_trip(codec: Codec, msgs: list) -> list:
+    return codec.decode([bytes(f) for f in codec.encode(msgs)])
 
 
 @pytest.mark.parametrize("msg", SAMPLES, ids=lambda x: type(x).__name__)
-def test_same_meaning_as_to_wire(msg: m.Message) -> None:
-    expected = m.from_wire(msgpack.unpackb(msgpack.packb(msg.to_wire()), strict_map_key=False))
-    assert _round_trip([msg]) == [expected]
+def test_every_inbox_message_round_trips_typed(msg: m.Message) -> None:
+    (back,) = _round_trip(INBOX, [msg])
+    assert type(back) is type(msg) and back == msg
 
 
-def test_every_message_class_has_a_code() -> None:
-    assert {k.cls for k in wire.KINDS} == set(m.MESSAGES.values())
-    assert {type(x) for x in SAMPLES} == set(m.MESSAGES.values()) - {m.StatePart}
+def test_every_inbox_message_class_is_sampled_and_tags_are_unique() -> None:
+    assert {type(x) for x in SAMPLES} == set(c.INBOX)
+    every = {*c.INBOX, *c.CLIENT_IN, *c.CLIENT_OUT, c.InputSegment, c.PeerEntry}
+    tags = [cls.__struct_config__.tag for cls in every]
+    assert len(tags) == len(set(tags))
+
+
+def test_client_messages_round_trip_and_stay_on_their_socket() -> None:
+    client_in, client_out = Codec(c.CLIENT_IN), Codec(c.CLIENT_OUT)
+    seg = c.InputSegment("text", "hello", {"goal": torch.ones(2)})
+    submit = c.Submit("rid", (seg,), ("audio",), {"n": 3})
+    (back,) = _round_trip(client_in, [submit])
+    assert back.request == "rid" and back.want == ("audio",) and back.options == {"n": 3}
+    assert torch.equal(back.inputs[0].fields["goal"], torch.ones(2))
+    outs = [c.Accepted("rid", True), m.Output("rid", "f", "w", "audio", "a", (1,), None)]
+    assert (
+        _round_trip(client_out, [*outs, c.Alive("rid"), m.Finished("rid", True), c.Pong()])[:2]
+        == outs
+    )
+    with pytest.raises(CodecError, match="invalid message"):
+        _round_trip(client_in, [m.WalkDone("r", 1, "w", 0)])  # a core message at the door
+    with pytest.raises(CodecError, match="invalid message"):
+        _round_trip(INBOX, [submit])  # a client message at an inbox
 
 
 @pytest.mark.parametrize(
@@ -71,22 +96,71 @@ def test_every_message_class_has_a_code() -> None:
 )
 def test_tensors_in_a_batch(tensor: torch.Tensor) -> None:
     msgs = [
-        m.Value("r1", 1, "w", 0, "x", "e", None, (), False, tensor),
+        m.Value("r1", 1, "w", 0, "x", Edge.INPUT, None, (), False, tensor),
         m.WalkDone("r1", 1, "w", 0),
         m.StatePart("r1", 1, "LLM", "k", 0, tensor),
     ]
-    got = _round_trip(msgs)
+    got = _round_trip(INBOX, msgs)
     assert [type(x) for x in got] == [m.Value, m.WalkDone, m.StatePart]
     for x in (got[0], got[2]):
         assert x.data.dtype == tensor.dtype and torch.equal(x.data, tensor)
-    assert dataclasses.replace(got[0], data=None) == dataclasses.replace(msgs[0], data=None)
+    assert got[1] == msgs[1] and got[0].call == 0 and got[0].edge is Edge.INPUT
 
 
-def test_bad_input_is_a_codec_error() -> None:
+@pytest.mark.parametrize(
+    "frames",
+    [
+        [b""],
+        [b"\xc1"],  # a never-used msgpack byte
+        [msgpack.packb({"t": "l.shutdown"})],  # the old dict form
+        [msgpack.packb([[999, "x"]])],  # an unknown tag
+        [msgpack.packb([[14, "r", 1]])],  # WalkDone with too few fields
+        [msgpack.packb([[14, "r", "one", "w", 0]])],  # a field of the wrong type
+        [msgpack.packb([[8, "r", 1, "w", 0, "x", "not-an-edge"]])],  # an unknown enum value
+        [
+            msgpack.packb(
+                [
+                    [
+                        8,
+                        "r",
+                        1,
+                        "w",
+                        0,
+                        "x",
+                        "input",
+                        None,
+                        [],
+                        False,
+                        msgpack.ExtType(1, msgpack.packb([5, "f32", [2]])),
+                    ]
+                ]
+            )
+        ],
+        [
+            msgpack.packb(
+                [
+                    [
+                        8,
+                        "r",
+                        1,
+                        "w",
+                        0,
+                        "x",
+                        "input",
+                        None,
+                        [],
+                        False,
+                        msgpack.ExtType(3, b"\x07\x01" + (-4).to_bytes(8, "little", signed=True)),
+                    ]
+                ]
+            )
+        ],
+    ],
+    ids=["empty", "garbage", "dict", "tag", "short", "type", "enum", "frame", "negative-shape"],
+)
+def test_malformed_frames_are_codec_errors(frames) -> None:
     with pytest.raises(CodecError):
-        wire.unpack([999, "x"])
-    with pytest.raises(CodecError):
-        wire.unpack([wire.KINDS[0].code, "too", "few"])
+        INBOX.decode(frames)
 
 
 @pytest.mark.parametrize("ipc", [True, False])
@@ -100,13 +174,15 @@ def test_mesh_batches_over_ipc_and_tcp(ipc: bool) -> None:
         b.connect(0, a.address, ipc=a.ipc_address)
         assert (b.ipc_address is not None) == ipc
         big = torch.randn(256, 256)  # 256 KiB: through the arena
-        sent = [m.Value("r", 1, "w", c, "x", "e", None, (), False, big + c) for c in range(3)]
-        a.send_messages(1, [*sent, m.WalkDone("r", 1, "w", 0)])
-        a.send(1, {"t": "plain", "n": 1})
+        sent = [
+            m.Value("r", 1, "w", k, "x", Edge.INPUT, None, (), False, big + k) for k in range(3)
+        ]
+        a.send(1, [*sent, m.WalkDone("r", 1, "w", 0)])
+        a.send(1, [c.Shutdown()])
         got: list = []
         while len(got) < 5:
             got.extend(b.poll(1000))
-        assert got[-1] == {"t": "plain", "n": 1}
+        assert got[-1] == c.Shutdown()
         for s, r in zip(sent, got[:3], strict=True):
             assert torch.equal(r.data, s.data) and r.call == s.call
         assert isinstance(got[3], m.WalkDone)
@@ -124,3 +200,53 @@ def test_mesh_batches_over_ipc_and_tcp(ipc: bool) -> None:
         for arena in (*arenas, owner):
             arena.close()
     assert owner.name not in leaked_segments()  # (other runs may own segments meanwhile)
+
+
+def test_a_bad_frame_is_dropped_and_the_next_one_arrives() -> None:
+    import zmq
+
+    owner = Arena.create(slots=1, region=1 << 20, tag="bad")
+    arena = Arena.attach(owner.name, 1, owner.region, slot=0)
+    b = Mesh(0, arena=arena, tuning=Tuning(ipc=False, busy_poll_us=0))
+    sock = zmq.Context.instance().socket(zmq.PUSH)
+    try:
+        sock.connect(b.address)
+        for junk in (b"random bytes", msgpack.packb({"t": "l.shutdown"})):
+            sock.send(junk)
+        bogus = [0, 1 << 40, 16, "f32", [4], 1]  # outside the region
+        value = [8, "r", 1, "w", 0, "x", "input", None, [], False,
+                 msgpack.ExtType(2, msgpack.packb(bogus))]  # fmt: skip
+        sock.send(msgpack.packb([value]))
+        sock.send_multipart(Codec(c.INBOX).encode([m.WalkDone("r", 1, "w", 0)]))
+        got: list = []
+        for _ in range(50):
+            got.extend(b.poll(100))
+            if got:
+                break
+        assert got == [m.WalkDone("r", 1, "w", 0)] and b.rejected == 3
+    finally:
+        sock.close(0)
+        b.close()
+        arena.close()
+        owner.close()
+
+
+def test_the_client_port_drops_what_is_not_a_client_message() -> None:
+    import zmq
+
+    port = ClientPort()
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    try:
+        sock.connect(port.address)
+        sock.send(b"\x00\x01junk")
+        sock.send_multipart(Codec(c.CLIENT_IN).encode([c.Ping()]))
+        got: list = []
+        for _ in range(50):
+            if port.sock.poll(100):
+                got.extend(port.recv_all())
+            if got:
+                break
+        assert [msg for _, msg in got] == [c.Ping()] and port.rejected == 1
+    finally:
+        sock.close(0)
+        port.close()

@@ -92,12 +92,10 @@ class _Checked:
     sources: SourceMap
 
 
-def _front_end(path: str, stop_after: str | None = None) -> FrontEndResult:
-    # looked up per call so tests can replace it
-    driver = importlib.import_module("wgc.driver")
-    if stop_after is None:
-        return driver.front_end(path)
-    return driver.front_end(path, stop_after=stop_after)
+def _driver():
+    """One driver for the whole command: the grammar is compiled once, not once per file.
+    (Looked up when the command runs, so tests can replace `wgc.driver.Driver`.)"""
+    return importlib.import_module("wgc.driver").Driver()
 
 
 def _check_pass_name(name: str) -> None:
@@ -192,8 +190,9 @@ def check(
     if dump_after is not None:
         _check_pass_name(dump_after)
     results = []
+    driver = _driver()
     for path in expand_paths(paths):
-        outcome = _front_end(path, dump_after)
+        outcome: FrontEndResult = driver.front_end(path, stop_after=dump_after)
         results.append(_Checked(path, list(outcome.diagnostics), outcome.sources))
         if dump_after is not None and outcome.model is not None:
             from wgc.show.text import render_text as render_ir

@@ -21,12 +21,11 @@ import click
 
 from wgc.cli.check import _use_color
 from wgc.cli.errors import EXIT_OK, EXIT_USER, UserError
-from wgc.codegen.pipeline import CompileResult, compile_model
 from wgc.codegen.render import GENERATED_FILES
 from wgc.config import Env
 from wgc.diagnostics.codes import Severity
 from wgc.diagnostics.render import render_summary, render_text
-from wgc.driver import Driver
+from wgc.driver import CompileResult, Driver
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,7 +132,7 @@ def _one(
     color: bool,
     driver: Driver,
 ) -> bool:
-    result = compile_model(walk, placement, sets, driver)
+    result = driver.compile(walk, placement, sets)
     _report(result, color)
     if not result.ok:
         return False

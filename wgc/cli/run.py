@@ -39,10 +39,24 @@ import click
 
 from wgc.cli.errors import EXIT_OK, EXIT_USER, UserError
 from wgc.config import Env
-from wgc_runtime.host.processes.common import DeploymentError
 
 DEFAULT_SAMPLE_RATE = 24_000
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp")
+
+
+# ------------------------------------------------------------------------- the runtime
+
+
+def require_runtime() -> None:
+    """`wgc run` needs the runtime's dependencies, which the core install leaves out."""
+    for module in ("torch", "zmq", "msgspec", "numpy"):
+        try:
+            __import__(module)
+        except ImportError:
+            raise UserError(
+                f"`wgc run` needs the runtime, and `{module}` is not installed: "
+                "install it with `pip install 'wgc[runtime]'`"
+            ) from None
 
 
 # ------------------------------------------------------------------------- inputs and options
@@ -111,7 +125,7 @@ def read_wav(path: Path):
 def read_image(path: Path):
     """``u8 [H, W, C]``; needs PIL (Pillow) for anything but .npy."""
     try:
-        from PIL import Image
+        from PIL import Image  # pyright: ignore[reportMissingImports]  (optional: Pillow)
     except ImportError:
         raise UserError(
             f"reading `{path}` needs Pillow (`pip install pillow`); or pass a `.npy` array"
@@ -155,7 +169,7 @@ def write_png(path: Path, image) -> None:
     if x.ndim not in (2, 3):
         raise ValueError(f"cannot write an image of shape {x.shape}")
     try:
-        from PIL import Image
+        from PIL import Image  # pyright: ignore[reportMissingImports]  (optional: Pillow)
 
         Image.fromarray(x).save(path)
         return
@@ -185,7 +199,7 @@ def pcm16(samples):
     """Float samples in [-1, 1] (or integer PCM) as 16-bit frames, ``[samples, channels]``."""
     import numpy as np
 
-    x = np.asarray(samples)
+    x: np.ndarray = np.asarray(samples)
     if x.ndim == 0:
         x = x.reshape(1)
     if x.ndim == 2 and x.shape[0] <= 8 < x.shape[1]:
@@ -318,7 +332,7 @@ def decode_text(value: Any) -> str:
 
 def sample_rates(plan_dir: str) -> dict[str, int]:
     """Emitted modality -> the emitting node's ``sample_rate`` config, where it has one."""
-    from wgc_runtime.host.processes.common import load_conductor, load_rank
+    from wgc_runtime.host.loading import load_conductor, load_rank
 
     out: dict[str, int] = {}
     spec = load_conductor(plan_dir)
@@ -360,9 +374,9 @@ def prepare(target: str, placement: str | None, sets: tuple[str, ...], keep: Pat
     if not Path(placement).is_file():
         raise UserError(f"no such file: `{placement}`")
     from wgc.cli.compile import _parse_sets, _report, sync
-    from wgc.codegen.pipeline import compile_model
+    from wgc.driver import Driver
 
-    result = compile_model(str(path), placement, _parse_sets(sets))
+    result = Driver().compile(str(path), placement, _parse_sets(sets))
     _report(result, color=False)
     if not result.ok:
         raise UserError(f"`{target}` does not compile for `{placement}`")
@@ -396,9 +410,9 @@ def _stream_processes(
 
 
 def _stream_local(plan_dir: str, inputs, want, options) -> Iterator[Any]:
-    from wgc_runtime.contract.spec import Segment
+    from wgc_runtime.contract.flow import Segment
     from wgc_runtime.host.client import ErrorInfo, Output, RequestFailed
-    from wgc_runtime.host.processes.common import ensure_import_root
+    from wgc_runtime.host.loading import ensure_import_root
 
     ensure_import_root()
     from wgc_runtime.host.local import LocalCluster
@@ -432,6 +446,23 @@ def _stream_local(plan_dir: str, inputs, want, options) -> Iterator[Any]:
 
 class WorkerDied(RuntimeError):
     pass
+
+
+def _check_plan(plan_dir: str) -> None:
+    """Load the generated modules once before any process starts: a folder from another wgc
+    version, or one that does not import, is a user error with its reason."""
+    from wgc_runtime.host.loading import DeploymentError, load_plan
+
+    try:
+        load_plan(plan_dir)
+    except DeploymentError as exc:
+        raise UserError(str(exc)) from None
+
+
+def _deployment_error() -> type[Exception]:
+    from wgc_runtime.host.loading import DeploymentError
+
+    return DeploymentError
 
 
 @click.command()
@@ -482,6 +513,7 @@ def run(
 ) -> None:
     """Run a model: one request (--input/--want/-o) or a server (--serve)."""
     del env
+    require_runtime()
     if serve and (inputs or local):
         raise UserError("`--serve` takes requests from clients: give no --input or --local")
     if not serve and not inputs:
@@ -489,6 +521,7 @@ def run(
     plan = prepare(target, placement, sets, Path(plan_dir) if plan_dir else None)
     temporary = plan != target and not plan_dir
     try:
+        _check_plan(plan)
         code = (
             _serve(plan, ready_timeout)
             if serve
@@ -531,7 +564,7 @@ def _one_shot(
         writer.close()
         click.echo("wgc: interrupted", err=True)
         return 130
-    except DeploymentError as exc:
+    except _deployment_error() as exc:
         writer.close()
         click.echo(f"error: {exc}", err=True)
         return EXIT_USER
@@ -569,7 +602,7 @@ def _serve(plan: str, ready_timeout: float) -> int:
                 return EXIT_USER
     except KeyboardInterrupt:
         click.echo("wgc: stopped", err=True)
-    except DeploymentError as exc:
+    except _deployment_error() as exc:
         click.echo(f"error: {exc}", err=True)
         return EXIT_USER
     return EXIT_OK

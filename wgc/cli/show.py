@@ -69,9 +69,7 @@ def build_plan(
 ) -> Plan | None:
     """Front end, placement rules, overrides and lowering, as `wgc compile` does them (without
     code generation); prints every diagnostic and returns None when there are errors."""
-    from wgc.codegen.pipeline import plan_model  # the IR view needs none of lowering
-
-    result = plan_model(file, placement, sets, driver)
+    result = driver.plan(file, placement, sets)
     _report_all(result.diagnostics, result.sources, file, color)
     return result.plan if result.ok else None
 
@@ -153,7 +151,7 @@ def _show_plan(
     color: str,
 ) -> str:
     from wgc.cli.compile import _parse_sets
-    from wgc.codegen.pipeline import display_path
+    from wgc.driver import display_path
     from wgc.show.plan import render_plan
 
     if walk_name is not None:

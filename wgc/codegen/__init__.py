@@ -1,10 +1,11 @@
-"""Code generation: a `Plan` (plus the model's flows) becomes readable Python modules.
+"""Code generation: a `Plan` becomes readable Python modules.
 
-`render(plan, model)` returns the files of ``generated/<model>/<placement>/``: one
-``rank_<r>.py`` per rank (``RANK = RankSpec(...)``), ``conductor.py`` (the flows as generator
-functions and ``CONDUCTOR = ConductorSpec(...)``), ``plan.json`` and ``__init__.py``. Generated
-modules import only ``wgc_runtime.contract.spec``; node implementations are named by
-``module:Class`` strings and imported by the runtime, never by the generated code or the compiler.
+`render(plan)` returns the files of ``generated/<model>/<placement>/``: one ``rank_<r>.py`` per
+rank (``RANK = RankSpec(...)``), ``conductor.py`` (the flows as generator functions and
+``CONDUCTOR = ConductorSpec(...)``), ``plan.json`` and ``__init__.py``. Generated modules import
+only the torch-free contract (``wgc_runtime.contract``) and state the `SPEC_VERSION` they were
+written for; node implementations are named by ``module:Class`` strings and imported by the
+runtime, never by the generated code or the compiler.
 """
 
 from wgc.codegen.render import GENERATED_FILES, render

@@ -1,23 +1,26 @@
 """Flows as Python generator functions: the conductor module's readable heart.
 
-Each statement maps to the Python a person would write (``for seg in req.inputs:``, an
-``if``/``elif`` chain on ``seg.modality`` for `match`, ``for _ in range(n):`` for `repeat`,
-``yield RunWalk(...)`` for a walk call, ``yield Fail(...)`` and ``return`` for `fail`), each under
-a ``# file.walk:line`` comment. ``placed(NODE)`` is known at compile time: it is folded to
-``True``/``False`` (a comment says which node and placement), and the condition around it is
-simplified, so the output stays clean under ruff's lint rules (no ``x or True``).
+Renders a lowered `FlowPlan` (`wgc.lower.flowplan`). Each statement maps to the Python a person
+would write (``for seg in req.inputs:``, an ``if``/``elif`` chain on ``seg.modality`` for
+`match`, ``for _ in range(n):`` for `repeat`, ``yield RunWalk(...)`` for a walk call,
+``yield Fail(...)`` and ``return`` for `fail`), each under a ``# file.walk:line`` comment.
+Conditions arrive with ``placed(NODE)`` folded by lowering; what folding decided is printed as a
+comment, and the rendering keeps the output clean under ruff's lint rules (nested ``if``s become
+one ``and``, ``else { if }`` becomes ``elif``, match arms with the same code merge).
 """
 
 from __future__ import annotations
 
 import keyword
 import textwrap
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from wgc.codegen import pyfmt
 from wgc.codegen.pyfmt import INDENT, Doc
-from wgc.ir import expr as E
-from wgc.ir import flow as F
+from wgc.lower import flowplan as FP
+
+Where = Callable[[str], str]  # plan provenance -> the comment's text
 
 # ---------------------------------------------------------------- names
 
@@ -29,89 +32,52 @@ def py_name(name: str) -> str:
 
 # ---------------------------------------------------------------- conditions
 
-
-def fold(cond: F.Cond, placed: frozenset[str]) -> F.Cond | bool:
-    """``cond`` with `placed(...)` and constants folded away: a bool, or a tree without them."""
-    if isinstance(cond, F.Placed):
-        return cond.node in placed
-    if isinstance(cond, F.Const):
-        return cond.value
-    if isinstance(cond, F.Not):
-        inner = fold(cond.operand, placed)
-        return (not inner) if isinstance(inner, bool) else F.Not(inner, cond.span)
-    if isinstance(cond, F.BoolOp):
-        left, right = fold(cond.left, placed), fold(cond.right, placed)
-        absorbing = cond.op == "or"  # True absorbs `or`, False absorbs `and`
-        for side, other in ((left, right), (right, left)):
-            if isinstance(side, bool):
-                return absorbing if side == absorbing else other
-        return F.BoolOp(cond.op, left, right, cond.span)  # type: ignore[arg-type]
-    return cond
-
-
 _PREC = {"or": 1, "and": 2, "not": 3}
 
 
-def cond_py(cond: F.Cond | bool, outer: int = 0) -> str:
+def cond_py(cond: FP.Folded, outer: int = 0) -> str:
     """Python source of a folded condition."""
     if isinstance(cond, bool):
         return repr(cond)
-    if isinstance(cond, F.RequestPred):
+    if isinstance(cond, FP.RequestTest):
         return f"req.{cond.pred}({pyfmt.string(cond.modality).text})"
-    if isinstance(cond, F.OptionCond):
+    if isinstance(cond, FP.OptionTest):
         return f"req.option({pyfmt.string(cond.name).text})"
-    if isinstance(cond, F.Not):
+    if isinstance(cond, FP.NotCond):
         text = "not " + cond_py(cond.operand, _PREC["not"])
         return f"({text})" if outer > _PREC["not"] else text
-    if isinstance(cond, F.BoolOp):
-        p = _PREC[cond.op]
-        text = f"{_operand(cond, cond.left, p)} {cond.op} {_operand(cond, cond.right, p + 1)}"
-        return f"({text})" if outer > p else text
-    raise TypeError(f"unexpected condition {cond!r}")
+    p = _PREC[cond.op]
+    text = f"{_operand(cond, cond.left, p)} {cond.op} {_operand(cond, cond.right, p + 1)}"
+    return f"({text})" if outer > p else text
 
 
-def _operand(parent: F.BoolOp, child: F.Cond, outer: int) -> str:
+def _operand(parent: FP.BoolCond, child: FP.Cond, outer: int) -> str:
     # `a or (b and c)`: parentheses Python does not need but a reader does
-    if parent.op == "or" and isinstance(child, F.BoolOp) and child.op == "and":
+    if parent.op == "or" and isinstance(child, FP.BoolCond) and child.op == "and":
         return f"({cond_py(child)})"
     return cond_py(child, outer)
-
-
-def placed_note(cond: F.Cond, placed: frozenset[str], placement: str) -> str | None:
-    """``placed(A): yes, placed(B): no in placement `p``` for the `placed` atoms of ``cond``."""
-    atoms = [a for a in F.cond_atoms(cond) if isinstance(a, F.Placed)]
-    if not atoms:
-        return None
-    seen = dict.fromkeys(a.node for a in atoms)
-    parts = [f"placed({n}) is {n in placed}" for n in seen]
-    return ", ".join(parts) + f" in placement `{placement}`"
 
 
 # ---------------------------------------------------------------- count expressions
 
 
-def count_py(e: E.Expr, params: dict[str, object], options: dict[str, str]) -> str:
-    """A `repeat` count in Python: params folded to their values, options read per request."""
-    text, is_float = _expr_py(e, params, options, 0)
+def count_py(e: FP.Count) -> str:
+    """A `repeat` count in Python (options read per request)."""
+    text, is_float = _count(e, 0)
     return f"int({text})" if is_float else text
 
 
-def _expr_py(
-    e: E.Expr, params: dict[str, object], options: dict[str, str], outer: int
-) -> tuple[str, bool]:
-    if isinstance(e, E.Lit):
+def _count(e: FP.Count, outer: int) -> tuple[str, bool]:
+    if isinstance(e, FP.Num):
         return pyfmt.literal(e.value).text, isinstance(e.value, float)  # type: ignore[union-attr]
-    if isinstance(e, E.Ref):
-        value = params.get(e.name, 0)
-        return pyfmt.literal(value).text, isinstance(value, float)  # type: ignore[union-attr]
-    if isinstance(e, E.OptionRef):
-        return f"req.option({pyfmt.string(e.name).text})", options.get(e.name) == "float"
-    if isinstance(e, E.Neg):
-        text, is_float = _expr_py(e.operand, params, options, 3)
+    if isinstance(e, FP.OptionNum):
+        return f"req.option({pyfmt.string(e.name).text})", e.is_float
+    if isinstance(e, FP.NegNum):
+        text, is_float = _count(e.operand, 3)
         return "-" + text, is_float
     p = 1 if e.op in "+-" else 2
-    left, lf = _expr_py(e.left, params, options, p)
-    right, rf = _expr_py(e.right, params, options, p + 1)
+    left, lf = _count(e.left, p)
+    right, rf = _count(e.right, p + 1)
     is_float = lf or rf
     op = "//" if e.op == "/" and not is_float else e.op
     text = f"{left} {op} {right}"
@@ -122,14 +88,6 @@ def _expr_py(
 
 
 @dataclass(frozen=True, slots=True)
-class FlowContext:
-    placed: frozenset[str]
-    placement: str
-    params: dict[str, object]
-    options: dict[str, str]  # option name -> type
-
-
-@dataclass(frozen=True, slots=True)
 class Line:
     depth: int
     text: str  # may hold continuation lines (already indented)
@@ -137,8 +95,8 @@ class Line:
 
 
 class _Emitter:
-    def __init__(self, ctx: FlowContext) -> None:
-        self.ctx = ctx
+    def __init__(self, where: Where) -> None:
+        self.where = where
         self.lines: list[Line] = []
         self.last_where = ""
 
@@ -154,81 +112,72 @@ class _Emitter:
         full = pyfmt.statement(prefix, doc, depth)
         self.lines.append(Line(depth, full[len(INDENT * depth) :]))
 
-    def provenance(self, depth: int, node) -> None:
-        where = f"{node.span.file}:{node.span.line}"
+    def provenance(self, depth: int, source: str) -> None:
+        where = self.where(source)
         if where != self.last_where:  # one comment per source line, not per statement on it
             self.comment(depth, where)
         self.last_where = where
 
     # -- blocks
-    def block(self, block: F.FBlock | None, depth: int, scope: dict[str, str]) -> None:
+    def block(self, block: tuple[FP.Stmt, ...] | None, depth: int, scope: dict[str, str]) -> None:
         start = len(self.lines)
-        for s in block.stmts if block else ():
+        for s in block or ():
             self.stmt(s, depth, scope)
         if all(ln.comment for ln in self.lines[start:]):
             self.line(depth, "pass")
 
-    def stmt(self, s: F.FStmt, depth: int, scope: dict[str, str]) -> None:
-        if isinstance(s, F.WalkCall):
-            self.provenance(depth, s)
+    def stmt(self, s: FP.Stmt, depth: int, scope: dict[str, str]) -> None:
+        self.provenance(depth, s.source)
+        if isinstance(s, FP.RunWalkPlan):
             self.doc(depth, "yield ", self.run_walk(s, scope))
-        elif isinstance(s, F.Fail):
-            self.provenance(depth, s)
+        elif isinstance(s, FP.FailPlan):
             self.doc(depth, "yield ", pyfmt.call("Fail", [pyfmt.string(s.message)]))
             self.line(depth, "return")
-        elif isinstance(s, F.For):
-            self.provenance(depth, s)
+        elif isinstance(s, FP.ForPlan):
             var = py_name(s.var)
-            used = _uses_var(s.body, s.var)
-            target = var if used else "_" + var.lstrip("_")
+            target = var if _uses_var(s.body, s.var) else "_" + var.lstrip("_")
             self.line(depth, f"for {target} in req.inputs:")
             self.block(s.body, depth + 1, {**scope, s.var: var})
-        elif isinstance(s, F.Repeat):
-            self.provenance(depth, s)
-            count = count_py(s.count, self.ctx.params, self.ctx.options)
-            self.line(depth, f"for _ in range({count}):")
+        elif isinstance(s, FP.RepeatPlan):
+            self.line(depth, f"for _ in range({count_py(s.count)}):")
             self.block(s.body, depth + 1, scope)
-        elif isinstance(s, F.Match):
-            self.provenance(depth, s)
+        elif isinstance(s, FP.MatchPlan):
             self.match(s, depth, scope)
-        elif isinstance(s, F.If):
-            self.provenance(depth, s)
+        else:
             self.if_(s, depth, scope, "if")
 
-    def run_walk(self, s: F.WalkCall, scope: dict[str, str]) -> Doc:
+    def run_walk(self, s: FP.RunWalkPlan, scope: dict[str, str]) -> Doc:
         pairs = [(pyfmt.string(a.param), self.arg(a, scope)) for a in s.args]
         args: list[Doc] = [pyfmt.string(s.walk)]
         if pairs:
             args.append(pyfmt.dict_(pairs))
         return pyfmt.call("RunWalk", args)
 
-    def arg(self, a: F.FArg, scope: dict[str, str]) -> Doc:
-        if a.kind is F.ArgKind.OPTION:
+    def arg(self, a: FP.ArgPlan, scope: dict[str, str]) -> Doc:
+        if a.kind == "option":
             return pyfmt.call("req.option", [pyfmt.string(a.name)])
-        if a.kind is F.ArgKind.SEGMENT_FIELD:
+        if a.kind == "field":
             var = scope.get(a.name, py_name(a.name))
             return pyfmt.call(f"{var}.field", [pyfmt.string(a.attr or "")])
-        if a.name in scope:
-            return pyfmt.Atom(scope[a.name])
+        if a.kind == "segment":
+            return pyfmt.Atom(scope.get(a.name, py_name(a.name)))
         return pyfmt.call("Persisted", [pyfmt.string(a.name)])
 
     # -- if / match
-    def if_(self, s: F.If, depth: int, scope: dict[str, str], keyword_: str) -> None:
-        cond: F.Cond | bool = fold(s.cond, self.ctx.placed)
+    def if_(self, s: FP.IfPlan, depth: int, scope: dict[str, str], keyword_: str) -> None:
+        cond = s.cond
         then = s.then
         # `if a { if b { X } }` is `if a and b:` (ruff's SIM102 asks for it)
         while s.else_ is None and _only_if(then):
-            inner: F.If = then.stmts[0]  # type: ignore[assignment]
+            inner = then[0]
+            assert isinstance(inner, FP.IfPlan)
             if inner.else_ is not None:
                 break
-            inner_cond = fold(inner.cond, self.ctx.placed)
-            cond = _and(cond, inner_cond, s)
+            cond = FP.and_(cond, inner.cond)
             then = inner.then
-            note = placed_note(inner.cond, self.ctx.placed, self.ctx.placement)
-            if note:
+            for note in inner.notes:
                 self.comment(depth, note)
-        note = placed_note(s.cond, self.ctx.placed, self.ctx.placement)
-        if note:
+        for note in s.notes:
             self.comment(depth, note)
         self.line(depth, f"{keyword_} {cond_py(cond)}:")
         self.block(then, depth + 1, scope)
@@ -236,13 +185,13 @@ class _Emitter:
         if els is None:
             return
         # `else { if ... }` is `elif` (the source's `else if`)
-        if len(els.stmts) == 1 and isinstance(els.stmts[0], F.If):
-            self.if_(els.stmts[0], depth, scope, "elif")
+        if len(els) == 1 and isinstance(els[0], FP.IfPlan):
+            self.if_(els[0], depth, scope, "elif")
             return
         self.line(depth, "else:")
         self.block(els, depth + 1, scope)
 
-    def match(self, s: F.Match, depth: int, scope: dict[str, str]) -> None:
+    def match(self, s: FP.MatchPlan, depth: int, scope: dict[str, str]) -> None:
         var = scope.get(s.var, py_name(s.var))
         arms = _merge_arms(s.arms, self, scope)
         first = True
@@ -264,35 +213,43 @@ class _Emitter:
             first = False
 
 
-def _and(left: F.Cond | bool, right: F.Cond | bool, at: F.If) -> F.Cond | bool:
-    if isinstance(left, bool):
-        return right if left else False
-    if isinstance(right, bool):
-        return left if right else False
-    return F.BoolOp("and", left, right, at.span)
+def _only_if(block: tuple[FP.Stmt, ...]) -> bool:
+    return len(block) == 1 and isinstance(block[0], FP.IfPlan)
 
 
-def _only_if(block: F.FBlock) -> bool:
-    return len(block.stmts) == 1 and isinstance(block.stmts[0], F.If)
+def _stmts(block: tuple[FP.Stmt, ...]):
+    """Every statement of ``block``, depth first in source order."""
+    for s in block:
+        yield s
+        if isinstance(s, FP.ForPlan | FP.RepeatPlan):
+            yield from _stmts(s.body)
+        elif isinstance(s, FP.MatchPlan):
+            for a in s.arms:
+                yield from _stmts(a.body)
+        elif isinstance(s, FP.IfPlan):
+            yield from _stmts(s.then)
+            yield from _stmts(s.else_ or ())
 
 
-def _uses_var(block: F.FBlock, var: str) -> bool:
-    for s in F.iter_fstmts(block):
-        if isinstance(s, F.Match) and s.var == var:
+def _uses_var(block: tuple[FP.Stmt, ...], var: str) -> bool:
+    for s in _stmts(block):
+        if isinstance(s, FP.MatchPlan) and s.var == var:
             return True
-        if isinstance(s, F.WalkCall) and any(
-            a.name == var and a.kind is not F.ArgKind.OPTION for a in s.args
+        if isinstance(s, FP.RunWalkPlan) and any(
+            a.name == var and a.kind != "option" and a.kind != "persisted" for a in s.args
         ):
             return True
     return False
 
 
-def _merge_arms(arms, emitter: _Emitter, scope) -> list[tuple[tuple[str, ...], F.FBlock]]:
+def _merge_arms(
+    arms: tuple[FP.ArmPlan, ...], emitter: _Emitter, scope: dict[str, str]
+) -> list[tuple[tuple[str, ...], tuple[FP.Stmt, ...]]]:
     """Adjacent arms with the same code become one (``in (...)``): ruff's SIM114 asks for it."""
-    out: list[tuple[tuple[str, ...], F.FBlock]] = []
+    out: list[tuple[tuple[str, ...], tuple[FP.Stmt, ...]]] = []
     last_code: list[str] | None = None
     for arm in arms:
-        code = _code_of(arm.body, emitter.ctx, scope)
+        code = _code_of(arm.body, emitter.where, scope)
         if out and "_" not in out[-1][0] and "_" not in arm.patterns and code == last_code:
             out[-1] = (out[-1][0] + tuple(p for p in arm.patterns if p not in out[-1][0]), arm.body)
         else:
@@ -301,8 +258,8 @@ def _merge_arms(arms, emitter: _Emitter, scope) -> list[tuple[tuple[str, ...], F
     return out
 
 
-def _code_of(block: F.FBlock, ctx: FlowContext, scope) -> list[str]:
-    probe = _Emitter(ctx)
+def _code_of(block: tuple[FP.Stmt, ...], where: Where, scope: dict[str, str]) -> list[str]:
+    probe = _Emitter(where)
     probe.block(block, 0, scope)
     return [f"{ln.depth}:{ln.text}" for ln in probe.lines if not ln.comment]
 
@@ -310,9 +267,9 @@ def _code_of(block: F.FBlock, ctx: FlowContext, scope) -> list[str]:
 # ---------------------------------------------------------------- whole flows
 
 
-def flow_function(flow: F.Flow, ctx: FlowContext) -> str:
+def flow_function(flow: FP.FlowPlan, where: Where) -> str:
     """``def flow_NAME(req: Request) -> FlowGen:`` with the flow's body."""
-    em = _Emitter(ctx)
+    em = _Emitter(where)
     em.block(flow.body, 1, {})
     if not any("yield" in ln.text for ln in em.lines if not ln.comment):
         em.line(1, "yield from ()")  # a flow that runs no walk is still a generator
@@ -320,12 +277,10 @@ def flow_function(flow: F.Flow, ctx: FlowContext) -> str:
     return "\n".join([head, *(INDENT * ln.depth + ln.text for ln in em.lines)])
 
 
-def when_function(flow: F.Flow, ctx: FlowContext) -> str:
+def when_function(flow: FP.FlowPlan) -> str:
     """``def when_NAME(req: Request) -> bool:`` for a `flow NAME when COND`."""
     assert flow.when is not None
     lines = [f"def when_{flow.name}(req: Request) -> bool:"]
-    note = placed_note(flow.when, ctx.placed, ctx.placement)
-    if note:
-        lines.append(INDENT + "# " + note)
-    lines.append(INDENT + "return " + cond_py(fold(flow.when, ctx.placed)))
+    lines += [INDENT + "# " + note for note in flow.when_notes]
+    lines.append(INDENT + "return " + cond_py(flow.when))
     return "\n".join(lines)

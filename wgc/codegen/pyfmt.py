@@ -79,6 +79,27 @@ def string(s: str) -> Atom:
     return Atom(quote + "".join(out) + quote)
 
 
+def comment_text(text: str) -> str:
+    """``text`` safe inside a ``#`` comment (or a docstring): every character Python would not
+    print (line breaks of any kind, other control and format characters) as an escape, so text
+    from a user (a file name, a name) can never end the comment and become code."""
+    if text.isprintable():
+        return text
+    out = []
+    for ch in text:
+        if ch.isprintable():
+            out.append(ch)
+        elif ch == "\n":
+            out.append("\\n")
+        elif ord(ch) < 0x100:
+            out.append(f"\\x{ord(ch):02x}")
+        elif ord(ch) < 0x10000:
+            out.append(f"\\u{ord(ch):04x}")
+        else:
+            out.append(f"\\U{ord(ch):08x}")
+    return "".join(out)
+
+
 def literal(v: object) -> Doc:
     """A Python literal for a str, int, float, bool, None, or (nested) tuple of those."""
     if isinstance(v, str):

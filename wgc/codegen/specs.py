@@ -1,55 +1,43 @@
-"""Plan records as `wgc_runtime.contract.spec` constructor expressions.
+"""Contract records (`wgc_runtime.contract.spec`) as constructor expressions.
 
-Each plan record class maps to one spec class with the same fields (the runtime's own types, kept
-field-for-field equal so a generated ``RANK`` dumps to the plan's JSON). A field equal to the
-spec class's default is left out, so the generated code shows only what matters. A plan field the
-spec class lacks is a bug in wgc (the two drifted apart), reported loudly.
+The plan is made of the runtime's own records, so a record renders as a call of its own class
+with its fields as keywords; a field equal to the class's default is left out, so the generated
+code shows only what matters. Kinds render as enum members (``InputMode.CARRIED``): a module
+written against other kinds fails at import, never at run time. `SpecUsage` collects the names a
+module uses, for its import lines.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
+from enum import Enum
 
 from wgc.codegen import pyfmt
 from wgc.codegen.pyfmt import Doc
-from wgc.lower import plan as P
-from wgc_runtime.contract import spec as S
+from wgc_runtime.contract.spec import TypeSpec
 
-# plan record -> spec class
-SPEC_OF: dict[type, type] = {
-    P.TypeSpec: S.TypeSpec,
-    P.Source: S.Source,
-    P.Dest: S.Dest,
-    P.PortIn: S.PortIn,
-    P.PortOut: S.PortOut,
-    P.CallPlan: S.CallSpec,
-    P.LoopPlan: S.LoopSpec,
-    P.PiecePlan: S.PieceSpec,
-    P.SinkPlan: S.SinkSpec,
-    P.NodePlan: S.NodeSpec,
-    P.StreamPlan: S.StreamSpec,
-    P.CaptureEntry: S.CaptureSpec,
-    P.MemoryEstimate: S.MemorySpec,
-    P.RankPlan: S.RankSpec,
-    P.WalkInputPlan: S.WalkInputSpec,
-    P.WalkPlan: S.WalkSpec,
-    P.Handoff: S.Handoff,
-}
+CONTRACT = "wgc_runtime.contract"
 
 # a hook may replace how one field of one record renders (a reference to a constant, comments)
 Hook = Callable[[object, str, object], Doc | None]
 
 
 class SpecUsage:
-    """The spec class names a module uses, for its import line."""
+    """The contract names a module uses, per contract module, for its import lines."""
 
     def __init__(self) -> None:
-        self.names: set[str] = set()
+        self.names: dict[str, set[str]] = {}
 
-    def use(self, name: str) -> str:
-        self.names.add(name)
+    def use(self, name: str, module: str = "spec") -> str:
+        self.names.setdefault(module, set()).add(name)
         return name
+
+    def use_class(self, cls: type) -> str:
+        module = cls.__module__
+        if not module.startswith(CONTRACT + "."):
+            raise AssertionError(f"`{cls.__qualname__}` is not a contract record ({module})")
+        return self.use(cls.__name__, module.removeprefix(CONTRACT + "."))
 
 
 def _default(f: dataclasses.Field) -> object:
@@ -63,40 +51,35 @@ def _default(f: dataclasses.Field) -> object:
 def spec_doc(
     record: object, used: SpecUsage, hook: Hook | None = None, extra: Sequence = ()
 ) -> Doc:
-    """The constructor call of ``record``'s spec class; ``extra`` adds (field, Doc) pairs."""
-    cls = SPEC_OF.get(type(record))
-    if cls is None:
-        return _value_doc(record, used, hook)
-    name = used.use(cls.__name__)
-    plan_fields = {f.name for f in dataclasses.fields(record)}  # type: ignore[arg-type]
-    spec_fields = {f.name: f for f in dataclasses.fields(cls)}
-    missing = plan_fields - spec_fields.keys()
-    if missing:
-        raise AssertionError(f"spec {cls.__name__} lacks plan fields {sorted(missing)}")
-    if cls is S.TypeSpec:  # short and everywhere: positional
-        t = record
-        return pyfmt.call(name, [pyfmt.string(t.dtype), pyfmt.literal(tuple(t.dims))])  # type: ignore[attr-defined]
+    """The constructor call of ``record``; ``extra`` adds (field, Doc) pairs."""
+    if not dataclasses.is_dataclass(record) or isinstance(record, type):
+        return value_doc(record, used, hook)
+    name = used.use_class(type(record))
+    if isinstance(record, TypeSpec):  # short and everywhere: positional
+        return pyfmt.call(name, [pyfmt.string(record.dtype), pyfmt.literal(tuple(record.dims))])
     extras = dict(extra)
     kwargs = []
-    for fname, f in spec_fields.items():
-        if fname in extras:
-            kwargs.append((fname, extras[fname]))
+    for f in dataclasses.fields(record):
+        if f.name in extras:
+            kwargs.append((f.name, extras[f.name]))
             continue
-        if fname not in plan_fields:
+        value = getattr(record, f.name)
+        default = _default(f)
+        if value == default and type(value) is type(default):
             continue
-        value = getattr(record, fname)
-        if value == _default(f) and type(value) is type(_default(f)):
-            continue
-        custom = hook(record, fname, value) if hook else None
-        kwargs.append((fname, custom if custom is not None else _value_doc(value, used, hook)))
+        custom = hook(record, f.name, value) if hook else None
+        kwargs.append((f.name, custom if custom is not None else value_doc(value, used, hook)))
     return pyfmt.call(name, kwargs=kwargs)
 
 
-def _value_doc(value: object, used: SpecUsage, hook: Hook | None) -> Doc:
+def value_doc(value: object, used: SpecUsage, hook: Hook | None = None) -> Doc:
+    """A field value: a record, an enum member, a tuple of those, or a plain literal."""
+    if isinstance(value, Enum):
+        return pyfmt.Atom(f"{used.use_class(type(value))}.{value.name}")
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return spec_doc(value, used, hook)
     if isinstance(value, tuple | list):
-        return pyfmt.tuple_([_value_doc(v, used, hook) for v in value])
+        return pyfmt.tuple_([value_doc(v, used, hook) for v in value])
     return pyfmt.literal(value)
 
 

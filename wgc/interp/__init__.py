@@ -22,9 +22,9 @@ from wgc.interp.request import (
 
 def load_model(path: str):
     """The verified IR of ``path``; raises ValueError listing the errors if it has any."""
-    from wgc.driver import front_end
+    from wgc.driver import Driver
 
-    result = front_end(path)
+    result = Driver().front_end(path)
     if result.model is None or result.errors:
         msgs = "; ".join(f"{d.code}: {d.message}" for d in result.errors)
         raise ValueError(f"{path} does not compile: {msgs}")

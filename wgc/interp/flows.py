@@ -44,9 +44,9 @@ from wgc.ir.flow import (
     WalkCall,
     iter_fstmts,
 )
+from wgc_runtime.contract.flow import Fail as FailStep
+from wgc_runtime.contract.flow import Persisted, RunWalk, Segment
 from wgc_runtime.contract.node import to_tensor
-from wgc_runtime.contract.spec import Fail as FailStep
-from wgc_runtime.contract.spec import Persisted, RunWalk, Segment
 
 
 class FlowRun:

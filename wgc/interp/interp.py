@@ -38,6 +38,7 @@ from wgc.ir.flow import FlowKind
 from wgc.ir.model import Model
 from wgc.ir.types import DimKind, TensorType
 from wgc.ir.walk import Call
+from wgc_runtime.contract.flow import SimpleRequest
 from wgc_runtime.contract.node import (
     DTYPES,
     CallContext,
@@ -47,7 +48,7 @@ from wgc_runtime.contract.node import (
     Work,
     check_outputs,
 )
-from wgc_runtime.contract.spec import SimpleRequest, TypeSpec
+from wgc_runtime.contract.spec import TypeSpec
 from wgc_runtime.core.streams import Policy, StreamBuffer, StreamError
 
 
@@ -56,7 +57,10 @@ def type_spec(t: TensorType | None) -> TypeSpec | None:
     if t is None:
         return None
     dims = tuple(
-        int(d.value) if d.kind in (DimKind.INT, DimKind.PARAM) else (d.name or "?") for d in t.dims
+        int(d.value)
+        if d.kind in (DimKind.INT, DimKind.PARAM) and d.value is not None
+        else (d.name or "?")
+        for d in t.dims
     )
     return TypeSpec(t.dtype.value, dims)
 
@@ -86,7 +90,9 @@ def load_nodes(model: Model, only: set[str] | None = None, device: str = "cpu") 
 
 
 def stream_buffer(s: Stream, model: Model, capacity: int | None = None) -> StreamBuffer:
-    params = {name: s.policy.get(name) for name in POLICY_PARAMS[s.policy.kind]}
+    params = {
+        name: v for name in POLICY_PARAMS[s.policy.kind] if (v := s.policy.get(name)) is not None
+    }
     node = model.node(s.producer.node)
     port = node.output(s.producer.port) if node else None
     spec = type_spec(port.type) if port else None
@@ -180,6 +186,7 @@ class Interpreter:
                     f"of stream `{s.name}`",
                 )
                 chunk = buf.take()
+                assert chunk is not None  # `ready()` said a chunk can be taken
                 inputs[p.name], chunks[p.name] = chunk.data, chunk.info
         ctx = CallContext(
             request_id=self.request_id,

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from wgc.ir.model import Model
-from wgc_runtime.contract.spec import Segment, SimpleRequest
+from wgc_runtime.contract.flow import Segment, SimpleRequest
 
 
 def segment(modality: str, data: Any = None, **fields: Any) -> Segment:
@@ -85,10 +85,6 @@ class Outputs:
     def of(self, modality: str) -> list[torch.Tensor | None]:
         return [e.value for e in self.emitted if e.modality == modality]
 
-    def per_flow(self, flow: str) -> list[tuple[str, str, torch.Tensor | None]]:
-        """(modality, channel, value) of every emit of ``flow``, in order."""
-        return [(e.modality, e.channel, e.value) for e in self.emitted if e.flow == flow]
-
 
 def same_outputs(a: Outputs, b: Outputs) -> bool:
     """Exact equality of two results (errors by kind and message, tensors bit for bit)."""
@@ -106,8 +102,10 @@ def same_outputs(a: Outputs, b: Outputs) -> bool:
         for x, y in zip(xs, ys, strict=True):
             if (x is None) != (y is None):
                 return False
-            if x is not None and (
-                x.dtype != y.dtype or x.shape != y.shape or not torch.equal(x, y)
+            if (
+                x is not None
+                and y is not None
+                and (x.dtype != y.dtype or x.shape != y.shape or not torch.equal(x, y))
             ):
                 return False
     return True

@@ -82,8 +82,8 @@ class WalkPlan:
                 p.until[e.dst.name] = e
             elif e.kind is EdgeKind.STREAMED:
                 continue
-            elif e.dst.kind is EndKind.CALL:
-                p.reads.setdefault((e.dst.call, e.dst.port), []).append(e)
+            elif e.dst.kind is EndKind.CALL and e.dst.call is not None:
+                p.reads.setdefault((e.dst.call, e.dst.port or ""), []).append(e)
             elif e.dst.kind in _SINKS:
                 p.sink_reads.setdefault(e.span, []).append(e)
         p._order(walk.body, ())
@@ -267,6 +267,7 @@ class WalkRun:
             raise self.fail(f"channel `{channel}` has no value (unresolved read)")
         init = next((e for e in edges if e.kind is EdgeKind.LOOP_INIT), None)
         if init is not None:
+            assert init.loop is not None  # a loop-init edge names its loop
             lf = frame.loop_frame(init.loop)
             if lf is None:
                 raise self.fail(f"loop `{init.loop}` of a carried read is not running")
@@ -282,7 +283,7 @@ class WalkRun:
 
     def value_of(self, src: End, frame: Frame | None, channel: str) -> torch.Tensor | None:
         if src.kind is EndKind.INPUT:
-            return self.args.get(src.name)
+            return self.args.get(src.name or "")
         found, value = frame.lookup(src) if frame is not None else (False, None)
         if not found:
             raise self.fail(f"channel `{channel}` is read before it is bound")

@@ -6,7 +6,7 @@ nodes are placed). A group without `walks` covers every walk; the first group pl
 (walk, node) wins (the rules report overlaps); a node no group names runs on the placement's
 default ranks (M* configs: rank 0). A tensor-parallel group runs the call on the whole group;
 the call's rank is the group's first rank (the leader that takes part in routing) and the
-`NodePlan` lists the group. A walk with a node placed nowhere is left out of the plan (the
+`NodeSpec` lists the group. A walk with a node placed nowhere is left out of the plan (the
 rules report it).
 """
 
@@ -14,10 +14,11 @@ from __future__ import annotations
 
 from wgc.ir.model import Model
 from wgc.ir.walk import Walk
-from wgc.lower.plan import NodePlan
 from wgc.lower.typespec import type_spec
 from wgc.placement.model import Group, Placement
 from wgc.placement.reach import default_group, reachable_walks
+from wgc_runtime.contract.kinds import Engine
+from wgc_runtime.contract.spec import NodeSpec
 
 
 class Assignment:
@@ -61,7 +62,7 @@ class Assignment:
         """Nodes some group names (`placed(NODE)`; defaults do not count), in model order."""
         return tuple(n.name for n in self.model.nodes if n.name in self.by_node)
 
-    def node_plans(self, source) -> dict[int, list[NodePlan]]:
+    def node_plans(self, source) -> dict[int, list[NodeSpec]]:
         """Rank -> the nodes it hosts. Groups with the same node, ranks and tp merge their walks.
         Call after `call_ranks`, so the implicit groups of unnamed nodes in use are known."""
         merged: dict[tuple[str, tuple[int, ...], int], list[str] | None] = {}
@@ -78,15 +79,15 @@ class Assignment:
                 else:
                     prev = merged[key]
                     merged[key] = None if prev is None or walks is None else prev + walks
-        out: dict[int, list[NodePlan]] = {}
+        out: dict[int, list[NodeSpec]] = {}
         for name, ranks, tp in order:
             node = self.model.node(name)
             assert node is not None
             walks = merged[(name, ranks, tp)]
-            np = NodePlan(
+            np = NodeSpec(
                 name=name,
                 impl=node.impl or "",
-                engine=node.engine.value,
+                engine=Engine(node.engine.value),
                 labels=node.labels,
                 config=tuple((k, v) for k, v in node.config),
                 ranks=ranks,

@@ -11,10 +11,11 @@
 from __future__ import annotations
 
 from wgc.lower.pieces import LoweredWalk
-from wgc.lower.plan import CallPlan, CaptureEntry, TypeSpec
+from wgc_runtime.contract.kinds import CaptureScope
+from wgc_runtime.contract.spec import CallSpec, CaptureSpec, TypeSpec
 
 
-def _ports(call: CallPlan) -> list[tuple[str, TypeSpec | None]]:
+def _ports(call: CallSpec) -> list[tuple[str, TypeSpec | None]]:
     return [(f"{call.id}#{p.port}", p.type) for p in call.inputs] + [
         (f"{call.id}#{p.port}", p.type) for p in call.outputs
     ]
@@ -24,14 +25,14 @@ def _static(ports) -> bool:
     return all(t is not None and t.is_static for _, t in ports)
 
 
-def captures(walk: LoweredWalk, buckets: tuple[int, ...]) -> list[CaptureEntry]:
+def captures(walk: LoweredWalk, buckets: tuple[int, ...]) -> list[CaptureSpec]:
     if not buckets:
         return []
     w = walk.walk
     eager = {lp.name for lp in w.loops if lp.eager}
     nested = {parent for parent in walk.parents.values() if parent is not None}
     covered: set[int] = set()
-    out: list[CaptureEntry] = []
+    out: list[CaptureSpec] = []
     for lp in w.loops:
         ranks = walk.loop_ranks.get(lp.name, ())
         chain = _chain(walk, lp.name)
@@ -42,14 +43,34 @@ def captures(walk: LoweredWalk, buckets: tuple[int, ...]) -> list[CaptureEntry]:
         if not calls or not _static(ports):
             continue
         covered.update(c.id for c in calls)
-        ids = tuple(c.id for c in calls)
-        out.append(CaptureEntry(w.name, ranks[0], "loop", lp.name, ids, _typed(ports), buckets))
+        out.append(
+            CaptureSpec(
+                walk=w.name,
+                rank=ranks[0],
+                scope=CaptureScope.LOOP,
+                loop=lp.name,
+                calls=tuple(c.id for c in calls),
+                nodes=tuple(dict.fromkeys(c.node for c in calls)),
+                ports=_typed(ports),
+                buckets=buckets,
+            )
+        )
     for cid, c in sorted(walk.calls.items()):
         if cid in covered or not c.loops or eager & set(c.loops):
             continue
         ports = _ports(c)
         if _static(ports):
-            out.append(CaptureEntry(w.name, c.rank, "call", None, (cid,), _typed(ports), buckets))
+            out.append(
+                CaptureSpec(
+                    walk=w.name,
+                    rank=c.rank,
+                    scope=CaptureScope.CALL,
+                    calls=(cid,),
+                    nodes=(c.node,),
+                    ports=_typed(ports),
+                    buckets=buckets,
+                )
+            )
     return out
 
 

@@ -6,7 +6,7 @@ their `tp` equal). The request's state of that node (its KV cache; for toy nodes
 `CallContext.state`) lives where the node last ran for the request, so before a walk starts on
 group B the state must move there from group A if the request last ran the node on A. The plan
 records, per walk, every such possible move (`Handoff`: node, from group, to group) and the
-group each moving node runs on in the walk (`WalkPlan.kv_groups`); the conductor tracks per
+group each moving node runs on in the walk (`WalkSpec.kv_groups`); the conductor tracks per
 request where each node's state lives and orders the moves (docs/plan.md, "Node-state
 handoffs").
 
@@ -22,7 +22,7 @@ from wgc.ir.decls import EngineKind
 from wgc.ir.model import Model
 from wgc.lower.assign import Assignment
 from wgc.lower.pieces import LoweredWalk
-from wgc.lower.plan import Handoff
+from wgc_runtime.contract.spec import Handoff
 
 Groups = dict[str, dict[str, tuple[int, ...]]]  # node -> walk -> group ranks
 
@@ -57,7 +57,7 @@ def walk_handoffs(groups: Groups, walk: str) -> tuple[Handoff, ...]:
         if here is None:
             continue
         others = dict.fromkeys(g for g in by_walk.values() if g != here)
-        out.extend(Handoff(node, g, here) for g in others)
+        out.extend(Handoff(node=node, from_ranks=g, to_ranks=here) for g in others)
     return tuple(out)
 
 

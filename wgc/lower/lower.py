@@ -1,14 +1,17 @@
 """Lowering: a verified `Model` and a `Placement` that passed the rules become a `Plan`.
 
-Steps: assign every call a rank (`assign`); lower each walk into call plans, loop copies and
-hops (`pieces`); derive the route table and the cross-rank transfers (`routes`), stream buffers
-(`streams`), the node-state handoffs between rank groups (`handoffs`), the capture plan
-(`capture`) and the memory estimate per rank (`memory`).
+Steps: assign every call a rank (`assign`); lower each walk into calls, sink units, loop copies
+and hops (`pieces`), each rank's piece indexed for the executor (`index`); derive the route table
+and the cross-rank transfers (`routes`), stream buffers (`streams`), the node-state handoffs
+between rank groups (`handoffs`), the capture plan (`capture`), the memory estimate per rank
+(`memory`) and the flows (`flowplan`). The records are the runtime's own
+(`wgc_runtime.contract.spec`); the placement's serving settings become its typed `KvCacheSpec`,
+`BatchingSpec` and `AttentionSpec`.
 
 Determinism: ranks ascend, walks, loops, nodes, streams and flows keep source order, calls go by
 id, ports by the node's declaration order; no set or dict iteration order reaches the plan.
-The model must have been built with the effective params (`params.rebuild_with_params`);
-``params`` here only records the values in the plan.
+The model must have been built with the effective params (the driver rebuilds it when an
+override changes one); ``params`` are those values, recorded in the plan.
 """
 
 from __future__ import annotations
@@ -16,32 +19,47 @@ from __future__ import annotations
 from pathlib import Path
 
 from wgc.diagnostics.diagnostic import Span
+from wgc.ir.expr import Value
 from wgc.ir.model import Model
 from wgc.lower import capture, handoffs, memory, routes, streams
-from wgc.lower import params as P
 from wgc.lower.assign import Assignment
+from wgc.lower.flowplan import FlowLowerer
+from wgc.lower.params import effective
 from wgc.lower.pieces import LoweredWalk, WalkLowerer
-from wgc.lower.plan import (
-    CaptureEntry,
-    PiecePlan,
-    Plan,
-    RankPlan,
-    Route,
-    SourceFile,
-    Transfer,
-    WalkPlan,
-)
+from wgc.lower.plan import Plan, Route, SourceFile, Transfer
 from wgc.placement.model import Placement
+from wgc_runtime.contract.kinds import AttentionKind, OptionType
+from wgc_runtime.contract.spec import (
+    AttentionSpec,
+    BatchingSpec,
+    CaptureSpec,
+    KvCacheSpec,
+    OptionSpec,
+    PieceSpec,
+    RankSpec,
+    WalkSpec,
+)
 
 
 def _source(span: Span) -> str:
     return f"{Path(span.file).name}:{span.line}"
 
 
+def settings(placement: Placement) -> tuple[KvCacheSpec, BatchingSpec, AttentionSpec]:
+    """The placement's serving settings as the contract's typed records."""
+    kv = placement.kv_cache
+    buckets = tuple(sorted({b for b in placement.batching.capture if b > 0}))
+    return (
+        KvCacheSpec(page_size=kv.page_size, pages=kv.pages, dtype=kv.dtype),
+        BatchingSpec(max_batch=placement.batching.max_batch, capture=buckets),
+        AttentionSpec(backend=AttentionKind(placement.attention)),
+    )
+
+
 def lower(
     model: Model,
     placement: Placement,
-    params: dict | None = None,
+    params: dict[str, Value] | None = None,
     sources: tuple[SourceFile, ...] = (),
 ) -> Plan:
     assign = Assignment(model, placement)
@@ -63,25 +81,25 @@ def lower(
         if w.name in call_ranks and model.walk(w.name) is w
     ]
 
-    buckets = tuple(sorted({b for b in placement.batching.capture if b > 0}))
-    pieces: dict[int, list[PiecePlan]] = {}
-    caps: dict[int, list[CaptureEntry]] = {}
+    kv_cache, batching, attention = settings(placement)
+    pieces: dict[int, list[PieceSpec]] = {}
+    caps: dict[int, list[CaptureSpec]] = {}
     route_rows: list[Route] = []
     hops: list[Transfer] = []
-    walk_plans: list[WalkPlan] = []
+    walk_specs: list[WalkSpec] = []
     kv = handoffs.kv_groups(model, assign, lowered)
     for lw in lowered:
         src = _source(lw.walk.span)
         ranks = lw.ranks()
         for r in ranks:
             pieces.setdefault(r, []).append(lw.piece(r, src))
-        for c in capture.captures(lw, buckets):
+        for c in capture.captures(lw, batching.capture):
             caps.setdefault(c.rank, []).append(c)
         route_rows.extend(routes.routes(lw))
         hops.extend(routes.transfers(lw))
         name = lw.walk.name
-        walk_plans.append(
-            WalkPlan(
+        walk_specs.append(
+            WalkSpec(
                 name=name,
                 ranks=ranks,
                 report=ranks,
@@ -93,50 +111,66 @@ def lower(
             )
         )
 
-    stream_plans = streams.stream_plans(model, node_calls, owners, _source)
-    node_plans = assign.node_plans(_source)
+    stream_specs = streams.stream_plans(model, node_calls, owners, _source)
+    node_specs = assign.node_plans(_source)
     node_pos = {n.name: i for i, n in enumerate(model.nodes)}
     world = max(
         [placement.world_size]
         + [r + 1 for r in pieces]
-        + [r + 1 for r in node_plans]
-        + [s.owner + 1 for s in stream_plans]
+        + [r + 1 for r in node_specs]
+        + [s.owner + 1 for s in stream_specs]
     )
-    rank_plans = []
+    rank_specs = []
     for r in range(world):
-        nodes = sorted(node_plans.get(r, []), key=lambda n: (node_pos.get(n.name, 0), n.ranks))
-        owned = [s for s in stream_plans if s.owner == r]
+        nodes = sorted(node_specs.get(r, []), key=lambda n: (node_pos.get(n.name, 0), n.ranks))
+        owned = [s for s in stream_specs if s.owner == r]
         rcaps = caps.get(r, [])
-        rank_plans.append(
-            RankPlan(
+        rank_specs.append(
+            RankSpec(
                 rank=r,
                 device=placement.devices[r] if r < len(placement.devices) else "cpu",
                 host=placement.host(r),
+                model=model.name,
+                placement=placement.name,
+                world_size=world,
                 nodes=tuple(nodes),
                 pieces=tuple(pieces.get(r, [])),
                 streams=tuple(owned),
                 captures=tuple(rcaps),
-                memory=memory.estimate(model, nodes, rcaps, owned, placement.kv_cache),
+                memory=memory.estimate(model, nodes, rcaps, owned, kv_cache),
+                kv_cache=kv_cache,
+                batching=batching,
+                attention=attention,
             )
         )
 
-    values = P.overrides(placement, params)
-    kvc = placement.kv_cache
+    values = effective(model, dict(params or {}))
+    placed = assign.placed()
+    flows = FlowLowerer(
+        placed=frozenset(placed),
+        placement=placement.name,
+        params=dict(values),
+        options={o.name: o.type for o in model.options},
+        source=_source,
+    )
     return Plan(
         model=model.name,
         placement=placement.name,
         sources=tuple(sources),
-        params=P.effective(model, values),
-        options=tuple((o.name, o.type, o.default) for o in model.options),
-        ranks=tuple(rank_plans),
-        walks=tuple(walk_plans),
+        params=values,
+        options=tuple(
+            OptionSpec(name=o.name, type=OptionType(o.type), default=o.default)
+            for o in model.options
+        ),
+        ranks=tuple(rank_specs),
+        walks=tuple(walk_specs),
+        flows=tuple(flows.flow(f) for f in model.flows),
+        streams=tuple(stream_specs),
         routes=tuple(route_rows),
         transfers=tuple(hops),
-        placed=assign.placed(),
-        kv_cache=(("page_size", kvc.page_size), ("pages", kvc.pages), ("dtype", kvc.dtype)),
-        batching=(
-            ("max_batch", placement.batching.max_batch),
-            ("capture", buckets),
-        ),
+        placed=placed,
+        kv_cache=kv_cache,
+        batching=batching,
+        attention=attention,
         max_concurrent_requests=placement.max_concurrent_requests,
     )

@@ -14,9 +14,9 @@
 from __future__ import annotations
 
 from wgc.ir.model import Model
-from wgc.lower.plan import CaptureEntry, MemoryEstimate, NodePlan, StreamPlan
 from wgc.lower.typespec import itemsize, spec_nbytes
-from wgc.placement.model import KvCache
+from wgc_runtime.contract.kinds import Engine
+from wgc_runtime.contract.spec import CaptureSpec, KvCacheSpec, MemorySpec, NodeSpec, StreamSpec
 
 
 def _int(v: object) -> int | None:
@@ -25,7 +25,7 @@ def _int(v: object) -> int | None:
     return int(v) if v > 0 else None
 
 
-def kv_bytes_per_token(model: Model, node: NodePlan, dtype: str) -> int:
+def kv_bytes_per_token(model: Model, node: NodeSpec, dtype: str) -> int:
     cfg = dict(node.config)
     layers = _int(cfg.get("layers")) or 1
     heads, head_dim = _int(cfg.get("kv_heads")), _int(cfg.get("head_dim"))
@@ -37,8 +37,8 @@ def kv_bytes_per_token(model: Model, node: NodePlan, dtype: str) -> int:
     return layers * width * itemsize(dtype)
 
 
-def kv_bytes(model: Model, node: NodePlan, kv: KvCache) -> int:
-    if node.engine != "kv_cache":
+def kv_bytes(model: Model, node: NodeSpec, kv: KvCacheSpec) -> int:
+    if node.engine != Engine.KV_CACHE:
         return 0
     total = kv.pages * kv.page_size * 2 * kv_bytes_per_token(model, node, kv.dtype)
     return -(-total // max(1, node.tp))
@@ -46,15 +46,15 @@ def kv_bytes(model: Model, node: NodePlan, kv: KvCache) -> int:
 
 def estimate(
     model: Model,
-    nodes: list[NodePlan],
-    captures: list[CaptureEntry],
-    streams: list[StreamPlan],
-    kv: KvCache,
-) -> MemoryEstimate:
+    nodes: list[NodeSpec],
+    captures: list[CaptureSpec],
+    streams: list[StreamSpec],
+    kv: KvCacheSpec,
+) -> MemorySpec:
     kv_total = sum(kv_bytes(model, n, kv) for n in nodes)
     static = 0
     for c in captures:
         port_bytes = sum(spec_nbytes(t) or 0 for _, t in c.ports)
         static += port_bytes * (max(c.buckets) if c.buckets else 1)
     stream = sum(s.capacity * (spec_nbytes(s.item) or 0) for s in streams)
-    return MemoryEstimate(kv_total, static, stream)
+    return MemorySpec(kv_bytes=kv_total, static_buffer_bytes=static, stream_bytes=stream)

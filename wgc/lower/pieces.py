@@ -14,7 +14,7 @@ both ends in the body, so those ranks are exactly the ones that must step togeth
 An `emit` / `persist` is a destination of its producer's port when it runs in the producer's
 scope (once per value). One in a loop whose value comes from outside the loop's iteration (a
 walk input, a value bound before the loop, an earlier loop's yield, a loop-carried value read
-before its binding) fires once per iteration instead: it becomes a *sink unit* (`SinkPlan`),
+before its binding) fires once per iteration instead: it becomes a *sink unit* (`SinkSpec`),
 fed like a call input and counted in its loops like a call, on a rank that already takes part
 in its innermost loop where one does (the producer's when it can).
 """
@@ -27,18 +27,21 @@ from dataclasses import dataclass, field
 from wgc.diagnostics.diagnostic import Span
 from wgc.ir.model import Model
 from wgc.ir.walk import Block, Edge, EdgeKind, Emit, End, EndKind, Loop, Par, Persist, Walk
-from wgc.lower.plan import (
-    CallPlan,
+from wgc.lower import index
+from wgc.lower.typespec import type_spec
+from wgc_runtime.contract.kinds import DestKind, InputMode, SourceKind
+from wgc_runtime.contract.kinds import Edge as EdgeName
+from wgc_runtime.contract.spec import (
+    CallSpec,
     Dest,
-    LoopPlan,
-    PiecePlan,
+    LoopSpec,
+    PieceSpec,
     PortIn,
     PortOut,
-    SinkPlan,
+    SinkSpec,
     Source,
-    WalkInputPlan,
+    WalkInputSpec,
 )
-from wgc.lower.typespec import type_spec
 
 SourceFn = Callable[[Span], str]
 
@@ -63,11 +66,11 @@ class Hop:
 @dataclass
 class LoweredWalk:
     walk: Walk
-    calls: dict[int, CallPlan] = field(default_factory=dict)
-    sinks: dict[int, SinkPlan] = field(default_factory=dict)
-    loops: dict[int, list[LoopPlan]] = field(default_factory=dict)  # rank -> its loop copies
+    calls: dict[int, CallSpec] = field(default_factory=dict)
+    sinks: dict[int, SinkSpec] = field(default_factory=dict)
+    loops: dict[int, list[LoopSpec]] = field(default_factory=dict)  # rank -> its loop copies
     hops: list[Hop] = field(default_factory=list)
-    inputs: tuple[WalkInputPlan, ...] = ()
+    inputs: tuple[WalkInputSpec, ...] = ()
     persists: tuple[tuple[str, int], ...] = ()
     loop_ranks: dict[str, tuple[int, ...]] = field(default_factory=dict)
     parents: dict[str, str | None] = field(default_factory=dict)  # loop -> enclosing loop
@@ -76,22 +79,20 @@ class LoweredWalk:
         units = (*self.calls.values(), *self.sinks.values())
         return tuple(sorted({c.rank for c in units}))
 
-    def piece(self, rank: int, source: str) -> PiecePlan:
+    def piece(self, rank: int, source: str) -> PieceSpec:
+        """Rank ``rank``'s piece of the walk, indexed for the executor (`wgc.lower.index`)."""
         calls = tuple(c for _, c in sorted(self.calls.items()) if c.rank == rank)
         sinks = tuple(u for _, u in sorted(self.sinks.items()) if u.rank == rank)
         ports = [p for c in calls for p in c.inputs] + [u.input for u in sinks]
         read = {
-            s.name for p in ports for s in (p.src, p.init) if s is not None and s.kind == "input"
+            s.name
+            for p in ports
+            for s in (p.src, p.init)
+            if s is not None and s.kind is SourceKind.INPUT
         }
-        return PiecePlan(
-            walk=self.walk.name,
-            rank=rank,
-            calls=calls,
-            loops=tuple(self.loops.get(rank, [])),
-            inputs=tuple(i.name for i in self.walk.inputs if i.name in read),
-            source=source,
-            sinks=sinks,
-        )
+        inputs = tuple(i.name for i in self.walk.inputs if i.name in read)
+        loops = tuple(self.loops.get(rank, []))
+        return index.piece(self.walk.name, rank, calls, sinks, loops, inputs, source)
 
 
 def loop_parents(block: Block, parent: str | None = None, out: dict | None = None) -> dict:
@@ -249,17 +250,43 @@ class WalkLowerer:
             s = self.src(other.src) if other is not None else self.src(init.src)
             i = self.src(init.src)
             return PortIn(
-                SINK_PORT, u.stmt.channel, "carried", s, i, typ, self.optional_input(i), init.loop
+                port=SINK_PORT,
+                channel=u.stmt.channel,
+                mode=InputMode.CARRIED,
+                src=s,
+                init=i,
+                type=typ,
+                optional=self.optional_input(i),
+                loop=init.loop,
             )
         s = self.src(u.edges[0].src)
-        return PortIn(SINK_PORT, u.stmt.channel, "once", s, None, typ, self.optional_input(s))
+        return PortIn(
+            port=SINK_PORT,
+            channel=u.stmt.channel,
+            mode=InputMode.ONCE,
+            src=s,
+            type=typ,
+            optional=self.optional_input(s),
+        )
 
-    def sink_plan(self, u: _Unit) -> SinkPlan:
+    def sink_spec(self, u: _Unit) -> SinkSpec:
         if isinstance(u.stmt, Emit):
-            dest = Dest("client", "emitted", name=u.stmt.modality, channel=u.stmt.channel)
+            dest = Dest(
+                kind=DestKind.CLIENT,
+                edge=EdgeName.EMITTED,
+                name=u.stmt.modality,
+                channel=u.stmt.channel,
+            )
         else:
-            dest = Dest("persist", "persisted", name=u.stmt.channel)
-        return SinkPlan(u.id, u.rank, u.loops, self.unit_input(u), dest, self.source(u.stmt.span))
+            dest = Dest(kind=DestKind.PERSIST, edge=EdgeName.PERSISTED, name=u.stmt.channel)
+        return SinkSpec(
+            id=u.id,
+            rank=u.rank,
+            loops=u.loops,
+            input=self.unit_input(u),
+            dest=dest,
+            source=self.source(u.stmt.span),
+        )
 
     def unit_dest(self, e: Edge, u: _Unit) -> Dest:
         """The destination of an edge into sink unit ``u``: its input port, like a call's."""
@@ -271,7 +298,15 @@ class WalkLowerer:
             kind, loop, carried = "loop_carried", init.loop, True
         if e.via is not None and not carried:
             kind, loop = e.via.value, e.via_loop
-        return Dest("call", kind, u.rank, u.id, SINK_PORT, loop=loop, carried=carried)
+        return Dest(
+            kind=DestKind.CALL,
+            edge=EdgeName(kind),
+            rank=u.rank,
+            call=u.id,
+            port=SINK_PORT,
+            loop=loop,
+            carried=carried,
+        )
 
     # ------------------------------------------------------------------ entry
     def lower(self) -> LoweredWalk:
@@ -279,7 +314,10 @@ class WalkLowerer:
         for c in self.walk.calls:
             inputs = self.port_ins(c.id)
             outputs = self.port_outs(c.id, out.hops)
-            out.calls[c.id] = CallPlan(
+            pushes = dict.fromkeys(
+                d.name or "" for o in outputs for d in o.dests if d.kind is DestKind.STREAM
+            )
+            out.calls[c.id] = CallSpec(
                 id=c.id,
                 node=c.node,
                 rank=self.ranks[c.id],
@@ -287,27 +325,29 @@ class WalkLowerer:
                 inputs=inputs,
                 outputs=outputs,
                 writes=self.writes(c.id),
+                pushes=tuple(pushes),
                 source=self.source(c.span),
             )
         for u in self.units:
-            out.sinks[u.id] = self.sink_plan(u)
+            out.sinks[u.id] = self.sink_spec(u)
         for lp in self.walk.loops:
             for r in self.loop_ranks.get(lp.name, ()):
-                out.loops.setdefault(r, []).append(self.loop_plan(lp, r))
-        out.inputs = self.input_plans()
+                out.loops.setdefault(r, []).append(self.loop_spec(lp, r))
+        out.inputs = self.input_specs()
         out.persists = self.persists()
         return out
 
     # ------------------------------------------------------------------ sources
     def src(self, end: End) -> Source:
         if end.kind is EndKind.CALL:
-            return Source("call", rank=self.ranks.get(end.call or 0), call=end.call, port=end.port)
+            rank = self.ranks.get(end.call or 0)
+            return Source(kind=SourceKind.CALL, rank=rank, call=end.call, port=end.port)
         if end.kind is EndKind.STREAM:
-            return Source("stream", name=end.name)
-        return Source("input", name=end.name)
+            return Source(kind=SourceKind.STREAM, name=end.name)
+        return Source(kind=SourceKind.INPUT, name=end.name)
 
     def optional_input(self, s: Source | None) -> bool:
-        if s is None or s.kind != "input" or s.name is None:
+        if s is None or s.kind is not SourceKind.INPUT or s.name is None:
             return False
         inp = self.walk.input(s.name)
         return bool(inp and inp.optional)
@@ -337,20 +377,38 @@ class WalkLowerer:
         typ = type_spec(p.type if p else edges[0].type)
         stream = next((e for e in edges if e.kind is EdgeKind.STREAMED), None)
         if stream is not None:
-            return PortIn(port, stream.channel, "stream", self.src(stream.src), None, typ)
+            src = self.src(stream.src)
+            return PortIn(
+                port=port, channel=stream.channel, mode=InputMode.STREAM, src=src, type=typ
+            )
         carried = next((e for e in edges if e.kind is EdgeKind.LOOP_CARRIED), None)
         if carried is not None:
             init = next((e for e in edges if e.kind is EdgeKind.LOOP_INIT), None)
             s, i = self.src(carried.src), self.src(init.src) if init else None
-            opt = self.optional_input(i)
-            return PortIn(port, carried.channel, "carried", s, i, typ, opt, carried.loop)
+            return PortIn(
+                port=port,
+                channel=carried.channel,
+                mode=InputMode.CARRIED,
+                src=s,
+                init=i,
+                type=typ,
+                optional=self.optional_input(i),
+                loop=carried.loop,
+            )
         e = edges[0]
         changes = (e.kind is EdgeKind.INTERNAL and e.loop is not None) or (
             e.kind in _AFTER_LOOP_KINDS and bool(call.loops)
         )
-        mode = "per_iteration" if changes else "once"
+        mode = InputMode.PER_ITERATION if changes else InputMode.ONCE
         s = self.src(e.src)
-        return PortIn(port, e.channel, mode, s, None, typ, self.optional_input(s))
+        return PortIn(
+            port=port,
+            channel=e.channel,
+            mode=mode,
+            src=s,
+            type=typ,
+            optional=self.optional_input(s),
+        )
 
     # ------------------------------------------------------------------ destinations
     def dest(self, e: Edge) -> Dest:
@@ -364,19 +422,34 @@ class WalkLowerer:
         if e.kind in (EdgeKind.EMITTED, EdgeKind.PERSISTED):
             carried = (e.dst, e.channel, e.loop) in self.carried_reads
         d = e.dst
+        edge = EdgeName(kind)
         if d.kind is EndKind.CALL:
             rank = self.ranks.get(d.call or 0)
-            return Dest("call", kind, rank, d.call, d.port, loop=loop, carried=carried)
+            return Dest(
+                kind=DestKind.CALL,
+                edge=edge,
+                rank=rank,
+                call=d.call,
+                port=d.port,
+                loop=loop,
+                carried=carried,
+            )
         if d.kind is EndKind.CLIENT:
-            channel = e.channel
-            return Dest("client", kind, name=d.name, loop=loop, carried=carried, channel=channel)
+            return Dest(
+                kind=DestKind.CLIENT,
+                edge=edge,
+                name=d.name,
+                loop=loop,
+                carried=carried,
+                channel=e.channel,
+            )
         if d.kind is EndKind.PERSIST:
-            return Dest("persist", kind, name=d.name, loop=loop, carried=carried)
+            return Dest(kind=DestKind.PERSIST, edge=edge, name=d.name, loop=loop, carried=carried)
         if d.kind is EndKind.STREAM:
             owner = self.stream_owner.get(d.name or "")
-            return Dest("stream", kind, owner, name=d.name, loop=loop)
+            return Dest(kind=DestKind.STREAM, edge=edge, rank=owner, name=d.name, loop=loop)
         ranks = self.loop_ranks.get(d.name or "", ())
-        return Dest("until", kind, name=d.name, loop=d.name, ranks=ranks)
+        return Dest(kind=DestKind.UNTIL, edge=edge, name=d.name, loop=d.name, ranks=ranks)
 
     def hop_loop(self, e: Edge, producer_loops: tuple[str, ...]) -> str | None:
         unit = self.unit_of.get(id(e))
@@ -416,18 +489,20 @@ class WalkLowerer:
             for e in self.out_of[(call_id, port)]:
                 d = self.dest(e)
                 hops.append(Hop(call_id, rank, port, e.channel, e, d, self.hop_loop(e, call.loops)))
-                if d not in dests or d.kind == "client":  # every `emit` emits
+                if d not in dests or d.kind is DestKind.CLIENT:  # every `emit` emits
                     dests.append(d)
             p = node.output(port) if node else None
-            result.append(PortOut(port, type_spec(p.type if p else None), tuple(dests)))
+            typ = type_spec(p.type if p else None)
+            result.append(PortOut(port=port, type=typ, dests=tuple(dests)))
         return tuple(result)
 
     # ------------------------------------------------------------------ loops and conductor
-    def loop_plan(self, lp: Loop, rank: int) -> LoopPlan:
+    def loop_spec(self, lp: Loop, rank: int) -> LoopSpec:
+        """Rank ``rank``'s copy of ``lp``; `index.piece` fills in its indexes."""
         stop = self.until.get(lp.name)
         until = self.src(stop) if stop is not None else None
         calls = tuple(sorted(c for c in self.body_calls.get(lp.name, ()) if self.ranks[c] == rank))
-        return LoopPlan(
+        return LoopSpec(
             name=lp.name,
             parent=self.parents.get(lp.name),
             max=lp.max if lp.max is not None else 1,
@@ -441,7 +516,7 @@ class WalkLowerer:
             source=self.source(lp.span),
         )
 
-    def input_plans(self) -> tuple[WalkInputPlan, ...]:
+    def input_specs(self) -> tuple[WalkInputSpec, ...]:
         out = []
         for inp in self.walk.inputs:
             dests: list[Dest] = []
@@ -449,10 +524,12 @@ class WalkLowerer:
                 if e.dst.kind is EndKind.CALL and e.dst.call not in self.ranks:
                     continue
                 d = self.dest(e)
-                if d not in dests or d.kind == "client":  # every `emit` emits
+                if d not in dests or d.kind is DestKind.CLIENT:  # every `emit` emits
                     dests.append(d)
             ranks = _call_ranks(dests)
-            out.append(WalkInputPlan(inp.name, inp.optional, ranks, tuple(dests)))
+            out.append(
+                WalkInputSpec(name=inp.name, optional=inp.optional, ranks=ranks, dests=tuple(dests))
+            )
         return tuple(out)
 
     def persists(self) -> tuple[tuple[str, int], ...]:
@@ -471,4 +548,4 @@ class WalkLowerer:
 
 
 def _call_ranks(dests: list[Dest]) -> tuple[int, ...]:
-    return tuple(sorted({d.rank for d in dests if d.kind == "call" and d.rank is not None}))
+    return tuple(sorted({d.rank for d in dests if d.kind is DestKind.CALL and d.rank is not None}))

@@ -11,6 +11,7 @@ from __future__ import annotations
 from wgc.lower.pieces import Hop, LoweredWalk
 from wgc.lower.plan import Route, Transfer
 from wgc.lower.typespec import spec_nbytes, type_spec
+from wgc_runtime.contract.kinds import DestKind, Edge
 
 
 def routes(walk: LoweredWalk) -> list[Route]:
@@ -29,9 +30,9 @@ def routes(walk: LoweredWalk) -> list[Route]:
 
 
 def _dst_ranks(h: Hop) -> tuple[int, ...]:
-    if h.dest.kind == "until":
+    if h.dest.kind is DestKind.UNTIL:
         return h.dest.ranks
-    if h.dest.kind in ("call", "stream") and h.dest.rank is not None:
+    if h.dest.kind in (DestKind.CALL, DestKind.STREAM) and h.dest.rank is not None:
         return (h.dest.rank,)
     return ()
 
@@ -50,7 +51,7 @@ def transfers(walk: LoweredWalk) -> list[Transfer]:
                 channel=h.channel,
                 src_rank=h.rank,
                 dst_rank=dst,
-                edge=h.edge.kind.value,
+                edge=Edge(h.edge.kind.value),
                 per="iteration" if h.loop is not None else "request",
                 loop=h.loop,
                 nbytes=spec_nbytes(type_spec(h.edge.type)),

@@ -12,8 +12,9 @@ from __future__ import annotations
 from wgc.ir.decls import POLICY_PARAMS, PolicyKind, Stream
 from wgc.ir.flow import FlowKind, WalkCall, iter_fstmts
 from wgc.ir.model import Model
-from wgc.lower.plan import StreamPlan
 from wgc.lower.typespec import type_spec
+from wgc_runtime.contract.kinds import FinalMode, Policy
+from wgc_runtime.contract.spec import StreamSpec
 
 CHUNKS_BUFFERED = 4
 
@@ -88,7 +89,7 @@ def consumer_flows(
 
 def stream_plans(
     model: Model, calls: dict[str, list], owners: dict[str, int], source
-) -> list[StreamPlan]:
+) -> list[StreamSpec]:
     reaching = flows_reaching(model)
     out = []
     for s in model.streams:
@@ -102,15 +103,15 @@ def stream_plans(
             if (v := s.policy.get(name)) is not None
         )
         out.append(
-            StreamPlan(
+            StreamSpec(
                 name=s.name,
                 producer=(s.producer.node, s.producer.port),
                 consumer=(s.consumer.node, s.consumer.port),
                 producer_ranks=tuple(sorted({r for _, r in producer})),
                 owner=owners[s.name],
-                policy=s.policy.kind.value,
+                policy=Policy(s.policy.kind.value),
                 params=params,
-                final=s.final.value,
+                final=FinalMode(s.final.value),
                 after_done=s.after_done_continue,
                 item=type_spec(port.type if port else None),
                 capacity=CHUNKS_BUFFERED * chunk_items(s),

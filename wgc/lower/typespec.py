@@ -1,9 +1,9 @@
-"""IR tensor types as plan `TypeSpec`s, and their byte sizes."""
+"""IR tensor types as the contract's `TypeSpec`s, and their byte sizes."""
 
 from __future__ import annotations
 
 from wgc.ir.types import DimKind, DType, TensorType
-from wgc.lower.plan import TypeSpec
+from wgc_runtime.contract.spec import TypeSpec
 
 # placement `kv_cache.dtype` spellings beyond the language's own dtype names
 _EXTRA_ITEMSIZE = {"fp8": 1, "f8": 1, "fp16": 2, "float16": 2, "bfloat16": 2, "fp32": 4}
@@ -35,4 +35,9 @@ def itemsize(dtype: str) -> int:
 def spec_nbytes(spec: TypeSpec | None) -> int | None:
     if spec is None:
         return None
-    return spec.nbytes(itemsize(spec.dtype))
+    if not spec.is_static:
+        return None
+    n = itemsize(spec.dtype)
+    for d in spec.dims:
+        n *= int(d)
+    return n

@@ -17,13 +17,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from wgc.lower.plan import CallPlan, PiecePlan, Plan, PortOut, SinkPlan, Transfer
+from wgc.lower.plan import Plan, Transfer
 from wgc.show.dot import _NODE_SHAPES, q
 from wgc.show.dot import _edge as dot_edge
 from wgc.show.graph import Cluster, GEdge, GNode, Graph, call_id, stream_id
 from wgc.show.mermaid import _CLASSES, _SHAPES, edge_lines, ident, text
 from wgc.show.plan_text import human_bytes, spec_text
 from wgc.show.style import style
+from wgc_runtime.contract.kinds import DestKind
+from wgc_runtime.contract.spec import CallSpec, PieceSpec, PortOut, SinkSpec
 
 HIGHLIGHT = "#e11d48"  # cross-rank hops, in every drawing
 
@@ -84,15 +86,23 @@ def input_node(walk: str, r: int, name: str) -> str:
     return f"w_{walk}_r{r}_in_{name}"
 
 
-def sink_call(u: SinkPlan) -> CallPlan:
+def sink_call(u: SinkSpec) -> CallSpec:
     """A sink unit drawn as a call: an `emit` / `persist` box fed like a call, with one output
     going where the unit sends its value."""
-    what = "emit" if u.dest.kind == "client" else "persist"
-    out = PortOut(u.input.channel, u.input.type, (u.dest,))
-    return CallPlan(u.id, what, u.rank, u.loops, (u.input,), (out,), (), u.source)
+    what = "emit" if u.dest.kind is DestKind.CLIENT else "persist"
+    out = PortOut(port=u.input.channel, type=u.input.type, dests=(u.dest,))
+    return CallSpec(
+        id=u.id,
+        node=what,
+        rank=u.rank,
+        loops=u.loops,
+        inputs=(u.input,),
+        outputs=(out,),
+        source=u.source,
+    )
 
 
-def _units(piece: PiecePlan) -> tuple[CallPlan, ...]:
+def _units(piece: PieceSpec) -> tuple[CallSpec, ...]:
     return (*piece.calls, *(sink_call(u) for u in piece.sinks))
 
 
@@ -129,7 +139,7 @@ class _Builder:
                 self.hops.setdefault((t.walk, t.call, t.port, t.dst_rank, t.edge), t)
         # (walk, call, port) -> the channel it reads, for labels
         self.channels: dict[tuple[str, int, str], str] = {}
-        self.calls: dict[tuple[str, int], CallPlan] = {}
+        self.calls: dict[tuple[str, int], CallSpec] = {}
         for r in plan.ranks:
             for piece in r.pieces:
                 for c in _units(piece):
@@ -172,7 +182,7 @@ class _Builder:
         sub = f"{rp.device} · {rp.host} · {human_bytes(m.total)}"
         self.ranks.append(RankInfo(r, cid, f"rank {r}", sub, title))
 
-    def piece(self, piece: PiecePlan) -> None:
+    def piece(self, piece: PieceSpec) -> None:
         r = piece.rank
         pid = piece_cluster(piece.walk, r)
         self.pieces[(piece.walk, r)] = pid
@@ -227,7 +237,7 @@ class _Builder:
         )
 
     # ------------------------------------------------------------------ edges
-    def call_edges(self, piece: PiecePlan, c: CallPlan) -> None:
+    def call_edges(self, piece: PieceSpec, c: CallSpec) -> None:
         w, r, me = piece.walk, piece.rank, call_id(piece.walk, c.id)
         for i in c.inputs:
             for src, kind in ((i.src, "input"), (i.init, "loop_init")):
@@ -243,7 +253,7 @@ class _Builder:
             for d in o.dests:
                 self.dest_edge(w, r, c, o.port, o.type, d)
 
-    def dest_edge(self, w: str, r: int, c: CallPlan, port: str, typ, d) -> None:
+    def dest_edge(self, w: str, r: int, c: CallSpec, port: str, typ, d) -> None:
         me = call_id(w, c.id)
         if d.kind == "client":
             title = f"the request's client (emits of rank {r} go to it through the conductor)"

@@ -17,6 +17,7 @@ from html import escape
 from importlib import resources
 
 import jinja2
+import markupsafe  # jinja2's own dependency: `Markup` marks the SVG as safe
 
 from wgc.lower.plan import Plan
 from wgc.lower.summary import cross_rank_summary
@@ -166,7 +167,7 @@ def render_plan_html(plan: Plan) -> str:
         quiet=_quiet(plan),
         legend=legend,
         highlight=HIGHLIGHT,
-        svg=jinja2.utils.markupsafe.Markup(_svg(pg, grid, lay)),
+        svg=markupsafe.Markup(_svg(pg, grid, lay)),
     )
 
 

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from wgc.lower.plan import LoopPlan, Plan, RankPlan, Transfer, TypeSpec
+from wgc.lower.plan import Plan, Transfer
 from wgc.lower.summary import WalkTraffic, cross_rank_summary
 from wgc.lower.typespec import spec_nbytes
+from wgc_runtime.contract.spec import LoopSpec, RankSpec, TypeSpec
 
 DYNAMIC = "? B (dynamic)"
 
@@ -69,7 +70,7 @@ class PlanIndex:
         self.plan = plan
         self.out_types: dict[tuple[str, int, int, str], TypeSpec | None] = {}
         self.call_nodes: dict[tuple[str, int], str] = {}
-        self.loops: dict[tuple[str, str], LoopPlan] = {}
+        self.loops: dict[tuple[str, str], LoopSpec] = {}
         for r in plan.ranks:
             for piece in r.pieces:
                 for c in piece.calls:
@@ -134,15 +135,13 @@ def render_plan_text(plan: Plan) -> str:
     out += [f"  source {s.path} (sha256 {s.sha256[:12]})" for s in plan.sources]
     if plan.params:
         out.append("  params " + ", ".join(f"{k} = {_value(v)}" for k, v in plan.params))
-    kv = dict(plan.kv_cache)
+    kv = plan.kv_cache
+    out.append(f"  kv_cache {kv.pages} pages x {kv.page_size} tokens, {kv.dtype}")
+    buckets = ", ".join(str(b) for b in plan.batching.capture)
     out.append(
-        f"  kv_cache {kv.get('pages')} pages x {kv.get('page_size')} tokens, {kv.get('dtype')}"
-    )
-    batching = dict(plan.batching)
-    buckets = ", ".join(str(b) for b in batching.get("capture", ()))  # type: ignore[union-attr]
-    out.append(
-        f"  batching max_batch {batching.get('max_batch')}, capture [{buckets}]; "
-        f"max_concurrent_requests {plan.max_concurrent_requests}"
+        f"  batching max_batch {plan.batching.max_batch}, capture [{buckets}]; "
+        f"max_concurrent_requests {plan.max_concurrent_requests}; "
+        f"attention {plan.attention.backend}"
     )
     for r in plan.ranks:
         out.append("")
@@ -160,7 +159,7 @@ def _value(v: object) -> str:
     return str(v)
 
 
-def _rank(r: RankPlan) -> list[str]:
+def _rank(r: RankSpec) -> list[str]:
     out = [f"rank {r.rank}  {r.device} on {r.host}"]
     if r.nodes:
         out.append("  nodes")

@@ -10,10 +10,13 @@ Owns stream buffers: none.
 Static memory estimate: 2.03 MiB (KV cache 2097152 B, static buffers 28836 B, streams 0 B).
 """
 
+from wgc_runtime.contract.kinds import CaptureScope, DestKind, Edge, Engine, InputMode, SourceKind
 from wgc_runtime.contract.spec import (
+    BatchingSpec,
     CallSpec,
     CaptureSpec,
     Dest,
+    KvCacheSpec,
     LoopSpec,
     MemorySpec,
     NodeSpec,
@@ -26,13 +29,15 @@ from wgc_runtime.contract.spec import (
     TypeSpec,
 )
 
+SPEC_VERSION = 2  # the `wgc_runtime.contract.spec` records this module is written for
+
 # ---------------------------------------------------------------- nodes
 
 # examples/bagel/bagel.walk:37
 NODE_VIT_ENCODER = NodeSpec(
     name="vit_encoder",
     impl="examples.bagel.nodes:VitEncoder",
-    engine="stateless",
+    engine=Engine.STATELESS,
     ranks=(0,),
     inputs=(("image", TypeSpec("u8", ("H", "W", 3))),),
     outputs=(("vit_embeddings", TypeSpec("bf16", ("V", 64))),),
@@ -43,7 +48,7 @@ NODE_VIT_ENCODER = NodeSpec(
 NODE_VAE_ENCODER = NodeSpec(
     name="vae_encoder",
     impl="examples.bagel.nodes:VaeEncoder",
-    engine="stateless",
+    engine=Engine.STATELESS,
     ranks=(0,),
     inputs=(("image", TypeSpec("u8", ("H", "W", 3))),),
     outputs=(("vae_latents", TypeSpec("f32", ("L", 16))),),
@@ -54,7 +59,7 @@ NODE_VAE_ENCODER = NodeSpec(
 NODE_LLM = NodeSpec(
     name="LLM",
     impl="examples.bagel.nodes:LLM",
-    engine="kv_cache",
+    engine=Engine.KV_CACHE,
     labels=("main", "cfg_text", "cfg_img"),
     config=(("cfg_text_scale", 4.0), ("cfg_img_scale", 1.0), ("timestep_shift", 3.0)),
     ranks=(0,),
@@ -80,7 +85,7 @@ NODE_LLM = NodeSpec(
 NODE_COMBINE_CFG = NodeSpec(
     name="combine_cfg",
     impl="examples.bagel.nodes:CombineCfg",
-    engine="stateless",
+    engine=Engine.STATELESS,
     config=(("cfg_text_scale", 4.0), ("cfg_img_scale", 1.0), ("timestep_shift", 3.0)),
     ranks=(0,),
     inputs=(
@@ -98,7 +103,7 @@ NODE_COMBINE_CFG = NodeSpec(
 NODE_VAE_DECODER = NodeSpec(
     name="vae_decoder",
     impl="examples.bagel.nodes:VaeDecoder",
-    engine="stateless",
+    engine=Engine.STATELESS,
     ranks=(0,),
     inputs=(("latents", TypeSpec("f32", (16, 16))),),
     outputs=(("image", TypeSpec("u8", (64, 64, 3))),),
@@ -122,8 +127,8 @@ PIECE_PREFILL_TEXT = PieceSpec(
                 PortIn(
                     port="text_inputs",
                     channel="text_inputs",
-                    mode="once",
-                    src=Source(kind="input", name="text_inputs"),
+                    mode=InputMode.ONCE,
+                    src=Source(kind=SourceKind.INPUT, name="text_inputs"),
                     type=TypeSpec("i64", ("T",)),
                 ),
             ),
@@ -131,13 +136,14 @@ PIECE_PREFILL_TEXT = PieceSpec(
                 PortOut(
                     port="new_token",
                     type=TypeSpec("i64", (1,)),
-                    dests=(Dest(kind="persist", edge="persisted", name="new_token"),),
+                    dests=(Dest(kind=DestKind.PERSIST, edge=Edge.PERSISTED, name="new_token"),),
                 ),
             ),
             writes=("new_token",),
             source="bagel.walk:92",
         ),
     ),
+    body=(0,),
     source="bagel.walk:91",
 )
 
@@ -156,8 +162,8 @@ PIECE_PREFILL_VIT = PieceSpec(
                 PortIn(
                     port="image",
                     channel="image",
-                    mode="once",
-                    src=Source(kind="input", name="image"),
+                    mode=InputMode.ONCE,
+                    src=Source(kind=SourceKind.INPUT, name="image"),
                     type=TypeSpec("u8", ("H", "W", 3)),
                 ),
             ),
@@ -166,7 +172,13 @@ PIECE_PREFILL_VIT = PieceSpec(
                     port="vit_embeddings",
                     type=TypeSpec("bf16", ("V", 64)),
                     dests=(
-                        Dest(kind="call", edge="internal", rank=0, call=1, port="vit_embeddings"),
+                        Dest(
+                            kind=DestKind.CALL,
+                            edge=Edge.INTERNAL,
+                            rank=0,
+                            call=1,
+                            port="vit_embeddings",
+                        ),
                     ),
                 ),
             ),
@@ -182,8 +194,8 @@ PIECE_PREFILL_VIT = PieceSpec(
                 PortIn(
                     port="vit_embeddings",
                     channel="vit_embeddings",
-                    mode="once",
-                    src=Source(kind="call", rank=0, call=0, port="vit_embeddings"),
+                    mode=InputMode.ONCE,
+                    src=Source(kind=SourceKind.CALL, rank=0, call=0, port="vit_embeddings"),
                     type=TypeSpec("bf16", ("V", 64)),
                 ),
             ),
@@ -191,13 +203,14 @@ PIECE_PREFILL_VIT = PieceSpec(
                 PortOut(
                     port="new_token",
                     type=TypeSpec("i64", (1,)),
-                    dests=(Dest(kind="persist", edge="persisted", name="new_token"),),
+                    dests=(Dest(kind=DestKind.PERSIST, edge=Edge.PERSISTED, name="new_token"),),
                 ),
             ),
             writes=("new_token",),
             source="bagel.walk:98",
         ),
     ),
+    body=(0, 1),
     source="bagel.walk:96",
 )
 
@@ -216,8 +229,8 @@ PIECE_PREFILL_VAE = PieceSpec(
                 PortIn(
                     port="image",
                     channel="image",
-                    mode="once",
-                    src=Source(kind="input", name="image"),
+                    mode=InputMode.ONCE,
+                    src=Source(kind=SourceKind.INPUT, name="image"),
                     type=TypeSpec("u8", ("H", "W", 3)),
                 ),
             ),
@@ -225,7 +238,15 @@ PIECE_PREFILL_VAE = PieceSpec(
                 PortOut(
                     port="vae_latents",
                     type=TypeSpec("f32", ("L", 16)),
-                    dests=(Dest(kind="call", edge="internal", rank=0, call=1, port="vae_latents"),),
+                    dests=(
+                        Dest(
+                            kind=DestKind.CALL,
+                            edge=Edge.INTERNAL,
+                            rank=0,
+                            call=1,
+                            port="vae_latents",
+                        ),
+                    ),
                 ),
             ),
             writes=("vae_latents",),
@@ -240,15 +261,15 @@ PIECE_PREFILL_VAE = PieceSpec(
                 PortIn(
                     port="vae_latents",
                     channel="vae_latents",
-                    mode="once",
-                    src=Source(kind="call", rank=0, call=0, port="vae_latents"),
+                    mode=InputMode.ONCE,
+                    src=Source(kind=SourceKind.CALL, rank=0, call=0, port="vae_latents"),
                     type=TypeSpec("f32", ("L", 16)),
                 ),
             ),
-            writes=(),
             source="bagel.walk:104",
         ),
     ),
+    body=(0, 1),
     source="bagel.walk:102",
 )
 
@@ -261,10 +282,12 @@ PIECE_DECODE = PieceSpec(
         # examples/bagel/bagel.walk:109
         LoopSpec(
             name="decode_loop",
+            chain=("decode_loop",),
             max=2048,
-            until=Source(kind="call", rank=0, call=0, port="stop"),
+            until=Source(kind=SourceKind.CALL, rank=0, call=0, port="stop"),
             ranks=(0,),
             calls=(0,),
+            body=(0, 1),
             source="bagel.walk:109",
         ),
     ),
@@ -279,9 +302,9 @@ PIECE_DECODE = PieceSpec(
                 PortIn(
                     port="token",
                     channel="token",
-                    mode="carried",
-                    src=Source(kind="call", rank=0, call=0, port="new_token"),
-                    init=Source(kind="input", name="token"),
+                    mode=InputMode.CARRIED,
+                    src=Source(kind=SourceKind.CALL, rank=0, call=0, port="new_token"),
+                    init=Source(kind=SourceKind.INPUT, name="token"),
                     type=TypeSpec("i64", (1,)),
                     loop="decode_loop",
                 ),
@@ -292,8 +315,8 @@ PIECE_DECODE = PieceSpec(
                     type=TypeSpec("i64", (1,)),
                     dests=(
                         Dest(
-                            kind="call",
-                            edge="loop_carried",
+                            kind=DestKind.CALL,
+                            edge=Edge.LOOP_CARRIED,
                             rank=0,
                             call=1,
                             port="value",
@@ -301,8 +324,8 @@ PIECE_DECODE = PieceSpec(
                             carried=True,
                         ),
                         Dest(
-                            kind="call",
-                            edge="loop_carried",
+                            kind=DestKind.CALL,
+                            edge=Edge.LOOP_CARRIED,
                             rank=0,
                             call=0,
                             port="token",
@@ -316,8 +339,8 @@ PIECE_DECODE = PieceSpec(
                     type=TypeSpec("bool", ()),
                     dests=(
                         Dest(
-                            kind="until",
-                            edge="until",
+                            kind=DestKind.UNTIL,
+                            edge=Edge.UNTIL,
                             name="decode_loop",
                             loop="decode_loop",
                             ranks=(0,),
@@ -329,7 +352,6 @@ PIECE_DECODE = PieceSpec(
             source="bagel.walk:111",
         ),
     ),
-    source="bagel.walk:108",
     sinks=(
         # examples/bagel/bagel.walk:110
         SinkSpec(
@@ -339,16 +361,18 @@ PIECE_DECODE = PieceSpec(
             input=PortIn(
                 port="value",
                 channel="token",
-                mode="carried",
-                src=Source(kind="call", rank=0, call=0, port="new_token"),
-                init=Source(kind="input", name="token"),
+                mode=InputMode.CARRIED,
+                src=Source(kind=SourceKind.CALL, rank=0, call=0, port="new_token"),
+                init=Source(kind=SourceKind.INPUT, name="token"),
                 type=TypeSpec("i64", (1,)),
                 loop="decode_loop",
             ),
-            dest=Dest(kind="client", edge="emitted", name="text", channel="token"),
+            dest=Dest(kind=DestKind.CLIENT, edge=Edge.EMITTED, name="text", channel="token"),
             source="bagel.walk:110",
         ),
     ),
+    nested=("decode_loop",),
+    source="bagel.walk:108",
 )
 
 # examples/bagel/bagel.walk:126
@@ -360,9 +384,11 @@ PIECE_IMAGE_GEN_CFG = PieceSpec(
         # examples/bagel/bagel.walk:127
         LoopSpec(
             name="denoise",
+            chain=("denoise",),
             max=49,
             ranks=(0, 1, 2),
             calls=(0, 3),
+            body=(0, 3),
             yield_last=("latents",),
             source="bagel.walk:127",
         ),
@@ -378,9 +404,9 @@ PIECE_IMAGE_GEN_CFG = PieceSpec(
                 PortIn(
                     port="latents",
                     channel="latents",
-                    mode="carried",
-                    src=Source(kind="call", rank=0, call=3, port="latents"),
-                    init=Source(kind="input", name="latents"),
+                    mode=InputMode.CARRIED,
+                    src=Source(kind=SourceKind.CALL, rank=0, call=3, port="latents"),
+                    init=Source(kind=SourceKind.INPUT, name="latents"),
                     type=TypeSpec("f32", (16, 16)),
                     optional=True,
                     loop="denoise",
@@ -388,9 +414,9 @@ PIECE_IMAGE_GEN_CFG = PieceSpec(
                 PortIn(
                     port="time_index",
                     channel="time_index",
-                    mode="carried",
-                    src=Source(kind="call", rank=0, call=3, port="time_index"),
-                    init=Source(kind="input", name="time_index"),
+                    mode=InputMode.CARRIED,
+                    src=Source(kind=SourceKind.CALL, rank=0, call=3, port="time_index"),
+                    init=Source(kind=SourceKind.INPUT, name="time_index"),
                     type=TypeSpec("i64", ()),
                     optional=True,
                     loop="denoise",
@@ -402,8 +428,8 @@ PIECE_IMAGE_GEN_CFG = PieceSpec(
                     type=TypeSpec("f32", (16, 16)),
                     dests=(
                         Dest(
-                            kind="call",
-                            edge="internal",
+                            kind=DestKind.CALL,
+                            edge=Edge.INTERNAL,
                             rank=0,
                             call=3,
                             port="v_main",
@@ -425,30 +451,30 @@ PIECE_IMAGE_GEN_CFG = PieceSpec(
                 PortIn(
                     port="v_main",
                     channel="v_main",
-                    mode="per_iteration",
-                    src=Source(kind="call", rank=0, call=0, port="velocity"),
+                    mode=InputMode.PER_ITERATION,
+                    src=Source(kind=SourceKind.CALL, rank=0, call=0, port="velocity"),
                     type=TypeSpec("f32", (16, 16)),
                 ),
                 PortIn(
                     port="v_text",
                     channel="v_text",
-                    mode="per_iteration",
-                    src=Source(kind="call", rank=1, call=1, port="velocity"),
+                    mode=InputMode.PER_ITERATION,
+                    src=Source(kind=SourceKind.CALL, rank=1, call=1, port="velocity"),
                     type=TypeSpec("f32", (16, 16)),
                 ),
                 PortIn(
                     port="v_img",
                     channel="v_img",
-                    mode="per_iteration",
-                    src=Source(kind="call", rank=2, call=2, port="velocity"),
+                    mode=InputMode.PER_ITERATION,
+                    src=Source(kind=SourceKind.CALL, rank=2, call=2, port="velocity"),
                     type=TypeSpec("f32", (16, 16)),
                 ),
                 PortIn(
                     port="latents",
                     channel="latents",
-                    mode="carried",
-                    src=Source(kind="call", rank=0, call=3, port="latents"),
-                    init=Source(kind="input", name="latents"),
+                    mode=InputMode.CARRIED,
+                    src=Source(kind=SourceKind.CALL, rank=0, call=3, port="latents"),
+                    init=Source(kind=SourceKind.INPUT, name="latents"),
                     type=TypeSpec("f32", (16, 16)),
                     optional=True,
                     loop="denoise",
@@ -456,9 +482,9 @@ PIECE_IMAGE_GEN_CFG = PieceSpec(
                 PortIn(
                     port="time_index",
                     channel="time_index",
-                    mode="carried",
-                    src=Source(kind="call", rank=0, call=3, port="time_index"),
-                    init=Source(kind="input", name="time_index"),
+                    mode=InputMode.CARRIED,
+                    src=Source(kind=SourceKind.CALL, rank=0, call=3, port="time_index"),
+                    init=Source(kind=SourceKind.INPUT, name="time_index"),
                     type=TypeSpec("i64", ()),
                     optional=True,
                     loop="denoise",
@@ -470,8 +496,8 @@ PIECE_IMAGE_GEN_CFG = PieceSpec(
                     type=TypeSpec("f32", (16, 16)),
                     dests=(
                         Dest(
-                            kind="call",
-                            edge="loop_carried",
+                            kind=DestKind.CALL,
+                            edge=Edge.LOOP_CARRIED,
                             rank=0,
                             call=0,
                             port="latents",
@@ -479,8 +505,8 @@ PIECE_IMAGE_GEN_CFG = PieceSpec(
                             carried=True,
                         ),
                         Dest(
-                            kind="call",
-                            edge="loop_carried",
+                            kind=DestKind.CALL,
+                            edge=Edge.LOOP_CARRIED,
                             rank=1,
                             call=1,
                             port="latents",
@@ -488,8 +514,8 @@ PIECE_IMAGE_GEN_CFG = PieceSpec(
                             carried=True,
                         ),
                         Dest(
-                            kind="call",
-                            edge="loop_carried",
+                            kind=DestKind.CALL,
+                            edge=Edge.LOOP_CARRIED,
                             rank=2,
                             call=2,
                             port="latents",
@@ -497,8 +523,8 @@ PIECE_IMAGE_GEN_CFG = PieceSpec(
                             carried=True,
                         ),
                         Dest(
-                            kind="call",
-                            edge="loop_carried",
+                            kind=DestKind.CALL,
+                            edge=Edge.LOOP_CARRIED,
                             rank=0,
                             call=3,
                             port="latents",
@@ -506,8 +532,8 @@ PIECE_IMAGE_GEN_CFG = PieceSpec(
                             carried=True,
                         ),
                         Dest(
-                            kind="call",
-                            edge="terminal",
+                            kind=DestKind.CALL,
+                            edge=Edge.TERMINAL,
                             rank=0,
                             call=4,
                             port="latents",
@@ -520,8 +546,8 @@ PIECE_IMAGE_GEN_CFG = PieceSpec(
                     type=TypeSpec("i64", ()),
                     dests=(
                         Dest(
-                            kind="call",
-                            edge="loop_carried",
+                            kind=DestKind.CALL,
+                            edge=Edge.LOOP_CARRIED,
                             rank=0,
                             call=0,
                             port="time_index",
@@ -529,8 +555,8 @@ PIECE_IMAGE_GEN_CFG = PieceSpec(
                             carried=True,
                         ),
                         Dest(
-                            kind="call",
-                            edge="loop_carried",
+                            kind=DestKind.CALL,
+                            edge=Edge.LOOP_CARRIED,
                             rank=1,
                             call=1,
                             port="time_index",
@@ -538,8 +564,8 @@ PIECE_IMAGE_GEN_CFG = PieceSpec(
                             carried=True,
                         ),
                         Dest(
-                            kind="call",
-                            edge="loop_carried",
+                            kind=DestKind.CALL,
+                            edge=Edge.LOOP_CARRIED,
                             rank=2,
                             call=2,
                             port="time_index",
@@ -547,8 +573,8 @@ PIECE_IMAGE_GEN_CFG = PieceSpec(
                             carried=True,
                         ),
                         Dest(
-                            kind="call",
-                            edge="loop_carried",
+                            kind=DestKind.CALL,
+                            edge=Edge.LOOP_CARRIED,
                             rank=0,
                             call=3,
                             port="time_index",
@@ -570,8 +596,8 @@ PIECE_IMAGE_GEN_CFG = PieceSpec(
                 PortIn(
                     port="latents",
                     channel="latents",
-                    mode="once",
-                    src=Source(kind="call", rank=0, call=3, port="latents"),
+                    mode=InputMode.ONCE,
+                    src=Source(kind=SourceKind.CALL, rank=0, call=3, port="latents"),
                     type=TypeSpec("f32", (16, 16)),
                 ),
             ),
@@ -579,13 +605,22 @@ PIECE_IMAGE_GEN_CFG = PieceSpec(
                 PortOut(
                     port="image",
                     type=TypeSpec("u8", (64, 64, 3)),
-                    dests=(Dest(kind="client", edge="emitted", name="image", channel="image"),),
+                    dests=(
+                        Dest(
+                            kind=DestKind.CLIENT,
+                            edge=Edge.EMITTED,
+                            name="image",
+                            channel="image",
+                        ),
+                    ),
                 ),
             ),
             writes=("image",),
             source="bagel.walk:135",
         ),
     ),
+    body=(4,),
+    nested=("denoise",),
     source="bagel.walk:126",
 )
 
@@ -595,6 +630,9 @@ RANK = RankSpec(
     rank=0,
     device="cpu",
     host="127.0.0.1",
+    model="bagel",
+    placement="cpu-3rank",
+    world_size=3,
     nodes=(NODE_VIT_ENCODER, NODE_VAE_ENCODER, NODE_LLM, NODE_COMBINE_CFG, NODE_VAE_DECODER),
     pieces=(
         PIECE_PREFILL_TEXT,
@@ -607,9 +645,10 @@ RANK = RankSpec(
         CaptureSpec(
             walk="decode",
             rank=0,
-            scope="loop",
+            scope=CaptureScope.LOOP,
             loop="decode_loop",
             calls=(0,),
+            nodes=("LLM",),
             ports=(
                 ("0#token", TypeSpec("i64", (1,))),
                 ("0#new_token", TypeSpec("i64", (1,))),
@@ -620,8 +659,9 @@ RANK = RankSpec(
         CaptureSpec(
             walk="image_gen_cfg",
             rank=0,
-            scope="call",
+            scope=CaptureScope.CALL,
             calls=(0,),
+            nodes=("LLM",),
             ports=(
                 ("0#latents", TypeSpec("f32", (16, 16))),
                 ("0#time_index", TypeSpec("i64", ())),
@@ -632,8 +672,9 @@ RANK = RankSpec(
         CaptureSpec(
             walk="image_gen_cfg",
             rank=0,
-            scope="call",
+            scope=CaptureScope.CALL,
             calls=(3,),
+            nodes=("combine_cfg",),
             ports=(
                 ("3#v_main", TypeSpec("f32", (16, 16))),
                 ("3#v_text", TypeSpec("f32", (16, 16))),
@@ -647,7 +688,6 @@ RANK = RankSpec(
         ),
     ),
     memory=MemorySpec(kv_bytes=2097152, static_buffer_bytes=28836),
-    model="bagel",
-    placement="cpu-3rank",
-    world_size=3,
+    kv_cache=KvCacheSpec(pages=256),
+    batching=BatchingSpec(max_batch=4, capture=(1, 2, 4)),
 )

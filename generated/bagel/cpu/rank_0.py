@@ -10,10 +10,13 @@ Hosts nodes: `vit_encoder (stateless)`, `vae_encoder (stateless)`, `LLM (kv_cach
 Static memory estimate: 6.04 MiB (KV cache 6291456 B, static buffers 45284 B, streams 0 B).
 """
 
+from wgc_runtime.contract.kinds import CaptureScope, DestKind, Edge, Engine, InputMode, SourceKind
 from wgc_runtime.contract.spec import (
+    BatchingSpec,
     CallSpec,
     CaptureSpec,
     Dest,
+    KvCacheSpec,
     LoopSpec,
     MemorySpec,
     NodeSpec,
@@ -26,13 +29,15 @@ from wgc_runtime.contract.spec import (
     TypeSpec,
 )
 
+SPEC_VERSION = 2  # the `wgc_runtime.contract.spec` records this module is written for
+
 # ---------------------------------------------------------------- nodes
 
 # examples/bagel/bagel.walk:37
 NODE_VIT_ENCODER = NodeSpec(
     name="vit_encoder",
     impl="examples.bagel.nodes:VitEncoder",
-    engine="stateless",
+    engine=Engine.STATELESS,
     ranks=(0,),
     inputs=(("image", TypeSpec("u8", ("H", "W", 3))),),
     outputs=(("vit_embeddings", TypeSpec("bf16", ("V", 64))),),
@@ -43,7 +48,7 @@ NODE_VIT_ENCODER = NodeSpec(
 NODE_VAE_ENCODER = NodeSpec(
     name="vae_encoder",
     impl="examples.bagel.nodes:VaeEncoder",
-    engine="stateless",
+    engine=Engine.STATELESS,
     ranks=(0,),
     inputs=(("image", TypeSpec("u8", ("H", "W", 3))),),
     outputs=(("vae_latents", TypeSpec("f32", ("L", 16))),),
@@ -54,7 +59,7 @@ NODE_VAE_ENCODER = NodeSpec(
 NODE_LLM = NodeSpec(
     name="LLM",
     impl="examples.bagel.nodes:LLM",
-    engine="kv_cache",
+    engine=Engine.KV_CACHE,
     labels=("main", "cfg_text", "cfg_img"),
     config=(("cfg_text_scale", 4.0), ("cfg_img_scale", 1.0), ("timestep_shift", 3.0)),
     ranks=(0,),
@@ -80,7 +85,7 @@ NODE_LLM = NodeSpec(
 NODE_LLM_CFG_TEXT = NodeSpec(
     name="LLM_cfg_text",
     impl="examples.bagel.nodes:LLM",
-    engine="kv_cache",
+    engine=Engine.KV_CACHE,
     labels=("cfg_text",),
     config=(("cfg_text_scale", 4.0), ("cfg_img_scale", 1.0), ("timestep_shift", 3.0)),
     ranks=(0,),
@@ -106,7 +111,7 @@ NODE_LLM_CFG_TEXT = NodeSpec(
 NODE_LLM_CFG_IMG = NodeSpec(
     name="LLM_cfg_img",
     impl="examples.bagel.nodes:LLM",
-    engine="kv_cache",
+    engine=Engine.KV_CACHE,
     labels=("cfg_img",),
     config=(("cfg_text_scale", 4.0), ("cfg_img_scale", 1.0), ("timestep_shift", 3.0)),
     ranks=(0,),
@@ -132,7 +137,7 @@ NODE_LLM_CFG_IMG = NodeSpec(
 NODE_COMBINE_CFG = NodeSpec(
     name="combine_cfg",
     impl="examples.bagel.nodes:CombineCfg",
-    engine="stateless",
+    engine=Engine.STATELESS,
     config=(("cfg_text_scale", 4.0), ("cfg_img_scale", 1.0), ("timestep_shift", 3.0)),
     ranks=(0,),
     inputs=(
@@ -150,7 +155,7 @@ NODE_COMBINE_CFG = NodeSpec(
 NODE_VAE_DECODER = NodeSpec(
     name="vae_decoder",
     impl="examples.bagel.nodes:VaeDecoder",
-    engine="stateless",
+    engine=Engine.STATELESS,
     ranks=(0,),
     inputs=(("latents", TypeSpec("f32", (16, 16))),),
     outputs=(("image", TypeSpec("u8", (64, 64, 3))),),
@@ -174,8 +179,8 @@ PIECE_PREFILL_TEXT = PieceSpec(
                 PortIn(
                     port="text_inputs",
                     channel="text_inputs",
-                    mode="once",
-                    src=Source(kind="input", name="text_inputs"),
+                    mode=InputMode.ONCE,
+                    src=Source(kind=SourceKind.INPUT, name="text_inputs"),
                     type=TypeSpec("i64", ("T",)),
                 ),
             ),
@@ -183,13 +188,14 @@ PIECE_PREFILL_TEXT = PieceSpec(
                 PortOut(
                     port="new_token",
                     type=TypeSpec("i64", (1,)),
-                    dests=(Dest(kind="persist", edge="persisted", name="new_token"),),
+                    dests=(Dest(kind=DestKind.PERSIST, edge=Edge.PERSISTED, name="new_token"),),
                 ),
             ),
             writes=("new_token",),
             source="bagel.walk:92",
         ),
     ),
+    body=(0,),
     source="bagel.walk:91",
 )
 
@@ -208,8 +214,8 @@ PIECE_PREFILL_VIT = PieceSpec(
                 PortIn(
                     port="image",
                     channel="image",
-                    mode="once",
-                    src=Source(kind="input", name="image"),
+                    mode=InputMode.ONCE,
+                    src=Source(kind=SourceKind.INPUT, name="image"),
                     type=TypeSpec("u8", ("H", "W", 3)),
                 ),
             ),
@@ -218,7 +224,13 @@ PIECE_PREFILL_VIT = PieceSpec(
                     port="vit_embeddings",
                     type=TypeSpec("bf16", ("V", 64)),
                     dests=(
-                        Dest(kind="call", edge="internal", rank=0, call=1, port="vit_embeddings"),
+                        Dest(
+                            kind=DestKind.CALL,
+                            edge=Edge.INTERNAL,
+                            rank=0,
+                            call=1,
+                            port="vit_embeddings",
+                        ),
                     ),
                 ),
             ),
@@ -234,8 +246,8 @@ PIECE_PREFILL_VIT = PieceSpec(
                 PortIn(
                     port="vit_embeddings",
                     channel="vit_embeddings",
-                    mode="once",
-                    src=Source(kind="call", rank=0, call=0, port="vit_embeddings"),
+                    mode=InputMode.ONCE,
+                    src=Source(kind=SourceKind.CALL, rank=0, call=0, port="vit_embeddings"),
                     type=TypeSpec("bf16", ("V", 64)),
                 ),
             ),
@@ -243,13 +255,14 @@ PIECE_PREFILL_VIT = PieceSpec(
                 PortOut(
                     port="new_token",
                     type=TypeSpec("i64", (1,)),
-                    dests=(Dest(kind="persist", edge="persisted", name="new_token"),),
+                    dests=(Dest(kind=DestKind.PERSIST, edge=Edge.PERSISTED, name="new_token"),),
                 ),
             ),
             writes=("new_token",),
             source="bagel.walk:98",
         ),
     ),
+    body=(0, 1),
     source="bagel.walk:96",
 )
 
@@ -268,8 +281,8 @@ PIECE_PREFILL_VAE = PieceSpec(
                 PortIn(
                     port="image",
                     channel="image",
-                    mode="once",
-                    src=Source(kind="input", name="image"),
+                    mode=InputMode.ONCE,
+                    src=Source(kind=SourceKind.INPUT, name="image"),
                     type=TypeSpec("u8", ("H", "W", 3)),
                 ),
             ),
@@ -277,7 +290,15 @@ PIECE_PREFILL_VAE = PieceSpec(
                 PortOut(
                     port="vae_latents",
                     type=TypeSpec("f32", ("L", 16)),
-                    dests=(Dest(kind="call", edge="internal", rank=0, call=1, port="vae_latents"),),
+                    dests=(
+                        Dest(
+                            kind=DestKind.CALL,
+                            edge=Edge.INTERNAL,
+                            rank=0,
+                            call=1,
+                            port="vae_latents",
+                        ),
+                    ),
                 ),
             ),
             writes=("vae_latents",),
@@ -292,15 +313,15 @@ PIECE_PREFILL_VAE = PieceSpec(
                 PortIn(
                     port="vae_latents",
                     channel="vae_latents",
-                    mode="once",
-                    src=Source(kind="call", rank=0, call=0, port="vae_latents"),
+                    mode=InputMode.ONCE,
+                    src=Source(kind=SourceKind.CALL, rank=0, call=0, port="vae_latents"),
                     type=TypeSpec("f32", ("L", 16)),
                 ),
             ),
-            writes=(),
             source="bagel.walk:104",
         ),
     ),
+    body=(0, 1),
     source="bagel.walk:102",
 )
 
@@ -313,10 +334,12 @@ PIECE_DECODE = PieceSpec(
         # examples/bagel/bagel.walk:109
         LoopSpec(
             name="decode_loop",
+            chain=("decode_loop",),
             max=2048,
-            until=Source(kind="call", rank=0, call=0, port="stop"),
+            until=Source(kind=SourceKind.CALL, rank=0, call=0, port="stop"),
             ranks=(0,),
             calls=(0,),
+            body=(0, 1),
             source="bagel.walk:109",
         ),
     ),
@@ -331,9 +354,9 @@ PIECE_DECODE = PieceSpec(
                 PortIn(
                     port="token",
                     channel="token",
-                    mode="carried",
-                    src=Source(kind="call", rank=0, call=0, port="new_token"),
-                    init=Source(kind="input", name="token"),
+                    mode=InputMode.CARRIED,
+                    src=Source(kind=SourceKind.CALL, rank=0, call=0, port="new_token"),
+                    init=Source(kind=SourceKind.INPUT, name="token"),
                     type=TypeSpec("i64", (1,)),
                     loop="decode_loop",
                 ),
@@ -344,8 +367,8 @@ PIECE_DECODE = PieceSpec(
                     type=TypeSpec("i64", (1,)),
                     dests=(
                         Dest(
-                            kind="call",
-                            edge="loop_carried",
+                            kind=DestKind.CALL,
+                            edge=Edge.LOOP_CARRIED,
                             rank=0,
                             call=1,
                             port="value",
@@ -353,8 +376,8 @@ PIECE_DECODE = PieceSpec(
                             carried=True,
                         ),
                         Dest(
-                            kind="call",
-                            edge="loop_carried",
+                            kind=DestKind.CALL,
+                            edge=Edge.LOOP_CARRIED,
                             rank=0,
                             call=0,
                             port="token",
@@ -368,8 +391,8 @@ PIECE_DECODE = PieceSpec(
                     type=TypeSpec("bool", ()),
                     dests=(
                         Dest(
-                            kind="until",
-                            edge="until",
+                            kind=DestKind.UNTIL,
+                            edge=Edge.UNTIL,
                             name="decode_loop",
                             loop="decode_loop",
                             ranks=(0,),
@@ -381,7 +404,6 @@ PIECE_DECODE = PieceSpec(
             source="bagel.walk:111",
         ),
     ),
-    source="bagel.walk:108",
     sinks=(
         # examples/bagel/bagel.walk:110
         SinkSpec(
@@ -391,16 +413,18 @@ PIECE_DECODE = PieceSpec(
             input=PortIn(
                 port="value",
                 channel="token",
-                mode="carried",
-                src=Source(kind="call", rank=0, call=0, port="new_token"),
-                init=Source(kind="input", name="token"),
+                mode=InputMode.CARRIED,
+                src=Source(kind=SourceKind.CALL, rank=0, call=0, port="new_token"),
+                init=Source(kind=SourceKind.INPUT, name="token"),
                 type=TypeSpec("i64", (1,)),
                 loop="decode_loop",
             ),
-            dest=Dest(kind="client", edge="emitted", name="text", channel="token"),
+            dest=Dest(kind=DestKind.CLIENT, edge=Edge.EMITTED, name="text", channel="token"),
             source="bagel.walk:110",
         ),
     ),
+    nested=("decode_loop",),
+    source="bagel.walk:108",
 )
 
 # examples/bagel/bagel.walk:126
@@ -412,9 +436,11 @@ PIECE_IMAGE_GEN_CFG = PieceSpec(
         # examples/bagel/bagel.walk:127
         LoopSpec(
             name="denoise",
+            chain=("denoise",),
             max=49,
             ranks=(0,),
             calls=(0, 1, 2, 3),
+            body=(0, 1, 2, 3),
             yield_last=("latents",),
             source="bagel.walk:127",
         ),
@@ -430,9 +456,9 @@ PIECE_IMAGE_GEN_CFG = PieceSpec(
                 PortIn(
                     port="latents",
                     channel="latents",
-                    mode="carried",
-                    src=Source(kind="call", rank=0, call=3, port="latents"),
-                    init=Source(kind="input", name="latents"),
+                    mode=InputMode.CARRIED,
+                    src=Source(kind=SourceKind.CALL, rank=0, call=3, port="latents"),
+                    init=Source(kind=SourceKind.INPUT, name="latents"),
                     type=TypeSpec("f32", (16, 16)),
                     optional=True,
                     loop="denoise",
@@ -440,9 +466,9 @@ PIECE_IMAGE_GEN_CFG = PieceSpec(
                 PortIn(
                     port="time_index",
                     channel="time_index",
-                    mode="carried",
-                    src=Source(kind="call", rank=0, call=3, port="time_index"),
-                    init=Source(kind="input", name="time_index"),
+                    mode=InputMode.CARRIED,
+                    src=Source(kind=SourceKind.CALL, rank=0, call=3, port="time_index"),
+                    init=Source(kind=SourceKind.INPUT, name="time_index"),
                     type=TypeSpec("i64", ()),
                     optional=True,
                     loop="denoise",
@@ -454,8 +480,8 @@ PIECE_IMAGE_GEN_CFG = PieceSpec(
                     type=TypeSpec("f32", (16, 16)),
                     dests=(
                         Dest(
-                            kind="call",
-                            edge="internal",
+                            kind=DestKind.CALL,
+                            edge=Edge.INTERNAL,
                             rank=0,
                             call=3,
                             port="v_main",
@@ -477,9 +503,9 @@ PIECE_IMAGE_GEN_CFG = PieceSpec(
                 PortIn(
                     port="latents",
                     channel="latents",
-                    mode="carried",
-                    src=Source(kind="call", rank=0, call=3, port="latents"),
-                    init=Source(kind="input", name="latents"),
+                    mode=InputMode.CARRIED,
+                    src=Source(kind=SourceKind.CALL, rank=0, call=3, port="latents"),
+                    init=Source(kind=SourceKind.INPUT, name="latents"),
                     type=TypeSpec("f32", (16, 16)),
                     optional=True,
                     loop="denoise",
@@ -487,9 +513,9 @@ PIECE_IMAGE_GEN_CFG = PieceSpec(
                 PortIn(
                     port="time_index",
                     channel="time_index",
-                    mode="carried",
-                    src=Source(kind="call", rank=0, call=3, port="time_index"),
-                    init=Source(kind="input", name="time_index"),
+                    mode=InputMode.CARRIED,
+                    src=Source(kind=SourceKind.CALL, rank=0, call=3, port="time_index"),
+                    init=Source(kind=SourceKind.INPUT, name="time_index"),
                     type=TypeSpec("i64", ()),
                     optional=True,
                     loop="denoise",
@@ -501,8 +527,8 @@ PIECE_IMAGE_GEN_CFG = PieceSpec(
                     type=TypeSpec("f32", (16, 16)),
                     dests=(
                         Dest(
-                            kind="call",
-                            edge="internal",
+                            kind=DestKind.CALL,
+                            edge=Edge.INTERNAL,
                             rank=0,
                             call=3,
                             port="v_text",
@@ -524,9 +550,9 @@ PIECE_IMAGE_GEN_CFG = PieceSpec(
                 PortIn(
                     port="latents",
                     channel="latents",
-                    mode="carried",
-                    src=Source(kind="call", rank=0, call=3, port="latents"),
-                    init=Source(kind="input", name="latents"),
+                    mode=InputMode.CARRIED,
+                    src=Source(kind=SourceKind.CALL, rank=0, call=3, port="latents"),
+                    init=Source(kind=SourceKind.INPUT, name="latents"),
                     type=TypeSpec("f32", (16, 16)),
                     optional=True,
                     loop="denoise",
@@ -534,9 +560,9 @@ PIECE_IMAGE_GEN_CFG = PieceSpec(
                 PortIn(
                     port="time_index",
                     channel="time_index",
-                    mode="carried",
-                    src=Source(kind="call", rank=0, call=3, port="time_index"),
-                    init=Source(kind="input", name="time_index"),
+                    mode=InputMode.CARRIED,
+                    src=Source(kind=SourceKind.CALL, rank=0, call=3, port="time_index"),
+                    init=Source(kind=SourceKind.INPUT, name="time_index"),
                     type=TypeSpec("i64", ()),
                     optional=True,
                     loop="denoise",
@@ -548,8 +574,8 @@ PIECE_IMAGE_GEN_CFG = PieceSpec(
                     type=TypeSpec("f32", (16, 16)),
                     dests=(
                         Dest(
-                            kind="call",
-                            edge="internal",
+                            kind=DestKind.CALL,
+                            edge=Edge.INTERNAL,
                             rank=0,
                             call=3,
                             port="v_img",
@@ -571,30 +597,30 @@ PIECE_IMAGE_GEN_CFG = PieceSpec(
                 PortIn(
                     port="v_main",
                     channel="v_main",
-                    mode="per_iteration",
-                    src=Source(kind="call", rank=0, call=0, port="velocity"),
+                    mode=InputMode.PER_ITERATION,
+                    src=Source(kind=SourceKind.CALL, rank=0, call=0, port="velocity"),
                     type=TypeSpec("f32", (16, 16)),
                 ),
                 PortIn(
                     port="v_text",
                     channel="v_text",
-                    mode="per_iteration",
-                    src=Source(kind="call", rank=0, call=1, port="velocity"),
+                    mode=InputMode.PER_ITERATION,
+                    src=Source(kind=SourceKind.CALL, rank=0, call=1, port="velocity"),
                     type=TypeSpec("f32", (16, 16)),
                 ),
                 PortIn(
                     port="v_img",
                     channel="v_img",
-                    mode="per_iteration",
-                    src=Source(kind="call", rank=0, call=2, port="velocity"),
+                    mode=InputMode.PER_ITERATION,
+                    src=Source(kind=SourceKind.CALL, rank=0, call=2, port="velocity"),
                     type=TypeSpec("f32", (16, 16)),
                 ),
                 PortIn(
                     port="latents",
                     channel="latents",
-                    mode="carried",
-                    src=Source(kind="call", rank=0, call=3, port="latents"),
-                    init=Source(kind="input", name="latents"),
+                    mode=InputMode.CARRIED,
+                    src=Source(kind=SourceKind.CALL, rank=0, call=3, port="latents"),
+                    init=Source(kind=SourceKind.INPUT, name="latents"),
                     type=TypeSpec("f32", (16, 16)),
                     optional=True,
                     loop="denoise",
@@ -602,9 +628,9 @@ PIECE_IMAGE_GEN_CFG = PieceSpec(
                 PortIn(
                     port="time_index",
                     channel="time_index",
-                    mode="carried",
-                    src=Source(kind="call", rank=0, call=3, port="time_index"),
-                    init=Source(kind="input", name="time_index"),
+                    mode=InputMode.CARRIED,
+                    src=Source(kind=SourceKind.CALL, rank=0, call=3, port="time_index"),
+                    init=Source(kind=SourceKind.INPUT, name="time_index"),
                     type=TypeSpec("i64", ()),
                     optional=True,
                     loop="denoise",
@@ -616,8 +642,8 @@ PIECE_IMAGE_GEN_CFG = PieceSpec(
                     type=TypeSpec("f32", (16, 16)),
                     dests=(
                         Dest(
-                            kind="call",
-                            edge="loop_carried",
+                            kind=DestKind.CALL,
+                            edge=Edge.LOOP_CARRIED,
                             rank=0,
                             call=0,
                             port="latents",
@@ -625,8 +651,8 @@ PIECE_IMAGE_GEN_CFG = PieceSpec(
                             carried=True,
                         ),
                         Dest(
-                            kind="call",
-                            edge="loop_carried",
+                            kind=DestKind.CALL,
+                            edge=Edge.LOOP_CARRIED,
                             rank=0,
                             call=1,
                             port="latents",
@@ -634,8 +660,8 @@ PIECE_IMAGE_GEN_CFG = PieceSpec(
                             carried=True,
                         ),
                         Dest(
-                            kind="call",
-                            edge="loop_carried",
+                            kind=DestKind.CALL,
+                            edge=Edge.LOOP_CARRIED,
                             rank=0,
                             call=2,
                             port="latents",
@@ -643,8 +669,8 @@ PIECE_IMAGE_GEN_CFG = PieceSpec(
                             carried=True,
                         ),
                         Dest(
-                            kind="call",
-                            edge="loop_carried",
+                            kind=DestKind.CALL,
+                            edge=Edge.LOOP_CARRIED,
                             rank=0,
                             call=3,
                             port="latents",
@@ -652,8 +678,8 @@ PIECE_IMAGE_GEN_CFG = PieceSpec(
                             carried=True,
                         ),
                         Dest(
-                            kind="call",
-                            edge="terminal",
+                            kind=DestKind.CALL,
+                            edge=Edge.TERMINAL,
                             rank=0,
                             call=4,
                             port="latents",
@@ -666,8 +692,8 @@ PIECE_IMAGE_GEN_CFG = PieceSpec(
                     type=TypeSpec("i64", ()),
                     dests=(
                         Dest(
-                            kind="call",
-                            edge="loop_carried",
+                            kind=DestKind.CALL,
+                            edge=Edge.LOOP_CARRIED,
                             rank=0,
                             call=0,
                             port="time_index",
@@ -675,8 +701,8 @@ PIECE_IMAGE_GEN_CFG = PieceSpec(
                             carried=True,
                         ),
                         Dest(
-                            kind="call",
-                            edge="loop_carried",
+                            kind=DestKind.CALL,
+                            edge=Edge.LOOP_CARRIED,
                             rank=0,
                             call=1,
                             port="time_index",
@@ -684,8 +710,8 @@ PIECE_IMAGE_GEN_CFG = PieceSpec(
                             carried=True,
                         ),
                         Dest(
-                            kind="call",
-                            edge="loop_carried",
+                            kind=DestKind.CALL,
+                            edge=Edge.LOOP_CARRIED,
                             rank=0,
                             call=2,
                             port="time_index",
@@ -693,8 +719,8 @@ PIECE_IMAGE_GEN_CFG = PieceSpec(
                             carried=True,
                         ),
                         Dest(
-                            kind="call",
-                            edge="loop_carried",
+                            kind=DestKind.CALL,
+                            edge=Edge.LOOP_CARRIED,
                             rank=0,
                             call=3,
                             port="time_index",
@@ -716,8 +742,8 @@ PIECE_IMAGE_GEN_CFG = PieceSpec(
                 PortIn(
                     port="latents",
                     channel="latents",
-                    mode="once",
-                    src=Source(kind="call", rank=0, call=3, port="latents"),
+                    mode=InputMode.ONCE,
+                    src=Source(kind=SourceKind.CALL, rank=0, call=3, port="latents"),
                     type=TypeSpec("f32", (16, 16)),
                 ),
             ),
@@ -725,13 +751,22 @@ PIECE_IMAGE_GEN_CFG = PieceSpec(
                 PortOut(
                     port="image",
                     type=TypeSpec("u8", (64, 64, 3)),
-                    dests=(Dest(kind="client", edge="emitted", name="image", channel="image"),),
+                    dests=(
+                        Dest(
+                            kind=DestKind.CLIENT,
+                            edge=Edge.EMITTED,
+                            name="image",
+                            channel="image",
+                        ),
+                    ),
                 ),
             ),
             writes=("image",),
             source="bagel.walk:135",
         ),
     ),
+    body=(4,),
+    nested=("denoise",),
     source="bagel.walk:126",
 )
 
@@ -741,6 +776,8 @@ RANK = RankSpec(
     rank=0,
     device="cpu",
     host="127.0.0.1",
+    model="bagel",
+    placement="cpu",
     nodes=(
         NODE_VIT_ENCODER,
         NODE_VAE_ENCODER,
@@ -761,9 +798,10 @@ RANK = RankSpec(
         CaptureSpec(
             walk="decode",
             rank=0,
-            scope="loop",
+            scope=CaptureScope.LOOP,
             loop="decode_loop",
             calls=(0,),
+            nodes=("LLM",),
             ports=(
                 ("0#token", TypeSpec("i64", (1,))),
                 ("0#new_token", TypeSpec("i64", (1,))),
@@ -774,9 +812,10 @@ RANK = RankSpec(
         CaptureSpec(
             walk="image_gen_cfg",
             rank=0,
-            scope="loop",
+            scope=CaptureScope.LOOP,
             loop="denoise",
             calls=(0, 1, 2, 3),
+            nodes=("LLM", "LLM_cfg_text", "LLM_cfg_img", "combine_cfg"),
             ports=(
                 ("0#latents", TypeSpec("f32", (16, 16))),
                 ("0#time_index", TypeSpec("i64", ())),
@@ -799,7 +838,6 @@ RANK = RankSpec(
         ),
     ),
     memory=MemorySpec(kv_bytes=6291456, static_buffer_bytes=45284),
-    model="bagel",
-    placement="cpu",
-    world_size=1,
+    kv_cache=KvCacheSpec(pages=256),
+    batching=BatchingSpec(max_batch=4, capture=(1, 2, 4)),
 )

@@ -8,19 +8,18 @@ order, and `Fail` to end the request with an error. The runtime's conductor resu
 every rank in the walk's `report` has finished.
 """
 
+from wgc_runtime.contract.flow import Fail, FlowGen, Persisted, Request, RunWalk
+from wgc_runtime.contract.kinds import DestKind, Edge, FlowKind, OptionType
 from wgc_runtime.contract.spec import (
     ConductorSpec,
     Dest,
-    Fail,
-    FlowGen,
     FlowSpec,
     OptionSpec,
-    Persisted,
-    Request,
-    RunWalk,
     WalkInputSpec,
     WalkSpec,
 )
+
+SPEC_VERSION = 2  # the `wgc_runtime.contract.spec` records this module is written for
 
 # ---------------------------------------------------------------- walks
 
@@ -33,7 +32,7 @@ WALK_PREFILL_TEXT = WalkSpec(
         WalkInputSpec(
             name="text_inputs",
             ranks=(0,),
-            dests=(Dest(kind="call", edge="input", rank=0, call=0, port="text_inputs"),),
+            dests=(Dest(kind=DestKind.CALL, edge=Edge.INPUT, rank=0, call=0, port="text_inputs"),),
         ),
     ),
     persists=(("new_token", 0),),
@@ -49,7 +48,7 @@ WALK_PREFILL_VIT = WalkSpec(
         WalkInputSpec(
             name="image",
             ranks=(0,),
-            dests=(Dest(kind="call", edge="input", rank=0, call=0, port="image"),),
+            dests=(Dest(kind=DestKind.CALL, edge=Edge.INPUT, rank=0, call=0, port="image"),),
         ),
     ),
     persists=(("new_token", 0),),
@@ -65,7 +64,7 @@ WALK_PREFILL_VAE = WalkSpec(
         WalkInputSpec(
             name="image",
             ranks=(0,),
-            dests=(Dest(kind="call", edge="input", rank=0, call=0, port="image"),),
+            dests=(Dest(kind=DestKind.CALL, edge=Edge.INPUT, rank=0, call=0, port="image"),),
         ),
     ),
     source="bagel.walk:102",
@@ -82,16 +81,16 @@ WALK_DECODE = WalkSpec(
             ranks=(0,),
             dests=(
                 Dest(
-                    kind="call",
-                    edge="loop_init",
+                    kind=DestKind.CALL,
+                    edge=Edge.LOOP_INIT,
                     rank=0,
                     call=1,
                     port="value",
                     loop="decode_loop",
                 ),
                 Dest(
-                    kind="call",
-                    edge="loop_init",
+                    kind=DestKind.CALL,
+                    edge=Edge.LOOP_INIT,
                     rank=0,
                     call=0,
                     port="token",
@@ -114,10 +113,38 @@ WALK_IMAGE_GEN_CFG = WalkSpec(
             optional=True,
             ranks=(0, 1, 2),
             dests=(
-                Dest(kind="call", edge="loop_init", rank=0, call=0, port="latents", loop="denoise"),
-                Dest(kind="call", edge="loop_init", rank=1, call=1, port="latents", loop="denoise"),
-                Dest(kind="call", edge="loop_init", rank=2, call=2, port="latents", loop="denoise"),
-                Dest(kind="call", edge="loop_init", rank=0, call=3, port="latents", loop="denoise"),
+                Dest(
+                    kind=DestKind.CALL,
+                    edge=Edge.LOOP_INIT,
+                    rank=0,
+                    call=0,
+                    port="latents",
+                    loop="denoise",
+                ),
+                Dest(
+                    kind=DestKind.CALL,
+                    edge=Edge.LOOP_INIT,
+                    rank=1,
+                    call=1,
+                    port="latents",
+                    loop="denoise",
+                ),
+                Dest(
+                    kind=DestKind.CALL,
+                    edge=Edge.LOOP_INIT,
+                    rank=2,
+                    call=2,
+                    port="latents",
+                    loop="denoise",
+                ),
+                Dest(
+                    kind=DestKind.CALL,
+                    edge=Edge.LOOP_INIT,
+                    rank=0,
+                    call=3,
+                    port="latents",
+                    loop="denoise",
+                ),
             ),
         ),
         WalkInputSpec(
@@ -126,32 +153,32 @@ WALK_IMAGE_GEN_CFG = WalkSpec(
             ranks=(0, 1, 2),
             dests=(
                 Dest(
-                    kind="call",
-                    edge="loop_init",
+                    kind=DestKind.CALL,
+                    edge=Edge.LOOP_INIT,
                     rank=0,
                     call=0,
                     port="time_index",
                     loop="denoise",
                 ),
                 Dest(
-                    kind="call",
-                    edge="loop_init",
+                    kind=DestKind.CALL,
+                    edge=Edge.LOOP_INIT,
                     rank=1,
                     call=1,
                     port="time_index",
                     loop="denoise",
                 ),
                 Dest(
-                    kind="call",
-                    edge="loop_init",
+                    kind=DestKind.CALL,
+                    edge=Edge.LOOP_INIT,
                     rank=2,
                     call=2,
                     port="time_index",
                     loop="denoise",
                 ),
                 Dest(
-                    kind="call",
-                    edge="loop_init",
+                    kind=DestKind.CALL,
+                    edge=Edge.LOOP_INIT,
                     rank=0,
                     call=3,
                     port="time_index",
@@ -208,15 +235,9 @@ CONDUCTOR = ConductorSpec(
     devices=("auto:0", "auto:1", "auto:2"),
     hosts=("127.0.0.1", "127.0.0.1", "127.0.0.1"),
     walks=(WALK_PREFILL_TEXT, WALK_PREFILL_VIT, WALK_PREFILL_VAE, WALK_DECODE, WALK_IMAGE_GEN_CFG),
-    flows=(
-        FlowSpec(
-            name="main",
-            kind="always",
-            body=flow_main,
-            source="examples/bagel/bagel.walk:143",
-        ),
-    ),
-    options=(OptionSpec(name="think", type="bool", default=False),),
+    flows=(FlowSpec(name="main", kind=FlowKind.ALWAYS, body=flow_main, source="bagel.walk:143"),),
+    streams=(),
+    options=(OptionSpec(name="think", type=OptionType.BOOL, default=False),),
     params=(
         ("hidden", 64),
         ("latent_side", 4),
@@ -228,6 +249,4 @@ CONDUCTOR = ConductorSpec(
     ),
     placed=("vit_encoder", "LLM", "LLM_cfg_text", "LLM_cfg_img", "combine_cfg"),
     max_concurrent_requests=8,
-    batching=(("max_batch", 16), ("capture", (1, 2, 4, 8, 16))),
-    kv_cache=(("page_size", 16), ("pages", 1024), ("dtype", "f32")),
 )

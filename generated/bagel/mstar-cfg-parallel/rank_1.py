@@ -8,6 +8,7 @@ Owns stream buffers: none.
 Static memory estimate: 8.03 MiB (KV cache 8388608 B, static buffers 32896 B, streams 0 B).
 """
 
+from wgc_runtime.contract.kinds import CaptureScope, DestKind, Edge, Engine, InputMode, SourceKind
 from wgc_runtime.contract.spec import (
     CallSpec,
     CaptureSpec,
@@ -23,13 +24,15 @@ from wgc_runtime.contract.spec import (
     TypeSpec,
 )
 
+SPEC_VERSION = 2  # the `wgc_runtime.contract.spec` records this module is written for
+
 # ---------------------------------------------------------------- nodes
 
 # examples/bagel/bagel.walk:67
 NODE_LLM_CFG_TEXT = NodeSpec(
     name="LLM_cfg_text",
     impl="examples.bagel.nodes:LLM",
-    engine="kv_cache",
+    engine=Engine.KV_CACHE,
     labels=("cfg_text",),
     config=(("cfg_text_scale", 4.0), ("cfg_img_scale", 1.0), ("timestep_shift", 3.0)),
     ranks=(1,),
@@ -63,9 +66,12 @@ PIECE_IMAGE_GEN_CFG = PieceSpec(
         # examples/bagel/bagel.walk:127
         LoopSpec(
             name="denoise",
+            chain=("denoise",),
             max=49,
             ranks=(0, 1, 2),
             calls=(1,),
+            body=(1,),
+            order=1,
             yield_last=("latents",),
             source="bagel.walk:127",
         ),
@@ -81,9 +87,9 @@ PIECE_IMAGE_GEN_CFG = PieceSpec(
                 PortIn(
                     port="latents",
                     channel="latents",
-                    mode="carried",
-                    src=Source(kind="call", rank=0, call=3, port="latents"),
-                    init=Source(kind="input", name="latents"),
+                    mode=InputMode.CARRIED,
+                    src=Source(kind=SourceKind.CALL, rank=0, call=3, port="latents"),
+                    init=Source(kind=SourceKind.INPUT, name="latents"),
                     type=TypeSpec("f32", (16, 16)),
                     optional=True,
                     loop="denoise",
@@ -91,9 +97,9 @@ PIECE_IMAGE_GEN_CFG = PieceSpec(
                 PortIn(
                     port="time_index",
                     channel="time_index",
-                    mode="carried",
-                    src=Source(kind="call", rank=0, call=3, port="time_index"),
-                    init=Source(kind="input", name="time_index"),
+                    mode=InputMode.CARRIED,
+                    src=Source(kind=SourceKind.CALL, rank=0, call=3, port="time_index"),
+                    init=Source(kind=SourceKind.INPUT, name="time_index"),
                     type=TypeSpec("i64", ()),
                     optional=True,
                     loop="denoise",
@@ -105,8 +111,8 @@ PIECE_IMAGE_GEN_CFG = PieceSpec(
                     type=TypeSpec("f32", (16, 16)),
                     dests=(
                         Dest(
-                            kind="call",
-                            edge="internal",
+                            kind=DestKind.CALL,
+                            edge=Edge.INTERNAL,
                             rank=0,
                             call=3,
                             port="v_text",
@@ -119,6 +125,7 @@ PIECE_IMAGE_GEN_CFG = PieceSpec(
             source="bagel.walk:130",
         ),
     ),
+    nested=("denoise",),
     source="bagel.walk:126",
 )
 
@@ -128,14 +135,18 @@ RANK = RankSpec(
     rank=1,
     device="auto:1",
     host="127.0.0.1",
+    model="bagel",
+    placement="mstar-cfg-parallel",
+    world_size=3,
     nodes=(NODE_LLM_CFG_TEXT,),
     pieces=(PIECE_IMAGE_GEN_CFG,),
     captures=(
         CaptureSpec(
             walk="image_gen_cfg",
             rank=1,
-            scope="call",
+            scope=CaptureScope.CALL,
             calls=(1,),
+            nodes=("LLM_cfg_text",),
             ports=(
                 ("1#latents", TypeSpec("f32", (16, 16))),
                 ("1#time_index", TypeSpec("i64", ())),
@@ -145,7 +156,4 @@ RANK = RankSpec(
         ),
     ),
     memory=MemorySpec(kv_bytes=8388608, static_buffer_bytes=32896),
-    model="bagel",
-    placement="mstar-cfg-parallel",
-    world_size=3,
 )

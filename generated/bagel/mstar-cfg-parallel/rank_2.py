@@ -8,6 +8,7 @@ Owns stream buffers: none.
 Static memory estimate: 8.03 MiB (KV cache 8388608 B, static buffers 32896 B, streams 0 B).
 """
 
+from wgc_runtime.contract.kinds import CaptureScope, DestKind, Edge, Engine, InputMode, SourceKind
 from wgc_runtime.contract.spec import (
     CallSpec,
     CaptureSpec,
@@ -23,13 +24,15 @@ from wgc_runtime.contract.spec import (
     TypeSpec,
 )
 
+SPEC_VERSION = 2  # the `wgc_runtime.contract.spec` records this module is written for
+
 # ---------------------------------------------------------------- nodes
 
 # examples/bagel/bagel.walk:68
 NODE_LLM_CFG_IMG = NodeSpec(
     name="LLM_cfg_img",
     impl="examples.bagel.nodes:LLM",
-    engine="kv_cache",
+    engine=Engine.KV_CACHE,
     labels=("cfg_img",),
     config=(("cfg_text_scale", 4.0), ("cfg_img_scale", 1.0), ("timestep_shift", 3.0)),
     ranks=(2,),
@@ -63,9 +66,12 @@ PIECE_IMAGE_GEN_CFG = PieceSpec(
         # examples/bagel/bagel.walk:127
         LoopSpec(
             name="denoise",
+            chain=("denoise",),
             max=49,
             ranks=(0, 1, 2),
             calls=(2,),
+            body=(2,),
+            order=2,
             yield_last=("latents",),
             source="bagel.walk:127",
         ),
@@ -81,9 +87,9 @@ PIECE_IMAGE_GEN_CFG = PieceSpec(
                 PortIn(
                     port="latents",
                     channel="latents",
-                    mode="carried",
-                    src=Source(kind="call", rank=0, call=3, port="latents"),
-                    init=Source(kind="input", name="latents"),
+                    mode=InputMode.CARRIED,
+                    src=Source(kind=SourceKind.CALL, rank=0, call=3, port="latents"),
+                    init=Source(kind=SourceKind.INPUT, name="latents"),
                     type=TypeSpec("f32", (16, 16)),
                     optional=True,
                     loop="denoise",
@@ -91,9 +97,9 @@ PIECE_IMAGE_GEN_CFG = PieceSpec(
                 PortIn(
                     port="time_index",
                     channel="time_index",
-                    mode="carried",
-                    src=Source(kind="call", rank=0, call=3, port="time_index"),
-                    init=Source(kind="input", name="time_index"),
+                    mode=InputMode.CARRIED,
+                    src=Source(kind=SourceKind.CALL, rank=0, call=3, port="time_index"),
+                    init=Source(kind=SourceKind.INPUT, name="time_index"),
                     type=TypeSpec("i64", ()),
                     optional=True,
                     loop="denoise",
@@ -105,8 +111,8 @@ PIECE_IMAGE_GEN_CFG = PieceSpec(
                     type=TypeSpec("f32", (16, 16)),
                     dests=(
                         Dest(
-                            kind="call",
-                            edge="internal",
+                            kind=DestKind.CALL,
+                            edge=Edge.INTERNAL,
                             rank=0,
                             call=3,
                             port="v_img",
@@ -119,6 +125,7 @@ PIECE_IMAGE_GEN_CFG = PieceSpec(
             source="bagel.walk:131",
         ),
     ),
+    nested=("denoise",),
     source="bagel.walk:126",
 )
 
@@ -128,14 +135,18 @@ RANK = RankSpec(
     rank=2,
     device="auto:2",
     host="127.0.0.1",
+    model="bagel",
+    placement="mstar-cfg-parallel",
+    world_size=3,
     nodes=(NODE_LLM_CFG_IMG,),
     pieces=(PIECE_IMAGE_GEN_CFG,),
     captures=(
         CaptureSpec(
             walk="image_gen_cfg",
             rank=2,
-            scope="call",
+            scope=CaptureScope.CALL,
             calls=(2,),
+            nodes=("LLM_cfg_img",),
             ports=(
                 ("2#latents", TypeSpec("f32", (16, 16))),
                 ("2#time_index", TypeSpec("i64", ())),
@@ -145,7 +156,4 @@ RANK = RankSpec(
         ),
     ),
     memory=MemorySpec(kv_bytes=8388608, static_buffer_bytes=32896),
-    model="bagel",
-    placement="mstar-cfg-parallel",
-    world_size=3,
 )

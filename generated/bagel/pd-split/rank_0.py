@@ -8,9 +8,11 @@ pieces of walks: `prefill_text`, `prefill_vit`, `prefill_vae`. Owns stream buffe
 Static memory estimate: 8.00 MiB (KV cache 8388608 B, static buffers 0 B, streams 0 B).
 """
 
+from wgc_runtime.contract.kinds import DestKind, Edge, Engine, InputMode, SourceKind
 from wgc_runtime.contract.spec import (
     CallSpec,
     Dest,
+    KvCacheSpec,
     MemorySpec,
     NodeSpec,
     PieceSpec,
@@ -21,13 +23,15 @@ from wgc_runtime.contract.spec import (
     TypeSpec,
 )
 
+SPEC_VERSION = 2  # the `wgc_runtime.contract.spec` records this module is written for
+
 # ---------------------------------------------------------------- nodes
 
 # examples/bagel/bagel.walk:37
 NODE_VIT_ENCODER = NodeSpec(
     name="vit_encoder",
     impl="examples.bagel.nodes:VitEncoder",
-    engine="stateless",
+    engine=Engine.STATELESS,
     ranks=(0,),
     inputs=(("image", TypeSpec("u8", ("H", "W", 3))),),
     outputs=(("vit_embeddings", TypeSpec("bf16", ("V", 64))),),
@@ -38,7 +42,7 @@ NODE_VIT_ENCODER = NodeSpec(
 NODE_VAE_ENCODER = NodeSpec(
     name="vae_encoder",
     impl="examples.bagel.nodes:VaeEncoder",
-    engine="stateless",
+    engine=Engine.STATELESS,
     ranks=(0,),
     inputs=(("image", TypeSpec("u8", ("H", "W", 3))),),
     outputs=(("vae_latents", TypeSpec("f32", ("L", 16))),),
@@ -49,7 +53,7 @@ NODE_VAE_ENCODER = NodeSpec(
 NODE_LLM = NodeSpec(
     name="LLM",
     impl="examples.bagel.nodes:LLM",
-    engine="kv_cache",
+    engine=Engine.KV_CACHE,
     labels=("main", "cfg_text", "cfg_img"),
     config=(("cfg_text_scale", 4.0), ("cfg_img_scale", 1.0), ("timestep_shift", 3.0)),
     ranks=(0,),
@@ -89,8 +93,8 @@ PIECE_PREFILL_TEXT = PieceSpec(
                 PortIn(
                     port="text_inputs",
                     channel="text_inputs",
-                    mode="once",
-                    src=Source(kind="input", name="text_inputs"),
+                    mode=InputMode.ONCE,
+                    src=Source(kind=SourceKind.INPUT, name="text_inputs"),
                     type=TypeSpec("i64", ("T",)),
                 ),
             ),
@@ -98,13 +102,14 @@ PIECE_PREFILL_TEXT = PieceSpec(
                 PortOut(
                     port="new_token",
                     type=TypeSpec("i64", (1,)),
-                    dests=(Dest(kind="persist", edge="persisted", name="new_token"),),
+                    dests=(Dest(kind=DestKind.PERSIST, edge=Edge.PERSISTED, name="new_token"),),
                 ),
             ),
             writes=("new_token",),
             source="bagel.walk:92",
         ),
     ),
+    body=(0,),
     source="bagel.walk:91",
 )
 
@@ -123,8 +128,8 @@ PIECE_PREFILL_VIT = PieceSpec(
                 PortIn(
                     port="image",
                     channel="image",
-                    mode="once",
-                    src=Source(kind="input", name="image"),
+                    mode=InputMode.ONCE,
+                    src=Source(kind=SourceKind.INPUT, name="image"),
                     type=TypeSpec("u8", ("H", "W", 3)),
                 ),
             ),
@@ -133,7 +138,13 @@ PIECE_PREFILL_VIT = PieceSpec(
                     port="vit_embeddings",
                     type=TypeSpec("bf16", ("V", 64)),
                     dests=(
-                        Dest(kind="call", edge="internal", rank=0, call=1, port="vit_embeddings"),
+                        Dest(
+                            kind=DestKind.CALL,
+                            edge=Edge.INTERNAL,
+                            rank=0,
+                            call=1,
+                            port="vit_embeddings",
+                        ),
                     ),
                 ),
             ),
@@ -149,8 +160,8 @@ PIECE_PREFILL_VIT = PieceSpec(
                 PortIn(
                     port="vit_embeddings",
                     channel="vit_embeddings",
-                    mode="once",
-                    src=Source(kind="call", rank=0, call=0, port="vit_embeddings"),
+                    mode=InputMode.ONCE,
+                    src=Source(kind=SourceKind.CALL, rank=0, call=0, port="vit_embeddings"),
                     type=TypeSpec("bf16", ("V", 64)),
                 ),
             ),
@@ -158,13 +169,14 @@ PIECE_PREFILL_VIT = PieceSpec(
                 PortOut(
                     port="new_token",
                     type=TypeSpec("i64", (1,)),
-                    dests=(Dest(kind="persist", edge="persisted", name="new_token"),),
+                    dests=(Dest(kind=DestKind.PERSIST, edge=Edge.PERSISTED, name="new_token"),),
                 ),
             ),
             writes=("new_token",),
             source="bagel.walk:98",
         ),
     ),
+    body=(0, 1),
     source="bagel.walk:96",
 )
 
@@ -183,8 +195,8 @@ PIECE_PREFILL_VAE = PieceSpec(
                 PortIn(
                     port="image",
                     channel="image",
-                    mode="once",
-                    src=Source(kind="input", name="image"),
+                    mode=InputMode.ONCE,
+                    src=Source(kind=SourceKind.INPUT, name="image"),
                     type=TypeSpec("u8", ("H", "W", 3)),
                 ),
             ),
@@ -192,7 +204,15 @@ PIECE_PREFILL_VAE = PieceSpec(
                 PortOut(
                     port="vae_latents",
                     type=TypeSpec("f32", ("L", 16)),
-                    dests=(Dest(kind="call", edge="internal", rank=0, call=1, port="vae_latents"),),
+                    dests=(
+                        Dest(
+                            kind=DestKind.CALL,
+                            edge=Edge.INTERNAL,
+                            rank=0,
+                            call=1,
+                            port="vae_latents",
+                        ),
+                    ),
                 ),
             ),
             writes=("vae_latents",),
@@ -207,15 +227,15 @@ PIECE_PREFILL_VAE = PieceSpec(
                 PortIn(
                     port="vae_latents",
                     channel="vae_latents",
-                    mode="once",
-                    src=Source(kind="call", rank=0, call=0, port="vae_latents"),
+                    mode=InputMode.ONCE,
+                    src=Source(kind=SourceKind.CALL, rank=0, call=0, port="vae_latents"),
                     type=TypeSpec("f32", ("L", 16)),
                 ),
             ),
-            writes=(),
             source="bagel.walk:104",
         ),
     ),
+    body=(0, 1),
     source="bagel.walk:102",
 )
 
@@ -225,10 +245,11 @@ RANK = RankSpec(
     rank=0,
     device="cuda:0",
     host="127.0.0.1",
-    nodes=(NODE_VIT_ENCODER, NODE_VAE_ENCODER, NODE_LLM),
-    pieces=(PIECE_PREFILL_TEXT, PIECE_PREFILL_VIT, PIECE_PREFILL_VAE),
-    memory=MemorySpec(kv_bytes=8388608),
     model="bagel",
     placement="pd-split",
     world_size=2,
+    nodes=(NODE_VIT_ENCODER, NODE_VAE_ENCODER, NODE_LLM),
+    pieces=(PIECE_PREFILL_TEXT, PIECE_PREFILL_VIT, PIECE_PREFILL_VAE),
+    memory=MemorySpec(kv_bytes=8388608),
+    kv_cache=KvCacheSpec(pages=2048, dtype="bf16"),
 )

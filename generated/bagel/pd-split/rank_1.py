@@ -8,10 +8,12 @@ decode_loop)`, `image_gen (loop denoise)`. Owns stream buffers: none.
 Static memory estimate: 8.03 MiB (KV cache 8388608 B, static buffers 33296 B, streams 0 B).
 """
 
+from wgc_runtime.contract.kinds import CaptureScope, DestKind, Edge, Engine, InputMode, SourceKind
 from wgc_runtime.contract.spec import (
     CallSpec,
     CaptureSpec,
     Dest,
+    KvCacheSpec,
     LoopSpec,
     MemorySpec,
     NodeSpec,
@@ -24,13 +26,15 @@ from wgc_runtime.contract.spec import (
     TypeSpec,
 )
 
+SPEC_VERSION = 2  # the `wgc_runtime.contract.spec` records this module is written for
+
 # ---------------------------------------------------------------- nodes
 
 # examples/bagel/bagel.walk:49
 NODE_LLM = NodeSpec(
     name="LLM",
     impl="examples.bagel.nodes:LLM",
-    engine="kv_cache",
+    engine=Engine.KV_CACHE,
     labels=("main", "cfg_text", "cfg_img"),
     config=(("cfg_text_scale", 4.0), ("cfg_img_scale", 1.0), ("timestep_shift", 3.0)),
     ranks=(1,),
@@ -57,7 +61,7 @@ NODE_LLM = NodeSpec(
 NODE_VAE_DECODER = NodeSpec(
     name="vae_decoder",
     impl="examples.bagel.nodes:VaeDecoder",
-    engine="stateless",
+    engine=Engine.STATELESS,
     ranks=(1,),
     inputs=(("latents", TypeSpec("f32", (16, 16))),),
     outputs=(("image", TypeSpec("u8", (64, 64, 3))),),
@@ -75,10 +79,12 @@ PIECE_DECODE = PieceSpec(
         # examples/bagel/bagel.walk:109
         LoopSpec(
             name="decode_loop",
+            chain=("decode_loop",),
             max=2048,
-            until=Source(kind="call", rank=1, call=0, port="stop"),
+            until=Source(kind=SourceKind.CALL, rank=1, call=0, port="stop"),
             ranks=(1,),
             calls=(0,),
+            body=(0, 1),
             source="bagel.walk:109",
         ),
     ),
@@ -93,9 +99,9 @@ PIECE_DECODE = PieceSpec(
                 PortIn(
                     port="token",
                     channel="token",
-                    mode="carried",
-                    src=Source(kind="call", rank=1, call=0, port="new_token"),
-                    init=Source(kind="input", name="token"),
+                    mode=InputMode.CARRIED,
+                    src=Source(kind=SourceKind.CALL, rank=1, call=0, port="new_token"),
+                    init=Source(kind=SourceKind.INPUT, name="token"),
                     type=TypeSpec("i64", (1,)),
                     loop="decode_loop",
                 ),
@@ -106,8 +112,8 @@ PIECE_DECODE = PieceSpec(
                     type=TypeSpec("i64", (1,)),
                     dests=(
                         Dest(
-                            kind="call",
-                            edge="loop_carried",
+                            kind=DestKind.CALL,
+                            edge=Edge.LOOP_CARRIED,
                             rank=1,
                             call=1,
                             port="value",
@@ -115,8 +121,8 @@ PIECE_DECODE = PieceSpec(
                             carried=True,
                         ),
                         Dest(
-                            kind="call",
-                            edge="loop_carried",
+                            kind=DestKind.CALL,
+                            edge=Edge.LOOP_CARRIED,
                             rank=1,
                             call=0,
                             port="token",
@@ -130,8 +136,8 @@ PIECE_DECODE = PieceSpec(
                     type=TypeSpec("bool", ()),
                     dests=(
                         Dest(
-                            kind="until",
-                            edge="until",
+                            kind=DestKind.UNTIL,
+                            edge=Edge.UNTIL,
                             name="decode_loop",
                             loop="decode_loop",
                             ranks=(1,),
@@ -143,7 +149,6 @@ PIECE_DECODE = PieceSpec(
             source="bagel.walk:111",
         ),
     ),
-    source="bagel.walk:108",
     sinks=(
         # examples/bagel/bagel.walk:110
         SinkSpec(
@@ -153,16 +158,18 @@ PIECE_DECODE = PieceSpec(
             input=PortIn(
                 port="value",
                 channel="token",
-                mode="carried",
-                src=Source(kind="call", rank=1, call=0, port="new_token"),
-                init=Source(kind="input", name="token"),
+                mode=InputMode.CARRIED,
+                src=Source(kind=SourceKind.CALL, rank=1, call=0, port="new_token"),
+                init=Source(kind=SourceKind.INPUT, name="token"),
                 type=TypeSpec("i64", (1,)),
                 loop="decode_loop",
             ),
-            dest=Dest(kind="client", edge="emitted", name="text", channel="token"),
+            dest=Dest(kind=DestKind.CLIENT, edge=Edge.EMITTED, name="text", channel="token"),
             source="bagel.walk:110",
         ),
     ),
+    nested=("decode_loop",),
+    source="bagel.walk:108",
 )
 
 # examples/bagel/bagel.walk:117
@@ -174,9 +181,11 @@ PIECE_IMAGE_GEN = PieceSpec(
         # examples/bagel/bagel.walk:118
         LoopSpec(
             name="denoise",
+            chain=("denoise",),
             max=49,
             ranks=(1,),
             calls=(0,),
+            body=(0,),
             yield_last=("latents",),
             source="bagel.walk:118",
         ),
@@ -192,9 +201,9 @@ PIECE_IMAGE_GEN = PieceSpec(
                 PortIn(
                     port="latents",
                     channel="latents",
-                    mode="carried",
-                    src=Source(kind="call", rank=1, call=0, port="latents"),
-                    init=Source(kind="input", name="latents"),
+                    mode=InputMode.CARRIED,
+                    src=Source(kind=SourceKind.CALL, rank=1, call=0, port="latents"),
+                    init=Source(kind=SourceKind.INPUT, name="latents"),
                     type=TypeSpec("f32", (16, 16)),
                     optional=True,
                     loop="denoise",
@@ -202,9 +211,9 @@ PIECE_IMAGE_GEN = PieceSpec(
                 PortIn(
                     port="time_index",
                     channel="time_index",
-                    mode="carried",
-                    src=Source(kind="call", rank=1, call=0, port="time_index"),
-                    init=Source(kind="input", name="time_index"),
+                    mode=InputMode.CARRIED,
+                    src=Source(kind=SourceKind.CALL, rank=1, call=0, port="time_index"),
+                    init=Source(kind=SourceKind.INPUT, name="time_index"),
                     type=TypeSpec("i64", ()),
                     optional=True,
                     loop="denoise",
@@ -216,8 +225,8 @@ PIECE_IMAGE_GEN = PieceSpec(
                     type=TypeSpec("f32", (16, 16)),
                     dests=(
                         Dest(
-                            kind="call",
-                            edge="loop_carried",
+                            kind=DestKind.CALL,
+                            edge=Edge.LOOP_CARRIED,
                             rank=1,
                             call=0,
                             port="latents",
@@ -225,8 +234,8 @@ PIECE_IMAGE_GEN = PieceSpec(
                             carried=True,
                         ),
                         Dest(
-                            kind="call",
-                            edge="terminal",
+                            kind=DestKind.CALL,
+                            edge=Edge.TERMINAL,
                             rank=1,
                             call=1,
                             port="latents",
@@ -239,8 +248,8 @@ PIECE_IMAGE_GEN = PieceSpec(
                     type=TypeSpec("i64", ()),
                     dests=(
                         Dest(
-                            kind="call",
-                            edge="loop_carried",
+                            kind=DestKind.CALL,
+                            edge=Edge.LOOP_CARRIED,
                             rank=1,
                             call=0,
                             port="time_index",
@@ -262,8 +271,8 @@ PIECE_IMAGE_GEN = PieceSpec(
                 PortIn(
                     port="latents",
                     channel="latents",
-                    mode="once",
-                    src=Source(kind="call", rank=1, call=0, port="latents"),
+                    mode=InputMode.ONCE,
+                    src=Source(kind=SourceKind.CALL, rank=1, call=0, port="latents"),
                     type=TypeSpec("f32", (16, 16)),
                 ),
             ),
@@ -271,13 +280,22 @@ PIECE_IMAGE_GEN = PieceSpec(
                 PortOut(
                     port="image",
                     type=TypeSpec("u8", (64, 64, 3)),
-                    dests=(Dest(kind="client", edge="emitted", name="image", channel="image"),),
+                    dests=(
+                        Dest(
+                            kind=DestKind.CLIENT,
+                            edge=Edge.EMITTED,
+                            name="image",
+                            channel="image",
+                        ),
+                    ),
                 ),
             ),
             writes=("image",),
             source="bagel.walk:121",
         ),
     ),
+    body=(1,),
+    nested=("denoise",),
     source="bagel.walk:117",
 )
 
@@ -287,15 +305,19 @@ RANK = RankSpec(
     rank=1,
     device="cuda:1",
     host="127.0.0.1",
+    model="bagel",
+    placement="pd-split",
+    world_size=2,
     nodes=(NODE_LLM, NODE_VAE_DECODER),
     pieces=(PIECE_DECODE, PIECE_IMAGE_GEN),
     captures=(
         CaptureSpec(
             walk="decode",
             rank=1,
-            scope="loop",
+            scope=CaptureScope.LOOP,
             loop="decode_loop",
             calls=(0,),
+            nodes=("LLM",),
             ports=(
                 ("0#token", TypeSpec("i64", (1,))),
                 ("0#new_token", TypeSpec("i64", (1,))),
@@ -306,9 +328,10 @@ RANK = RankSpec(
         CaptureSpec(
             walk="image_gen",
             rank=1,
-            scope="loop",
+            scope=CaptureScope.LOOP,
             loop="denoise",
             calls=(0,),
+            nodes=("LLM",),
             ports=(
                 ("0#latents", TypeSpec("f32", (16, 16))),
                 ("0#time_index", TypeSpec("i64", ())),
@@ -319,7 +342,5 @@ RANK = RankSpec(
         ),
     ),
     memory=MemorySpec(kv_bytes=8388608, static_buffer_bytes=33296),
-    model="bagel",
-    placement="pd-split",
-    world_size=2,
+    kv_cache=KvCacheSpec(pages=2048, dtype="bf16"),
 )

@@ -8,10 +8,13 @@ Owns stream buffers: none.
 Static memory estimate: 0.03 MiB (KV cache 32768 B, static buffers 68 B, streams 0 B).
 """
 
+from wgc_runtime.contract.kinds import CaptureScope, DestKind, Edge, Engine, InputMode, SourceKind
 from wgc_runtime.contract.spec import (
+    BatchingSpec,
     CallSpec,
     CaptureSpec,
     Dest,
+    KvCacheSpec,
     LoopSpec,
     MemorySpec,
     NodeSpec,
@@ -23,13 +26,15 @@ from wgc_runtime.contract.spec import (
     TypeSpec,
 )
 
+SPEC_VERSION = 2  # the `wgc_runtime.contract.spec` records this module is written for
+
 # ---------------------------------------------------------------- nodes
 
 # examples/orpheus/orpheus.walk:24
 NODE_LLM = NodeSpec(
     name="LLM",
     impl="examples.orpheus.nodes:LLM",
-    engine="kv_cache",
+    engine=Engine.KV_CACHE,
     labels=("main",),
     ranks=(0,),
     inputs=(("text_inputs", TypeSpec("i64", ("T",))), ("token", TypeSpec("i64", (1,)))),
@@ -54,8 +59,8 @@ PIECE_PREFILL = PieceSpec(
                 PortIn(
                     port="text_inputs",
                     channel="text_inputs",
-                    mode="once",
-                    src=Source(kind="input", name="text_inputs"),
+                    mode=InputMode.ONCE,
+                    src=Source(kind=SourceKind.INPUT, name="text_inputs"),
                     type=TypeSpec("i64", ("T",)),
                 ),
             ),
@@ -64,15 +69,18 @@ PIECE_PREFILL = PieceSpec(
                     port="new_token",
                     type=TypeSpec("i64", (1,)),
                     dests=(
-                        Dest(kind="stream", edge="streamed", rank=1, name="tokens"),
-                        Dest(kind="persist", edge="persisted", name="new_token"),
+                        Dest(kind=DestKind.STREAM, edge=Edge.STREAMED, rank=1, name="tokens"),
+                        Dest(kind=DestKind.PERSIST, edge=Edge.PERSISTED, name="new_token"),
                     ),
                 ),
             ),
             writes=("new_token",),
+            pushes=("tokens",),
             source="orpheus.walk:43",
         ),
     ),
+    body=(0,),
+    producers=(("tokens", (0,)),),
     source="orpheus.walk:42",
 )
 
@@ -85,10 +93,13 @@ PIECE_DECODE = PieceSpec(
         # examples/orpheus/orpheus.walk:48
         LoopSpec(
             name="decode_loop",
+            chain=("decode_loop",),
             max=2048,
-            until=Source(kind="call", rank=0, call=0, port="stop"),
+            until=Source(kind=SourceKind.CALL, rank=0, call=0, port="stop"),
             ranks=(0,),
             calls=(0,),
+            body=(0,),
+            pushes=("tokens",),
             source="orpheus.walk:48",
         ),
     ),
@@ -103,9 +114,9 @@ PIECE_DECODE = PieceSpec(
                 PortIn(
                     port="token",
                     channel="token",
-                    mode="carried",
-                    src=Source(kind="call", rank=0, call=0, port="new_token"),
-                    init=Source(kind="input", name="token"),
+                    mode=InputMode.CARRIED,
+                    src=Source(kind=SourceKind.CALL, rank=0, call=0, port="new_token"),
+                    init=Source(kind=SourceKind.INPUT, name="token"),
                     type=TypeSpec("i64", (1,)),
                     loop="decode_loop",
                 ),
@@ -116,8 +127,8 @@ PIECE_DECODE = PieceSpec(
                     type=TypeSpec("i64", (1,)),
                     dests=(
                         Dest(
-                            kind="call",
-                            edge="loop_carried",
+                            kind=DestKind.CALL,
+                            edge=Edge.LOOP_CARRIED,
                             rank=0,
                             call=0,
                             port="token",
@@ -125,8 +136,8 @@ PIECE_DECODE = PieceSpec(
                             carried=True,
                         ),
                         Dest(
-                            kind="stream",
-                            edge="streamed",
+                            kind=DestKind.STREAM,
+                            edge=Edge.STREAMED,
                             rank=1,
                             name="tokens",
                             loop="decode_loop",
@@ -138,8 +149,8 @@ PIECE_DECODE = PieceSpec(
                     type=TypeSpec("bool", ()),
                     dests=(
                         Dest(
-                            kind="until",
-                            edge="until",
+                            kind=DestKind.UNTIL,
+                            edge=Edge.UNTIL,
                             name="decode_loop",
                             loop="decode_loop",
                             ranks=(0,),
@@ -148,9 +159,12 @@ PIECE_DECODE = PieceSpec(
                 ),
             ),
             writes=("new_token", "stop"),
+            pushes=("tokens",),
             source="orpheus.walk:49",
         ),
     ),
+    nested=("decode_loop",),
+    producers=(("tokens", (0,)),),
     source="orpheus.walk:47",
 )
 
@@ -160,15 +174,19 @@ RANK = RankSpec(
     rank=0,
     device="cpu",
     host="127.0.0.1",
+    model="orpheus",
+    placement="cpu-2rank",
+    world_size=2,
     nodes=(NODE_LLM,),
     pieces=(PIECE_PREFILL, PIECE_DECODE),
     captures=(
         CaptureSpec(
             walk="decode",
             rank=0,
-            scope="loop",
+            scope=CaptureScope.LOOP,
             loop="decode_loop",
             calls=(0,),
+            nodes=("LLM",),
             ports=(
                 ("0#token", TypeSpec("i64", (1,))),
                 ("0#new_token", TypeSpec("i64", (1,))),
@@ -178,7 +196,6 @@ RANK = RankSpec(
         ),
     ),
     memory=MemorySpec(kv_bytes=32768, static_buffer_bytes=68),
-    model="orpheus",
-    placement="cpu-2rank",
-    world_size=2,
+    kv_cache=KvCacheSpec(pages=256),
+    batching=BatchingSpec(max_batch=4, capture=(1, 2, 4)),
 )

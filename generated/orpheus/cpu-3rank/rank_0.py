@@ -7,9 +7,12 @@ Hosts nodes: `LLM (kv_cache)`. Runs pieces of walks: `prefill`. Owns stream buff
 Static memory estimate: 0.03 MiB (KV cache 32768 B, static buffers 0 B, streams 0 B).
 """
 
+from wgc_runtime.contract.kinds import DestKind, Edge, Engine, InputMode, SourceKind
 from wgc_runtime.contract.spec import (
+    BatchingSpec,
     CallSpec,
     Dest,
+    KvCacheSpec,
     MemorySpec,
     NodeSpec,
     PieceSpec,
@@ -20,13 +23,15 @@ from wgc_runtime.contract.spec import (
     TypeSpec,
 )
 
+SPEC_VERSION = 2  # the `wgc_runtime.contract.spec` records this module is written for
+
 # ---------------------------------------------------------------- nodes
 
 # examples/orpheus/orpheus.walk:24
 NODE_LLM = NodeSpec(
     name="LLM",
     impl="examples.orpheus.nodes:LLM",
-    engine="kv_cache",
+    engine=Engine.KV_CACHE,
     labels=("main",),
     ranks=(0,),
     walks=("prefill",),
@@ -52,8 +57,8 @@ PIECE_PREFILL = PieceSpec(
                 PortIn(
                     port="text_inputs",
                     channel="text_inputs",
-                    mode="once",
-                    src=Source(kind="input", name="text_inputs"),
+                    mode=InputMode.ONCE,
+                    src=Source(kind=SourceKind.INPUT, name="text_inputs"),
                     type=TypeSpec("i64", ("T",)),
                 ),
             ),
@@ -62,15 +67,18 @@ PIECE_PREFILL = PieceSpec(
                     port="new_token",
                     type=TypeSpec("i64", (1,)),
                     dests=(
-                        Dest(kind="stream", edge="streamed", rank=2, name="tokens"),
-                        Dest(kind="persist", edge="persisted", name="new_token"),
+                        Dest(kind=DestKind.STREAM, edge=Edge.STREAMED, rank=2, name="tokens"),
+                        Dest(kind=DestKind.PERSIST, edge=Edge.PERSISTED, name="new_token"),
                     ),
                 ),
             ),
             writes=("new_token",),
+            pushes=("tokens",),
             source="orpheus.walk:43",
         ),
     ),
+    body=(0,),
+    producers=(("tokens", (0,)),),
     source="orpheus.walk:42",
 )
 
@@ -80,10 +88,12 @@ RANK = RankSpec(
     rank=0,
     device="cpu",
     host="127.0.0.1",
-    nodes=(NODE_LLM,),
-    pieces=(PIECE_PREFILL,),
-    memory=MemorySpec(kv_bytes=32768),
     model="orpheus",
     placement="cpu-3rank",
     world_size=3,
+    nodes=(NODE_LLM,),
+    pieces=(PIECE_PREFILL,),
+    memory=MemorySpec(kv_bytes=32768),
+    kv_cache=KvCacheSpec(pages=256),
+    batching=BatchingSpec(max_batch=4, capture=(1, 2, 4)),
 )

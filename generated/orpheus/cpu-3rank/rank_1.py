@@ -8,10 +8,13 @@ buffers: none.
 Static memory estimate: 0.03 MiB (KV cache 32768 B, static buffers 68 B, streams 0 B).
 """
 
+from wgc_runtime.contract.kinds import CaptureScope, DestKind, Edge, Engine, InputMode, SourceKind
 from wgc_runtime.contract.spec import (
+    BatchingSpec,
     CallSpec,
     CaptureSpec,
     Dest,
+    KvCacheSpec,
     LoopSpec,
     MemorySpec,
     NodeSpec,
@@ -23,13 +26,15 @@ from wgc_runtime.contract.spec import (
     TypeSpec,
 )
 
+SPEC_VERSION = 2  # the `wgc_runtime.contract.spec` records this module is written for
+
 # ---------------------------------------------------------------- nodes
 
 # examples/orpheus/orpheus.walk:24
 NODE_LLM = NodeSpec(
     name="LLM",
     impl="examples.orpheus.nodes:LLM",
-    engine="kv_cache",
+    engine=Engine.KV_CACHE,
     labels=("main",),
     ranks=(1,),
     walks=("decode",),
@@ -49,10 +54,13 @@ PIECE_DECODE = PieceSpec(
         # examples/orpheus/orpheus.walk:48
         LoopSpec(
             name="decode_loop",
+            chain=("decode_loop",),
             max=2048,
-            until=Source(kind="call", rank=1, call=0, port="stop"),
+            until=Source(kind=SourceKind.CALL, rank=1, call=0, port="stop"),
             ranks=(1,),
             calls=(0,),
+            body=(0,),
+            pushes=("tokens",),
             source="orpheus.walk:48",
         ),
     ),
@@ -67,9 +75,9 @@ PIECE_DECODE = PieceSpec(
                 PortIn(
                     port="token",
                     channel="token",
-                    mode="carried",
-                    src=Source(kind="call", rank=1, call=0, port="new_token"),
-                    init=Source(kind="input", name="token"),
+                    mode=InputMode.CARRIED,
+                    src=Source(kind=SourceKind.CALL, rank=1, call=0, port="new_token"),
+                    init=Source(kind=SourceKind.INPUT, name="token"),
                     type=TypeSpec("i64", (1,)),
                     loop="decode_loop",
                 ),
@@ -80,8 +88,8 @@ PIECE_DECODE = PieceSpec(
                     type=TypeSpec("i64", (1,)),
                     dests=(
                         Dest(
-                            kind="call",
-                            edge="loop_carried",
+                            kind=DestKind.CALL,
+                            edge=Edge.LOOP_CARRIED,
                             rank=1,
                             call=0,
                             port="token",
@@ -89,8 +97,8 @@ PIECE_DECODE = PieceSpec(
                             carried=True,
                         ),
                         Dest(
-                            kind="stream",
-                            edge="streamed",
+                            kind=DestKind.STREAM,
+                            edge=Edge.STREAMED,
                             rank=2,
                             name="tokens",
                             loop="decode_loop",
@@ -102,8 +110,8 @@ PIECE_DECODE = PieceSpec(
                     type=TypeSpec("bool", ()),
                     dests=(
                         Dest(
-                            kind="until",
-                            edge="until",
+                            kind=DestKind.UNTIL,
+                            edge=Edge.UNTIL,
                             name="decode_loop",
                             loop="decode_loop",
                             ranks=(1,),
@@ -112,9 +120,12 @@ PIECE_DECODE = PieceSpec(
                 ),
             ),
             writes=("new_token", "stop"),
+            pushes=("tokens",),
             source="orpheus.walk:49",
         ),
     ),
+    nested=("decode_loop",),
+    producers=(("tokens", (0,)),),
     source="orpheus.walk:47",
 )
 
@@ -124,15 +135,19 @@ RANK = RankSpec(
     rank=1,
     device="cpu",
     host="127.0.0.1",
+    model="orpheus",
+    placement="cpu-3rank",
+    world_size=3,
     nodes=(NODE_LLM,),
     pieces=(PIECE_DECODE,),
     captures=(
         CaptureSpec(
             walk="decode",
             rank=1,
-            scope="loop",
+            scope=CaptureScope.LOOP,
             loop="decode_loop",
             calls=(0,),
+            nodes=("LLM",),
             ports=(
                 ("0#token", TypeSpec("i64", (1,))),
                 ("0#new_token", TypeSpec("i64", (1,))),
@@ -142,7 +157,6 @@ RANK = RankSpec(
         ),
     ),
     memory=MemorySpec(kv_bytes=32768, static_buffer_bytes=68),
-    model="orpheus",
-    placement="cpu-3rank",
-    world_size=3,
+    kv_cache=KvCacheSpec(pages=256),
+    batching=BatchingSpec(max_batch=4, capture=(1, 2, 4)),
 )

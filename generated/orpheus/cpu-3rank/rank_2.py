@@ -8,9 +8,20 @@ buffers: `tokens`.
 Static memory estimate: 0.00 MiB (KV cache 0 B, static buffers 0 B, streams 896 B).
 """
 
+from wgc_runtime.contract.kinds import (
+    DestKind,
+    Edge,
+    Engine,
+    FinalMode,
+    InputMode,
+    Policy,
+    SourceKind,
+)
 from wgc_runtime.contract.spec import (
+    BatchingSpec,
     CallSpec,
     Dest,
+    KvCacheSpec,
     MemorySpec,
     NodeSpec,
     PieceSpec,
@@ -22,13 +33,15 @@ from wgc_runtime.contract.spec import (
     TypeSpec,
 )
 
+SPEC_VERSION = 2  # the `wgc_runtime.contract.spec` records this module is written for
+
 # ---------------------------------------------------------------- nodes
 
 # examples/orpheus/orpheus.walk:32
 NODE_SNAC_DECODER = NodeSpec(
     name="snac_decoder",
     impl="examples.orpheus.nodes:SnacDecoder",
-    engine="stateless",
+    engine=Engine.STATELESS,
     ranks=(2,),
     inputs=(("window", TypeSpec("i64", (28,))),),
     outputs=(("audio", TypeSpec("f32", (64,))),),
@@ -44,9 +57,9 @@ STREAM_TOKENS = StreamSpec(
     consumer=("snac_decoder", "window"),
     producer_ranks=(0, 1),
     owner=2,
-    policy="sliding",
+    policy=Policy.SLIDING,
     params=(("window", 28), ("stride", 7)),
-    final="drop",
+    final=FinalMode.DROP,
     item=TypeSpec("i64", (1,)),
     capacity=112,
     done_after_flows=("speech",),
@@ -70,8 +83,8 @@ PIECE_SNAC_CHUNK = PieceSpec(
                 PortIn(
                     port="window",
                     channel="tokens",
-                    mode="stream",
-                    src=Source(kind="stream", name="tokens"),
+                    mode=InputMode.STREAM,
+                    src=Source(kind=SourceKind.STREAM, name="tokens"),
                     type=TypeSpec("i64", (28,)),
                 ),
             ),
@@ -79,13 +92,22 @@ PIECE_SNAC_CHUNK = PieceSpec(
                 PortOut(
                     port="audio",
                     type=TypeSpec("f32", (64,)),
-                    dests=(Dest(kind="client", edge="emitted", name="audio", channel="audio"),),
+                    dests=(
+                        Dest(
+                            kind=DestKind.CLIENT,
+                            edge=Edge.EMITTED,
+                            name="audio",
+                            channel="audio",
+                        ),
+                    ),
                 ),
             ),
             writes=("audio",),
             source="orpheus.walk:54",
         ),
     ),
+    body=(0,),
+    consumers=(("tokens", (0,)),),
     source="orpheus.walk:53",
 )
 
@@ -95,11 +117,13 @@ RANK = RankSpec(
     rank=2,
     device="cpu",
     host="127.0.0.1",
+    model="orpheus",
+    placement="cpu-3rank",
+    world_size=3,
     nodes=(NODE_SNAC_DECODER,),
     pieces=(PIECE_SNAC_CHUNK,),
     streams=(STREAM_TOKENS,),
     memory=MemorySpec(stream_bytes=896),
-    model="orpheus",
-    placement="cpu-3rank",
-    world_size=3,
+    kv_cache=KvCacheSpec(pages=256),
+    batching=BatchingSpec(max_batch=4, capture=(1, 2, 4)),
 )

@@ -8,10 +8,22 @@ Hosts nodes: `LLM (kv_cache)`, `snac_decoder (stateless)`. Runs pieces of walks:
 Static memory estimate: 0.03 MiB (KV cache 32768 B, static buffers 68 B, streams 896 B).
 """
 
+from wgc_runtime.contract.kinds import (
+    CaptureScope,
+    DestKind,
+    Edge,
+    Engine,
+    FinalMode,
+    InputMode,
+    Policy,
+    SourceKind,
+)
 from wgc_runtime.contract.spec import (
+    BatchingSpec,
     CallSpec,
     CaptureSpec,
     Dest,
+    KvCacheSpec,
     LoopSpec,
     MemorySpec,
     NodeSpec,
@@ -24,13 +36,15 @@ from wgc_runtime.contract.spec import (
     TypeSpec,
 )
 
+SPEC_VERSION = 2  # the `wgc_runtime.contract.spec` records this module is written for
+
 # ---------------------------------------------------------------- nodes
 
 # examples/orpheus/orpheus.walk:24
 NODE_LLM = NodeSpec(
     name="LLM",
     impl="examples.orpheus.nodes:LLM",
-    engine="kv_cache",
+    engine=Engine.KV_CACHE,
     labels=("main",),
     ranks=(0,),
     inputs=(("text_inputs", TypeSpec("i64", ("T",))), ("token", TypeSpec("i64", (1,)))),
@@ -42,7 +56,7 @@ NODE_LLM = NodeSpec(
 NODE_SNAC_DECODER = NodeSpec(
     name="snac_decoder",
     impl="examples.orpheus.nodes:SnacDecoder",
-    engine="stateless",
+    engine=Engine.STATELESS,
     ranks=(0,),
     inputs=(("window", TypeSpec("i64", (28,))),),
     outputs=(("audio", TypeSpec("f32", (64,))),),
@@ -58,9 +72,9 @@ STREAM_TOKENS = StreamSpec(
     consumer=("snac_decoder", "window"),
     producer_ranks=(0,),
     owner=0,
-    policy="sliding",
+    policy=Policy.SLIDING,
     params=(("window", 28), ("stride", 7)),
-    final="drop",
+    final=FinalMode.DROP,
     item=TypeSpec("i64", (1,)),
     capacity=112,
     done_after_flows=("speech",),
@@ -85,8 +99,8 @@ PIECE_PREFILL = PieceSpec(
                 PortIn(
                     port="text_inputs",
                     channel="text_inputs",
-                    mode="once",
-                    src=Source(kind="input", name="text_inputs"),
+                    mode=InputMode.ONCE,
+                    src=Source(kind=SourceKind.INPUT, name="text_inputs"),
                     type=TypeSpec("i64", ("T",)),
                 ),
             ),
@@ -95,15 +109,18 @@ PIECE_PREFILL = PieceSpec(
                     port="new_token",
                     type=TypeSpec("i64", (1,)),
                     dests=(
-                        Dest(kind="stream", edge="streamed", rank=0, name="tokens"),
-                        Dest(kind="persist", edge="persisted", name="new_token"),
+                        Dest(kind=DestKind.STREAM, edge=Edge.STREAMED, rank=0, name="tokens"),
+                        Dest(kind=DestKind.PERSIST, edge=Edge.PERSISTED, name="new_token"),
                     ),
                 ),
             ),
             writes=("new_token",),
+            pushes=("tokens",),
             source="orpheus.walk:43",
         ),
     ),
+    body=(0,),
+    producers=(("tokens", (0,)),),
     source="orpheus.walk:42",
 )
 
@@ -116,10 +133,13 @@ PIECE_DECODE = PieceSpec(
         # examples/orpheus/orpheus.walk:48
         LoopSpec(
             name="decode_loop",
+            chain=("decode_loop",),
             max=2048,
-            until=Source(kind="call", rank=0, call=0, port="stop"),
+            until=Source(kind=SourceKind.CALL, rank=0, call=0, port="stop"),
             ranks=(0,),
             calls=(0,),
+            body=(0,),
+            pushes=("tokens",),
             source="orpheus.walk:48",
         ),
     ),
@@ -134,9 +154,9 @@ PIECE_DECODE = PieceSpec(
                 PortIn(
                     port="token",
                     channel="token",
-                    mode="carried",
-                    src=Source(kind="call", rank=0, call=0, port="new_token"),
-                    init=Source(kind="input", name="token"),
+                    mode=InputMode.CARRIED,
+                    src=Source(kind=SourceKind.CALL, rank=0, call=0, port="new_token"),
+                    init=Source(kind=SourceKind.INPUT, name="token"),
                     type=TypeSpec("i64", (1,)),
                     loop="decode_loop",
                 ),
@@ -147,8 +167,8 @@ PIECE_DECODE = PieceSpec(
                     type=TypeSpec("i64", (1,)),
                     dests=(
                         Dest(
-                            kind="call",
-                            edge="loop_carried",
+                            kind=DestKind.CALL,
+                            edge=Edge.LOOP_CARRIED,
                             rank=0,
                             call=0,
                             port="token",
@@ -156,8 +176,8 @@ PIECE_DECODE = PieceSpec(
                             carried=True,
                         ),
                         Dest(
-                            kind="stream",
-                            edge="streamed",
+                            kind=DestKind.STREAM,
+                            edge=Edge.STREAMED,
                             rank=0,
                             name="tokens",
                             loop="decode_loop",
@@ -169,8 +189,8 @@ PIECE_DECODE = PieceSpec(
                     type=TypeSpec("bool", ()),
                     dests=(
                         Dest(
-                            kind="until",
-                            edge="until",
+                            kind=DestKind.UNTIL,
+                            edge=Edge.UNTIL,
                             name="decode_loop",
                             loop="decode_loop",
                             ranks=(0,),
@@ -179,9 +199,12 @@ PIECE_DECODE = PieceSpec(
                 ),
             ),
             writes=("new_token", "stop"),
+            pushes=("tokens",),
             source="orpheus.walk:49",
         ),
     ),
+    nested=("decode_loop",),
+    producers=(("tokens", (0,)),),
     source="orpheus.walk:47",
 )
 
@@ -199,8 +222,8 @@ PIECE_SNAC_CHUNK = PieceSpec(
                 PortIn(
                     port="window",
                     channel="tokens",
-                    mode="stream",
-                    src=Source(kind="stream", name="tokens"),
+                    mode=InputMode.STREAM,
+                    src=Source(kind=SourceKind.STREAM, name="tokens"),
                     type=TypeSpec("i64", (28,)),
                 ),
             ),
@@ -208,13 +231,22 @@ PIECE_SNAC_CHUNK = PieceSpec(
                 PortOut(
                     port="audio",
                     type=TypeSpec("f32", (64,)),
-                    dests=(Dest(kind="client", edge="emitted", name="audio", channel="audio"),),
+                    dests=(
+                        Dest(
+                            kind=DestKind.CLIENT,
+                            edge=Edge.EMITTED,
+                            name="audio",
+                            channel="audio",
+                        ),
+                    ),
                 ),
             ),
             writes=("audio",),
             source="orpheus.walk:54",
         ),
     ),
+    body=(0,),
+    consumers=(("tokens", (0,)),),
     source="orpheus.walk:53",
 )
 
@@ -224,6 +256,8 @@ RANK = RankSpec(
     rank=0,
     device="cpu",
     host="127.0.0.1",
+    model="orpheus",
+    placement="cpu",
     nodes=(NODE_LLM, NODE_SNAC_DECODER),
     pieces=(PIECE_PREFILL, PIECE_DECODE, PIECE_SNAC_CHUNK),
     streams=(STREAM_TOKENS,),
@@ -231,9 +265,10 @@ RANK = RankSpec(
         CaptureSpec(
             walk="decode",
             rank=0,
-            scope="loop",
+            scope=CaptureScope.LOOP,
             loop="decode_loop",
             calls=(0,),
+            nodes=("LLM",),
             ports=(
                 ("0#token", TypeSpec("i64", (1,))),
                 ("0#new_token", TypeSpec("i64", (1,))),
@@ -243,7 +278,6 @@ RANK = RankSpec(
         ),
     ),
     memory=MemorySpec(kv_bytes=32768, static_buffer_bytes=68, stream_bytes=896),
-    model="orpheus",
-    placement="cpu",
-    world_size=1,
+    kv_cache=KvCacheSpec(pages=256),
+    batching=BatchingSpec(max_batch=4, capture=(1, 2, 4)),
 )

@@ -8,18 +8,20 @@ order, and `Fail` to end the request with an error. The runtime's conductor resu
 every rank in the walk's `report` has finished.
 """
 
+from wgc_runtime.contract.flow import Fail, FlowGen, Persisted, Request, RunWalk
+from wgc_runtime.contract.kinds import DestKind, Edge, FinalMode, FlowKind, Policy
 from wgc_runtime.contract.spec import (
     ConductorSpec,
     Dest,
-    Fail,
-    FlowGen,
     FlowSpec,
-    Persisted,
-    Request,
-    RunWalk,
+    KvCacheSpec,
+    StreamSpec,
+    TypeSpec,
     WalkInputSpec,
     WalkSpec,
 )
+
+SPEC_VERSION = 2  # the `wgc_runtime.contract.spec` records this module is written for
 
 # ---------------------------------------------------------------- walks
 
@@ -32,7 +34,7 @@ WALK_PREFILL = WalkSpec(
         WalkInputSpec(
             name="text_inputs",
             ranks=(0,),
-            dests=(Dest(kind="call", edge="input", rank=0, call=0, port="text_inputs"),),
+            dests=(Dest(kind=DestKind.CALL, edge=Edge.INPUT, rank=0, call=0, port="text_inputs"),),
         ),
     ),
     persists=(("new_token", 0),),
@@ -50,8 +52,8 @@ WALK_DECODE = WalkSpec(
             ranks=(0,),
             dests=(
                 Dest(
-                    kind="call",
-                    edge="loop_init",
+                    kind=DestKind.CALL,
+                    edge=Edge.LOOP_INIT,
                     rank=0,
                     call=0,
                     port="token",
@@ -65,6 +67,25 @@ WALK_DECODE = WalkSpec(
 
 # examples/orpheus/orpheus.walk:53
 WALK_SNAC_CHUNK = WalkSpec(name="snac_chunk", ranks=(1,), report=(1,), source="orpheus.walk:53")
+
+# ---------------------------------------------------------------- streams
+
+# examples/orpheus/orpheus.walk:38
+STREAM_TOKENS = StreamSpec(
+    name="tokens",
+    producer=("LLM", "new_token"),
+    consumer=("snac_decoder", "window"),
+    producer_ranks=(0,),
+    owner=1,
+    policy=Policy.SLIDING,
+    params=(("window", 28), ("stride", 7)),
+    final=FinalMode.DROP,
+    item=TypeSpec("i64", (1,)),
+    capacity=112,
+    done_after_flows=("speech",),
+    consumer_flows=("codec",),
+    source="orpheus.walk:38",
+)
 
 # ---------------------------------------------------------------- flows
 
@@ -101,21 +122,16 @@ CONDUCTOR = ConductorSpec(
     hosts=("127.0.0.1", "127.0.0.1"),
     walks=(WALK_PREFILL, WALK_DECODE, WALK_SNAC_CHUNK),
     flows=(
-        FlowSpec(
-            name="speech",
-            kind="always",
-            body=flow_speech,
-            source="examples/orpheus/orpheus.walk:58",
-        ),
+        FlowSpec(name="speech", kind=FlowKind.ALWAYS, body=flow_speech, source="orpheus.walk:58"),
         FlowSpec(
             name="codec",
-            kind="on_stream",
+            kind=FlowKind.ON_STREAM,
             body=flow_codec,
             stream="tokens",
-            source="examples/orpheus/orpheus.walk:68",
+            source="orpheus.walk:68",
         ),
     ),
-    options=(),
+    streams=(STREAM_TOKENS,),
     params=(
         ("frame", 7),
         ("window_frames", 4),
@@ -124,6 +140,5 @@ CONDUCTOR = ConductorSpec(
     ),
     placed=("LLM", "snac_decoder"),
     max_concurrent_requests=16,
-    batching=(("max_batch", 16), ("capture", (1, 2, 4, 8, 16))),
-    kv_cache=(("page_size", 16), ("pages", 2048), ("dtype", "bf16")),
+    kv_cache=KvCacheSpec(pages=2048, dtype="bf16"),
 )

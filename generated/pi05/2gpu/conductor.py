@@ -7,17 +7,18 @@ order, and `Fail` to end the request with an error. The runtime's conductor resu
 every rank in the walk's `report` has finished.
 """
 
+from wgc_runtime.contract.flow import Fail, FlowGen, Request, RunWalk
+from wgc_runtime.contract.kinds import DestKind, Edge, FlowKind
 from wgc_runtime.contract.spec import (
     ConductorSpec,
     Dest,
-    Fail,
-    FlowGen,
     FlowSpec,
-    Request,
-    RunWalk,
+    KvCacheSpec,
     WalkInputSpec,
     WalkSpec,
 )
+
+SPEC_VERSION = 2  # the `wgc_runtime.contract.spec` records this module is written for
 
 # ---------------------------------------------------------------- walks
 
@@ -30,12 +31,12 @@ WALK_PREFILL = WalkSpec(
         WalkInputSpec(
             name="images",
             ranks=(0,),
-            dests=(Dest(kind="call", edge="input", rank=0, call=0, port="images"),),
+            dests=(Dest(kind=DestKind.CALL, edge=Edge.INPUT, rank=0, call=0, port="images"),),
         ),
         WalkInputSpec(
             name="prompt",
             ranks=(1,),
-            dests=(Dest(kind="call", edge="input", rank=1, call=1, port="prompt"),),
+            dests=(Dest(kind=DestKind.CALL, edge=Edge.INPUT, rank=1, call=1, port="prompt"),),
         ),
     ),
     source="pi05.walk:41",
@@ -53,8 +54,8 @@ WALK_ACTION_GEN = WalkSpec(
             ranks=(1,),
             dests=(
                 Dest(
-                    kind="call",
-                    edge="loop_init",
+                    kind=DestKind.CALL,
+                    edge=Edge.LOOP_INIT,
                     rank=1,
                     call=0,
                     port="noisy_actions",
@@ -68,8 +69,8 @@ WALK_ACTION_GEN = WalkSpec(
             ranks=(1,),
             dests=(
                 Dest(
-                    kind="call",
-                    edge="loop_init",
+                    kind=DestKind.CALL,
+                    edge=Edge.LOOP_INIT,
                     rank=1,
                     call=0,
                     port="timestep",
@@ -109,13 +110,10 @@ CONDUCTOR = ConductorSpec(
     devices=("cuda:0", "cuda:1"),
     hosts=("127.0.0.1", "127.0.0.1"),
     walks=(WALK_PREFILL, WALK_ACTION_GEN),
-    flows=(
-        FlowSpec(name="main", kind="always", body=flow_main, source="examples/pi05/pi05.walk:55"),
-    ),
-    options=(),
+    flows=(FlowSpec(name="main", kind=FlowKind.ALWAYS, body=flow_main, source="pi05.walk:55"),),
+    streams=(),
     params=(("hidden", 64), ("action_horizon", 50), ("action_dim", 32), ("flow_steps", 10)),
     placed=("vit_encoder", "LLM"),
     max_concurrent_requests=16,
-    batching=(("max_batch", 16), ("capture", (1, 2, 4, 8, 16))),
-    kv_cache=(("page_size", 16), ("pages", 2048), ("dtype", "bf16")),
+    kv_cache=KvCacheSpec(pages=2048, dtype="bf16"),
 )

@@ -8,10 +8,12 @@ none.
 Static memory estimate: 0.00 MiB (KV cache 0 B, static buffers 0 B, streams 0 B).
 """
 
+from wgc_runtime.contract.kinds import DestKind, Edge, Engine, InputMode, SourceKind
 from wgc_runtime.contract.spec import (
+    BatchingSpec,
     CallSpec,
     Dest,
-    MemorySpec,
+    KvCacheSpec,
     NodeSpec,
     PieceSpec,
     PortIn,
@@ -21,13 +23,15 @@ from wgc_runtime.contract.spec import (
     TypeSpec,
 )
 
+SPEC_VERSION = 2  # the `wgc_runtime.contract.spec` records this module is written for
+
 # ---------------------------------------------------------------- nodes
 
 # examples/pi05/pi05.walk:25
 NODE_VIT_ENCODER = NodeSpec(
     name="vit_encoder",
     impl="examples.pi05.nodes:VitEncoder",
-    engine="stateless",
+    engine=Engine.STATELESS,
     ranks=(0,),
     inputs=(("images", TypeSpec("u8", ("N", "H", "W", 3))),),
     outputs=(("image_embeddings", TypeSpec("bf16", ("V", 64))),),
@@ -51,8 +55,8 @@ PIECE_PREFILL = PieceSpec(
                 PortIn(
                     port="images",
                     channel="images",
-                    mode="once",
-                    src=Source(kind="input", name="images"),
+                    mode=InputMode.ONCE,
+                    src=Source(kind=SourceKind.INPUT, name="images"),
                     type=TypeSpec("u8", ("N", "H", "W", 3)),
                 ),
             ),
@@ -61,7 +65,13 @@ PIECE_PREFILL = PieceSpec(
                     port="image_embeddings",
                     type=TypeSpec("bf16", ("V", 64)),
                     dests=(
-                        Dest(kind="call", edge="internal", rank=1, call=1, port="image_embeddings"),
+                        Dest(
+                            kind=DestKind.CALL,
+                            edge=Edge.INTERNAL,
+                            rank=1,
+                            call=1,
+                            port="image_embeddings",
+                        ),
                     ),
                 ),
             ),
@@ -69,6 +79,7 @@ PIECE_PREFILL = PieceSpec(
             source="pi05.walk:42",
         ),
     ),
+    body=(0,),
     source="pi05.walk:41",
 )
 
@@ -78,10 +89,11 @@ RANK = RankSpec(
     rank=0,
     device="cpu",
     host="127.0.0.1",
-    nodes=(NODE_VIT_ENCODER,),
-    pieces=(PIECE_PREFILL,),
-    memory=MemorySpec(),
     model="pi05",
     placement="cpu-2rank",
     world_size=2,
+    nodes=(NODE_VIT_ENCODER,),
+    pieces=(PIECE_PREFILL,),
+    kv_cache=KvCacheSpec(pages=256),
+    batching=BatchingSpec(max_batch=4, capture=(1, 2, 4)),
 )

@@ -7,8 +7,11 @@ Hosts nodes: `LLM (kv_cache)`. Runs pieces of walks: `prefill`. Owns stream buff
 Static memory estimate: 2.00 MiB (KV cache 2097152 B, static buffers 0 B, streams 0 B).
 """
 
+from wgc_runtime.contract.kinds import Engine, InputMode, SourceKind
 from wgc_runtime.contract.spec import (
+    BatchingSpec,
     CallSpec,
+    KvCacheSpec,
     MemorySpec,
     NodeSpec,
     PieceSpec,
@@ -18,13 +21,15 @@ from wgc_runtime.contract.spec import (
     TypeSpec,
 )
 
+SPEC_VERSION = 2  # the `wgc_runtime.contract.spec` records this module is written for
+
 # ---------------------------------------------------------------- nodes
 
 # examples/pi05/pi05.walk:31
 NODE_LLM = NodeSpec(
     name="LLM",
     impl="examples.pi05.nodes:LLM",
-    engine="kv_cache",
+    engine=Engine.KV_CACHE,
     labels=("main",),
     ranks=(1,),
     walks=("prefill",),
@@ -55,22 +60,22 @@ PIECE_PREFILL = PieceSpec(
                 PortIn(
                     port="image_embeddings",
                     channel="image_embeddings",
-                    mode="once",
-                    src=Source(kind="call", rank=0, call=0, port="image_embeddings"),
+                    mode=InputMode.ONCE,
+                    src=Source(kind=SourceKind.CALL, rank=0, call=0, port="image_embeddings"),
                     type=TypeSpec("bf16", ("V", 64)),
                 ),
                 PortIn(
                     port="prompt",
                     channel="prompt",
-                    mode="once",
-                    src=Source(kind="input", name="prompt"),
+                    mode=InputMode.ONCE,
+                    src=Source(kind=SourceKind.INPUT, name="prompt"),
                     type=TypeSpec("i64", ("T",)),
                 ),
             ),
-            writes=(),
             source="pi05.walk:43",
         ),
     ),
+    body=(1,),
     source="pi05.walk:41",
 )
 
@@ -80,10 +85,12 @@ RANK = RankSpec(
     rank=1,
     device="cpu",
     host="127.0.0.1",
-    nodes=(NODE_LLM,),
-    pieces=(PIECE_PREFILL,),
-    memory=MemorySpec(kv_bytes=2097152),
     model="pi05",
     placement="cpu-3rank",
     world_size=3,
+    nodes=(NODE_LLM,),
+    pieces=(PIECE_PREFILL,),
+    memory=MemorySpec(kv_bytes=2097152),
+    kv_cache=KvCacheSpec(pages=256),
+    batching=BatchingSpec(max_batch=4, capture=(1, 2, 4)),
 )

@@ -7,17 +7,19 @@ order, and `Fail` to end the request with an error. The runtime's conductor resu
 every rank in the walk's `report` has finished.
 """
 
+from wgc_runtime.contract.flow import Fail, FlowGen, Request, RunWalk
+from wgc_runtime.contract.kinds import DestKind, Edge, FlowKind
 from wgc_runtime.contract.spec import (
+    BatchingSpec,
     ConductorSpec,
     Dest,
-    Fail,
-    FlowGen,
     FlowSpec,
-    Request,
-    RunWalk,
+    KvCacheSpec,
     WalkInputSpec,
     WalkSpec,
 )
+
+SPEC_VERSION = 2  # the `wgc_runtime.contract.spec` records this module is written for
 
 # ---------------------------------------------------------------- walks
 
@@ -30,12 +32,12 @@ WALK_PREFILL = WalkSpec(
         WalkInputSpec(
             name="images",
             ranks=(0,),
-            dests=(Dest(kind="call", edge="input", rank=0, call=0, port="images"),),
+            dests=(Dest(kind=DestKind.CALL, edge=Edge.INPUT, rank=0, call=0, port="images"),),
         ),
         WalkInputSpec(
             name="prompt",
             ranks=(0,),
-            dests=(Dest(kind="call", edge="input", rank=0, call=1, port="prompt"),),
+            dests=(Dest(kind=DestKind.CALL, edge=Edge.INPUT, rank=0, call=1, port="prompt"),),
         ),
     ),
     source="pi05.walk:41",
@@ -53,8 +55,8 @@ WALK_ACTION_GEN = WalkSpec(
             ranks=(0,),
             dests=(
                 Dest(
-                    kind="call",
-                    edge="loop_init",
+                    kind=DestKind.CALL,
+                    edge=Edge.LOOP_INIT,
                     rank=0,
                     call=0,
                     port="noisy_actions",
@@ -68,8 +70,8 @@ WALK_ACTION_GEN = WalkSpec(
             ranks=(0,),
             dests=(
                 Dest(
-                    kind="call",
-                    edge="loop_init",
+                    kind=DestKind.CALL,
+                    edge=Edge.LOOP_INIT,
                     rank=0,
                     call=0,
                     port="timestep",
@@ -109,13 +111,11 @@ CONDUCTOR = ConductorSpec(
     devices=("cpu",),
     hosts=("127.0.0.1",),
     walks=(WALK_PREFILL, WALK_ACTION_GEN),
-    flows=(
-        FlowSpec(name="main", kind="always", body=flow_main, source="examples/pi05/pi05.walk:55"),
-    ),
-    options=(),
+    flows=(FlowSpec(name="main", kind=FlowKind.ALWAYS, body=flow_main, source="pi05.walk:55"),),
+    streams=(),
     params=(("hidden", 64), ("action_horizon", 50), ("action_dim", 32), ("flow_steps", 10)),
     placed=("vit_encoder", "LLM"),
     max_concurrent_requests=4,
-    batching=(("max_batch", 4), ("capture", (1, 2, 4))),
-    kv_cache=(("page_size", 16), ("pages", 256), ("dtype", "f32")),
+    kv_cache=KvCacheSpec(pages=256),
+    batching=BatchingSpec(max_batch=4, capture=(1, 2, 4)),
 )

@@ -8,10 +8,13 @@ Hosts nodes: `vit_encoder (stateless)`, `LLM (kv_cache)`. Runs pieces of walks: 
 Static memory estimate: 2.05 MiB (KV cache 2097152 B, static buffers 51232 B, streams 0 B).
 """
 
+from wgc_runtime.contract.kinds import CaptureScope, DestKind, Edge, Engine, InputMode, SourceKind
 from wgc_runtime.contract.spec import (
+    BatchingSpec,
     CallSpec,
     CaptureSpec,
     Dest,
+    KvCacheSpec,
     LoopSpec,
     MemorySpec,
     NodeSpec,
@@ -23,13 +26,15 @@ from wgc_runtime.contract.spec import (
     TypeSpec,
 )
 
+SPEC_VERSION = 2  # the `wgc_runtime.contract.spec` records this module is written for
+
 # ---------------------------------------------------------------- nodes
 
 # examples/pi05/pi05.walk:25
 NODE_VIT_ENCODER = NodeSpec(
     name="vit_encoder",
     impl="examples.pi05.nodes:VitEncoder",
-    engine="stateless",
+    engine=Engine.STATELESS,
     ranks=(0,),
     inputs=(("images", TypeSpec("u8", ("N", "H", "W", 3))),),
     outputs=(("image_embeddings", TypeSpec("bf16", ("V", 64))),),
@@ -40,7 +45,7 @@ NODE_VIT_ENCODER = NodeSpec(
 NODE_LLM = NodeSpec(
     name="LLM",
     impl="examples.pi05.nodes:LLM",
-    engine="kv_cache",
+    engine=Engine.KV_CACHE,
     labels=("main",),
     ranks=(0,),
     inputs=(
@@ -70,8 +75,8 @@ PIECE_PREFILL = PieceSpec(
                 PortIn(
                     port="images",
                     channel="images",
-                    mode="once",
-                    src=Source(kind="input", name="images"),
+                    mode=InputMode.ONCE,
+                    src=Source(kind=SourceKind.INPUT, name="images"),
                     type=TypeSpec("u8", ("N", "H", "W", 3)),
                 ),
             ),
@@ -80,7 +85,13 @@ PIECE_PREFILL = PieceSpec(
                     port="image_embeddings",
                     type=TypeSpec("bf16", ("V", 64)),
                     dests=(
-                        Dest(kind="call", edge="internal", rank=0, call=1, port="image_embeddings"),
+                        Dest(
+                            kind=DestKind.CALL,
+                            edge=Edge.INTERNAL,
+                            rank=0,
+                            call=1,
+                            port="image_embeddings",
+                        ),
                     ),
                 ),
             ),
@@ -96,22 +107,22 @@ PIECE_PREFILL = PieceSpec(
                 PortIn(
                     port="image_embeddings",
                     channel="image_embeddings",
-                    mode="once",
-                    src=Source(kind="call", rank=0, call=0, port="image_embeddings"),
+                    mode=InputMode.ONCE,
+                    src=Source(kind=SourceKind.CALL, rank=0, call=0, port="image_embeddings"),
                     type=TypeSpec("bf16", ("V", 64)),
                 ),
                 PortIn(
                     port="prompt",
                     channel="prompt",
-                    mode="once",
-                    src=Source(kind="input", name="prompt"),
+                    mode=InputMode.ONCE,
+                    src=Source(kind=SourceKind.INPUT, name="prompt"),
                     type=TypeSpec("i64", ("T",)),
                 ),
             ),
-            writes=(),
             source="pi05.walk:43",
         ),
     ),
+    body=(0, 1),
     source="pi05.walk:41",
 )
 
@@ -124,9 +135,11 @@ PIECE_ACTION_GEN = PieceSpec(
         # examples/pi05/pi05.walk:47
         LoopSpec(
             name="denoise",
+            chain=("denoise",),
             max=10,
             ranks=(0,),
             calls=(0,),
+            body=(0,),
             yield_last=("noisy_actions",),
             source="pi05.walk:47",
         ),
@@ -142,9 +155,9 @@ PIECE_ACTION_GEN = PieceSpec(
                 PortIn(
                     port="noisy_actions",
                     channel="noisy_actions",
-                    mode="carried",
-                    src=Source(kind="call", rank=0, call=0, port="noisy_actions"),
-                    init=Source(kind="input", name="noisy_actions"),
+                    mode=InputMode.CARRIED,
+                    src=Source(kind=SourceKind.CALL, rank=0, call=0, port="noisy_actions"),
+                    init=Source(kind=SourceKind.INPUT, name="noisy_actions"),
                     type=TypeSpec("f32", (50, 32)),
                     optional=True,
                     loop="denoise",
@@ -152,9 +165,9 @@ PIECE_ACTION_GEN = PieceSpec(
                 PortIn(
                     port="timestep",
                     channel="timestep",
-                    mode="carried",
-                    src=Source(kind="call", rank=0, call=0, port="timestep"),
-                    init=Source(kind="input", name="timestep"),
+                    mode=InputMode.CARRIED,
+                    src=Source(kind=SourceKind.CALL, rank=0, call=0, port="timestep"),
+                    init=Source(kind=SourceKind.INPUT, name="timestep"),
                     type=TypeSpec("f32", ()),
                     optional=True,
                     loop="denoise",
@@ -166,8 +179,8 @@ PIECE_ACTION_GEN = PieceSpec(
                     type=TypeSpec("f32", (50, 32)),
                     dests=(
                         Dest(
-                            kind="call",
-                            edge="loop_carried",
+                            kind=DestKind.CALL,
+                            edge=Edge.LOOP_CARRIED,
                             rank=0,
                             call=0,
                             port="noisy_actions",
@@ -175,8 +188,8 @@ PIECE_ACTION_GEN = PieceSpec(
                             carried=True,
                         ),
                         Dest(
-                            kind="client",
-                            edge="terminal",
+                            kind=DestKind.CLIENT,
+                            edge=Edge.TERMINAL,
                             name="action",
                             loop="denoise",
                             channel="noisy_actions",
@@ -188,8 +201,8 @@ PIECE_ACTION_GEN = PieceSpec(
                     type=TypeSpec("f32", ()),
                     dests=(
                         Dest(
-                            kind="call",
-                            edge="loop_carried",
+                            kind=DestKind.CALL,
+                            edge=Edge.LOOP_CARRIED,
                             rank=0,
                             call=0,
                             port="timestep",
@@ -203,6 +216,7 @@ PIECE_ACTION_GEN = PieceSpec(
             source="pi05.walk:48",
         ),
     ),
+    nested=("denoise",),
     source="pi05.walk:46",
 )
 
@@ -212,15 +226,18 @@ RANK = RankSpec(
     rank=0,
     device="cpu",
     host="127.0.0.1",
+    model="pi05",
+    placement="cpu",
     nodes=(NODE_VIT_ENCODER, NODE_LLM),
     pieces=(PIECE_PREFILL, PIECE_ACTION_GEN),
     captures=(
         CaptureSpec(
             walk="action_gen",
             rank=0,
-            scope="loop",
+            scope=CaptureScope.LOOP,
             loop="denoise",
             calls=(0,),
+            nodes=("LLM",),
             ports=(
                 ("0#noisy_actions", TypeSpec("f32", (50, 32))),
                 ("0#timestep", TypeSpec("f32", ())),
@@ -231,7 +248,6 @@ RANK = RankSpec(
         ),
     ),
     memory=MemorySpec(kv_bytes=2097152, static_buffer_bytes=51232),
-    model="pi05",
-    placement="cpu",
-    world_size=1,
+    kv_cache=KvCacheSpec(pages=256),
+    batching=BatchingSpec(max_batch=4, capture=(1, 2, 4)),
 )

@@ -8,18 +8,21 @@ order, and `Fail` to end the request with an error. The runtime's conductor resu
 every rank in the walk's `report` has finished.
 """
 
+from wgc_runtime.contract.flow import Fail, FlowGen, Persisted, Request, RunWalk
+from wgc_runtime.contract.kinds import DestKind, Edge, FinalMode, FlowKind, Policy
 from wgc_runtime.contract.spec import (
+    BatchingSpec,
     ConductorSpec,
     Dest,
-    Fail,
-    FlowGen,
     FlowSpec,
-    Persisted,
-    Request,
-    RunWalk,
+    KvCacheSpec,
+    StreamSpec,
+    TypeSpec,
     WalkInputSpec,
     WalkSpec,
 )
+
+SPEC_VERSION = 2  # the `wgc_runtime.contract.spec` records this module is written for
 
 # ---------------------------------------------------------------- walks
 
@@ -32,7 +35,7 @@ WALK_PREFILL_TEXT = WalkSpec(
         WalkInputSpec(
             name="text_inputs",
             ranks=(0,),
-            dests=(Dest(kind="call", edge="input", rank=0, call=0, port="text_inputs"),),
+            dests=(Dest(kind=DestKind.CALL, edge=Edge.INPUT, rank=0, call=0, port="text_inputs"),),
         ),
     ),
     persists=(("new_token", 0),),
@@ -48,7 +51,7 @@ WALK_PREFILL_AUDIO = WalkSpec(
         WalkInputSpec(
             name="audio",
             ranks=(0,),
-            dests=(Dest(kind="call", edge="input", rank=0, call=0, port="audio"),),
+            dests=(Dest(kind=DestKind.CALL, edge=Edge.INPUT, rank=0, call=0, port="audio"),),
         ),
     ),
     persists=(("new_token", 0),),
@@ -64,7 +67,7 @@ WALK_PREFILL_VISION = WalkSpec(
         WalkInputSpec(
             name="pixels",
             ranks=(0,),
-            dests=(Dest(kind="call", edge="input", rank=0, call=0, port="pixels"),),
+            dests=(Dest(kind=DestKind.CALL, edge=Edge.INPUT, rank=0, call=0, port="pixels"),),
         ),
     ),
     persists=(("new_token", 0),),
@@ -82,16 +85,16 @@ WALK_THINKER_DECODE = WalkSpec(
             ranks=(0,),
             dests=(
                 Dest(
-                    kind="call",
-                    edge="loop_init",
+                    kind=DestKind.CALL,
+                    edge=Edge.LOOP_INIT,
                     rank=0,
                     call=1,
                     port="value",
                     loop="decode_loop",
                 ),
                 Dest(
-                    kind="call",
-                    edge="loop_init",
+                    kind=DestKind.CALL,
+                    edge=Edge.LOOP_INIT,
                     rank=0,
                     call=0,
                     port="token",
@@ -131,8 +134,8 @@ WALK_TALKER_DECODE = WalkSpec(
             ranks=(1,),
             dests=(
                 Dest(
-                    kind="call",
-                    edge="loop_init",
+                    kind=DestKind.CALL,
+                    edge=Edge.LOOP_INIT,
                     rank=1,
                     call=0,
                     port="talker_input_embeds",
@@ -150,6 +153,61 @@ WALK_CODE2WAV_CHUNK = WalkSpec(
     ranks=(1,),
     report=(1,),
     source="qwen3_omni.walk:143",
+)
+
+# ---------------------------------------------------------------- streams
+
+# examples/qwen3_omni/qwen3_omni.walk:85
+STREAM_THINKER_STATES = StreamSpec(
+    name="thinker_states",
+    producer=("Thinker", "thinker_states"),
+    consumer=("Talker", "thinker_states"),
+    producer_ranks=(0,),
+    owner=1,
+    policy=Policy.FIXED,
+    params=(("k", 1),),
+    final=FinalMode.PAD,
+    after_done=True,
+    item=TypeSpec("bf16", (8, 128)),
+    capacity=4,
+    done_after_flows=("thinker",),
+    consumer_flows=("talker",),
+    source="qwen3_omni.walk:85",
+)
+
+# examples/qwen3_omni/qwen3_omni.walk:90
+STREAM_THINKER_MASK = StreamSpec(
+    name="thinker_mask",
+    producer=("Thinker", "thinker_mask"),
+    consumer=("Talker", "thinker_mask"),
+    producer_ranks=(0,),
+    owner=1,
+    policy=Policy.FIXED,
+    params=(("k", 1),),
+    final=FinalMode.PAD,
+    after_done=True,
+    item=TypeSpec("bool", (8, 2)),
+    capacity=4,
+    done_after_flows=("thinker",),
+    consumer_flows=("talker",),
+    source="qwen3_omni.walk:90",
+)
+
+# examples/qwen3_omni/qwen3_omni.walk:97
+STREAM_CODES = StreamSpec(
+    name="codes",
+    producer=("Talker", "codec_tokens"),
+    consumer=("Code2Wav", "codes"),
+    producer_ranks=(1,),
+    owner=1,
+    policy=Policy.LEFT_CONTEXT,
+    params=(("chunk", 25), ("left", 25)),
+    final=FinalMode.PAD,
+    item=TypeSpec("i64", (1, 16)),
+    capacity=200,
+    done_after_flows=("talker",),
+    consumer_flows=("code2wav",),
+    source="qwen3_omni.walk:97",
 )
 
 # ---------------------------------------------------------------- flows
@@ -221,26 +279,26 @@ CONDUCTOR = ConductorSpec(
     flows=(
         FlowSpec(
             name="thinker",
-            kind="always",
+            kind=FlowKind.ALWAYS,
             body=flow_thinker,
-            source="examples/qwen3_omni/qwen3_omni.walk:149",
+            source="qwen3_omni.walk:149",
         ),
         FlowSpec(
             name="talker",
-            kind="when",
+            kind=FlowKind.WHEN,
             body=flow_talker,
             when=when_talker,
-            source="examples/qwen3_omni/qwen3_omni.walk:161",
+            source="qwen3_omni.walk:161",
         ),
         FlowSpec(
             name="code2wav",
-            kind="on_stream",
+            kind=FlowKind.ON_STREAM,
             body=flow_code2wav,
             stream="codes",
-            source="examples/qwen3_omni/qwen3_omni.walk:169",
+            source="qwen3_omni.walk:169",
         ),
     ),
-    options=(),
+    streams=(STREAM_THINKER_STATES, STREAM_THINKER_MASK, STREAM_CODES),
     params=(
         ("hidden", 64),
         ("state_dim", 128),
@@ -255,6 +313,6 @@ CONDUCTOR = ConductorSpec(
     ),
     placed=("audio_encoder", "vision_encoder", "Thinker", "Talker", "Code2Wav"),
     max_concurrent_requests=4,
-    batching=(("max_batch", 4), ("capture", (1, 2, 4))),
-    kv_cache=(("page_size", 16), ("pages", 256), ("dtype", "f32")),
+    kv_cache=KvCacheSpec(pages=256),
+    batching=BatchingSpec(max_batch=4, capture=(1, 2, 4)),
 )

@@ -9,10 +9,13 @@ decode_loop)`. Owns stream buffers: none.
 Static memory estimate: 2.01 MiB (KV cache 2097152 B, static buffers 8324 B, streams 0 B).
 """
 
+from wgc_runtime.contract.kinds import CaptureScope, DestKind, Edge, Engine, InputMode, SourceKind
 from wgc_runtime.contract.spec import (
+    BatchingSpec,
     CallSpec,
     CaptureSpec,
     Dest,
+    KvCacheSpec,
     LoopSpec,
     MemorySpec,
     NodeSpec,
@@ -25,13 +28,15 @@ from wgc_runtime.contract.spec import (
     TypeSpec,
 )
 
+SPEC_VERSION = 2  # the `wgc_runtime.contract.spec` records this module is written for
+
 # ---------------------------------------------------------------- nodes
 
 # examples/qwen3_omni/qwen3_omni.walk:44
 NODE_AUDIO_ENCODER = NodeSpec(
     name="audio_encoder",
     impl="examples.qwen3_omni.nodes:AudioEncoder",
-    engine="stateless",
+    engine=Engine.STATELESS,
     ranks=(0,),
     inputs=(("audio", TypeSpec("f32", ("S",))),),
     outputs=(("audio_embeddings", TypeSpec("bf16", ("A", 64))),),
@@ -42,7 +47,7 @@ NODE_AUDIO_ENCODER = NodeSpec(
 NODE_VISION_ENCODER = NodeSpec(
     name="vision_encoder",
     impl="examples.qwen3_omni.nodes:VisionEncoder",
-    engine="stateless",
+    engine=Engine.STATELESS,
     ranks=(0,),
     inputs=(("pixels", TypeSpec("u8", ("F", "H", "W", 3))),),
     outputs=(("vision_embeddings", TypeSpec("bf16", ("V", 64))),),
@@ -53,7 +58,7 @@ NODE_VISION_ENCODER = NodeSpec(
 NODE_THINKER = NodeSpec(
     name="Thinker",
     impl="examples.qwen3_omni.nodes:Thinker",
-    engine="kv_cache",
+    engine=Engine.KV_CACHE,
     labels=("main",),
     ranks=(0,),
     inputs=(
@@ -88,8 +93,8 @@ PIECE_PREFILL_TEXT = PieceSpec(
                 PortIn(
                     port="text_inputs",
                     channel="text_inputs",
-                    mode="once",
-                    src=Source(kind="input", name="text_inputs"),
+                    mode=InputMode.ONCE,
+                    src=Source(kind=SourceKind.INPUT, name="text_inputs"),
                     type=TypeSpec("i64", ("T",)),
                 ),
             ),
@@ -97,23 +102,35 @@ PIECE_PREFILL_TEXT = PieceSpec(
                 PortOut(
                     port="new_token",
                     type=TypeSpec("i64", (1,)),
-                    dests=(Dest(kind="persist", edge="persisted", name="new_token"),),
+                    dests=(Dest(kind=DestKind.PERSIST, edge=Edge.PERSISTED, name="new_token"),),
                 ),
                 PortOut(
                     port="thinker_states",
                     type=TypeSpec("bf16", (8, 128)),
-                    dests=(Dest(kind="stream", edge="streamed", rank=1, name="thinker_states"),),
+                    dests=(
+                        Dest(
+                            kind=DestKind.STREAM,
+                            edge=Edge.STREAMED,
+                            rank=1,
+                            name="thinker_states",
+                        ),
+                    ),
                 ),
                 PortOut(
                     port="thinker_mask",
                     type=TypeSpec("bool", (8, 2)),
-                    dests=(Dest(kind="stream", edge="streamed", rank=1, name="thinker_mask"),),
+                    dests=(
+                        Dest(kind=DestKind.STREAM, edge=Edge.STREAMED, rank=1, name="thinker_mask"),
+                    ),
                 ),
             ),
             writes=("new_token",),
+            pushes=("thinker_states", "thinker_mask"),
             source="qwen3_omni.walk:103",
         ),
     ),
+    body=(0,),
+    producers=(("thinker_states", (0,)), ("thinker_mask", (0,))),
     source="qwen3_omni.walk:102",
 )
 
@@ -132,8 +149,8 @@ PIECE_PREFILL_AUDIO = PieceSpec(
                 PortIn(
                     port="audio",
                     channel="audio",
-                    mode="once",
-                    src=Source(kind="input", name="audio"),
+                    mode=InputMode.ONCE,
+                    src=Source(kind=SourceKind.INPUT, name="audio"),
                     type=TypeSpec("f32", ("S",)),
                 ),
             ),
@@ -142,7 +159,13 @@ PIECE_PREFILL_AUDIO = PieceSpec(
                     port="audio_embeddings",
                     type=TypeSpec("bf16", ("A", 64)),
                     dests=(
-                        Dest(kind="call", edge="internal", rank=0, call=1, port="audio_embeddings"),
+                        Dest(
+                            kind=DestKind.CALL,
+                            edge=Edge.INTERNAL,
+                            rank=0,
+                            call=1,
+                            port="audio_embeddings",
+                        ),
                     ),
                 ),
             ),
@@ -158,8 +181,8 @@ PIECE_PREFILL_AUDIO = PieceSpec(
                 PortIn(
                     port="audio_embeddings",
                     channel="audio_embeddings",
-                    mode="once",
-                    src=Source(kind="call", rank=0, call=0, port="audio_embeddings"),
+                    mode=InputMode.ONCE,
+                    src=Source(kind=SourceKind.CALL, rank=0, call=0, port="audio_embeddings"),
                     type=TypeSpec("bf16", ("A", 64)),
                 ),
             ),
@@ -167,23 +190,35 @@ PIECE_PREFILL_AUDIO = PieceSpec(
                 PortOut(
                     port="new_token",
                     type=TypeSpec("i64", (1,)),
-                    dests=(Dest(kind="persist", edge="persisted", name="new_token"),),
+                    dests=(Dest(kind=DestKind.PERSIST, edge=Edge.PERSISTED, name="new_token"),),
                 ),
                 PortOut(
                     port="thinker_states",
                     type=TypeSpec("bf16", (8, 128)),
-                    dests=(Dest(kind="stream", edge="streamed", rank=1, name="thinker_states"),),
+                    dests=(
+                        Dest(
+                            kind=DestKind.STREAM,
+                            edge=Edge.STREAMED,
+                            rank=1,
+                            name="thinker_states",
+                        ),
+                    ),
                 ),
                 PortOut(
                     port="thinker_mask",
                     type=TypeSpec("bool", (8, 2)),
-                    dests=(Dest(kind="stream", edge="streamed", rank=1, name="thinker_mask"),),
+                    dests=(
+                        Dest(kind=DestKind.STREAM, edge=Edge.STREAMED, rank=1, name="thinker_mask"),
+                    ),
                 ),
             ),
             writes=("new_token",),
+            pushes=("thinker_states", "thinker_mask"),
             source="qwen3_omni.walk:109",
         ),
     ),
+    body=(0, 1),
+    producers=(("thinker_states", (1,)), ("thinker_mask", (1,))),
     source="qwen3_omni.walk:107",
 )
 
@@ -202,8 +237,8 @@ PIECE_PREFILL_VISION = PieceSpec(
                 PortIn(
                     port="pixels",
                     channel="pixels",
-                    mode="once",
-                    src=Source(kind="input", name="pixels"),
+                    mode=InputMode.ONCE,
+                    src=Source(kind=SourceKind.INPUT, name="pixels"),
                     type=TypeSpec("u8", ("F", "H", "W", 3)),
                 ),
             ),
@@ -213,8 +248,8 @@ PIECE_PREFILL_VISION = PieceSpec(
                     type=TypeSpec("bf16", ("V", 64)),
                     dests=(
                         Dest(
-                            kind="call",
-                            edge="internal",
+                            kind=DestKind.CALL,
+                            edge=Edge.INTERNAL,
                             rank=0,
                             call=1,
                             port="vision_embeddings",
@@ -234,8 +269,8 @@ PIECE_PREFILL_VISION = PieceSpec(
                 PortIn(
                     port="vision_embeddings",
                     channel="vision_embeddings",
-                    mode="once",
-                    src=Source(kind="call", rank=0, call=0, port="vision_embeddings"),
+                    mode=InputMode.ONCE,
+                    src=Source(kind=SourceKind.CALL, rank=0, call=0, port="vision_embeddings"),
                     type=TypeSpec("bf16", ("V", 64)),
                 ),
             ),
@@ -243,23 +278,35 @@ PIECE_PREFILL_VISION = PieceSpec(
                 PortOut(
                     port="new_token",
                     type=TypeSpec("i64", (1,)),
-                    dests=(Dest(kind="persist", edge="persisted", name="new_token"),),
+                    dests=(Dest(kind=DestKind.PERSIST, edge=Edge.PERSISTED, name="new_token"),),
                 ),
                 PortOut(
                     port="thinker_states",
                     type=TypeSpec("bf16", (8, 128)),
-                    dests=(Dest(kind="stream", edge="streamed", rank=1, name="thinker_states"),),
+                    dests=(
+                        Dest(
+                            kind=DestKind.STREAM,
+                            edge=Edge.STREAMED,
+                            rank=1,
+                            name="thinker_states",
+                        ),
+                    ),
                 ),
                 PortOut(
                     port="thinker_mask",
                     type=TypeSpec("bool", (8, 2)),
-                    dests=(Dest(kind="stream", edge="streamed", rank=1, name="thinker_mask"),),
+                    dests=(
+                        Dest(kind=DestKind.STREAM, edge=Edge.STREAMED, rank=1, name="thinker_mask"),
+                    ),
                 ),
             ),
             writes=("new_token",),
+            pushes=("thinker_states", "thinker_mask"),
             source="qwen3_omni.walk:115",
         ),
     ),
+    body=(0, 1),
+    producers=(("thinker_states", (1,)), ("thinker_mask", (1,))),
     source="qwen3_omni.walk:113",
 )
 
@@ -272,10 +319,13 @@ PIECE_THINKER_DECODE = PieceSpec(
         # examples/qwen3_omni/qwen3_omni.walk:120
         LoopSpec(
             name="decode_loop",
+            chain=("decode_loop",),
             max=2048,
-            until=Source(kind="call", rank=0, call=0, port="stop"),
+            until=Source(kind=SourceKind.CALL, rank=0, call=0, port="stop"),
             ranks=(0,),
             calls=(0,),
+            body=(0, 1),
+            pushes=("thinker_states", "thinker_mask"),
             source="qwen3_omni.walk:120",
         ),
     ),
@@ -290,9 +340,9 @@ PIECE_THINKER_DECODE = PieceSpec(
                 PortIn(
                     port="token",
                     channel="token",
-                    mode="carried",
-                    src=Source(kind="call", rank=0, call=0, port="new_token"),
-                    init=Source(kind="input", name="token"),
+                    mode=InputMode.CARRIED,
+                    src=Source(kind=SourceKind.CALL, rank=0, call=0, port="new_token"),
+                    init=Source(kind=SourceKind.INPUT, name="token"),
                     type=TypeSpec("i64", (1,)),
                     loop="decode_loop",
                 ),
@@ -303,8 +353,8 @@ PIECE_THINKER_DECODE = PieceSpec(
                     type=TypeSpec("i64", (1,)),
                     dests=(
                         Dest(
-                            kind="call",
-                            edge="loop_carried",
+                            kind=DestKind.CALL,
+                            edge=Edge.LOOP_CARRIED,
                             rank=0,
                             call=1,
                             port="value",
@@ -312,8 +362,8 @@ PIECE_THINKER_DECODE = PieceSpec(
                             carried=True,
                         ),
                         Dest(
-                            kind="call",
-                            edge="loop_carried",
+                            kind=DestKind.CALL,
+                            edge=Edge.LOOP_CARRIED,
                             rank=0,
                             call=0,
                             port="token",
@@ -327,8 +377,8 @@ PIECE_THINKER_DECODE = PieceSpec(
                     type=TypeSpec("bool", ()),
                     dests=(
                         Dest(
-                            kind="until",
-                            edge="until",
+                            kind=DestKind.UNTIL,
+                            edge=Edge.UNTIL,
                             name="decode_loop",
                             loop="decode_loop",
                             ranks=(0,),
@@ -340,8 +390,8 @@ PIECE_THINKER_DECODE = PieceSpec(
                     type=TypeSpec("bf16", (8, 128)),
                     dests=(
                         Dest(
-                            kind="stream",
-                            edge="streamed",
+                            kind=DestKind.STREAM,
+                            edge=Edge.STREAMED,
                             rank=1,
                             name="thinker_states",
                             loop="decode_loop",
@@ -353,8 +403,8 @@ PIECE_THINKER_DECODE = PieceSpec(
                     type=TypeSpec("bool", (8, 2)),
                     dests=(
                         Dest(
-                            kind="stream",
-                            edge="streamed",
+                            kind=DestKind.STREAM,
+                            edge=Edge.STREAMED,
                             rank=1,
                             name="thinker_mask",
                             loop="decode_loop",
@@ -363,10 +413,10 @@ PIECE_THINKER_DECODE = PieceSpec(
                 ),
             ),
             writes=("new_token", "stop"),
+            pushes=("thinker_states", "thinker_mask"),
             source="qwen3_omni.walk:122",
         ),
     ),
-    source="qwen3_omni.walk:119",
     sinks=(
         # examples/qwen3_omni/qwen3_omni.walk:121
         SinkSpec(
@@ -376,16 +426,19 @@ PIECE_THINKER_DECODE = PieceSpec(
             input=PortIn(
                 port="value",
                 channel="token",
-                mode="carried",
-                src=Source(kind="call", rank=0, call=0, port="new_token"),
-                init=Source(kind="input", name="token"),
+                mode=InputMode.CARRIED,
+                src=Source(kind=SourceKind.CALL, rank=0, call=0, port="new_token"),
+                init=Source(kind=SourceKind.INPUT, name="token"),
                 type=TypeSpec("i64", (1,)),
                 loop="decode_loop",
             ),
-            dest=Dest(kind="client", edge="emitted", name="text", channel="token"),
+            dest=Dest(kind=DestKind.CLIENT, edge=Edge.EMITTED, name="text", channel="token"),
             source="qwen3_omni.walk:121",
         ),
     ),
+    nested=("decode_loop",),
+    producers=(("thinker_states", (0,)), ("thinker_mask", (0,))),
+    source="qwen3_omni.walk:119",
 )
 
 # ---------------------------------------------------------------- the rank
@@ -394,15 +447,19 @@ RANK = RankSpec(
     rank=0,
     device="cpu",
     host="127.0.0.1",
+    model="qwen3_omni",
+    placement="cpu-2rank",
+    world_size=2,
     nodes=(NODE_AUDIO_ENCODER, NODE_VISION_ENCODER, NODE_THINKER),
     pieces=(PIECE_PREFILL_TEXT, PIECE_PREFILL_AUDIO, PIECE_PREFILL_VISION, PIECE_THINKER_DECODE),
     captures=(
         CaptureSpec(
             walk="thinker_decode",
             rank=0,
-            scope="loop",
+            scope=CaptureScope.LOOP,
             loop="decode_loop",
             calls=(0,),
+            nodes=("Thinker",),
             ports=(
                 ("0#token", TypeSpec("i64", (1,))),
                 ("0#new_token", TypeSpec("i64", (1,))),
@@ -414,7 +471,6 @@ RANK = RankSpec(
         ),
     ),
     memory=MemorySpec(kv_bytes=2097152, static_buffer_bytes=8324),
-    model="qwen3_omni",
-    placement="cpu-2rank",
-    world_size=2,
+    kv_cache=KvCacheSpec(pages=256),
+    batching=BatchingSpec(max_batch=4, capture=(1, 2, 4)),
 )

@@ -9,10 +9,22 @@ Hosts nodes: `Talker (kv_cache)`, `Code2Wav (stateless)`. Runs pieces of walks:
 Static memory estimate: 2.04 MiB (KV cache 2097152 B, static buffers 9284 B, streams 33856 B).
 """
 
+from wgc_runtime.contract.kinds import (
+    CaptureScope,
+    DestKind,
+    Edge,
+    Engine,
+    FinalMode,
+    InputMode,
+    Policy,
+    SourceKind,
+)
 from wgc_runtime.contract.spec import (
+    BatchingSpec,
     CallSpec,
     CaptureSpec,
     Dest,
+    KvCacheSpec,
     LoopSpec,
     MemorySpec,
     NodeSpec,
@@ -25,13 +37,15 @@ from wgc_runtime.contract.spec import (
     TypeSpec,
 )
 
+SPEC_VERSION = 2  # the `wgc_runtime.contract.spec` records this module is written for
+
 # ---------------------------------------------------------------- nodes
 
 # examples/qwen3_omni/qwen3_omni.walk:68
 NODE_TALKER = NodeSpec(
     name="Talker",
     impl="examples.qwen3_omni.nodes:Talker",
-    engine="kv_cache",
+    engine=Engine.KV_CACHE,
     labels=("main",),
     ranks=(1,),
     inputs=(
@@ -51,7 +65,7 @@ NODE_TALKER = NodeSpec(
 NODE_CODE2WAV = NodeSpec(
     name="Code2Wav",
     impl="examples.qwen3_omni.nodes:Code2Wav",
-    engine="stateless",
+    engine=Engine.STATELESS,
     ranks=(1,),
     inputs=(("codes", TypeSpec("i64", (50, 16))),),
     outputs=(("audio", TypeSpec("f32", (400,))),),
@@ -67,9 +81,9 @@ STREAM_THINKER_STATES = StreamSpec(
     consumer=("Talker", "thinker_states"),
     producer_ranks=(0,),
     owner=1,
-    policy="fixed",
+    policy=Policy.FIXED,
     params=(("k", 1),),
-    final="pad",
+    final=FinalMode.PAD,
     after_done=True,
     item=TypeSpec("bf16", (8, 128)),
     capacity=4,
@@ -85,9 +99,9 @@ STREAM_THINKER_MASK = StreamSpec(
     consumer=("Talker", "thinker_mask"),
     producer_ranks=(0,),
     owner=1,
-    policy="fixed",
+    policy=Policy.FIXED,
     params=(("k", 1),),
-    final="pad",
+    final=FinalMode.PAD,
     after_done=True,
     item=TypeSpec("bool", (8, 2)),
     capacity=4,
@@ -103,9 +117,9 @@ STREAM_CODES = StreamSpec(
     consumer=("Code2Wav", "codes"),
     producer_ranks=(1,),
     owner=1,
-    policy="left_context",
+    policy=Policy.LEFT_CONTEXT,
     params=(("chunk", 25), ("left", 25)),
-    final="pad",
+    final=FinalMode.PAD,
     item=TypeSpec("i64", (1, 16)),
     capacity=200,
     done_after_flows=("talker",),
@@ -129,15 +143,15 @@ PIECE_TALKER_PREFILL = PieceSpec(
                 PortIn(
                     port="thinker_states",
                     channel="thinker_states",
-                    mode="stream",
-                    src=Source(kind="stream", name="thinker_states"),
+                    mode=InputMode.STREAM,
+                    src=Source(kind=SourceKind.STREAM, name="thinker_states"),
                     type=TypeSpec("bf16", (8, 128)),
                 ),
                 PortIn(
                     port="thinker_mask",
                     channel="thinker_mask",
-                    mode="stream",
-                    src=Source(kind="stream", name="thinker_mask"),
+                    mode=InputMode.STREAM,
+                    src=Source(kind=SourceKind.STREAM, name="thinker_mask"),
                     type=TypeSpec("bool", (8, 2)),
                 ),
             ),
@@ -145,13 +159,16 @@ PIECE_TALKER_PREFILL = PieceSpec(
                 PortOut(
                     port="codec_tokens",
                     type=TypeSpec("i64", (1, 16)),
-                    dests=(Dest(kind="stream", edge="streamed", rank=1, name="codes"),),
+                    dests=(Dest(kind=DestKind.STREAM, edge=Edge.STREAMED, rank=1, name="codes"),),
                 ),
             ),
-            writes=(),
+            pushes=("codes",),
             source="qwen3_omni.walk:128",
         ),
     ),
+    body=(0,),
+    producers=(("codes", (0,)),),
+    consumers=(("thinker_states", (0,)), ("thinker_mask", (0,))),
     source="qwen3_omni.walk:127",
 )
 
@@ -169,15 +186,15 @@ PIECE_TALKER_LAST_PREFILL = PieceSpec(
                 PortIn(
                     port="thinker_states",
                     channel="thinker_states",
-                    mode="stream",
-                    src=Source(kind="stream", name="thinker_states"),
+                    mode=InputMode.STREAM,
+                    src=Source(kind=SourceKind.STREAM, name="thinker_states"),
                     type=TypeSpec("bf16", (8, 128)),
                 ),
                 PortIn(
                     port="thinker_mask",
                     channel="thinker_mask",
-                    mode="stream",
-                    src=Source(kind="stream", name="thinker_mask"),
+                    mode=InputMode.STREAM,
+                    src=Source(kind=SourceKind.STREAM, name="thinker_mask"),
                     type=TypeSpec("bool", (8, 2)),
                 ),
             ),
@@ -185,18 +202,28 @@ PIECE_TALKER_LAST_PREFILL = PieceSpec(
                 PortOut(
                     port="talker_input_embeds",
                     type=TypeSpec("bf16", (1, 32)),
-                    dests=(Dest(kind="persist", edge="persisted", name="talker_input_embeds"),),
+                    dests=(
+                        Dest(
+                            kind=DestKind.PERSIST,
+                            edge=Edge.PERSISTED,
+                            name="talker_input_embeds",
+                        ),
+                    ),
                 ),
                 PortOut(
                     port="codec_tokens",
                     type=TypeSpec("i64", (1, 16)),
-                    dests=(Dest(kind="stream", edge="streamed", rank=1, name="codes"),),
+                    dests=(Dest(kind=DestKind.STREAM, edge=Edge.STREAMED, rank=1, name="codes"),),
                 ),
             ),
             writes=("talker_input_embeds",),
+            pushes=("codes",),
             source="qwen3_omni.walk:132",
         ),
     ),
+    body=(0,),
+    producers=(("codes", (0,)),),
+    consumers=(("thinker_states", (0,)), ("thinker_mask", (0,))),
     source="qwen3_omni.walk:131",
 )
 
@@ -209,10 +236,13 @@ PIECE_TALKER_DECODE = PieceSpec(
         # examples/qwen3_omni/qwen3_omni.walk:137
         LoopSpec(
             name="talker_decode_loop",
+            chain=("talker_decode_loop",),
             max=4096,
-            until=Source(kind="call", rank=1, call=0, port="stop"),
+            until=Source(kind=SourceKind.CALL, rank=1, call=0, port="stop"),
             ranks=(1,),
             calls=(0,),
+            body=(0,),
+            pushes=("codes",),
             source="qwen3_omni.walk:137",
         ),
     ),
@@ -227,23 +257,23 @@ PIECE_TALKER_DECODE = PieceSpec(
                 PortIn(
                     port="thinker_states",
                     channel="thinker_states",
-                    mode="stream",
-                    src=Source(kind="stream", name="thinker_states"),
+                    mode=InputMode.STREAM,
+                    src=Source(kind=SourceKind.STREAM, name="thinker_states"),
                     type=TypeSpec("bf16", (8, 128)),
                 ),
                 PortIn(
                     port="thinker_mask",
                     channel="thinker_mask",
-                    mode="stream",
-                    src=Source(kind="stream", name="thinker_mask"),
+                    mode=InputMode.STREAM,
+                    src=Source(kind=SourceKind.STREAM, name="thinker_mask"),
                     type=TypeSpec("bool", (8, 2)),
                 ),
                 PortIn(
                     port="talker_input_embeds",
                     channel="talker_input_embeds",
-                    mode="carried",
-                    src=Source(kind="call", rank=1, call=0, port="talker_input_embeds"),
-                    init=Source(kind="input", name="talker_input_embeds"),
+                    mode=InputMode.CARRIED,
+                    src=Source(kind=SourceKind.CALL, rank=1, call=0, port="talker_input_embeds"),
+                    init=Source(kind=SourceKind.INPUT, name="talker_input_embeds"),
                     type=TypeSpec("bf16", (1, 32)),
                     loop="talker_decode_loop",
                 ),
@@ -254,8 +284,8 @@ PIECE_TALKER_DECODE = PieceSpec(
                     type=TypeSpec("bf16", (1, 32)),
                     dests=(
                         Dest(
-                            kind="call",
-                            edge="loop_carried",
+                            kind=DestKind.CALL,
+                            edge=Edge.LOOP_CARRIED,
                             rank=1,
                             call=0,
                             port="talker_input_embeds",
@@ -269,8 +299,8 @@ PIECE_TALKER_DECODE = PieceSpec(
                     type=TypeSpec("i64", (1, 16)),
                     dests=(
                         Dest(
-                            kind="stream",
-                            edge="streamed",
+                            kind=DestKind.STREAM,
+                            edge=Edge.STREAMED,
                             rank=1,
                             name="codes",
                             loop="talker_decode_loop",
@@ -282,8 +312,8 @@ PIECE_TALKER_DECODE = PieceSpec(
                     type=TypeSpec("bool", ()),
                     dests=(
                         Dest(
-                            kind="until",
-                            edge="until",
+                            kind=DestKind.UNTIL,
+                            edge=Edge.UNTIL,
                             name="talker_decode_loop",
                             loop="talker_decode_loop",
                             ranks=(1,),
@@ -292,9 +322,13 @@ PIECE_TALKER_DECODE = PieceSpec(
                 ),
             ),
             writes=("talker_input_embeds", "stop"),
+            pushes=("codes",),
             source="qwen3_omni.walk:138",
         ),
     ),
+    nested=("talker_decode_loop",),
+    producers=(("codes", (0,)),),
+    consumers=(("thinker_states", (0,)), ("thinker_mask", (0,))),
     source="qwen3_omni.walk:136",
 )
 
@@ -312,8 +346,8 @@ PIECE_CODE2WAV_CHUNK = PieceSpec(
                 PortIn(
                     port="codes",
                     channel="codes",
-                    mode="stream",
-                    src=Source(kind="stream", name="codes"),
+                    mode=InputMode.STREAM,
+                    src=Source(kind=SourceKind.STREAM, name="codes"),
                     type=TypeSpec("i64", (50, 16)),
                 ),
             ),
@@ -321,13 +355,22 @@ PIECE_CODE2WAV_CHUNK = PieceSpec(
                 PortOut(
                     port="audio",
                     type=TypeSpec("f32", (400,)),
-                    dests=(Dest(kind="client", edge="emitted", name="audio", channel="audio"),),
+                    dests=(
+                        Dest(
+                            kind=DestKind.CLIENT,
+                            edge=Edge.EMITTED,
+                            name="audio",
+                            channel="audio",
+                        ),
+                    ),
                 ),
             ),
             writes=("audio",),
             source="qwen3_omni.walk:144",
         ),
     ),
+    body=(0,),
+    consumers=(("codes", (0,)),),
     source="qwen3_omni.walk:143",
 )
 
@@ -337,6 +380,9 @@ RANK = RankSpec(
     rank=1,
     device="cpu",
     host="127.0.0.1",
+    model="qwen3_omni",
+    placement="cpu-2rank",
+    world_size=2,
     nodes=(NODE_TALKER, NODE_CODE2WAV),
     pieces=(
         PIECE_TALKER_PREFILL,
@@ -349,9 +395,10 @@ RANK = RankSpec(
         CaptureSpec(
             walk="talker_decode",
             rank=1,
-            scope="loop",
+            scope=CaptureScope.LOOP,
             loop="talker_decode_loop",
             calls=(0,),
+            nodes=("Talker",),
             ports=(
                 ("0#thinker_states", TypeSpec("bf16", (8, 128))),
                 ("0#thinker_mask", TypeSpec("bool", (8, 2))),
@@ -364,7 +411,6 @@ RANK = RankSpec(
         ),
     ),
     memory=MemorySpec(kv_bytes=2097152, static_buffer_bytes=9284, stream_bytes=33856),
-    model="qwen3_omni",
-    placement="cpu-2rank",
-    world_size=2,
+    kv_cache=KvCacheSpec(pages=256),
+    batching=BatchingSpec(max_batch=4, capture=(1, 2, 4)),
 )

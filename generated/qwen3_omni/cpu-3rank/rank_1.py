@@ -9,10 +9,22 @@ Hosts nodes: `Talker (kv_cache)`. Runs pieces of walks: `talker_prefill`,
 Static memory estimate: 2.02 MiB (KV cache 2097152 B, static buffers 9284 B, streams 8256 B).
 """
 
+from wgc_runtime.contract.kinds import (
+    CaptureScope,
+    DestKind,
+    Edge,
+    Engine,
+    FinalMode,
+    InputMode,
+    Policy,
+    SourceKind,
+)
 from wgc_runtime.contract.spec import (
+    BatchingSpec,
     CallSpec,
     CaptureSpec,
     Dest,
+    KvCacheSpec,
     LoopSpec,
     MemorySpec,
     NodeSpec,
@@ -25,13 +37,15 @@ from wgc_runtime.contract.spec import (
     TypeSpec,
 )
 
+SPEC_VERSION = 2  # the `wgc_runtime.contract.spec` records this module is written for
+
 # ---------------------------------------------------------------- nodes
 
 # examples/qwen3_omni/qwen3_omni.walk:68
 NODE_TALKER = NodeSpec(
     name="Talker",
     impl="examples.qwen3_omni.nodes:Talker",
-    engine="kv_cache",
+    engine=Engine.KV_CACHE,
     labels=("main",),
     ranks=(1,),
     inputs=(
@@ -56,9 +70,9 @@ STREAM_THINKER_STATES = StreamSpec(
     consumer=("Talker", "thinker_states"),
     producer_ranks=(0,),
     owner=1,
-    policy="fixed",
+    policy=Policy.FIXED,
     params=(("k", 1),),
-    final="pad",
+    final=FinalMode.PAD,
     after_done=True,
     item=TypeSpec("bf16", (8, 128)),
     capacity=4,
@@ -74,9 +88,9 @@ STREAM_THINKER_MASK = StreamSpec(
     consumer=("Talker", "thinker_mask"),
     producer_ranks=(0,),
     owner=1,
-    policy="fixed",
+    policy=Policy.FIXED,
     params=(("k", 1),),
-    final="pad",
+    final=FinalMode.PAD,
     after_done=True,
     item=TypeSpec("bool", (8, 2)),
     capacity=4,
@@ -101,15 +115,15 @@ PIECE_TALKER_PREFILL = PieceSpec(
                 PortIn(
                     port="thinker_states",
                     channel="thinker_states",
-                    mode="stream",
-                    src=Source(kind="stream", name="thinker_states"),
+                    mode=InputMode.STREAM,
+                    src=Source(kind=SourceKind.STREAM, name="thinker_states"),
                     type=TypeSpec("bf16", (8, 128)),
                 ),
                 PortIn(
                     port="thinker_mask",
                     channel="thinker_mask",
-                    mode="stream",
-                    src=Source(kind="stream", name="thinker_mask"),
+                    mode=InputMode.STREAM,
+                    src=Source(kind=SourceKind.STREAM, name="thinker_mask"),
                     type=TypeSpec("bool", (8, 2)),
                 ),
             ),
@@ -117,13 +131,16 @@ PIECE_TALKER_PREFILL = PieceSpec(
                 PortOut(
                     port="codec_tokens",
                     type=TypeSpec("i64", (1, 16)),
-                    dests=(Dest(kind="stream", edge="streamed", rank=2, name="codes"),),
+                    dests=(Dest(kind=DestKind.STREAM, edge=Edge.STREAMED, rank=2, name="codes"),),
                 ),
             ),
-            writes=(),
+            pushes=("codes",),
             source="qwen3_omni.walk:128",
         ),
     ),
+    body=(0,),
+    producers=(("codes", (0,)),),
+    consumers=(("thinker_states", (0,)), ("thinker_mask", (0,))),
     source="qwen3_omni.walk:127",
 )
 
@@ -141,15 +158,15 @@ PIECE_TALKER_LAST_PREFILL = PieceSpec(
                 PortIn(
                     port="thinker_states",
                     channel="thinker_states",
-                    mode="stream",
-                    src=Source(kind="stream", name="thinker_states"),
+                    mode=InputMode.STREAM,
+                    src=Source(kind=SourceKind.STREAM, name="thinker_states"),
                     type=TypeSpec("bf16", (8, 128)),
                 ),
                 PortIn(
                     port="thinker_mask",
                     channel="thinker_mask",
-                    mode="stream",
-                    src=Source(kind="stream", name="thinker_mask"),
+                    mode=InputMode.STREAM,
+                    src=Source(kind=SourceKind.STREAM, name="thinker_mask"),
                     type=TypeSpec("bool", (8, 2)),
                 ),
             ),
@@ -157,18 +174,28 @@ PIECE_TALKER_LAST_PREFILL = PieceSpec(
                 PortOut(
                     port="talker_input_embeds",
                     type=TypeSpec("bf16", (1, 32)),
-                    dests=(Dest(kind="persist", edge="persisted", name="talker_input_embeds"),),
+                    dests=(
+                        Dest(
+                            kind=DestKind.PERSIST,
+                            edge=Edge.PERSISTED,
+                            name="talker_input_embeds",
+                        ),
+                    ),
                 ),
                 PortOut(
                     port="codec_tokens",
                     type=TypeSpec("i64", (1, 16)),
-                    dests=(Dest(kind="stream", edge="streamed", rank=2, name="codes"),),
+                    dests=(Dest(kind=DestKind.STREAM, edge=Edge.STREAMED, rank=2, name="codes"),),
                 ),
             ),
             writes=("talker_input_embeds",),
+            pushes=("codes",),
             source="qwen3_omni.walk:132",
         ),
     ),
+    body=(0,),
+    producers=(("codes", (0,)),),
+    consumers=(("thinker_states", (0,)), ("thinker_mask", (0,))),
     source="qwen3_omni.walk:131",
 )
 
@@ -181,10 +208,13 @@ PIECE_TALKER_DECODE = PieceSpec(
         # examples/qwen3_omni/qwen3_omni.walk:137
         LoopSpec(
             name="talker_decode_loop",
+            chain=("talker_decode_loop",),
             max=4096,
-            until=Source(kind="call", rank=1, call=0, port="stop"),
+            until=Source(kind=SourceKind.CALL, rank=1, call=0, port="stop"),
             ranks=(1,),
             calls=(0,),
+            body=(0,),
+            pushes=("codes",),
             source="qwen3_omni.walk:137",
         ),
     ),
@@ -199,23 +229,23 @@ PIECE_TALKER_DECODE = PieceSpec(
                 PortIn(
                     port="thinker_states",
                     channel="thinker_states",
-                    mode="stream",
-                    src=Source(kind="stream", name="thinker_states"),
+                    mode=InputMode.STREAM,
+                    src=Source(kind=SourceKind.STREAM, name="thinker_states"),
                     type=TypeSpec("bf16", (8, 128)),
                 ),
                 PortIn(
                     port="thinker_mask",
                     channel="thinker_mask",
-                    mode="stream",
-                    src=Source(kind="stream", name="thinker_mask"),
+                    mode=InputMode.STREAM,
+                    src=Source(kind=SourceKind.STREAM, name="thinker_mask"),
                     type=TypeSpec("bool", (8, 2)),
                 ),
                 PortIn(
                     port="talker_input_embeds",
                     channel="talker_input_embeds",
-                    mode="carried",
-                    src=Source(kind="call", rank=1, call=0, port="talker_input_embeds"),
-                    init=Source(kind="input", name="talker_input_embeds"),
+                    mode=InputMode.CARRIED,
+                    src=Source(kind=SourceKind.CALL, rank=1, call=0, port="talker_input_embeds"),
+                    init=Source(kind=SourceKind.INPUT, name="talker_input_embeds"),
                     type=TypeSpec("bf16", (1, 32)),
                     loop="talker_decode_loop",
                 ),
@@ -226,8 +256,8 @@ PIECE_TALKER_DECODE = PieceSpec(
                     type=TypeSpec("bf16", (1, 32)),
                     dests=(
                         Dest(
-                            kind="call",
-                            edge="loop_carried",
+                            kind=DestKind.CALL,
+                            edge=Edge.LOOP_CARRIED,
                             rank=1,
                             call=0,
                             port="talker_input_embeds",
@@ -241,8 +271,8 @@ PIECE_TALKER_DECODE = PieceSpec(
                     type=TypeSpec("i64", (1, 16)),
                     dests=(
                         Dest(
-                            kind="stream",
-                            edge="streamed",
+                            kind=DestKind.STREAM,
+                            edge=Edge.STREAMED,
                             rank=2,
                             name="codes",
                             loop="talker_decode_loop",
@@ -254,8 +284,8 @@ PIECE_TALKER_DECODE = PieceSpec(
                     type=TypeSpec("bool", ()),
                     dests=(
                         Dest(
-                            kind="until",
-                            edge="until",
+                            kind=DestKind.UNTIL,
+                            edge=Edge.UNTIL,
                             name="talker_decode_loop",
                             loop="talker_decode_loop",
                             ranks=(1,),
@@ -264,9 +294,13 @@ PIECE_TALKER_DECODE = PieceSpec(
                 ),
             ),
             writes=("talker_input_embeds", "stop"),
+            pushes=("codes",),
             source="qwen3_omni.walk:138",
         ),
     ),
+    nested=("talker_decode_loop",),
+    producers=(("codes", (0,)),),
+    consumers=(("thinker_states", (0,)), ("thinker_mask", (0,))),
     source="qwen3_omni.walk:136",
 )
 
@@ -276,6 +310,9 @@ RANK = RankSpec(
     rank=1,
     device="cpu",
     host="127.0.0.1",
+    model="qwen3_omni",
+    placement="cpu-3rank",
+    world_size=3,
     nodes=(NODE_TALKER,),
     pieces=(PIECE_TALKER_PREFILL, PIECE_TALKER_LAST_PREFILL, PIECE_TALKER_DECODE),
     streams=(STREAM_THINKER_STATES, STREAM_THINKER_MASK),
@@ -283,9 +320,10 @@ RANK = RankSpec(
         CaptureSpec(
             walk="talker_decode",
             rank=1,
-            scope="loop",
+            scope=CaptureScope.LOOP,
             loop="talker_decode_loop",
             calls=(0,),
+            nodes=("Talker",),
             ports=(
                 ("0#thinker_states", TypeSpec("bf16", (8, 128))),
                 ("0#thinker_mask", TypeSpec("bool", (8, 2))),
@@ -298,7 +336,6 @@ RANK = RankSpec(
         ),
     ),
     memory=MemorySpec(kv_bytes=2097152, static_buffer_bytes=9284, stream_bytes=8256),
-    model="qwen3_omni",
-    placement="cpu-3rank",
-    world_size=3,
+    kv_cache=KvCacheSpec(pages=256),
+    batching=BatchingSpec(max_batch=4, capture=(1, 2, 4)),
 )

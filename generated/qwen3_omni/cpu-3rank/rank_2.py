@@ -8,9 +8,20 @@ buffers: `codes`.
 Static memory estimate: 0.02 MiB (KV cache 0 B, static buffers 0 B, streams 25600 B).
 """
 
+from wgc_runtime.contract.kinds import (
+    DestKind,
+    Edge,
+    Engine,
+    FinalMode,
+    InputMode,
+    Policy,
+    SourceKind,
+)
 from wgc_runtime.contract.spec import (
+    BatchingSpec,
     CallSpec,
     Dest,
+    KvCacheSpec,
     MemorySpec,
     NodeSpec,
     PieceSpec,
@@ -22,13 +33,15 @@ from wgc_runtime.contract.spec import (
     TypeSpec,
 )
 
+SPEC_VERSION = 2  # the `wgc_runtime.contract.spec` records this module is written for
+
 # ---------------------------------------------------------------- nodes
 
 # examples/qwen3_omni/qwen3_omni.walk:78
 NODE_CODE2WAV = NodeSpec(
     name="Code2Wav",
     impl="examples.qwen3_omni.nodes:Code2Wav",
-    engine="stateless",
+    engine=Engine.STATELESS,
     ranks=(2,),
     inputs=(("codes", TypeSpec("i64", (50, 16))),),
     outputs=(("audio", TypeSpec("f32", (400,))),),
@@ -44,9 +57,9 @@ STREAM_CODES = StreamSpec(
     consumer=("Code2Wav", "codes"),
     producer_ranks=(1,),
     owner=2,
-    policy="left_context",
+    policy=Policy.LEFT_CONTEXT,
     params=(("chunk", 25), ("left", 25)),
-    final="pad",
+    final=FinalMode.PAD,
     item=TypeSpec("i64", (1, 16)),
     capacity=200,
     done_after_flows=("talker",),
@@ -70,8 +83,8 @@ PIECE_CODE2WAV_CHUNK = PieceSpec(
                 PortIn(
                     port="codes",
                     channel="codes",
-                    mode="stream",
-                    src=Source(kind="stream", name="codes"),
+                    mode=InputMode.STREAM,
+                    src=Source(kind=SourceKind.STREAM, name="codes"),
                     type=TypeSpec("i64", (50, 16)),
                 ),
             ),
@@ -79,13 +92,22 @@ PIECE_CODE2WAV_CHUNK = PieceSpec(
                 PortOut(
                     port="audio",
                     type=TypeSpec("f32", (400,)),
-                    dests=(Dest(kind="client", edge="emitted", name="audio", channel="audio"),),
+                    dests=(
+                        Dest(
+                            kind=DestKind.CLIENT,
+                            edge=Edge.EMITTED,
+                            name="audio",
+                            channel="audio",
+                        ),
+                    ),
                 ),
             ),
             writes=("audio",),
             source="qwen3_omni.walk:144",
         ),
     ),
+    body=(0,),
+    consumers=(("codes", (0,)),),
     source="qwen3_omni.walk:143",
 )
 
@@ -95,11 +117,13 @@ RANK = RankSpec(
     rank=2,
     device="cpu",
     host="127.0.0.1",
+    model="qwen3_omni",
+    placement="cpu-3rank",
+    world_size=3,
     nodes=(NODE_CODE2WAV,),
     pieces=(PIECE_CODE2WAV_CHUNK,),
     streams=(STREAM_CODES,),
     memory=MemorySpec(stream_bytes=25600),
-    model="qwen3_omni",
-    placement="cpu-3rank",
-    world_size=3,
+    kv_cache=KvCacheSpec(pages=256),
+    batching=BatchingSpec(max_batch=4, capture=(1, 2, 4)),
 )

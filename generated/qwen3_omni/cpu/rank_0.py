@@ -12,10 +12,22 @@ Static memory estimate: 4.05 MiB (KV cache 4194304 B, static buffers 17608 B, st
 B).
 """
 
+from wgc_runtime.contract.kinds import (
+    CaptureScope,
+    DestKind,
+    Edge,
+    Engine,
+    FinalMode,
+    InputMode,
+    Policy,
+    SourceKind,
+)
 from wgc_runtime.contract.spec import (
+    BatchingSpec,
     CallSpec,
     CaptureSpec,
     Dest,
+    KvCacheSpec,
     LoopSpec,
     MemorySpec,
     NodeSpec,
@@ -29,13 +41,15 @@ from wgc_runtime.contract.spec import (
     TypeSpec,
 )
 
+SPEC_VERSION = 2  # the `wgc_runtime.contract.spec` records this module is written for
+
 # ---------------------------------------------------------------- nodes
 
 # examples/qwen3_omni/qwen3_omni.walk:44
 NODE_AUDIO_ENCODER = NodeSpec(
     name="audio_encoder",
     impl="examples.qwen3_omni.nodes:AudioEncoder",
-    engine="stateless",
+    engine=Engine.STATELESS,
     ranks=(0,),
     inputs=(("audio", TypeSpec("f32", ("S",))),),
     outputs=(("audio_embeddings", TypeSpec("bf16", ("A", 64))),),
@@ -46,7 +60,7 @@ NODE_AUDIO_ENCODER = NodeSpec(
 NODE_VISION_ENCODER = NodeSpec(
     name="vision_encoder",
     impl="examples.qwen3_omni.nodes:VisionEncoder",
-    engine="stateless",
+    engine=Engine.STATELESS,
     ranks=(0,),
     inputs=(("pixels", TypeSpec("u8", ("F", "H", "W", 3))),),
     outputs=(("vision_embeddings", TypeSpec("bf16", ("V", 64))),),
@@ -57,7 +71,7 @@ NODE_VISION_ENCODER = NodeSpec(
 NODE_THINKER = NodeSpec(
     name="Thinker",
     impl="examples.qwen3_omni.nodes:Thinker",
-    engine="kv_cache",
+    engine=Engine.KV_CACHE,
     labels=("main",),
     ranks=(0,),
     inputs=(
@@ -79,7 +93,7 @@ NODE_THINKER = NodeSpec(
 NODE_TALKER = NodeSpec(
     name="Talker",
     impl="examples.qwen3_omni.nodes:Talker",
-    engine="kv_cache",
+    engine=Engine.KV_CACHE,
     labels=("main",),
     ranks=(0,),
     inputs=(
@@ -99,7 +113,7 @@ NODE_TALKER = NodeSpec(
 NODE_CODE2WAV = NodeSpec(
     name="Code2Wav",
     impl="examples.qwen3_omni.nodes:Code2Wav",
-    engine="stateless",
+    engine=Engine.STATELESS,
     ranks=(0,),
     inputs=(("codes", TypeSpec("i64", (50, 16))),),
     outputs=(("audio", TypeSpec("f32", (400,))),),
@@ -115,9 +129,9 @@ STREAM_THINKER_STATES = StreamSpec(
     consumer=("Talker", "thinker_states"),
     producer_ranks=(0,),
     owner=0,
-    policy="fixed",
+    policy=Policy.FIXED,
     params=(("k", 1),),
-    final="pad",
+    final=FinalMode.PAD,
     after_done=True,
     item=TypeSpec("bf16", (8, 128)),
     capacity=4,
@@ -133,9 +147,9 @@ STREAM_THINKER_MASK = StreamSpec(
     consumer=("Talker", "thinker_mask"),
     producer_ranks=(0,),
     owner=0,
-    policy="fixed",
+    policy=Policy.FIXED,
     params=(("k", 1),),
-    final="pad",
+    final=FinalMode.PAD,
     after_done=True,
     item=TypeSpec("bool", (8, 2)),
     capacity=4,
@@ -151,9 +165,9 @@ STREAM_CODES = StreamSpec(
     consumer=("Code2Wav", "codes"),
     producer_ranks=(0,),
     owner=0,
-    policy="left_context",
+    policy=Policy.LEFT_CONTEXT,
     params=(("chunk", 25), ("left", 25)),
-    final="pad",
+    final=FinalMode.PAD,
     item=TypeSpec("i64", (1, 16)),
     capacity=200,
     done_after_flows=("talker",),
@@ -178,8 +192,8 @@ PIECE_PREFILL_TEXT = PieceSpec(
                 PortIn(
                     port="text_inputs",
                     channel="text_inputs",
-                    mode="once",
-                    src=Source(kind="input", name="text_inputs"),
+                    mode=InputMode.ONCE,
+                    src=Source(kind=SourceKind.INPUT, name="text_inputs"),
                     type=TypeSpec("i64", ("T",)),
                 ),
             ),
@@ -187,23 +201,35 @@ PIECE_PREFILL_TEXT = PieceSpec(
                 PortOut(
                     port="new_token",
                     type=TypeSpec("i64", (1,)),
-                    dests=(Dest(kind="persist", edge="persisted", name="new_token"),),
+                    dests=(Dest(kind=DestKind.PERSIST, edge=Edge.PERSISTED, name="new_token"),),
                 ),
                 PortOut(
                     port="thinker_states",
                     type=TypeSpec("bf16", (8, 128)),
-                    dests=(Dest(kind="stream", edge="streamed", rank=0, name="thinker_states"),),
+                    dests=(
+                        Dest(
+                            kind=DestKind.STREAM,
+                            edge=Edge.STREAMED,
+                            rank=0,
+                            name="thinker_states",
+                        ),
+                    ),
                 ),
                 PortOut(
                     port="thinker_mask",
                     type=TypeSpec("bool", (8, 2)),
-                    dests=(Dest(kind="stream", edge="streamed", rank=0, name="thinker_mask"),),
+                    dests=(
+                        Dest(kind=DestKind.STREAM, edge=Edge.STREAMED, rank=0, name="thinker_mask"),
+                    ),
                 ),
             ),
             writes=("new_token",),
+            pushes=("thinker_states", "thinker_mask"),
             source="qwen3_omni.walk:103",
         ),
     ),
+    body=(0,),
+    producers=(("thinker_states", (0,)), ("thinker_mask", (0,))),
     source="qwen3_omni.walk:102",
 )
 
@@ -222,8 +248,8 @@ PIECE_PREFILL_AUDIO = PieceSpec(
                 PortIn(
                     port="audio",
                     channel="audio",
-                    mode="once",
-                    src=Source(kind="input", name="audio"),
+                    mode=InputMode.ONCE,
+                    src=Source(kind=SourceKind.INPUT, name="audio"),
                     type=TypeSpec("f32", ("S",)),
                 ),
             ),
@@ -232,7 +258,13 @@ PIECE_PREFILL_AUDIO = PieceSpec(
                     port="audio_embeddings",
                     type=TypeSpec("bf16", ("A", 64)),
                     dests=(
-                        Dest(kind="call", edge="internal", rank=0, call=1, port="audio_embeddings"),
+                        Dest(
+                            kind=DestKind.CALL,
+                            edge=Edge.INTERNAL,
+                            rank=0,
+                            call=1,
+                            port="audio_embeddings",
+                        ),
                     ),
                 ),
             ),
@@ -248,8 +280,8 @@ PIECE_PREFILL_AUDIO = PieceSpec(
                 PortIn(
                     port="audio_embeddings",
                     channel="audio_embeddings",
-                    mode="once",
-                    src=Source(kind="call", rank=0, call=0, port="audio_embeddings"),
+                    mode=InputMode.ONCE,
+                    src=Source(kind=SourceKind.CALL, rank=0, call=0, port="audio_embeddings"),
                     type=TypeSpec("bf16", ("A", 64)),
                 ),
             ),
@@ -257,23 +289,35 @@ PIECE_PREFILL_AUDIO = PieceSpec(
                 PortOut(
                     port="new_token",
                     type=TypeSpec("i64", (1,)),
-                    dests=(Dest(kind="persist", edge="persisted", name="new_token"),),
+                    dests=(Dest(kind=DestKind.PERSIST, edge=Edge.PERSISTED, name="new_token"),),
                 ),
                 PortOut(
                     port="thinker_states",
                     type=TypeSpec("bf16", (8, 128)),
-                    dests=(Dest(kind="stream", edge="streamed", rank=0, name="thinker_states"),),
+                    dests=(
+                        Dest(
+                            kind=DestKind.STREAM,
+                            edge=Edge.STREAMED,
+                            rank=0,
+                            name="thinker_states",
+                        ),
+                    ),
                 ),
                 PortOut(
                     port="thinker_mask",
                     type=TypeSpec("bool", (8, 2)),
-                    dests=(Dest(kind="stream", edge="streamed", rank=0, name="thinker_mask"),),
+                    dests=(
+                        Dest(kind=DestKind.STREAM, edge=Edge.STREAMED, rank=0, name="thinker_mask"),
+                    ),
                 ),
             ),
             writes=("new_token",),
+            pushes=("thinker_states", "thinker_mask"),
             source="qwen3_omni.walk:109",
         ),
     ),
+    body=(0, 1),
+    producers=(("thinker_states", (1,)), ("thinker_mask", (1,))),
     source="qwen3_omni.walk:107",
 )
 
@@ -292,8 +336,8 @@ PIECE_PREFILL_VISION = PieceSpec(
                 PortIn(
                     port="pixels",
                     channel="pixels",
-                    mode="once",
-                    src=Source(kind="input", name="pixels"),
+                    mode=InputMode.ONCE,
+                    src=Source(kind=SourceKind.INPUT, name="pixels"),
                     type=TypeSpec("u8", ("F", "H", "W", 3)),
                 ),
             ),
@@ -303,8 +347,8 @@ PIECE_PREFILL_VISION = PieceSpec(
                     type=TypeSpec("bf16", ("V", 64)),
                     dests=(
                         Dest(
-                            kind="call",
-                            edge="internal",
+                            kind=DestKind.CALL,
+                            edge=Edge.INTERNAL,
                             rank=0,
                             call=1,
                             port="vision_embeddings",
@@ -324,8 +368,8 @@ PIECE_PREFILL_VISION = PieceSpec(
                 PortIn(
                     port="vision_embeddings",
                     channel="vision_embeddings",
-                    mode="once",
-                    src=Source(kind="call", rank=0, call=0, port="vision_embeddings"),
+                    mode=InputMode.ONCE,
+                    src=Source(kind=SourceKind.CALL, rank=0, call=0, port="vision_embeddings"),
                     type=TypeSpec("bf16", ("V", 64)),
                 ),
             ),
@@ -333,23 +377,35 @@ PIECE_PREFILL_VISION = PieceSpec(
                 PortOut(
                     port="new_token",
                     type=TypeSpec("i64", (1,)),
-                    dests=(Dest(kind="persist", edge="persisted", name="new_token"),),
+                    dests=(Dest(kind=DestKind.PERSIST, edge=Edge.PERSISTED, name="new_token"),),
                 ),
                 PortOut(
                     port="thinker_states",
                     type=TypeSpec("bf16", (8, 128)),
-                    dests=(Dest(kind="stream", edge="streamed", rank=0, name="thinker_states"),),
+                    dests=(
+                        Dest(
+                            kind=DestKind.STREAM,
+                            edge=Edge.STREAMED,
+                            rank=0,
+                            name="thinker_states",
+                        ),
+                    ),
                 ),
                 PortOut(
                     port="thinker_mask",
                     type=TypeSpec("bool", (8, 2)),
-                    dests=(Dest(kind="stream", edge="streamed", rank=0, name="thinker_mask"),),
+                    dests=(
+                        Dest(kind=DestKind.STREAM, edge=Edge.STREAMED, rank=0, name="thinker_mask"),
+                    ),
                 ),
             ),
             writes=("new_token",),
+            pushes=("thinker_states", "thinker_mask"),
             source="qwen3_omni.walk:115",
         ),
     ),
+    body=(0, 1),
+    producers=(("thinker_states", (1,)), ("thinker_mask", (1,))),
     source="qwen3_omni.walk:113",
 )
 
@@ -362,10 +418,13 @@ PIECE_THINKER_DECODE = PieceSpec(
         # examples/qwen3_omni/qwen3_omni.walk:120
         LoopSpec(
             name="decode_loop",
+            chain=("decode_loop",),
             max=2048,
-            until=Source(kind="call", rank=0, call=0, port="stop"),
+            until=Source(kind=SourceKind.CALL, rank=0, call=0, port="stop"),
             ranks=(0,),
             calls=(0,),
+            body=(0, 1),
+            pushes=("thinker_states", "thinker_mask"),
             source="qwen3_omni.walk:120",
         ),
     ),
@@ -380,9 +439,9 @@ PIECE_THINKER_DECODE = PieceSpec(
                 PortIn(
                     port="token",
                     channel="token",
-                    mode="carried",
-                    src=Source(kind="call", rank=0, call=0, port="new_token"),
-                    init=Source(kind="input", name="token"),
+                    mode=InputMode.CARRIED,
+                    src=Source(kind=SourceKind.CALL, rank=0, call=0, port="new_token"),
+                    init=Source(kind=SourceKind.INPUT, name="token"),
                     type=TypeSpec("i64", (1,)),
                     loop="decode_loop",
                 ),
@@ -393,8 +452,8 @@ PIECE_THINKER_DECODE = PieceSpec(
                     type=TypeSpec("i64", (1,)),
                     dests=(
                         Dest(
-                            kind="call",
-                            edge="loop_carried",
+                            kind=DestKind.CALL,
+                            edge=Edge.LOOP_CARRIED,
                             rank=0,
                             call=1,
                             port="value",
@@ -402,8 +461,8 @@ PIECE_THINKER_DECODE = PieceSpec(
                             carried=True,
                         ),
                         Dest(
-                            kind="call",
-                            edge="loop_carried",
+                            kind=DestKind.CALL,
+                            edge=Edge.LOOP_CARRIED,
                             rank=0,
                             call=0,
                             port="token",
@@ -417,8 +476,8 @@ PIECE_THINKER_DECODE = PieceSpec(
                     type=TypeSpec("bool", ()),
                     dests=(
                         Dest(
-                            kind="until",
-                            edge="until",
+                            kind=DestKind.UNTIL,
+                            edge=Edge.UNTIL,
                             name="decode_loop",
                             loop="decode_loop",
                             ranks=(0,),
@@ -430,8 +489,8 @@ PIECE_THINKER_DECODE = PieceSpec(
                     type=TypeSpec("bf16", (8, 128)),
                     dests=(
                         Dest(
-                            kind="stream",
-                            edge="streamed",
+                            kind=DestKind.STREAM,
+                            edge=Edge.STREAMED,
                             rank=0,
                             name="thinker_states",
                             loop="decode_loop",
@@ -443,8 +502,8 @@ PIECE_THINKER_DECODE = PieceSpec(
                     type=TypeSpec("bool", (8, 2)),
                     dests=(
                         Dest(
-                            kind="stream",
-                            edge="streamed",
+                            kind=DestKind.STREAM,
+                            edge=Edge.STREAMED,
                             rank=0,
                             name="thinker_mask",
                             loop="decode_loop",
@@ -453,10 +512,10 @@ PIECE_THINKER_DECODE = PieceSpec(
                 ),
             ),
             writes=("new_token", "stop"),
+            pushes=("thinker_states", "thinker_mask"),
             source="qwen3_omni.walk:122",
         ),
     ),
-    source="qwen3_omni.walk:119",
     sinks=(
         # examples/qwen3_omni/qwen3_omni.walk:121
         SinkSpec(
@@ -466,16 +525,19 @@ PIECE_THINKER_DECODE = PieceSpec(
             input=PortIn(
                 port="value",
                 channel="token",
-                mode="carried",
-                src=Source(kind="call", rank=0, call=0, port="new_token"),
-                init=Source(kind="input", name="token"),
+                mode=InputMode.CARRIED,
+                src=Source(kind=SourceKind.CALL, rank=0, call=0, port="new_token"),
+                init=Source(kind=SourceKind.INPUT, name="token"),
                 type=TypeSpec("i64", (1,)),
                 loop="decode_loop",
             ),
-            dest=Dest(kind="client", edge="emitted", name="text", channel="token"),
+            dest=Dest(kind=DestKind.CLIENT, edge=Edge.EMITTED, name="text", channel="token"),
             source="qwen3_omni.walk:121",
         ),
     ),
+    nested=("decode_loop",),
+    producers=(("thinker_states", (0,)), ("thinker_mask", (0,))),
+    source="qwen3_omni.walk:119",
 )
 
 # examples/qwen3_omni/qwen3_omni.walk:127
@@ -492,15 +554,15 @@ PIECE_TALKER_PREFILL = PieceSpec(
                 PortIn(
                     port="thinker_states",
                     channel="thinker_states",
-                    mode="stream",
-                    src=Source(kind="stream", name="thinker_states"),
+                    mode=InputMode.STREAM,
+                    src=Source(kind=SourceKind.STREAM, name="thinker_states"),
                     type=TypeSpec("bf16", (8, 128)),
                 ),
                 PortIn(
                     port="thinker_mask",
                     channel="thinker_mask",
-                    mode="stream",
-                    src=Source(kind="stream", name="thinker_mask"),
+                    mode=InputMode.STREAM,
+                    src=Source(kind=SourceKind.STREAM, name="thinker_mask"),
                     type=TypeSpec("bool", (8, 2)),
                 ),
             ),
@@ -508,13 +570,16 @@ PIECE_TALKER_PREFILL = PieceSpec(
                 PortOut(
                     port="codec_tokens",
                     type=TypeSpec("i64", (1, 16)),
-                    dests=(Dest(kind="stream", edge="streamed", rank=0, name="codes"),),
+                    dests=(Dest(kind=DestKind.STREAM, edge=Edge.STREAMED, rank=0, name="codes"),),
                 ),
             ),
-            writes=(),
+            pushes=("codes",),
             source="qwen3_omni.walk:128",
         ),
     ),
+    body=(0,),
+    producers=(("codes", (0,)),),
+    consumers=(("thinker_states", (0,)), ("thinker_mask", (0,))),
     source="qwen3_omni.walk:127",
 )
 
@@ -532,15 +597,15 @@ PIECE_TALKER_LAST_PREFILL = PieceSpec(
                 PortIn(
                     port="thinker_states",
                     channel="thinker_states",
-                    mode="stream",
-                    src=Source(kind="stream", name="thinker_states"),
+                    mode=InputMode.STREAM,
+                    src=Source(kind=SourceKind.STREAM, name="thinker_states"),
                     type=TypeSpec("bf16", (8, 128)),
                 ),
                 PortIn(
                     port="thinker_mask",
                     channel="thinker_mask",
-                    mode="stream",
-                    src=Source(kind="stream", name="thinker_mask"),
+                    mode=InputMode.STREAM,
+                    src=Source(kind=SourceKind.STREAM, name="thinker_mask"),
                     type=TypeSpec("bool", (8, 2)),
                 ),
             ),
@@ -548,18 +613,28 @@ PIECE_TALKER_LAST_PREFILL = PieceSpec(
                 PortOut(
                     port="talker_input_embeds",
                     type=TypeSpec("bf16", (1, 32)),
-                    dests=(Dest(kind="persist", edge="persisted", name="talker_input_embeds"),),
+                    dests=(
+                        Dest(
+                            kind=DestKind.PERSIST,
+                            edge=Edge.PERSISTED,
+                            name="talker_input_embeds",
+                        ),
+                    ),
                 ),
                 PortOut(
                     port="codec_tokens",
                     type=TypeSpec("i64", (1, 16)),
-                    dests=(Dest(kind="stream", edge="streamed", rank=0, name="codes"),),
+                    dests=(Dest(kind=DestKind.STREAM, edge=Edge.STREAMED, rank=0, name="codes"),),
                 ),
             ),
             writes=("talker_input_embeds",),
+            pushes=("codes",),
             source="qwen3_omni.walk:132",
         ),
     ),
+    body=(0,),
+    producers=(("codes", (0,)),),
+    consumers=(("thinker_states", (0,)), ("thinker_mask", (0,))),
     source="qwen3_omni.walk:131",
 )
 
@@ -572,10 +647,13 @@ PIECE_TALKER_DECODE = PieceSpec(
         # examples/qwen3_omni/qwen3_omni.walk:137
         LoopSpec(
             name="talker_decode_loop",
+            chain=("talker_decode_loop",),
             max=4096,
-            until=Source(kind="call", rank=0, call=0, port="stop"),
+            until=Source(kind=SourceKind.CALL, rank=0, call=0, port="stop"),
             ranks=(0,),
             calls=(0,),
+            body=(0,),
+            pushes=("codes",),
             source="qwen3_omni.walk:137",
         ),
     ),
@@ -590,23 +668,23 @@ PIECE_TALKER_DECODE = PieceSpec(
                 PortIn(
                     port="thinker_states",
                     channel="thinker_states",
-                    mode="stream",
-                    src=Source(kind="stream", name="thinker_states"),
+                    mode=InputMode.STREAM,
+                    src=Source(kind=SourceKind.STREAM, name="thinker_states"),
                     type=TypeSpec("bf16", (8, 128)),
                 ),
                 PortIn(
                     port="thinker_mask",
                     channel="thinker_mask",
-                    mode="stream",
-                    src=Source(kind="stream", name="thinker_mask"),
+                    mode=InputMode.STREAM,
+                    src=Source(kind=SourceKind.STREAM, name="thinker_mask"),
                     type=TypeSpec("bool", (8, 2)),
                 ),
                 PortIn(
                     port="talker_input_embeds",
                     channel="talker_input_embeds",
-                    mode="carried",
-                    src=Source(kind="call", rank=0, call=0, port="talker_input_embeds"),
-                    init=Source(kind="input", name="talker_input_embeds"),
+                    mode=InputMode.CARRIED,
+                    src=Source(kind=SourceKind.CALL, rank=0, call=0, port="talker_input_embeds"),
+                    init=Source(kind=SourceKind.INPUT, name="talker_input_embeds"),
                     type=TypeSpec("bf16", (1, 32)),
                     loop="talker_decode_loop",
                 ),
@@ -617,8 +695,8 @@ PIECE_TALKER_DECODE = PieceSpec(
                     type=TypeSpec("bf16", (1, 32)),
                     dests=(
                         Dest(
-                            kind="call",
-                            edge="loop_carried",
+                            kind=DestKind.CALL,
+                            edge=Edge.LOOP_CARRIED,
                             rank=0,
                             call=0,
                             port="talker_input_embeds",
@@ -632,8 +710,8 @@ PIECE_TALKER_DECODE = PieceSpec(
                     type=TypeSpec("i64", (1, 16)),
                     dests=(
                         Dest(
-                            kind="stream",
-                            edge="streamed",
+                            kind=DestKind.STREAM,
+                            edge=Edge.STREAMED,
                             rank=0,
                             name="codes",
                             loop="talker_decode_loop",
@@ -645,8 +723,8 @@ PIECE_TALKER_DECODE = PieceSpec(
                     type=TypeSpec("bool", ()),
                     dests=(
                         Dest(
-                            kind="until",
-                            edge="until",
+                            kind=DestKind.UNTIL,
+                            edge=Edge.UNTIL,
                             name="talker_decode_loop",
                             loop="talker_decode_loop",
                             ranks=(0,),
@@ -655,9 +733,13 @@ PIECE_TALKER_DECODE = PieceSpec(
                 ),
             ),
             writes=("talker_input_embeds", "stop"),
+            pushes=("codes",),
             source="qwen3_omni.walk:138",
         ),
     ),
+    nested=("talker_decode_loop",),
+    producers=(("codes", (0,)),),
+    consumers=(("thinker_states", (0,)), ("thinker_mask", (0,))),
     source="qwen3_omni.walk:136",
 )
 
@@ -675,8 +757,8 @@ PIECE_CODE2WAV_CHUNK = PieceSpec(
                 PortIn(
                     port="codes",
                     channel="codes",
-                    mode="stream",
-                    src=Source(kind="stream", name="codes"),
+                    mode=InputMode.STREAM,
+                    src=Source(kind=SourceKind.STREAM, name="codes"),
                     type=TypeSpec("i64", (50, 16)),
                 ),
             ),
@@ -684,13 +766,22 @@ PIECE_CODE2WAV_CHUNK = PieceSpec(
                 PortOut(
                     port="audio",
                     type=TypeSpec("f32", (400,)),
-                    dests=(Dest(kind="client", edge="emitted", name="audio", channel="audio"),),
+                    dests=(
+                        Dest(
+                            kind=DestKind.CLIENT,
+                            edge=Edge.EMITTED,
+                            name="audio",
+                            channel="audio",
+                        ),
+                    ),
                 ),
             ),
             writes=("audio",),
             source="qwen3_omni.walk:144",
         ),
     ),
+    body=(0,),
+    consumers=(("codes", (0,)),),
     source="qwen3_omni.walk:143",
 )
 
@@ -700,6 +791,8 @@ RANK = RankSpec(
     rank=0,
     device="cpu",
     host="127.0.0.1",
+    model="qwen3_omni",
+    placement="cpu",
     nodes=(NODE_AUDIO_ENCODER, NODE_VISION_ENCODER, NODE_THINKER, NODE_TALKER, NODE_CODE2WAV),
     pieces=(
         PIECE_PREFILL_TEXT,
@@ -716,9 +809,10 @@ RANK = RankSpec(
         CaptureSpec(
             walk="thinker_decode",
             rank=0,
-            scope="loop",
+            scope=CaptureScope.LOOP,
             loop="decode_loop",
             calls=(0,),
+            nodes=("Thinker",),
             ports=(
                 ("0#token", TypeSpec("i64", (1,))),
                 ("0#new_token", TypeSpec("i64", (1,))),
@@ -731,9 +825,10 @@ RANK = RankSpec(
         CaptureSpec(
             walk="talker_decode",
             rank=0,
-            scope="loop",
+            scope=CaptureScope.LOOP,
             loop="talker_decode_loop",
             calls=(0,),
+            nodes=("Talker",),
             ports=(
                 ("0#thinker_states", TypeSpec("bf16", (8, 128))),
                 ("0#thinker_mask", TypeSpec("bool", (8, 2))),
@@ -746,7 +841,6 @@ RANK = RankSpec(
         ),
     ),
     memory=MemorySpec(kv_bytes=4194304, static_buffer_bytes=17608, stream_bytes=33856),
-    model="qwen3_omni",
-    placement="cpu",
-    world_size=1,
+    kv_cache=KvCacheSpec(pages=256),
+    batching=BatchingSpec(max_batch=4, capture=(1, 2, 4)),
 )

@@ -7,18 +7,20 @@ order, and `Fail` to end the request with an error. The runtime's conductor resu
 every rank in the walk's `report` has finished.
 """
 
+from wgc_runtime.contract.flow import Fail, FlowGen, Request, RunWalk
+from wgc_runtime.contract.kinds import DestKind, Edge, FlowKind, OptionType
 from wgc_runtime.contract.spec import (
+    BatchingSpec,
     ConductorSpec,
     Dest,
-    Fail,
-    FlowGen,
     FlowSpec,
+    KvCacheSpec,
     OptionSpec,
-    Request,
-    RunWalk,
     WalkInputSpec,
     WalkSpec,
 )
+
+SPEC_VERSION = 2  # the `wgc_runtime.contract.spec` records this module is written for
 
 # ---------------------------------------------------------------- walks
 
@@ -31,17 +33,17 @@ WALK_PREFILL_VIDEO = WalkSpec(
         WalkInputSpec(
             name="video",
             ranks=(0,),
-            dests=(Dest(kind="call", edge="input", rank=0, call=0, port="video"),),
+            dests=(Dest(kind=DestKind.CALL, edge=Edge.INPUT, rank=0, call=0, port="video"),),
         ),
         WalkInputSpec(
             name="actions",
             ranks=(0,),
-            dests=(Dest(kind="call", edge="input", rank=0, call=1, port="actions"),),
+            dests=(Dest(kind=DestKind.CALL, edge=Edge.INPUT, rank=0, call=1, port="actions"),),
         ),
         WalkInputSpec(
             name="states",
             ranks=(0,),
-            dests=(Dest(kind="call", edge="input", rank=0, call=1, port="states"),),
+            dests=(Dest(kind=DestKind.CALL, edge=Edge.INPUT, rank=0, call=1, port="states"),),
         ),
     ),
     source="vjepa2_ac.walk:91",
@@ -56,15 +58,15 @@ WALK_PREFILL_VIDEO_ROLLOUT = WalkSpec(
         WalkInputSpec(
             name="video",
             ranks=(0,),
-            dests=(Dest(kind="call", edge="input", rank=0, call=0, port="video"),),
+            dests=(Dest(kind=DestKind.CALL, edge=Edge.INPUT, rank=0, call=0, port="video"),),
         ),
         WalkInputSpec(
             name="actions",
             ranks=(0,),
             dests=(
                 Dest(
-                    kind="call",
-                    edge="loop_invariant",
+                    kind=DestKind.CALL,
+                    edge=Edge.LOOP_INVARIANT,
                     rank=0,
                     call=2,
                     port="actions",
@@ -77,8 +79,8 @@ WALK_PREFILL_VIDEO_ROLLOUT = WalkSpec(
             ranks=(0,),
             dests=(
                 Dest(
-                    kind="call",
-                    edge="loop_invariant",
+                    kind=DestKind.CALL,
+                    edge=Edge.LOOP_INVARIANT,
                     rank=0,
                     call=2,
                     port="states",
@@ -91,8 +93,8 @@ WALK_PREFILL_VIDEO_ROLLOUT = WalkSpec(
             ranks=(0,),
             dests=(
                 Dest(
-                    kind="call",
-                    edge="loop_invariant",
+                    kind=DestKind.CALL,
+                    edge=Edge.LOOP_INVARIANT,
                     rank=0,
                     call=2,
                     port="horizon",
@@ -113,15 +115,15 @@ WALK_PREFILL_VIDEO_ROLLOUT_STREAMING = WalkSpec(
         WalkInputSpec(
             name="video",
             ranks=(0,),
-            dests=(Dest(kind="call", edge="input", rank=0, call=0, port="video"),),
+            dests=(Dest(kind=DestKind.CALL, edge=Edge.INPUT, rank=0, call=0, port="video"),),
         ),
         WalkInputSpec(
             name="actions",
             ranks=(0,),
             dests=(
                 Dest(
-                    kind="call",
-                    edge="loop_invariant",
+                    kind=DestKind.CALL,
+                    edge=Edge.LOOP_INVARIANT,
                     rank=0,
                     call=2,
                     port="actions",
@@ -134,8 +136,8 @@ WALK_PREFILL_VIDEO_ROLLOUT_STREAMING = WalkSpec(
             ranks=(0,),
             dests=(
                 Dest(
-                    kind="call",
-                    edge="loop_invariant",
+                    kind=DestKind.CALL,
+                    edge=Edge.LOOP_INVARIANT,
                     rank=0,
                     call=2,
                     port="states",
@@ -148,8 +150,8 @@ WALK_PREFILL_VIDEO_ROLLOUT_STREAMING = WalkSpec(
             ranks=(0,),
             dests=(
                 Dest(
-                    kind="call",
-                    edge="loop_invariant",
+                    kind=DestKind.CALL,
+                    edge=Edge.LOOP_INVARIANT,
                     rank=0,
                     call=2,
                     port="horizon",
@@ -170,31 +172,31 @@ WALK_PREFILL_VIDEO_MPC = WalkSpec(
         WalkInputSpec(
             name="video",
             ranks=(0,),
-            dests=(Dest(kind="call", edge="input", rank=0, call=0, port="video"),),
+            dests=(Dest(kind=DestKind.CALL, edge=Edge.INPUT, rank=0, call=0, port="video"),),
         ),
         WalkInputSpec(
             name="goal",
             ranks=(0,),
-            dests=(Dest(kind="call", edge="input", rank=0, call=1, port="video"),),
+            dests=(Dest(kind=DestKind.CALL, edge=Edge.INPUT, rank=0, call=1, port="video"),),
         ),
         WalkInputSpec(
             name="plans",
             ranks=(0, 1),
             dests=(
-                Dest(kind="call", edge="input", rank=0, call=2, port="plans"),
-                Dest(kind="call", edge="input", rank=0, call=3, port="plans"),
-                Dest(kind="call", edge="input", rank=1, call=4, port="plans"),
-                Dest(kind="call", edge="input", rank=1, call=5, port="plans"),
+                Dest(kind=DestKind.CALL, edge=Edge.INPUT, rank=0, call=2, port="plans"),
+                Dest(kind=DestKind.CALL, edge=Edge.INPUT, rank=0, call=3, port="plans"),
+                Dest(kind=DestKind.CALL, edge=Edge.INPUT, rank=1, call=4, port="plans"),
+                Dest(kind=DestKind.CALL, edge=Edge.INPUT, rank=1, call=5, port="plans"),
             ),
         ),
         WalkInputSpec(
             name="states",
             ranks=(0, 1),
             dests=(
-                Dest(kind="call", edge="input", rank=0, call=2, port="states"),
-                Dest(kind="call", edge="input", rank=0, call=3, port="states"),
-                Dest(kind="call", edge="input", rank=1, call=4, port="states"),
-                Dest(kind="call", edge="input", rank=1, call=5, port="states"),
+                Dest(kind=DestKind.CALL, edge=Edge.INPUT, rank=0, call=2, port="states"),
+                Dest(kind=DestKind.CALL, edge=Edge.INPUT, rank=0, call=3, port="states"),
+                Dest(kind=DestKind.CALL, edge=Edge.INPUT, rank=1, call=4, port="states"),
+                Dest(kind=DestKind.CALL, edge=Edge.INPUT, rank=1, call=5, port="states"),
             ),
         ),
     ),
@@ -273,17 +275,13 @@ CONDUCTOR = ConductorSpec(
         WALK_PREFILL_VIDEO_MPC,
     ),
     flows=(
-        FlowSpec(
-            name="main",
-            kind="always",
-            body=flow_main,
-            source="examples/vjepa2_ac/vjepa2_ac.walk:138",
-        ),
+        FlowSpec(name="main", kind=FlowKind.ALWAYS, body=flow_main, source="vjepa2_ac.walk:138"),
     ),
+    streams=(),
     options=(
-        OptionSpec(name="rollout", type="bool", default=False),
-        OptionSpec(name="stream_rollout", type="bool", default=False),
-        OptionSpec(name="horizon", type="int", default=4),
+        OptionSpec(name="rollout", type=OptionType.BOOL, default=False),
+        OptionSpec(name="stream_rollout", type=OptionType.BOOL, default=False),
+        OptionSpec(name="horizon", type=OptionType.INT, default=4),
     ),
     params=(
         ("embed", 32),
@@ -304,6 +302,6 @@ CONDUCTOR = ConductorSpec(
         "mpc_scorer",
     ),
     max_concurrent_requests=4,
-    batching=(("max_batch", 4), ("capture", (1, 2, 4))),
-    kv_cache=(("page_size", 16), ("pages", 256), ("dtype", "f32")),
+    kv_cache=KvCacheSpec(pages=256),
+    batching=BatchingSpec(max_batch=4, capture=(1, 2, 4)),
 )

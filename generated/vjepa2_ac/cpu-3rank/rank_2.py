@@ -8,10 +8,12 @@ of walks: `prefill_video_mpc`. Owns stream buffers: none.
 Static memory estimate: 0.00 MiB (KV cache 0 B, static buffers 0 B, streams 0 B).
 """
 
+from wgc_runtime.contract.kinds import DestKind, Edge, Engine, InputMode, SourceKind
 from wgc_runtime.contract.spec import (
+    BatchingSpec,
     CallSpec,
     Dest,
-    MemorySpec,
+    KvCacheSpec,
     NodeSpec,
     PieceSpec,
     PortIn,
@@ -21,13 +23,15 @@ from wgc_runtime.contract.spec import (
     TypeSpec,
 )
 
+SPEC_VERSION = 2  # the `wgc_runtime.contract.spec` records this module is written for
+
 # ---------------------------------------------------------------- nodes
 
 # examples/vjepa2_ac/vjepa2_ac.walk:76
 NODE_AC_PREDICTOR_MPC_2 = NodeSpec(
     name="ac_predictor_mpc_2",
     impl="examples.vjepa2_ac.nodes:AcPredictorMpc",
-    engine="stateless",
+    engine=Engine.STATELESS,
     config=(("candidate", 2),),
     ranks=(2,),
     inputs=(
@@ -43,7 +47,7 @@ NODE_AC_PREDICTOR_MPC_2 = NodeSpec(
 NODE_AC_PREDICTOR_MPC_3 = NodeSpec(
     name="ac_predictor_mpc_3",
     impl="examples.vjepa2_ac.nodes:AcPredictorMpc",
-    engine="stateless",
+    engine=Engine.STATELESS,
     config=(("candidate", 3),),
     ranks=(2,),
     inputs=(
@@ -72,22 +76,22 @@ PIECE_PREFILL_VIDEO_MPC = PieceSpec(
                 PortIn(
                     port="context",
                     channel="context",
-                    mode="once",
-                    src=Source(kind="call", rank=0, call=0, port="latents"),
+                    mode=InputMode.ONCE,
+                    src=Source(kind=SourceKind.CALL, rank=0, call=0, port="latents"),
                     type=TypeSpec("bf16", ("C", 32)),
                 ),
                 PortIn(
                     port="plans",
                     channel="plans",
-                    mode="once",
-                    src=Source(kind="input", name="plans"),
+                    mode=InputMode.ONCE,
+                    src=Source(kind=SourceKind.INPUT, name="plans"),
                     type=TypeSpec("f32", (4, 16, 7)),
                 ),
                 PortIn(
                     port="states",
                     channel="states",
-                    mode="once",
-                    src=Source(kind="input", name="states"),
+                    mode=InputMode.ONCE,
+                    src=Source(kind=SourceKind.INPUT, name="states"),
                     type=TypeSpec("f32", (16, 7)),
                 ),
             ),
@@ -95,7 +99,9 @@ PIECE_PREFILL_VIDEO_MPC = PieceSpec(
                 PortOut(
                     port="prediction",
                     type=TypeSpec("bf16", (16, 32)),
-                    dests=(Dest(kind="call", edge="internal", rank=0, call=6, port="pred_2"),),
+                    dests=(
+                        Dest(kind=DestKind.CALL, edge=Edge.INTERNAL, rank=0, call=6, port="pred_2"),
+                    ),
                 ),
             ),
             writes=("prediction",),
@@ -110,22 +116,22 @@ PIECE_PREFILL_VIDEO_MPC = PieceSpec(
                 PortIn(
                     port="context",
                     channel="context",
-                    mode="once",
-                    src=Source(kind="call", rank=0, call=0, port="latents"),
+                    mode=InputMode.ONCE,
+                    src=Source(kind=SourceKind.CALL, rank=0, call=0, port="latents"),
                     type=TypeSpec("bf16", ("C", 32)),
                 ),
                 PortIn(
                     port="plans",
                     channel="plans",
-                    mode="once",
-                    src=Source(kind="input", name="plans"),
+                    mode=InputMode.ONCE,
+                    src=Source(kind=SourceKind.INPUT, name="plans"),
                     type=TypeSpec("f32", (4, 16, 7)),
                 ),
                 PortIn(
                     port="states",
                     channel="states",
-                    mode="once",
-                    src=Source(kind="input", name="states"),
+                    mode=InputMode.ONCE,
+                    src=Source(kind=SourceKind.INPUT, name="states"),
                     type=TypeSpec("f32", (16, 7)),
                 ),
             ),
@@ -133,13 +139,16 @@ PIECE_PREFILL_VIDEO_MPC = PieceSpec(
                 PortOut(
                     port="prediction",
                     type=TypeSpec("bf16", (16, 32)),
-                    dests=(Dest(kind="call", edge="internal", rank=0, call=6, port="pred_3"),),
+                    dests=(
+                        Dest(kind=DestKind.CALL, edge=Edge.INTERNAL, rank=0, call=6, port="pred_3"),
+                    ),
                 ),
             ),
             writes=("prediction",),
             source="vjepa2_ac.walk:128",
         ),
     ),
+    body=(4, 5),
     source="vjepa2_ac.walk:118",
 )
 
@@ -149,10 +158,11 @@ RANK = RankSpec(
     rank=2,
     device="cpu",
     host="127.0.0.1",
-    nodes=(NODE_AC_PREDICTOR_MPC_2, NODE_AC_PREDICTOR_MPC_3),
-    pieces=(PIECE_PREFILL_VIDEO_MPC,),
-    memory=MemorySpec(),
     model="vjepa2_ac",
     placement="cpu-3rank",
     world_size=3,
+    nodes=(NODE_AC_PREDICTOR_MPC_2, NODE_AC_PREDICTOR_MPC_3),
+    pieces=(PIECE_PREFILL_VIDEO_MPC,),
+    kv_cache=KvCacheSpec(pages=256),
+    batching=BatchingSpec(max_batch=4, capture=(1, 2, 4)),
 )

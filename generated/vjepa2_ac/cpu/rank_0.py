@@ -12,10 +12,13 @@ buffers: none.
 Static memory estimate: 0.09 MiB (KV cache 65536 B, static buffers 23752 B, streams 0 B).
 """
 
+from wgc_runtime.contract.kinds import CaptureScope, DestKind, Edge, Engine, InputMode, SourceKind
 from wgc_runtime.contract.spec import (
+    BatchingSpec,
     CallSpec,
     CaptureSpec,
     Dest,
+    KvCacheSpec,
     LoopSpec,
     MemorySpec,
     NodeSpec,
@@ -27,13 +30,15 @@ from wgc_runtime.contract.spec import (
     TypeSpec,
 )
 
+SPEC_VERSION = 2  # the `wgc_runtime.contract.spec` records this module is written for
+
 # ---------------------------------------------------------------- nodes
 
 # examples/vjepa2_ac/vjepa2_ac.walk:42
 NODE_VIDEO_ENCODER = NodeSpec(
     name="video_encoder",
     impl="examples.vjepa2_ac.nodes:VideoEncoder",
-    engine="stateless",
+    engine=Engine.STATELESS,
     ranks=(0,),
     inputs=(("video", TypeSpec("u8", ("F", "H", "W", 3))),),
     outputs=(("latents", TypeSpec("bf16", ("C", 32))),),
@@ -44,7 +49,7 @@ NODE_VIDEO_ENCODER = NodeSpec(
 NODE_PREDICTOR = NodeSpec(
     name="predictor",
     impl="examples.vjepa2_ac.nodes:Predictor",
-    engine="kv_cache",
+    engine=Engine.KV_CACHE,
     labels=("main",),
     ranks=(0,),
     inputs=(
@@ -60,7 +65,7 @@ NODE_PREDICTOR = NodeSpec(
 NODE_ROLLOUT_PREDICTOR = NodeSpec(
     name="rollout_predictor",
     impl="examples.vjepa2_ac.nodes:RolloutPredictor",
-    engine="kv_cache",
+    engine=Engine.KV_CACHE,
     labels=("main",),
     ranks=(0,),
     inputs=(
@@ -84,7 +89,7 @@ NODE_ROLLOUT_PREDICTOR = NodeSpec(
 NODE_AC_PREDICTOR_MPC = NodeSpec(
     name="ac_predictor_mpc",
     impl="examples.vjepa2_ac.nodes:AcPredictorMpc",
-    engine="stateless",
+    engine=Engine.STATELESS,
     config=(("candidate", 0),),
     ranks=(0,),
     inputs=(
@@ -100,7 +105,7 @@ NODE_AC_PREDICTOR_MPC = NodeSpec(
 NODE_AC_PREDICTOR_MPC_1 = NodeSpec(
     name="ac_predictor_mpc_1",
     impl="examples.vjepa2_ac.nodes:AcPredictorMpc",
-    engine="stateless",
+    engine=Engine.STATELESS,
     config=(("candidate", 1),),
     ranks=(0,),
     inputs=(
@@ -116,7 +121,7 @@ NODE_AC_PREDICTOR_MPC_1 = NodeSpec(
 NODE_AC_PREDICTOR_MPC_2 = NodeSpec(
     name="ac_predictor_mpc_2",
     impl="examples.vjepa2_ac.nodes:AcPredictorMpc",
-    engine="stateless",
+    engine=Engine.STATELESS,
     config=(("candidate", 2),),
     ranks=(0,),
     inputs=(
@@ -132,7 +137,7 @@ NODE_AC_PREDICTOR_MPC_2 = NodeSpec(
 NODE_AC_PREDICTOR_MPC_3 = NodeSpec(
     name="ac_predictor_mpc_3",
     impl="examples.vjepa2_ac.nodes:AcPredictorMpc",
-    engine="stateless",
+    engine=Engine.STATELESS,
     config=(("candidate", 3),),
     ranks=(0,),
     inputs=(
@@ -148,7 +153,7 @@ NODE_AC_PREDICTOR_MPC_3 = NodeSpec(
 NODE_MPC_SCORER = NodeSpec(
     name="mpc_scorer",
     impl="examples.vjepa2_ac.nodes:MpcScorer",
-    engine="stateless",
+    engine=Engine.STATELESS,
     ranks=(0,),
     inputs=(
         ("pred_0", TypeSpec("bf16", (16, 32))),
@@ -178,8 +183,8 @@ PIECE_PREFILL_VIDEO = PieceSpec(
                 PortIn(
                     port="video",
                     channel="video",
-                    mode="once",
-                    src=Source(kind="input", name="video"),
+                    mode=InputMode.ONCE,
+                    src=Source(kind=SourceKind.INPUT, name="video"),
                     type=TypeSpec("u8", ("F", "H", "W", 3)),
                 ),
             ),
@@ -187,7 +192,15 @@ PIECE_PREFILL_VIDEO = PieceSpec(
                 PortOut(
                     port="latents",
                     type=TypeSpec("bf16", ("C", 32)),
-                    dests=(Dest(kind="call", edge="internal", rank=0, call=1, port="context"),),
+                    dests=(
+                        Dest(
+                            kind=DestKind.CALL,
+                            edge=Edge.INTERNAL,
+                            rank=0,
+                            call=1,
+                            port="context",
+                        ),
+                    ),
                 ),
             ),
             writes=("latents",),
@@ -202,22 +215,22 @@ PIECE_PREFILL_VIDEO = PieceSpec(
                 PortIn(
                     port="context",
                     channel="context",
-                    mode="once",
-                    src=Source(kind="call", rank=0, call=0, port="latents"),
+                    mode=InputMode.ONCE,
+                    src=Source(kind=SourceKind.CALL, rank=0, call=0, port="latents"),
                     type=TypeSpec("bf16", ("C", 32)),
                 ),
                 PortIn(
                     port="actions",
                     channel="actions",
-                    mode="once",
-                    src=Source(kind="input", name="actions"),
+                    mode=InputMode.ONCE,
+                    src=Source(kind=SourceKind.INPUT, name="actions"),
                     type=TypeSpec("f32", (16, 7)),
                 ),
                 PortIn(
                     port="states",
                     channel="states",
-                    mode="once",
-                    src=Source(kind="input", name="states"),
+                    mode=InputMode.ONCE,
+                    src=Source(kind=SourceKind.INPUT, name="states"),
                     type=TypeSpec("f32", (16, 7)),
                 ),
             ),
@@ -226,7 +239,12 @@ PIECE_PREFILL_VIDEO = PieceSpec(
                     port="prediction",
                     type=TypeSpec("bf16", (16, 32)),
                     dests=(
-                        Dest(kind="client", edge="emitted", name="tensor", channel="prediction"),
+                        Dest(
+                            kind=DestKind.CLIENT,
+                            edge=Edge.EMITTED,
+                            name="tensor",
+                            channel="prediction",
+                        ),
                     ),
                 ),
             ),
@@ -234,6 +252,7 @@ PIECE_PREFILL_VIDEO = PieceSpec(
             source="vjepa2_ac.walk:93",
         ),
     ),
+    body=(0, 1),
     source="vjepa2_ac.walk:91",
 )
 
@@ -246,10 +265,13 @@ PIECE_PREFILL_VIDEO_ROLLOUT = PieceSpec(
         # examples/vjepa2_ac/vjepa2_ac.walk:101
         LoopSpec(
             name="rollout_loop",
+            chain=("rollout_loop",),
             max=16,
-            until=Source(kind="call", rank=0, call=2, port="stop"),
+            until=Source(kind=SourceKind.CALL, rank=0, call=2, port="stop"),
             ranks=(0,),
             calls=(2,),
+            body=(2,),
+            order=2,
             yield_all=("latent",),
             source="vjepa2_ac.walk:101",
         ),
@@ -264,8 +286,8 @@ PIECE_PREFILL_VIDEO_ROLLOUT = PieceSpec(
                 PortIn(
                     port="video",
                     channel="video",
-                    mode="once",
-                    src=Source(kind="input", name="video"),
+                    mode=InputMode.ONCE,
+                    src=Source(kind=SourceKind.INPUT, name="video"),
                     type=TypeSpec("u8", ("F", "H", "W", 3)),
                 ),
             ),
@@ -273,7 +295,15 @@ PIECE_PREFILL_VIDEO_ROLLOUT = PieceSpec(
                 PortOut(
                     port="latents",
                     type=TypeSpec("bf16", ("C", 32)),
-                    dests=(Dest(kind="call", edge="internal", rank=0, call=1, port="context"),),
+                    dests=(
+                        Dest(
+                            kind=DestKind.CALL,
+                            edge=Edge.INTERNAL,
+                            rank=0,
+                            call=1,
+                            port="context",
+                        ),
+                    ),
                 ),
             ),
             writes=("latents",),
@@ -288,8 +318,8 @@ PIECE_PREFILL_VIDEO_ROLLOUT = PieceSpec(
                 PortIn(
                     port="context",
                     channel="context",
-                    mode="once",
-                    src=Source(kind="call", rank=0, call=0, port="latents"),
+                    mode=InputMode.ONCE,
+                    src=Source(kind=SourceKind.CALL, rank=0, call=0, port="latents"),
                     type=TypeSpec("bf16", ("C", 32)),
                 ),
             ),
@@ -299,8 +329,8 @@ PIECE_PREFILL_VIDEO_ROLLOUT = PieceSpec(
                     type=TypeSpec("bf16", (16, 32)),
                     dests=(
                         Dest(
-                            kind="call",
-                            edge="loop_init",
+                            kind=DestKind.CALL,
+                            edge=Edge.LOOP_INIT,
                             rank=0,
                             call=2,
                             port="latent",
@@ -313,8 +343,8 @@ PIECE_PREFILL_VIDEO_ROLLOUT = PieceSpec(
                     type=TypeSpec("i64", ()),
                     dests=(
                         Dest(
-                            kind="call",
-                            edge="loop_init",
+                            kind=DestKind.CALL,
+                            edge=Edge.LOOP_INIT,
                             rank=0,
                             call=2,
                             port="step",
@@ -336,40 +366,40 @@ PIECE_PREFILL_VIDEO_ROLLOUT = PieceSpec(
                 PortIn(
                     port="actions",
                     channel="actions",
-                    mode="once",
-                    src=Source(kind="input", name="actions"),
+                    mode=InputMode.ONCE,
+                    src=Source(kind=SourceKind.INPUT, name="actions"),
                     type=TypeSpec("f32", (16, 7)),
                 ),
                 PortIn(
                     port="states",
                     channel="states",
-                    mode="once",
-                    src=Source(kind="input", name="states"),
+                    mode=InputMode.ONCE,
+                    src=Source(kind=SourceKind.INPUT, name="states"),
                     type=TypeSpec("f32", (16, 7)),
                 ),
                 PortIn(
                     port="latent",
                     channel="latent",
-                    mode="carried",
-                    src=Source(kind="call", rank=0, call=2, port="latent"),
-                    init=Source(kind="call", rank=0, call=1, port="latent"),
+                    mode=InputMode.CARRIED,
+                    src=Source(kind=SourceKind.CALL, rank=0, call=2, port="latent"),
+                    init=Source(kind=SourceKind.CALL, rank=0, call=1, port="latent"),
                     type=TypeSpec("bf16", (16, 32)),
                     loop="rollout_loop",
                 ),
                 PortIn(
                     port="step",
                     channel="step",
-                    mode="carried",
-                    src=Source(kind="call", rank=0, call=2, port="step"),
-                    init=Source(kind="call", rank=0, call=1, port="step"),
+                    mode=InputMode.CARRIED,
+                    src=Source(kind=SourceKind.CALL, rank=0, call=2, port="step"),
+                    init=Source(kind=SourceKind.CALL, rank=0, call=1, port="step"),
                     type=TypeSpec("i64", ()),
                     loop="rollout_loop",
                 ),
                 PortIn(
                     port="horizon",
                     channel="horizon",
-                    mode="once",
-                    src=Source(kind="input", name="horizon"),
+                    mode=InputMode.ONCE,
+                    src=Source(kind=SourceKind.INPUT, name="horizon"),
                     type=TypeSpec("i64", ()),
                 ),
             ),
@@ -379,8 +409,8 @@ PIECE_PREFILL_VIDEO_ROLLOUT = PieceSpec(
                     type=TypeSpec("bf16", (16, 32)),
                     dests=(
                         Dest(
-                            kind="call",
-                            edge="loop_carried",
+                            kind=DestKind.CALL,
+                            edge=Edge.LOOP_CARRIED,
                             rank=0,
                             call=2,
                             port="latent",
@@ -388,8 +418,8 @@ PIECE_PREFILL_VIDEO_ROLLOUT = PieceSpec(
                             carried=True,
                         ),
                         Dest(
-                            kind="client",
-                            edge="accumulated",
+                            kind=DestKind.CLIENT,
+                            edge=Edge.ACCUMULATED,
                             name="tensor",
                             loop="rollout_loop",
                             channel="latent",
@@ -401,8 +431,8 @@ PIECE_PREFILL_VIDEO_ROLLOUT = PieceSpec(
                     type=TypeSpec("i64", ()),
                     dests=(
                         Dest(
-                            kind="call",
-                            edge="loop_carried",
+                            kind=DestKind.CALL,
+                            edge=Edge.LOOP_CARRIED,
                             rank=0,
                             call=2,
                             port="step",
@@ -416,8 +446,8 @@ PIECE_PREFILL_VIDEO_ROLLOUT = PieceSpec(
                     type=TypeSpec("bool", ()),
                     dests=(
                         Dest(
-                            kind="until",
-                            edge="until",
+                            kind=DestKind.UNTIL,
+                            edge=Edge.UNTIL,
                             name="rollout_loop",
                             loop="rollout_loop",
                             ranks=(0,),
@@ -429,6 +459,8 @@ PIECE_PREFILL_VIDEO_ROLLOUT = PieceSpec(
             source="vjepa2_ac.walk:102",
         ),
     ),
+    body=(0, 1),
+    nested=("rollout_loop",),
     source="vjepa2_ac.walk:98",
 )
 
@@ -441,10 +473,13 @@ PIECE_PREFILL_VIDEO_ROLLOUT_STREAMING = PieceSpec(
         # examples/vjepa2_ac/vjepa2_ac.walk:111
         LoopSpec(
             name="rollout_loop",
+            chain=("rollout_loop",),
             max=16,
-            until=Source(kind="call", rank=0, call=2, port="stop"),
+            until=Source(kind=SourceKind.CALL, rank=0, call=2, port="stop"),
             ranks=(0,),
             calls=(2,),
+            body=(2,),
+            order=2,
             source="vjepa2_ac.walk:111",
         ),
     ),
@@ -458,8 +493,8 @@ PIECE_PREFILL_VIDEO_ROLLOUT_STREAMING = PieceSpec(
                 PortIn(
                     port="video",
                     channel="video",
-                    mode="once",
-                    src=Source(kind="input", name="video"),
+                    mode=InputMode.ONCE,
+                    src=Source(kind=SourceKind.INPUT, name="video"),
                     type=TypeSpec("u8", ("F", "H", "W", 3)),
                 ),
             ),
@@ -467,7 +502,15 @@ PIECE_PREFILL_VIDEO_ROLLOUT_STREAMING = PieceSpec(
                 PortOut(
                     port="latents",
                     type=TypeSpec("bf16", ("C", 32)),
-                    dests=(Dest(kind="call", edge="internal", rank=0, call=1, port="context"),),
+                    dests=(
+                        Dest(
+                            kind=DestKind.CALL,
+                            edge=Edge.INTERNAL,
+                            rank=0,
+                            call=1,
+                            port="context",
+                        ),
+                    ),
                 ),
             ),
             writes=("latents",),
@@ -482,8 +525,8 @@ PIECE_PREFILL_VIDEO_ROLLOUT_STREAMING = PieceSpec(
                 PortIn(
                     port="context",
                     channel="context",
-                    mode="once",
-                    src=Source(kind="call", rank=0, call=0, port="latents"),
+                    mode=InputMode.ONCE,
+                    src=Source(kind=SourceKind.CALL, rank=0, call=0, port="latents"),
                     type=TypeSpec("bf16", ("C", 32)),
                 ),
             ),
@@ -493,8 +536,8 @@ PIECE_PREFILL_VIDEO_ROLLOUT_STREAMING = PieceSpec(
                     type=TypeSpec("bf16", (16, 32)),
                     dests=(
                         Dest(
-                            kind="call",
-                            edge="loop_init",
+                            kind=DestKind.CALL,
+                            edge=Edge.LOOP_INIT,
                             rank=0,
                             call=2,
                             port="latent",
@@ -507,8 +550,8 @@ PIECE_PREFILL_VIDEO_ROLLOUT_STREAMING = PieceSpec(
                     type=TypeSpec("i64", ()),
                     dests=(
                         Dest(
-                            kind="call",
-                            edge="loop_init",
+                            kind=DestKind.CALL,
+                            edge=Edge.LOOP_INIT,
                             rank=0,
                             call=2,
                             port="step",
@@ -530,40 +573,40 @@ PIECE_PREFILL_VIDEO_ROLLOUT_STREAMING = PieceSpec(
                 PortIn(
                     port="actions",
                     channel="actions",
-                    mode="once",
-                    src=Source(kind="input", name="actions"),
+                    mode=InputMode.ONCE,
+                    src=Source(kind=SourceKind.INPUT, name="actions"),
                     type=TypeSpec("f32", (16, 7)),
                 ),
                 PortIn(
                     port="states",
                     channel="states",
-                    mode="once",
-                    src=Source(kind="input", name="states"),
+                    mode=InputMode.ONCE,
+                    src=Source(kind=SourceKind.INPUT, name="states"),
                     type=TypeSpec("f32", (16, 7)),
                 ),
                 PortIn(
                     port="latent",
                     channel="latent",
-                    mode="carried",
-                    src=Source(kind="call", rank=0, call=2, port="latent"),
-                    init=Source(kind="call", rank=0, call=1, port="latent"),
+                    mode=InputMode.CARRIED,
+                    src=Source(kind=SourceKind.CALL, rank=0, call=2, port="latent"),
+                    init=Source(kind=SourceKind.CALL, rank=0, call=1, port="latent"),
                     type=TypeSpec("bf16", (16, 32)),
                     loop="rollout_loop",
                 ),
                 PortIn(
                     port="step",
                     channel="step",
-                    mode="carried",
-                    src=Source(kind="call", rank=0, call=2, port="step"),
-                    init=Source(kind="call", rank=0, call=1, port="step"),
+                    mode=InputMode.CARRIED,
+                    src=Source(kind=SourceKind.CALL, rank=0, call=2, port="step"),
+                    init=Source(kind=SourceKind.CALL, rank=0, call=1, port="step"),
                     type=TypeSpec("i64", ()),
                     loop="rollout_loop",
                 ),
                 PortIn(
                     port="horizon",
                     channel="horizon",
-                    mode="once",
-                    src=Source(kind="input", name="horizon"),
+                    mode=InputMode.ONCE,
+                    src=Source(kind=SourceKind.INPUT, name="horizon"),
                     type=TypeSpec("i64", ()),
                 ),
             ),
@@ -573,8 +616,8 @@ PIECE_PREFILL_VIDEO_ROLLOUT_STREAMING = PieceSpec(
                     type=TypeSpec("bf16", (16, 32)),
                     dests=(
                         Dest(
-                            kind="call",
-                            edge="loop_carried",
+                            kind=DestKind.CALL,
+                            edge=Edge.LOOP_CARRIED,
                             rank=0,
                             call=2,
                             port="latent",
@@ -582,8 +625,8 @@ PIECE_PREFILL_VIDEO_ROLLOUT_STREAMING = PieceSpec(
                             carried=True,
                         ),
                         Dest(
-                            kind="client",
-                            edge="emitted",
+                            kind=DestKind.CLIENT,
+                            edge=Edge.EMITTED,
                             name="tensor",
                             loop="rollout_loop",
                             channel="latent",
@@ -595,8 +638,8 @@ PIECE_PREFILL_VIDEO_ROLLOUT_STREAMING = PieceSpec(
                     type=TypeSpec("i64", ()),
                     dests=(
                         Dest(
-                            kind="call",
-                            edge="loop_carried",
+                            kind=DestKind.CALL,
+                            edge=Edge.LOOP_CARRIED,
                             rank=0,
                             call=2,
                             port="step",
@@ -610,8 +653,8 @@ PIECE_PREFILL_VIDEO_ROLLOUT_STREAMING = PieceSpec(
                     type=TypeSpec("bool", ()),
                     dests=(
                         Dest(
-                            kind="until",
-                            edge="until",
+                            kind=DestKind.UNTIL,
+                            edge=Edge.UNTIL,
                             name="rollout_loop",
                             loop="rollout_loop",
                             ranks=(0,),
@@ -623,6 +666,8 @@ PIECE_PREFILL_VIDEO_ROLLOUT_STREAMING = PieceSpec(
             source="vjepa2_ac.walk:112",
         ),
     ),
+    body=(0, 1),
+    nested=("rollout_loop",),
     source="vjepa2_ac.walk:107",
 )
 
@@ -641,8 +686,8 @@ PIECE_PREFILL_VIDEO_MPC = PieceSpec(
                 PortIn(
                     port="video",
                     channel="video",
-                    mode="once",
-                    src=Source(kind="input", name="video"),
+                    mode=InputMode.ONCE,
+                    src=Source(kind=SourceKind.INPUT, name="video"),
                     type=TypeSpec("u8", ("F", "H", "W", 3)),
                 ),
             ),
@@ -651,10 +696,34 @@ PIECE_PREFILL_VIDEO_MPC = PieceSpec(
                     port="latents",
                     type=TypeSpec("bf16", ("C", 32)),
                     dests=(
-                        Dest(kind="call", edge="internal", rank=0, call=2, port="context"),
-                        Dest(kind="call", edge="internal", rank=0, call=3, port="context"),
-                        Dest(kind="call", edge="internal", rank=0, call=4, port="context"),
-                        Dest(kind="call", edge="internal", rank=0, call=5, port="context"),
+                        Dest(
+                            kind=DestKind.CALL,
+                            edge=Edge.INTERNAL,
+                            rank=0,
+                            call=2,
+                            port="context",
+                        ),
+                        Dest(
+                            kind=DestKind.CALL,
+                            edge=Edge.INTERNAL,
+                            rank=0,
+                            call=3,
+                            port="context",
+                        ),
+                        Dest(
+                            kind=DestKind.CALL,
+                            edge=Edge.INTERNAL,
+                            rank=0,
+                            call=4,
+                            port="context",
+                        ),
+                        Dest(
+                            kind=DestKind.CALL,
+                            edge=Edge.INTERNAL,
+                            rank=0,
+                            call=5,
+                            port="context",
+                        ),
                     ),
                 ),
             ),
@@ -670,8 +739,8 @@ PIECE_PREFILL_VIDEO_MPC = PieceSpec(
                 PortIn(
                     port="video",
                     channel="goal",
-                    mode="once",
-                    src=Source(kind="input", name="goal"),
+                    mode=InputMode.ONCE,
+                    src=Source(kind=SourceKind.INPUT, name="goal"),
                     type=TypeSpec("u8", ("F", "H", "W", 3)),
                 ),
             ),
@@ -679,7 +748,9 @@ PIECE_PREFILL_VIDEO_MPC = PieceSpec(
                 PortOut(
                     port="latents",
                     type=TypeSpec("bf16", ("C", 32)),
-                    dests=(Dest(kind="call", edge="internal", rank=0, call=6, port="goal"),),
+                    dests=(
+                        Dest(kind=DestKind.CALL, edge=Edge.INTERNAL, rank=0, call=6, port="goal"),
+                    ),
                 ),
             ),
             writes=("latents",),
@@ -694,22 +765,22 @@ PIECE_PREFILL_VIDEO_MPC = PieceSpec(
                 PortIn(
                     port="context",
                     channel="context",
-                    mode="once",
-                    src=Source(kind="call", rank=0, call=0, port="latents"),
+                    mode=InputMode.ONCE,
+                    src=Source(kind=SourceKind.CALL, rank=0, call=0, port="latents"),
                     type=TypeSpec("bf16", ("C", 32)),
                 ),
                 PortIn(
                     port="plans",
                     channel="plans",
-                    mode="once",
-                    src=Source(kind="input", name="plans"),
+                    mode=InputMode.ONCE,
+                    src=Source(kind=SourceKind.INPUT, name="plans"),
                     type=TypeSpec("f32", (4, 16, 7)),
                 ),
                 PortIn(
                     port="states",
                     channel="states",
-                    mode="once",
-                    src=Source(kind="input", name="states"),
+                    mode=InputMode.ONCE,
+                    src=Source(kind=SourceKind.INPUT, name="states"),
                     type=TypeSpec("f32", (16, 7)),
                 ),
             ),
@@ -717,7 +788,9 @@ PIECE_PREFILL_VIDEO_MPC = PieceSpec(
                 PortOut(
                     port="prediction",
                     type=TypeSpec("bf16", (16, 32)),
-                    dests=(Dest(kind="call", edge="internal", rank=0, call=6, port="pred_0"),),
+                    dests=(
+                        Dest(kind=DestKind.CALL, edge=Edge.INTERNAL, rank=0, call=6, port="pred_0"),
+                    ),
                 ),
             ),
             writes=("prediction",),
@@ -732,22 +805,22 @@ PIECE_PREFILL_VIDEO_MPC = PieceSpec(
                 PortIn(
                     port="context",
                     channel="context",
-                    mode="once",
-                    src=Source(kind="call", rank=0, call=0, port="latents"),
+                    mode=InputMode.ONCE,
+                    src=Source(kind=SourceKind.CALL, rank=0, call=0, port="latents"),
                     type=TypeSpec("bf16", ("C", 32)),
                 ),
                 PortIn(
                     port="plans",
                     channel="plans",
-                    mode="once",
-                    src=Source(kind="input", name="plans"),
+                    mode=InputMode.ONCE,
+                    src=Source(kind=SourceKind.INPUT, name="plans"),
                     type=TypeSpec("f32", (4, 16, 7)),
                 ),
                 PortIn(
                     port="states",
                     channel="states",
-                    mode="once",
-                    src=Source(kind="input", name="states"),
+                    mode=InputMode.ONCE,
+                    src=Source(kind=SourceKind.INPUT, name="states"),
                     type=TypeSpec("f32", (16, 7)),
                 ),
             ),
@@ -755,7 +828,9 @@ PIECE_PREFILL_VIDEO_MPC = PieceSpec(
                 PortOut(
                     port="prediction",
                     type=TypeSpec("bf16", (16, 32)),
-                    dests=(Dest(kind="call", edge="internal", rank=0, call=6, port="pred_1"),),
+                    dests=(
+                        Dest(kind=DestKind.CALL, edge=Edge.INTERNAL, rank=0, call=6, port="pred_1"),
+                    ),
                 ),
             ),
             writes=("prediction",),
@@ -770,22 +845,22 @@ PIECE_PREFILL_VIDEO_MPC = PieceSpec(
                 PortIn(
                     port="context",
                     channel="context",
-                    mode="once",
-                    src=Source(kind="call", rank=0, call=0, port="latents"),
+                    mode=InputMode.ONCE,
+                    src=Source(kind=SourceKind.CALL, rank=0, call=0, port="latents"),
                     type=TypeSpec("bf16", ("C", 32)),
                 ),
                 PortIn(
                     port="plans",
                     channel="plans",
-                    mode="once",
-                    src=Source(kind="input", name="plans"),
+                    mode=InputMode.ONCE,
+                    src=Source(kind=SourceKind.INPUT, name="plans"),
                     type=TypeSpec("f32", (4, 16, 7)),
                 ),
                 PortIn(
                     port="states",
                     channel="states",
-                    mode="once",
-                    src=Source(kind="input", name="states"),
+                    mode=InputMode.ONCE,
+                    src=Source(kind=SourceKind.INPUT, name="states"),
                     type=TypeSpec("f32", (16, 7)),
                 ),
             ),
@@ -793,7 +868,9 @@ PIECE_PREFILL_VIDEO_MPC = PieceSpec(
                 PortOut(
                     port="prediction",
                     type=TypeSpec("bf16", (16, 32)),
-                    dests=(Dest(kind="call", edge="internal", rank=0, call=6, port="pred_2"),),
+                    dests=(
+                        Dest(kind=DestKind.CALL, edge=Edge.INTERNAL, rank=0, call=6, port="pred_2"),
+                    ),
                 ),
             ),
             writes=("prediction",),
@@ -808,22 +885,22 @@ PIECE_PREFILL_VIDEO_MPC = PieceSpec(
                 PortIn(
                     port="context",
                     channel="context",
-                    mode="once",
-                    src=Source(kind="call", rank=0, call=0, port="latents"),
+                    mode=InputMode.ONCE,
+                    src=Source(kind=SourceKind.CALL, rank=0, call=0, port="latents"),
                     type=TypeSpec("bf16", ("C", 32)),
                 ),
                 PortIn(
                     port="plans",
                     channel="plans",
-                    mode="once",
-                    src=Source(kind="input", name="plans"),
+                    mode=InputMode.ONCE,
+                    src=Source(kind=SourceKind.INPUT, name="plans"),
                     type=TypeSpec("f32", (4, 16, 7)),
                 ),
                 PortIn(
                     port="states",
                     channel="states",
-                    mode="once",
-                    src=Source(kind="input", name="states"),
+                    mode=InputMode.ONCE,
+                    src=Source(kind=SourceKind.INPUT, name="states"),
                     type=TypeSpec("f32", (16, 7)),
                 ),
             ),
@@ -831,7 +908,9 @@ PIECE_PREFILL_VIDEO_MPC = PieceSpec(
                 PortOut(
                     port="prediction",
                     type=TypeSpec("bf16", (16, 32)),
-                    dests=(Dest(kind="call", edge="internal", rank=0, call=6, port="pred_3"),),
+                    dests=(
+                        Dest(kind=DestKind.CALL, edge=Edge.INTERNAL, rank=0, call=6, port="pred_3"),
+                    ),
                 ),
             ),
             writes=("prediction",),
@@ -846,36 +925,36 @@ PIECE_PREFILL_VIDEO_MPC = PieceSpec(
                 PortIn(
                     port="pred_0",
                     channel="pred_0",
-                    mode="once",
-                    src=Source(kind="call", rank=0, call=2, port="prediction"),
+                    mode=InputMode.ONCE,
+                    src=Source(kind=SourceKind.CALL, rank=0, call=2, port="prediction"),
                     type=TypeSpec("bf16", (16, 32)),
                 ),
                 PortIn(
                     port="pred_1",
                     channel="pred_1",
-                    mode="once",
-                    src=Source(kind="call", rank=0, call=3, port="prediction"),
+                    mode=InputMode.ONCE,
+                    src=Source(kind=SourceKind.CALL, rank=0, call=3, port="prediction"),
                     type=TypeSpec("bf16", (16, 32)),
                 ),
                 PortIn(
                     port="pred_2",
                     channel="pred_2",
-                    mode="once",
-                    src=Source(kind="call", rank=0, call=4, port="prediction"),
+                    mode=InputMode.ONCE,
+                    src=Source(kind=SourceKind.CALL, rank=0, call=4, port="prediction"),
                     type=TypeSpec("bf16", (16, 32)),
                 ),
                 PortIn(
                     port="pred_3",
                     channel="pred_3",
-                    mode="once",
-                    src=Source(kind="call", rank=0, call=5, port="prediction"),
+                    mode=InputMode.ONCE,
+                    src=Source(kind=SourceKind.CALL, rank=0, call=5, port="prediction"),
                     type=TypeSpec("bf16", (16, 32)),
                 ),
                 PortIn(
                     port="goal",
                     channel="goal_latents",
-                    mode="once",
-                    src=Source(kind="call", rank=0, call=1, port="latents"),
+                    mode=InputMode.ONCE,
+                    src=Source(kind=SourceKind.CALL, rank=0, call=1, port="latents"),
                     type=TypeSpec("bf16", ("C", 32)),
                 ),
             ),
@@ -883,18 +962,33 @@ PIECE_PREFILL_VIDEO_MPC = PieceSpec(
                 PortOut(
                     port="best",
                     type=TypeSpec("i64", ()),
-                    dests=(Dest(kind="client", edge="emitted", name="action", channel="best"),),
+                    dests=(
+                        Dest(
+                            kind=DestKind.CLIENT,
+                            edge=Edge.EMITTED,
+                            name="action",
+                            channel="best",
+                        ),
+                    ),
                 ),
                 PortOut(
                     port="costs",
                     type=TypeSpec("f32", (4,)),
-                    dests=(Dest(kind="client", edge="emitted", name="tensor", channel="costs"),),
+                    dests=(
+                        Dest(
+                            kind=DestKind.CLIENT,
+                            edge=Edge.EMITTED,
+                            name="tensor",
+                            channel="costs",
+                        ),
+                    ),
                 ),
             ),
             writes=("best", "costs"),
             source="vjepa2_ac.walk:130",
         ),
     ),
+    body=(0, 1, 2, 3, 4, 5, 6),
     source="vjepa2_ac.walk:118",
 )
 
@@ -904,6 +998,8 @@ RANK = RankSpec(
     rank=0,
     device="cpu",
     host="127.0.0.1",
+    model="vjepa2_ac",
+    placement="cpu",
     nodes=(
         NODE_VIDEO_ENCODER,
         NODE_PREDICTOR,
@@ -924,9 +1020,10 @@ RANK = RankSpec(
         CaptureSpec(
             walk="prefill_video_rollout",
             rank=0,
-            scope="loop",
+            scope=CaptureScope.LOOP,
             loop="rollout_loop",
             calls=(2,),
+            nodes=("rollout_predictor",),
             ports=(
                 ("2#actions", TypeSpec("f32", (16, 7))),
                 ("2#states", TypeSpec("f32", (16, 7))),
@@ -942,9 +1039,10 @@ RANK = RankSpec(
         CaptureSpec(
             walk="prefill_video_rollout_streaming",
             rank=0,
-            scope="loop",
+            scope=CaptureScope.LOOP,
             loop="rollout_loop",
             calls=(2,),
+            nodes=("rollout_predictor",),
             ports=(
                 ("2#actions", TypeSpec("f32", (16, 7))),
                 ("2#states", TypeSpec("f32", (16, 7))),
@@ -959,7 +1057,6 @@ RANK = RankSpec(
         ),
     ),
     memory=MemorySpec(kv_bytes=65536, static_buffer_bytes=23752),
-    model="vjepa2_ac",
-    placement="cpu",
-    world_size=1,
+    kv_cache=KvCacheSpec(pages=256),
+    batching=BatchingSpec(max_batch=4, capture=(1, 2, 4)),
 )

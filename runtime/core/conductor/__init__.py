@@ -1,5 +1,5 @@
 """The conductor: runs each request's flows and drives the ranks (`core.ConductorCore`)."""
 
-from wgc_runtime.core.conductor.core import ConductorCore, load_streams
+from wgc_runtime.core.conductor.core import ConductorCore
 
-__all__ = ["ConductorCore", "load_streams"]
+__all__ = ["ConductorCore"]

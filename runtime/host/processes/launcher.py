@@ -18,7 +18,7 @@ restarted**: the launcher tells the conductor at once (so every in-flight reques
 `stop()` (also from ``finally``, ``atexit``, Ctrl-C and SIGTERM) asks every child to exit,
 terminates and then kills stragglers, and unlinks the arena: no orphan processes, nothing left
 in ``/dev/shm``. Children also die with the launcher if it is killed outright (a parent-death
-signal and a watchdog thread, see `common.die_with_parent`), and multiprocessing's resource
+signal and a watchdog thread, see `child.die_with_parent`), and multiprocessing's resource
 tracker unlinks the arena then.
 """
 
@@ -35,13 +35,15 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from multiprocessing.process import BaseProcess
 from typing import Any
 
 import zmq
 
-from wgc_runtime.host.processes import common
-from wgc_runtime.host.processes.common import DeploymentError, load_conductor
+from wgc_runtime.contract import control as c
+from wgc_runtime.host.loading import DeploymentError, load_conductor
 from wgc_runtime.host.transport.arena import Arena, region_size
+from wgc_runtime.host.transport.codec import Codec
 from wgc_runtime.host.transport.sockets import Mesh, bind_host
 
 Progress = Callable[[str], None]
@@ -93,7 +95,7 @@ class Cluster:
         self.config = dict(config or {})  # extra settings for the conductor (tests)
         self.arena: Arena | None = None
         self.mesh: Mesh | None = None
-        self.procs: dict[str, multiprocessing.process.BaseProcess] = {}
+        self.procs: dict[str, BaseProcess] = {}
         self.pids: dict[str, int] = {}
         self.client_address: str | None = None
         self.failure: ChildDied | None = None
@@ -164,7 +166,7 @@ class Cluster:
     def _handshake(self, t0: float) -> None:
         assert self.mesh is not None
         deadline = t0 + self.ready_timeout
-        table: dict[str, tuple[str, str, str | None]] = {}
+        table: dict[str, c.PeerEntry] = {}
         ready: set[str] = set()
         sent_peers = False
         while len(ready) < len(self.procs):
@@ -175,25 +177,24 @@ class Cluster:
                     f"not ready after {self.ready_timeout:.0f} s (still waiting for {waiting})"
                 )
             for msg in self.mesh.poll(100):
-                who = _who(msg.get("who"))
-                kind = msg.get("t")
-                if kind == common.HELLO:
-                    entry = (msg["address"], msg.get("host", "127.0.0.1"), msg.get("ipc"))
-                    table[str(msg["who"])] = entry
-                    self.mesh.connect(_peer(msg["who"]), *entry)
-                    if msg.get("client"):
-                        self.client_address = msg["client"]
-                        self._conductor_address = msg["address"]
-                elif kind == common.PROGRESS:
-                    self.progress(f"  {who}: {msg['text']}")
-                elif kind == common.READY:
-                    ready.add(who)
-                    self.progress(f"  {who}: ready ({msg.get('seconds', 0):.1f} s)")
-                elif kind == common.FAILED:
-                    raise DeploymentError(f"{who} failed to start: {msg['error']}")
+                if isinstance(msg, c.Hello):
+                    entry = c.PeerEntry(msg.who, msg.address, msg.host, msg.ipc)
+                    table[_who(msg.who)] = entry
+                    self.mesh.connect(msg.who, msg.address, msg.host, msg.ipc)
+                    if msg.client:
+                        self.client_address = msg.client
+                        self._conductor_address = msg.address
+                elif isinstance(msg, c.Progress):
+                    self.progress(f"  {_who(msg.who)}: {msg.text}")
+                elif isinstance(msg, c.Ready):
+                    ready.add(_who(msg.who))
+                    self.progress(f"  {_who(msg.who)}: ready ({msg.seconds:.1f} s)")
+                elif isinstance(msg, c.StartFailed):
+                    raise DeploymentError(f"{_who(msg.who)} failed to start: {msg.error}")
             if not sent_peers and len(table) == len(self.procs):
-                for peer in list(table):
-                    self.mesh.send(_peer(peer), {"t": common.PEERS, "table": table})
+                peers = c.Peers(tuple(table.values()))
+                for entry in table.values():
+                    self.mesh.send(entry.who, [peers])
                 sent_peers = True
 
     def _check_alive(self, starting: bool = False) -> None:
@@ -208,8 +209,7 @@ class Cluster:
 
     def _watch(self) -> None:
         """Wait on the children's sentinels; tell the conductor when a worker dies."""
-        from wgc_runtime.host.transport.codec import encode
-
+        codec = Codec()
         # connected up front (the mesh's sockets belong to the main thread): a death notice must
         # not wait for a connection, and the socket lingers so closing it cannot drop the notice
         sock = zmq.Context.instance().socket(zmq.PUSH)
@@ -219,28 +219,25 @@ class Cluster:
             sock.connect(self._conductor_address)
         try:
             while not self._stopping:
-                sentinels = {p.sentinel: who for who, p in self.procs.items()}
+                sentinels: dict[int, str] = {p.sentinel: who for who, p in self.procs.items()}
                 done = multiprocessing.connection.wait(list(sentinels), timeout=0.2)
                 if self._stopping:
                     return
                 for s in done:
-                    who = sentinels[s]
+                    who = sentinels[s]  # pyright: ignore[reportArgumentType]  (a sentinel is an int)
                     self.procs[who].join(1.0)  # reap it, so its exit code is known
                     died = ChildDied(who, self.procs[who].exitcode)
                     if self.failure is None:
                         self.failure = died
                         self.progress(f"wgc: error: {died}")
                     if who != "conductor" and self._conductor_address:
-                        msg = {"t": common.RANK_DIED, "who": who, "reason": str(died)}
+                        frames = codec.encode([c.RankDied(who, str(died))])
                         with contextlib.suppress(zmq.ZMQError):
-                            sock.send_multipart(encode(msg))
+                            sock.send_multipart(frames)
                 if self.failure is not None:
                     return
         finally:
             sock.close()
-
-    def alive(self) -> bool:
-        return self.failure is None and not self._stopping
 
     def wait(self, timeout: float | None = None) -> ChildDied | None:
         """Block until a child dies (its `ChildDied`) or ``timeout`` passes (None)."""
@@ -269,7 +266,7 @@ class Cluster:
                 for who, proc in self.procs.items():
                     if proc.exitcode is None and _peer_of(who) in self.mesh.peers:
                         with contextlib.suppress(Exception):
-                            self.mesh.send(_peer_of(who), {"t": common.SHUTDOWN})
+                            self.mesh.send(_peer_of(who), [c.Shutdown()])
             deadline = time.monotonic() + grace
             for proc in self.procs.values():
                 proc.join(max(0.0, deadline - time.monotonic()))
@@ -295,10 +292,6 @@ class Cluster:
 
 def _who(raw: Any) -> str:
     return "conductor" if raw == "conductor" else f"rank {raw}"
-
-
-def _peer(raw: Any) -> int | str:
-    return "conductor" if raw == "conductor" else int(raw)
 
 
 def _peer_of(who: str) -> int | str:

@@ -1,20 +1,21 @@
 """A worker process: one rank of the plan, driving a `RankExecutor` from its sockets.
 
 ``worker_main(boot)`` (the spawn target): die with the launcher, attach the host's arena, bind
-the inbox and say hello, import ``rank_<r>.py``, construct its nodes on the rank's device
-(reporting progress), learn the peers' addresses, report ready, then loop:
+the inbox and say `Hello`, import ``rank_<r>.py`` (its spec version checked), construct its
+nodes on the rank's device (reporting `Progress`), learn the `Peers`, report `Ready`, then loop:
 
-1. run what is ready (``executor.step()``; the executor batches per (node, walk));
+1. run what is ready (``executor.step()``; the executor batches per (node, walk), up to the
+   rank's ``batching.max_batch``);
 2. hand messages for this rank straight back to the executor (same rank: by reference, no
-   transport), send the rest, one batch per peer (`Mesh.send_messages`: the compact wire form;
-   small tensors inline, large ones as arena descriptors on this host, frames elsewhere);
+   transport), send the rest, one batch per peer (small tensors inline, large ones as arena
+   descriptors on this host, frames elsewhere);
 3. poll the inbox (without waiting while work is ready, else up to 20 ms, busy-polling first
-   for `Tuning.busy_poll_us` after activity) and deliver what arrived; tell arena owners which
-   blocks this rank is done with.
+   for `Tuning.busy_poll_us` after activity) and deliver what arrived (frames that do not decode
+   are dropped by the transport); tell arena owners which blocks this rank is done with.
 
-It leaves on ``l.shutdown`` from the launcher or SIGTERM, and dies with the launcher. A failure
-while starting is reported to the launcher (``l.failed``) with its message; an exception escaping
-the executor ends the process with its traceback on stderr (the launcher then fails the run).
+It leaves on `Shutdown` from the launcher or SIGTERM, and dies with the launcher. A failure while
+starting is reported to the launcher (`StartFailed`) with its message; an exception escaping the
+executor ends the process with its traceback on stderr (the launcher then fails the run).
 """
 
 from __future__ import annotations
@@ -24,12 +25,15 @@ import sys
 import time
 import traceback
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
+from wgc_runtime.contract import control as c
 from wgc_runtime.contract import messages as m
-from wgc_runtime.host.processes import common
+from wgc_runtime.host import loading
+from wgc_runtime.host.processes import child
 from wgc_runtime.host.transport.arena import Arena
-from wgc_runtime.host.transport.sockets import Mesh, Peer, Received
+from wgc_runtime.host.transport.sockets import Mesh, Peer
 from wgc_runtime.host.transport.tuning import TUNING
 
 IDLE_POLL_MS = 20
@@ -39,34 +43,19 @@ def peer_of(to: int) -> Peer:
     return "conductor" if to == m.CONDUCTOR else int(to)
 
 
-def to_wire(msg: m.Message) -> dict[str, Any]:
-    """A message as a codec-ready dict: its tensor handle rides along as a tensor (the codec
-    puts it in the arena or a frame). The dict form; the hot path sends `Mesh.send_messages`."""
-    if msg.DATA and getattr(msg, "data", None) is not None:
-        wire = msg.with_data(None).to_wire()
-        wire["data"] = msg.data  # type: ignore[attr-defined]
-        return wire
-    return msg.to_wire()
-
-
-def from_wire(wire: dict[str, Any]) -> m.Message:
-    """The message; a tensor in ``data`` (decoded by the codec) is already the handle."""
-    return m.from_wire(wire)
-
-
 class WorkerLoop:
     """The loop of one rank (see the module docstring)."""
 
-    def __init__(
-        self, rank_spec: Any, nodes: dict[str, Any], mesh: Mesh, max_batch: int = 1
-    ) -> None:
-        from wgc_runtime.core.executor.core import RankExecutor
+    def __init__(self, rank_spec: Any, nodes: dict[str, Any], mesh: Mesh) -> None:
+        from wgc_runtime.core.executor import RankExecutor
 
         self.rank = rank_spec.rank
         self.mesh = mesh
         self.local: deque[m.Message] = deque()
         self.out: list[tuple[int, m.Message]] = []
-        self.executor = RankExecutor(rank_spec, nodes, self._outbox, max_batch=max_batch)
+        self.executor = RankExecutor(
+            rank_spec, nodes, self._outbox, max_batch=rank_spec.batching.max_batch
+        )
         self.running = True
 
     def _outbox(self, to: int, msg: m.Message) -> None:
@@ -78,17 +67,13 @@ class WorkerLoop:
     def flush(self) -> None:
         out, self.out = self.out, []
         for to, msgs in batches(out).items():
-            self.mesh.send_messages(peer_of(to), msgs)
+            self.mesh.send(peer_of(to), msgs)
 
-    def handle(self, item: Received) -> None:
-        if isinstance(item, m.Message):
-            self.executor.deliver(item)
-            return
-        kind = item.get("t", "")
-        if kind == common.SHUTDOWN:
+    def handle(self, msg: m.Message) -> None:
+        if msg.__class__ is c.Shutdown:
             self.running = False
-        elif not kind.startswith("l."):
-            self.executor.deliver(from_wire(item))
+        elif not isinstance(msg, c.LAUNCHER):
+            self.executor.deliver(msg)
 
     def run(self) -> None:
         executor, local, mesh = self.executor, self.local, self.mesh
@@ -99,8 +84,8 @@ class WorkerLoop:
                 busy = True
             if self.out:
                 self.flush()
-            for item in mesh.poll(0 if busy else IDLE_POLL_MS):
-                self.handle(item)
+            for msg in mesh.poll(0 if busy else IDLE_POLL_MS):
+                self.handle(msg)
             mesh.flush_releases()
 
 
@@ -115,7 +100,7 @@ def batches(out: list[tuple[int, m.Message]]) -> dict[int, list[m.Message]]:
     return grouped
 
 
-def run_profiled(run: Any, who: str) -> None:
+def run_profiled(run: Callable[[], None], who: str) -> None:
     """``run()``, under cProfile when `Tuning.profile` names a path prefix (the stats go to
     ``<prefix>.<who>.prof`` even when the run ends by SIGTERM)."""
     if not TUNING.profile:
@@ -128,20 +113,20 @@ def run_profiled(run: Any, who: str) -> None:
         profiler.dump_stats(f"{TUNING.profile}.{who}.prof")
 
 
-def _wait_for(mesh: Mesh, kind: str, deadline: float) -> dict[str, Any]:
+def wait_for_peers(mesh: Mesh, deadline: float) -> c.Peers:
+    """The launcher's `Peers` table (runtime messages cannot arrive before it: nobody knows
+    this process's address yet); `Shutdown` meanwhile stops the process."""
     while time.monotonic() < deadline:
         for msg in mesh.poll(100):
-            if isinstance(msg, m.Message):
-                continue  # nobody sends runtime messages before the peers are known
-            if msg.get("t") == kind:
+            if isinstance(msg, c.Peers):
                 return msg
-            if msg.get("t") == common.SHUTDOWN:
-                raise common.Stop()
-    raise common.DeploymentError(f"no `{kind}` from the launcher in time")
+            if isinstance(msg, c.Shutdown):
+                raise child.Stop()
+    raise loading.DeploymentError("no peer table from the launcher in time")
 
 
 def worker_main(boot: dict[str, Any]) -> None:
-    common.child_setup(boot)
+    child.child_setup(boot)
     rank = int(boot["rank"])
     t0 = time.monotonic()
     arena = mesh = None
@@ -151,38 +136,29 @@ def worker_main(boot: dict[str, Any]) -> None:
         arena = Arena.attach(a["name"], a["slots"], a["region"], slot=rank)
         mesh = Mesh(rank, host=boot["host"], bind=boot["bind"], arena=arena)
         mesh.connect("launcher", boot["launcher"])
-        hello = {
-            "t": common.HELLO,
-            "who": rank,
-            "address": mesh.address,
-            "ipc": mesh.ipc_address,
-            "host": boot["host"],
-        }
-        mesh.send("launcher", hello)
+        hello = c.Hello(rank, mesh.address, boot["host"], mesh.ipc_address)
+        mesh.send("launcher", [hello])
+        loop: WorkerLoop | None = None
         try:
-            spec = common.load_rank(boot["plan_dir"], rank)
+            spec = loading.load_rank(boot["plan_dir"], rank)
 
             def progress(text: str) -> None:
-                mesh.send("launcher", {"t": common.PROGRESS, "who": rank, "text": text})
+                mesh.send("launcher", [c.Progress(rank, text)])
 
-            nodes = common.load_nodes(spec, boot.get("device"), progress)
-            peers = _wait_for(mesh, common.PEERS, time.monotonic() + 60)
-            mesh.set_peers(peers["table"])
-            batch = common.max_batch(common.load_conductor(boot["plan_dir"]))
-            loop = WorkerLoop(spec, nodes, mesh, batch)
-        except common.Stop:
+            nodes = loading.load_nodes(spec, boot.get("device"), progress)
+            mesh.set_peers(wait_for_peers(mesh, time.monotonic() + 60).table)
+            loop = WorkerLoop(spec, nodes, mesh)
+        except child.Stop:
             raise
         except BaseException as exc:
             detail = "".join(traceback.format_exception_only(exc)).strip()
-            mesh.send("launcher", {"t": common.FAILED, "who": rank, "error": detail})
+            mesh.send("launcher", [c.StartFailed(rank, detail)])
             traceback.print_exc()
             code = 1
-            loop = None
         if loop is not None:
-            ready = {"t": common.READY, "who": rank, "seconds": time.monotonic() - t0}
-            mesh.send("launcher", ready)
+            mesh.send("launcher", [c.Ready(rank, time.monotonic() - t0)])
             run_profiled(loop.run, f"rank{rank}")
-    except common.Stop:
+    except child.Stop:
         pass
     except BaseException:
         print(f"wgc: rank {rank} crashed:", file=sys.stderr)
@@ -193,4 +169,4 @@ def worker_main(boot: dict[str, Any]) -> None:
             mesh.close()
         if arena is not None:
             arena.close()
-    common.fast_exit(code)
+    child.fast_exit(code)

@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from wgc_runtime.host.transport.codec import DTYPES, tensor_bytes, tensor_meta
+from wgc_runtime.host.transport.tensors import DTYPES, CodecError, tensor_bytes, tensor_meta
 
 ALIGN = 64
 PREFIX = "wgc-"  # every segment this runtime creates starts with it (see `leaked_segments`)
@@ -157,7 +157,8 @@ class Arena:
         self._by_key: dict[tuple, int] = {}
         self._generation = 0
         self._released: collections.deque[tuple[int, int, int]] = collections.deque()
-        self._mem = np.frombuffer(shm.buf, dtype=np.uint8)
+        assert shm.buf is not None  # a segment that is open has its buffer
+        self._mem: np.ndarray | None = np.frombuffer(shm.buf, dtype=np.uint8)
         self._closed = False
 
     # -------------------------------------------------------------- lifecycle
@@ -190,7 +191,7 @@ class Arena:
         if self._closed:
             return
         self._closed = True
-        self._mem = None  # type: ignore[assignment]
+        self._mem = None
         try:
             self.shm.close()
         except BufferError:
@@ -223,6 +224,8 @@ class Arena:
         except ArenaFull:
             return None
         start = self.base + off
+        if self._mem is None:
+            raise RuntimeError("the arena is closed")
         dst = torch.from_numpy(self._mem[start : start + nbytes])
         dst.copy_(torch.from_numpy(np.asarray(tensor_bytes(t))))
         self._generation += 1
@@ -253,11 +256,33 @@ class Arena:
         """The tensor ``desc`` describes, mapped without copying. When it (and every view of it)
         is gone, the release is queued for `drain_released`."""
         slot, off, nbytes, dtype, shape, generation = desc
+        self._check(desc)
         start = int(slot) * self.region + int(off)
+        assert self.shm.buf is not None  # an attached arena has its buffer
         arr = np.frombuffer(self.shm.buf, dtype=np.uint8, count=int(nbytes), offset=start)
         weakref.finalize(arr, self._released.append, (int(slot), int(off), int(generation)))
         flat = torch.from_numpy(arr).view(DTYPES[dtype])
         return flat.reshape(tuple(int(d) for d in shape))
+
+    def _check(self, desc: list) -> None:
+        """A descriptor from a socket is checked before it maps anything: its slot exists, its
+        block lies inside that slot's region, and its size matches its dtype and shape."""
+        slot, off, nbytes, dtype, shape, _ = desc
+        torch_dtype = DTYPES.get(dtype) if isinstance(dtype, str) else None
+        numel = 1
+        for d in shape:
+            numel *= d if isinstance(d, int) and d >= 0 else -1
+        ok = (
+            torch_dtype is not None
+            and 0 <= slot < self.slots
+            and off >= 0
+            and nbytes >= 0
+            and off + nbytes <= self.region
+            and numel >= 0
+            and numel * torch_dtype.itemsize == nbytes
+        )
+        if not ok:
+            raise CodecError(f"an arena descriptor that does not fit the arena: {desc!r}")
 
     def has_released(self) -> bool:
         """Whether `drain_released` has anything (the process loop asks every turn)."""

@@ -12,14 +12,16 @@ Every inbox also binds an abstract-namespace ``ipc://`` address (Linux; no file 
 peers on the same host connect there (Unix domain sockets skip the TCP stack), peers on other
 hosts over TCP (`Tuning.ipc` turns it off).
 
-**The hot path** (`Mesh.send_messages`): runtime messages travel in their compact positional form
-(`wgc_runtime.host.transport.wire`), every message a process has for one peer in one loop turn
-batched into one ZeroMQ send (one header frame; small tensors inline in it). Sends try
-``NOBLOCK`` first and fall back to the bounded blocking send only when the peer's queue is full.
-Receiving, the header is copied (cheaper than a ``zmq.Frame`` for a few dozen bytes) and any
-tensor frames are taken zero-copy. `Mesh.wait` may busy-poll for a short window after activity
-(`Tuning.busy_poll_us`) before it sleeps. Launcher and transport messages stay plain dicts
-(`send`).
+**One wire format** (`wgc_runtime.host.transport.codec`): every send is a batch of typed
+messages (`wgc_runtime.contract.messages` and `.control`: core, launcher and transport messages
+alike), every message a process has for one peer in one loop turn in one ZeroMQ send (one header
+frame; small tensors inline in it). Sends try ``NOBLOCK`` first and fall back to the bounded
+blocking send only when the peer's queue is full. Receiving, the header is copied (cheaper than a
+``zmq.Frame`` for a few dozen bytes), any tensor frames are taken zero-copy, and the batch is
+decoded with validation into the message types an inbox accepts (`control.INBOX`). **A frame
+that does not decode is dropped** (and counted, with a line on stderr for the first few): one bad
+packet must not stop a process. `Mesh.wait` may busy-poll for a short window after activity
+(`Tuning.busy_poll_us`) before it sleeps.
 
 **How a tensor travels** (`Mesh.send`), by where the receiver is:
 
@@ -28,9 +30,9 @@ tensor frames are taken zero-copy. `Mesh.wait` may busy-poll for a short window 
   descriptor crosses the socket (small tensors and a full arena fall back to inline frames);
 * another host: zero-copy ZeroMQ frames (``copy=False`` views of the tensor's memory).
 
-Transport messages (``t`` starting with ``"x."``: arena releases) are handled here and never
-reach the cores. A send never blocks forever: every socket has a send timeout and a full queue to
-a peer raises `TransportError`.
+Transport messages (`ArenaFree`: arena releases) are handled here and never reach the cores. A
+send never blocks forever: every socket has a send timeout and a full queue to a peer raises
+`TransportError`.
 """
 
 from __future__ import annotations
@@ -45,16 +47,16 @@ from typing import Any
 
 import zmq
 
-from wgc_runtime.contract import messages as m
-from wgc_runtime.host.transport import wire
+from wgc_runtime.contract.control import CLIENT_IN, CLIENT_OUT, INBOX, ArenaFree, PeerEntry
+from wgc_runtime.contract.messages import Message
 from wgc_runtime.host.transport.arena import Arena
-from wgc_runtime.host.transport.codec import Encoder, decode
+from wgc_runtime.host.transport.codec import Codec, CodecError
 from wgc_runtime.host.transport.tuning import TUNING, Tuning
 
 LOOPBACK = {"127.0.0.1", "localhost", "::1", ""}
 SEND_TIMEOUT_MS = 5000
 HWM = 100_000
-ARENA_FREE = "x.arena_free"
+REPORT_BAD_FRAMES = 5  # lines on stderr about undecodable frames, per socket (then only counted)
 
 Peer = int | str  # a rank, "conductor" or "launcher"
 
@@ -79,9 +81,6 @@ def _tune(sock: zmq.Socket, send: bool) -> None:
         sock.setsockopt(zmq.SNDTIMEO, SEND_TIMEOUT_MS)
     else:
         sock.setsockopt(zmq.RCVHWM, HWM)
-
-
-Received = dict[str, Any] | m.Message  # a plain (launcher) message or a runtime message
 
 
 class Mesh:
@@ -117,19 +116,18 @@ class Mesh:
         self._out: dict[Peer, zmq.Socket] = {}
         self.poller = zmq.Poller()
         self.poller.register(self.inbox, _POLLIN)
-        self.sent = 0
-        self.received = 0
-        self._pending: list[Received] = []
-        self._encoder = Encoder()
+        self.rejected = 0  # frames that did not decode (dropped)
+        self._pending: list[Message] = []
+        self._codec = Codec(INBOX)
         self._resolve = arena.view if arena is not None else None
         self._last_active = 0.0  # perf_counter of the last send or receive (busy-poll window)
 
     # -------------------------------------------------------------- wiring
 
-    def set_peers(self, table: dict[Any, Sequence[str | None]]) -> None:
-        """``{peer: (address, host[, ipc address])}``; peer keys arrive as strings."""
-        for key, entry in table.items():
-            self.connect(_peer(key), *entry)
+    def set_peers(self, table: Sequence[PeerEntry]) -> None:
+        """Everybody's addresses (the launcher's `Peers` table)."""
+        for entry in table:
+            self.connect(entry.who, entry.address, entry.host, entry.ipc)
 
     def connect(
         self, peer: Peer, address: str, host: str = "127.0.0.1", ipc: str | None = None
@@ -162,16 +160,11 @@ class Mesh:
     def _place(self, peer: Peer) -> Any:
         return self.arena.put if self.arena is not None and self.same_host(peer) else None
 
-    def send(self, peer: Peer, msg: dict[str, Any]) -> None:
-        """Encode a plain ``msg`` for ``peer``: tensors through the arena on this host, inline
-        frames to another host. Raises `TransportError` when the peer's queue stays full."""
-        self._send(peer, self._encoder.encode(msg, self._place(peer)))
-
-    def send_messages(self, peer: Peer, msgs: Sequence[m.Message]) -> None:
-        """Runtime messages for ``peer``, in order, as one batch in the compact wire form (their
-        tensors: small ones inline, large ones in the arena on this host, frames elsewhere)."""
-        batch = [wire.pack(msg) for msg in msgs]
-        self._send(peer, self._encoder.encode(batch, self._place(peer)))
+    def send(self, peer: Peer, msgs: Sequence[Message]) -> None:
+        """Messages for ``peer``, in order, as one batch (their tensors: small ones inline,
+        large ones in the arena on this host, frames elsewhere). Raises `TransportError` when the
+        peer's queue stays full."""
+        self._send(peer, self._codec.encode(list(msgs), self._place(peer)))
 
     def _send(self, peer: Peer, frames: list[Any]) -> None:
         sock = self._out.get(peer) or self._socket(peer)
@@ -188,7 +181,6 @@ class Mesh:
                 f"{_name(self.me)} could not send to {_name(peer)} for "
                 f"{SEND_TIMEOUT_MS / 1000:.0f} s (is it alive?)"
             ) from None
-        self.sent += 1
         self._last_active = time.perf_counter()
 
     def flush_releases(self) -> None:
@@ -201,9 +193,10 @@ class Mesh:
                     self.arena.release(off, gen)
             else:
                 owner: Peer = "conductor" if slot == self.arena.slots - 1 else slot
+                free = ArenaFree(tuple((off, gen) for off, gen in blocks))
                 # an owner that is gone takes its region with it
                 with contextlib.suppress(TransportError):
-                    self.send(owner, {"t": ARENA_FREE, "blocks": blocks})
+                    self.send(owner, [free])
 
     # -------------------------------------------------------------- receiving
 
@@ -224,17 +217,16 @@ class Mesh:
                 now = time.perf_counter()
         return poller.poll(max(0, int(timeout_ms)))
 
-    def poll(self, timeout_ms: float) -> list[Received]:
+    def poll(self, timeout_ms: float) -> list[Message]:
         """Messages that arrived within ``timeout_ms`` (all that are queued, at least one if any
-        arrives in time): runtime messages as `Message` objects, launcher messages as dicts;
-        transport messages are handled here."""
-        out: list[Received] = []
+        arrives in time); transport messages are handled here."""
+        out: list[Message] = []
         if timeout_ms > 0 and not self.wait(self.poller, timeout_ms):
             return out
         self.take(out)
         return out
 
-    def take(self, out: list[Received]) -> None:
+    def take(self, out: list[Message]) -> None:
         """Append every message queued in the inbox now to ``out`` (without waiting)."""
         inbox = self.inbox
         get = inbox.get
@@ -243,19 +235,26 @@ class Mesh:
             frames: list[Any] = [head]
             while get(_RCVMORE):  # tensor frames: zero-copy
                 frames.append(inbox.recv(copy=False))
-            self.received += 1
-            msg = decode(frames, self._resolve)
-            if msg.__class__ is list:
-                out.extend(wire.unpack(item) for item in msg)
-            elif msg.get("t") == ARENA_FREE:
-                if self.arena is not None:
-                    for off, gen in msg["blocks"]:
-                        self.arena.release(off, gen)
-            else:
-                out.append(msg)
+            try:
+                batch = self._codec.decode(frames, self._resolve)
+            except CodecError as exc:
+                self._reject(exc)
+                continue
+            for msg in batch:
+                if msg.__class__ is ArenaFree:
+                    if self.arena is not None:
+                        for off, gen in msg.blocks:
+                            self.arena.release(off, gen)
+                else:
+                    out.append(msg)
         self._last_active = time.perf_counter()
 
-    def recv(self, timeout_s: float) -> Received | None:
+    def _reject(self, exc: CodecError) -> None:
+        self.rejected += 1
+        if self.rejected <= REPORT_BAD_FRAMES:
+            print(f"wgc: {_name(self.me)} dropped a frame: {exc}", file=sys.stderr, flush=True)
+
+    def recv(self, timeout_s: float) -> Message | None:
         """One message within ``timeout_s`` (None if none arrived); the rest stay queued here."""
         deadline = time.monotonic() + timeout_s
         while not self._pending:
@@ -282,21 +281,32 @@ class ClientPort:
         self.sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
         port = self.sock.bind_to_random_port(f"tcp://{bind}")
         self.address = f"tcp://{bind}:{port}"
-        self._encoder = Encoder()
+        self._codec = Codec(CLIENT_IN)
+        self._out = Codec(CLIENT_OUT)
+        self.rejected = 0
 
-    def recv_all(self) -> list[tuple[bytes, dict[str, Any]]]:
+    def recv_all(self) -> list[tuple[bytes, Message]]:
+        """Every client message queued now, with its client's identity (frames that do not
+        decode as client messages are dropped)."""
         out = []
         sock = self.sock
         while sock.get(_EVENTS) & _POLLIN:  # no zmq.Again exception per call
             frames = sock.recv_multipart(_NOBLOCK, copy=False)
             ident = frames[0].bytes
-            out.append((ident, decode(frames[1:])))
+            try:
+                batch = self._codec.decode(frames[1:])
+            except CodecError as exc:
+                self.rejected += 1
+                if self.rejected <= REPORT_BAD_FRAMES:
+                    print(f"wgc: the client port dropped a frame: {exc}", file=sys.stderr)
+                continue
+            out.extend((ident, msg) for msg in batch)
         return out
 
-    def send(self, ident: bytes, msg: dict[str, Any]) -> bool:
+    def send(self, ident: bytes, msgs: Sequence[Message]) -> bool:
         """False when the client is gone (its messages are dropped)."""
         try:
-            self.sock.send_multipart([ident, *self._encoder.encode(msg)], copy=False)
+            self.sock.send_multipart([ident, *self._out.encode(list(msgs))], copy=False)
             return True
         except (zmq.Again, zmq.error.ZMQError):
             return False
@@ -316,12 +326,6 @@ def _bind_ipc(sock: zmq.Socket) -> str | None:
     except zmq.ZMQError:
         return None
     return address
-
-
-def _peer(key: Any) -> Peer:
-    if isinstance(key, int):
-        return key
-    return int(key) if str(key).lstrip("-").isdigit() else str(key)
 
 
 def _name(peer: Peer) -> str:

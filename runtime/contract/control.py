@@ -1,0 +1,138 @@
+"""The control protocols: launcher <-> child processes, client <-> conductor, and the transport's
+own messages. Typed messages like the cores' (`wgc_runtime.contract.messages`): msgspec Structs
+with int tags (distinct across every protocol), decoded with validation into exactly the types a
+socket accepts (`INBOX`, `CLIENT_IN`, `CLIENT_OUT`).
+
+Launcher protocol (over every process's inbox):
+
+=====================  =========================  ==============================================
+message                from -> to                 meaning
+=====================  =========================  ==============================================
+`Hello`                child -> launcher          my inbox address (the conductor: and its
+                                                  client address)
+`Peers`                launcher -> child          everybody's address
+`Progress`             child -> launcher          a line to show while loading
+`Ready`                child -> launcher          loaded and warmed up
+`StartFailed`          child -> launcher          could not start (``error`` says why)
+`Shutdown`             launcher -> child          leave the loop and exit
+`RankDied`             launcher -> conductor      a worker process is gone
+`ArenaFree`            any -> arena block owner   the receiver is done with these blocks
+=====================  =========================  ==============================================
+
+Client protocol (a ``DEALER`` client and the conductor's ``ROUTER``): `Submit`, `Cancel` and
+`Ping` in; `Accepted`, `Output`, `Alive`, `Finished` and `Pong` out (`Output` and `Finished` are
+the core messages of the same names).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from wgc_runtime.contract.messages import CORE, Finished, Message, Output
+
+PeerName = int | str  # a rank, "conductor" or "launcher"
+
+
+# ---------------------------------------------------------------- launcher <-> children
+
+
+class Hello(Message, frozen=True, tag=40):
+    who: PeerName
+    address: str
+    host: str = "127.0.0.1"
+    ipc: str | None = None
+    client: str | None = None  # the conductor's client address
+
+
+class PeerEntry(Message, frozen=True, tag=41):
+    who: PeerName
+    address: str
+    host: str = "127.0.0.1"
+    ipc: str | None = None
+
+
+class Peers(Message, frozen=True, tag=42):
+    table: tuple[PeerEntry, ...]
+
+
+class Progress(Message, frozen=True, tag=43):
+    who: PeerName
+    text: str
+
+
+class Ready(Message, frozen=True, tag=44):
+    who: PeerName
+    seconds: float = 0.0
+
+
+class StartFailed(Message, frozen=True, tag=45):
+    who: PeerName
+    error: str
+
+
+class Shutdown(Message, frozen=True, tag=46):
+    pass
+
+
+class RankDied(Message, frozen=True, tag=47):
+    who: str
+    reason: str
+
+
+class ArenaFree(Message, frozen=True, tag=48):
+    """The sender is done with these (offset, generation) blocks of the receiver's arena region."""
+
+    blocks: tuple[tuple[int, int], ...]
+
+
+# ---------------------------------------------------------------- client <-> conductor
+
+
+class InputSegment(Message, frozen=True, tag=60):
+    """One input segment: a modality, its payload (text, a tensor, a number ...) and fields."""
+
+    modality: str
+    data: Any = None
+    fields: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+class Submit(Message, frozen=True, tag=61):
+    """Run a request: its input segments in order, the wanted output modalities, options."""
+
+    request: str
+    inputs: tuple[InputSegment, ...] = ()
+    want: tuple[str, ...] = ()
+    options: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+class Cancel(Message, frozen=True, tag=62):
+    request: str
+
+
+class Ping(Message, frozen=True, tag=63):
+    pass
+
+
+class Accepted(Message, frozen=True, tag=64):
+    """The request is admitted (``queued``: it waits behind the admission cap)."""
+
+    request: str
+    queued: bool = False
+
+
+class Alive(Message, frozen=True, tag=65):
+    """A keep-alive for a live request: the conductor still works on it."""
+
+    request: str
+
+
+class Pong(Message, frozen=True, tag=66):
+    pass
+
+
+LAUNCHER = (Hello, Peers, Progress, Ready, StartFailed, Shutdown, RankDied, ArenaFree)
+INBOX = (*CORE, *LAUNCHER)  # what a rank's or the conductor's inbox accepts
+CLIENT_IN = (Submit, Cancel, Ping)  # what the conductor's client port accepts
+CLIENT_OUT = (Accepted, Output, Alive, Finished, Pong)  # what a client accepts

@@ -1,0 +1,72 @@
+"""What the conductor keeps per request: its flows, the walks they wait for, where its state is."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from wgc_runtime.contract.flow import Request
+from wgc_runtime.contract.kinds import FailKind
+from wgc_runtime.contract.messages import ChunkReady
+from wgc_runtime.contract.spec import FlowSpec, WalkSpec
+
+CONDUCTOR_KEEPS = -1  # `WalkSpec.persists`: a persisted walk input the conductor holds
+
+
+class Abort(Exception):
+    """Raised inside the conductor to end one request with an error."""
+
+    def __init__(
+        self,
+        kind: FailKind,
+        message: str,
+        flow: str | None = None,
+        walk: str | None = None,
+        node: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.kind, self.message, self.flow, self.walk, self.node = kind, message, flow, walk, node
+
+
+@dataclass(eq=False)
+class FlowRun:
+    """One flow of one request."""
+
+    spec: FlowSpec
+    gen: Any = None
+    waiting: int | None = None  # walk id
+    done: bool = False
+    chunks: dict[int, ChunkReady] = field(default_factory=dict)  # on_stream: ready chunks
+    index: int = 0  # on_stream: the chunk the body runs for (or waits for)
+    current: ChunkReady | None = None
+
+
+@dataclass(eq=False)
+class WalkWait:
+    """A walk instance a flow waits for."""
+
+    flow: FlowRun
+    spec: WalkSpec
+    pending: set[int]
+    deadline: float
+    # node-state moves before the walk starts: (node, rank) imports not yet confirmed, and
+    # what starts the walk once they are
+    moving: set[tuple[str, int]] = field(default_factory=set)
+    start: Any = None  # Callable[[], None] | None
+
+
+@dataclass(eq=False)
+class RequestRun:
+    """One running request."""
+
+    id: str
+    request: Request
+    flows: dict[str, FlowRun] = field(default_factory=dict)
+    walks: dict[int, WalkWait] = field(default_factory=dict)
+    persist_loc: dict[tuple[str, str], int] = field(default_factory=dict)
+    kept: dict[tuple[str, str], Any] = field(default_factory=dict)  # conductor-held persists
+    streams_done: set[str] = field(default_factory=set)
+    streams_abandoned: set[str] = field(default_factory=set)
+    state_at: dict[str, tuple[int, ...]] = field(default_factory=dict)  # node -> its group
+    last_progress: float = 0.0
+    ended: bool = False

@@ -1,0 +1,176 @@
+"""Walks: a flow's `RunWalk` becomes a walk instance on the ranks.
+
+A fresh ``walk_id``; `StartWalk` to every rank in `WalkSpec.ranks`, then each walk input: a
+segment or option value is sent inline as a `Value` to every call destination (a missing
+optional input as a bare signal), emitted to the client or kept for a later walk when its
+destinations say so; a `Persisted` channel is resolved by the rank that keeps it
+(`ForwardPersisted`), which delivers it itself. The flow resumes when every rank in
+`WalkSpec.report` sent `WalkDone`; the walk's `persists` then say where each persisted channel of
+that flow lives. Persisted channels are per flow (flows run side by side, so a flow reads only
+what its own walks persisted).
+
+**Node state.** A kv-cache node may run its walks on several rank groups (prefill on one,
+decode on another). The conductor tracks per request where each such node's state lives (the
+group of the last walk that ran it: `WalkSpec.kv_groups`); before a walk starts, every handoff
+of the walk (`WalkSpec.handoffs`) whose ``from_ranks`` hold the state sends `ExportState` there;
+the ranks move the state among themselves and each rank of ``to_ranks`` confirms with
+`StateImported`; the walk starts (`StartWalk`, its inputs) after the last confirmation.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from wgc_runtime.contract.flow import Persisted, Request, RunWalk, Segment, SimpleRequest
+from wgc_runtime.contract.kinds import DestKind, FailKind
+from wgc_runtime.contract.messages import (
+    CLIENT,
+    ExportState,
+    ForwardPersisted,
+    Output,
+    StartWalk,
+    Value,
+)
+from wgc_runtime.contract.node import to_tensor
+from wgc_runtime.contract.spec import WalkSpec
+from wgc_runtime.core.conductor.state import (
+    CONDUCTOR_KEEPS,
+    Abort,
+    FlowRun,
+    RequestRun,
+    WalkWait,
+)
+
+if TYPE_CHECKING:
+    from wgc_runtime.core.conductor.core import ConductorCore
+
+
+def _launch(self: ConductorCore, req: RequestRun, flow: FlowRun, step: RunWalk) -> None:
+    name = flow.spec.name
+    ws = self.walks.get(step.walk)
+    if ws is None:
+        raise Abort(FailKind.FLOW, f"flow `{name}` runs unknown walk `{step.walk}`", name)
+    known = {i.name for i in ws.inputs}
+    extra = sorted(set(step.args) - known)
+    if extra:
+        raise Abort(
+            FailKind.FLOW,
+            f"walk `{ws.name}` has no input `{extra[0]}` (flow `{name}`)",
+            name,
+            ws.name,
+        )
+    self._next_walk_id += 1
+    wid = self._next_walk_id
+    flow.waiting = wid
+    wait = WalkWait(flow, ws, set(ws.report), self.clock() + self.walk_timeout_s)
+    req.walks[wid] = wait
+
+    def start() -> None:
+        options = tuple(self._options(req.request).items())
+        for r in ws.ranks:
+            self.outbox(r, StartWalk(req.id, wid, ws.name, name, options))
+        for inp in ws.inputs:
+            self._deliver_input(req, flow, wid, ws, inp, step.args)
+        if not wait.pending:  # a walk with no rank to wait for
+            self._walk_complete(req, wid)
+
+    self._move_state(req, wid, wait, ws)
+    if wait.moving:
+        wait.start = start  # once every moved state is imported (`StateImported`)
+    else:
+        start()
+
+
+def _move_state(
+    self: ConductorCore, req: RequestRun, wid: int, wait: WalkWait, ws: WalkSpec
+) -> None:
+    """Start the node-state moves due before walk ``ws`` (its handoffs whose node's state is
+    on their ``from_ranks`` for this request); the state then lives where the walk runs."""
+    for h in ws.handoffs:
+        if req.state_at.get(h.node) != tuple(h.from_ranks):
+            continue
+        msg = ExportState(req.id, wid, h.node, tuple(h.from_ranks), tuple(h.to_ranks))
+        for r in h.from_ranks:
+            self.outbox(r, msg)
+        wait.moving |= {(h.node, r) for r in h.to_ranks}
+    for node, ranks in ws.kv_groups:
+        req.state_at[node] = tuple(ranks)
+
+
+def _options(self: ConductorCore, request: Request) -> dict[str, Any]:
+    """The request's option values, defaults included (`CallContext.options`)."""
+    if isinstance(request, SimpleRequest):
+        return request.option_values()
+    return {o.name: request.option(o.name) for o in self.spec.options}
+
+
+def _deliver_input(
+    self: ConductorCore, req, flow: FlowRun, wid: int, ws: WalkSpec, inp, args
+) -> None:
+    name = flow.spec.name
+    if inp.name not in args:
+        if not inp.optional:
+            raise Abort(
+                FailKind.FLOW,
+                f"walk `{ws.name}` needs input `{inp.name}` (flow `{name}`)",
+                name,
+            )
+        value = None
+    else:
+        arg = args[inp.name]
+        if isinstance(arg, Persisted):
+            loc = req.persist_loc.get((name, arg.name))
+            if loc is None:
+                raise Abort(
+                    FailKind.FLOW,
+                    f"flow `{name}` passes `{arg.name}`, which no walk persisted yet",
+                    name,
+                    ws.name,
+                )
+            if loc != CONDUCTOR_KEEPS:
+                # a rank without a piece of the walk that emits the value: wait for it too
+                ack = loc not in ws.report and any(d.kind is not DestKind.CALL for d in inp.dests)
+                if ack:
+                    req.walks[wid].pending.add(loc)
+                fwd = ForwardPersisted(
+                    req.id, wid, ws.name, name, inp.name, arg.name, inp.dests, ack
+                )
+                self.outbox(loc, fwd)
+                for d in inp.dests:
+                    if d.kind is DestKind.PERSIST:
+                        req.persist_loc[(name, d.name or inp.name)] = loc
+                return
+            value = req.kept[(name, arg.name)]
+        else:
+            value = to_tensor(arg.data if isinstance(arg, Segment) else arg)
+    for d in inp.dests:
+        if d.kind is DestKind.CALL:
+            msg = Value(
+                req.id,
+                wid,
+                ws.name,
+                d.call if d.call is not None else -1,
+                d.port or "",
+                d.edge,
+                d.loop,
+                (),
+                value is None,
+                value,
+            )
+            self.outbox(d.rank if d.rank is not None else 0, msg)
+        elif d.kind is DestKind.CLIENT:
+            channel = d.channel or inp.name
+            out = Output(req.id, name, ws.name, d.name or "", channel, (), value)
+            self.outbox(CLIENT, out)
+        elif d.kind is DestKind.PERSIST:
+            req.kept[(name, d.name or inp.name)] = value
+            req.persist_loc[(name, d.name or inp.name)] = CONDUCTOR_KEEPS
+
+
+def _walk_complete(self: ConductorCore, req: RequestRun, wid: int) -> None:
+    wait = req.walks.pop(wid)
+    for channel, rank in wait.spec.persists:
+        if rank != CONDUCTOR_KEEPS:
+            req.persist_loc[(wait.flow.spec.name, channel)] = rank
+    wait.flow.waiting = None
+    self._resume(req, wait.flow)

@@ -1,0 +1,148 @@
+"""Batching: ready call instances of one (walk, call) run together in one `Node.forward`.
+
+Up to ``max_batch``, at most one instance per request (a batch never mixes two iterations or two
+walk instances of one request). Nodes that keep the default `Node.forward` run item by item
+here, so a raising item fails only its request. A custom batched `forward` fails one item by
+returning an exception in that item's place; a batched `forward` that raises is retried item by
+item when the node is stateless, and fails every request of the batch when it keeps state
+(re-running would apply its state changes twice). Every result is checked against the node's
+declared output ports.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+from wgc_runtime.contract.kinds import Engine, FailKind, InputMode
+from wgc_runtime.contract.node import CallContext, Node, NodeError, Work, check_outputs
+from wgc_runtime.core.executor.state import (
+    Inst,
+    RequestAbort,
+)
+
+if TYPE_CHECKING:
+    from wgc_runtime.core.executor.core import RankExecutor
+
+
+def _take_batch(self: RankExecutor, insts: deque[Inst]) -> list[tuple[Inst, Work]]:
+    batch: list[tuple[Inst, Work]] = []
+    seen: set[str] = set()
+    skipped: list[Inst] = []
+    while insts and len(batch) < self.max_batch:
+        inst = insts.popleft()
+        if inst.dead or inst.walk.req.id not in self.requests:
+            continue
+        if inst.walk.req.id in seen:
+            skipped.append(inst)  # one instance per request per batch
+            continue
+        inst.queued = False
+        try:
+            work = self._work(inst)
+        except RequestAbort as exc:
+            self._fail(inst.walk.req.id, exc)
+            continue
+        if work is None:  # a stream chunk went to another instance meanwhile
+            self._dirty[(id(inst.walk), inst.call.id)] = inst.walk
+            continue
+        inst.walk.waiting.get(inst.call.id, {}).pop(inst.it, None)
+        streams = inst.walk.piece.pushes.get(inst.call.id)
+        if streams:
+            inst.walk.pushing[inst.walk.piece.order_key(inst.call, inst.it)] = streams
+        seen.add(inst.walk.req.id)
+        batch.append((inst, work))
+    insts.extendleft(reversed(skipped))
+    return batch
+
+
+def _work(self: RankExecutor, inst: Inst) -> Work | None:
+    w, call = inst.walk, inst.call
+    # readiness as `_process_dirty` found it, unless a stream input must be looked at again
+    inputs = inst.inputs
+    inst.inputs = None
+    if inputs is None:
+        inputs = self._ready_now(inst)
+        inst.inputs = None  # taken now: nothing to keep
+        if inputs is None:
+            return None
+    chunks = {}
+    for p in call.inputs:
+        if p.mode is InputMode.STREAM:
+            name = p.src.name or ""
+            chunk = self._buffer(w.req, name).take()
+            assert chunk is not None
+            inputs[p.port], chunks[p.port] = chunk.data, chunk.info
+            self._stream_changed(w.req, name)
+    self._consume(w, inst)
+    ctx = CallContext(
+        request_id=w.req.id,
+        walk=w.walk,
+        call=call.id,
+        node=call.node,
+        flow=w.flow,
+        loops=call.loops,
+        iteration=inst.it,
+        options=w.options,
+        state=w.req.node_state.setdefault(call.node, {}),
+        chunks=chunks,
+        reads=frozenset(inputs),
+        writes=w.piece.writes.get(call.id, frozenset()),
+    )
+    return Work(inputs, ctx)
+
+
+def _run_batch(self: RankExecutor, batch: list[tuple[Inst, Work]]) -> None:
+    call = batch[0][0].call
+    node = self.nodes.get(call.node)
+    if node is None:
+        for inst, _ in batch:
+            self._fail(
+                inst.walk.req.id,
+                RequestAbort(
+                    FailKind.NODE, f"node `{call.node}` is not loaded on rank {self.rank}", None
+                ),
+            )
+        return
+    results = self._forward(node, call.node, [wk for _, wk in batch])
+    for (inst, work), result in zip(batch, results, strict=True):
+        if inst.walk.req.id not in self.requests:
+            continue
+        w = inst.walk
+        if isinstance(result, BaseException):
+            msg = f"node `{call.node}` failed in walk `{w.walk}`: {type(result).__name__}: "
+            self._fail(w.req.id, RequestAbort(FailKind.NODE, msg + str(result), w.walk, call.node))
+            continue
+        try:
+            check_outputs(call.node, self.port_types.get(call.node, {}), result, work.ctx.writes)
+        except NodeError as exc:
+            self._fail(
+                w.req.id,
+                RequestAbort(FailKind.OUTPUT, f"{exc} (in walk `{w.walk}`)", w.walk, call.node),
+            )
+            continue
+        try:
+            self._after_call(inst, dict(result))
+        except RequestAbort as exc:
+            self._fail(w.req.id, exc)
+
+
+def _forward(self: RankExecutor, node: Node, name: str, works: list[Work]) -> list[Any]:
+    """One result (or exception) per work."""
+    if type(node).forward is Node.forward:
+        out: list[Any] = []
+        for wk in works:
+            try:
+                out.append(node.forward_one(wk.inputs, wk.ctx))
+            except Exception as exc:
+                out.append(exc)
+        return out
+    try:
+        res = list(node.forward(works))
+    except Exception as exc:
+        if len(works) > 1 and self.engines.get(name) is Engine.STATELESS:
+            return [r for wk in works for r in self._forward(node, name, [wk])]
+        return [exc] * len(works)
+    if len(res) != len(works):
+        err = NodeError(f"node `{name}` returned {len(res)} results for {len(works)} calls")
+        return [err] * len(works)
+    return res

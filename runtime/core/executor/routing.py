@@ -1,0 +1,143 @@
+"""Routing a call's outputs by the plan's destinations (held while the iteration is speculative).
+
+A destination (`Dest`) is a call on this rank (handed over in place) or another (the outbox), the
+client, the request's persisted store, a stream (`streams`), or a loop's stop condition (`Until`
+to every rank of the loop). Terminal and accumulated values are kept until their loop ends. A
+loop-carried destination that is not a call (an `emit` or `persist` of a loop-carried channel)
+fires when the next iteration starts, so the last iteration's value is never delivered.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from wgc_runtime.contract.kinds import DestKind, Edge
+from wgc_runtime.contract.messages import (
+    CONDUCTOR,
+    ClientOut,
+    Until,
+)
+from wgc_runtime.contract.spec import Dest, Unit
+from wgc_runtime.core.executor.state import (
+    AFTER_LOOP,
+    Inst,
+    WalkRun,
+    truth,
+)
+
+if TYPE_CHECKING:
+    from wgc_runtime.core.executor.core import RankExecutor
+
+
+def _after_call(self: RankExecutor, inst: Inst, outputs: dict[str, Any]) -> None:
+    """Route a call's outputs (held while its iteration is speculative), then count it."""
+    w, call = inst.walk, inst.call
+
+    def route() -> None:
+        self._route(w, call, inst.it, outputs, lambda: self._unit_done(w, call.loops, inst.it))
+
+    self._route_or_hold(w, call.loops, inst.it, route)
+
+
+def _route_or_hold(self: RankExecutor, w: WalkRun, loops, it, action: Callable[[], None]) -> None:
+    spec = self._confirmed(w, loops, it) if loops else None
+    if spec is None:
+        action()
+        return
+    lr, i = spec
+    lr.held.setdefault(i, []).append((loops, it, action))
+
+
+def _route(self: RankExecutor, w: WalkRun, call: Unit, it, outputs: dict[str, Any], done) -> None:
+    pushes: list[tuple[Dest, Any]] = []
+    rest: list[tuple[Dest, Any, str, int]] = []
+    for o in call.outputs:
+        if o.port not in outputs:
+            continue
+        v = outputs[o.port]
+        for k, d in enumerate(o.dests):
+            if d.kind is DestKind.STREAM:
+                pushes.append((d, v))
+            else:
+                rest.append((d, v, o.port, k))
+
+    key = w.piece.order_key(call, it) if pushes else ()
+
+    def finish() -> None:
+        if pushes and w.pushing.pop(key, None) is not None:
+            self._unpark(w)
+        seen: set = set()
+        for d, v, port, k in rest:
+            if d.edge in AFTER_LOOP:
+                self._yield(w, call, it, d, v, port, k, seen)
+            else:
+                self._dest(w, call, it, d, v, port)
+        done()
+
+    if not pushes:
+        finish()
+        return
+    streams = frozenset(d.name or "" for d, _ in pushes)
+
+    def start() -> None:
+        self._push_all(w.req, pushes, finish)
+
+    if self._push_blocked(w, key, streams):
+        w.parked.append((key, streams, start))
+    else:
+        start()
+
+
+def _yield(self, w: WalkRun, call: Unit, it, d: Dest, v: Any, port: str, k: int, seen) -> None:
+    """Keep a terminal / accumulated value for the end of loop ``d.loop`` (``k``: the
+    destination's index among the port's: two equal destinations, two `emit`s, both fire)."""
+    lr = self._loop_of(w, call, it, d.loop)
+    key = (call.id, port)
+    if (key, d.loop, d.edge) not in seen:  # one value, several destinations: keep it once
+        seen.add((key, d.loop, d.edge))
+        if d.edge == Edge.TERMINAL:
+            lr.yields[key] = v
+        else:
+            lr.stacks.setdefault(key, []).append(v)
+    lr.yield_dests.setdefault(key, {})[k] = d
+
+
+def _dest(self: RankExecutor, w: WalkRun, call: Unit, it, d: Dest, v: Any, port: str) -> None:
+    req = w.req
+    if d.carried and d.kind is not DestKind.CALL:
+        # an emit / persist of a loop-carried channel: fires when the next iteration starts
+        lr = self._loop_of(w, call, it, d.loop)
+        j = call.loops.index(d.loop)
+        nxt = (*it[:j], it[j] + 1, *it[j + 1 :])
+        lr.on_start.setdefault(it[j] + 1, []).append(lambda: self._sink(w, d, v, port, nxt))
+        return
+    if d.kind is DestKind.CALL:
+        tag = tuple(zip(call.loops, it, strict=True))
+        if d.carried and d.loop in call.loops:
+            j = call.loops.index(d.loop)
+            lr = self._loop_of(w, call, it, d.loop)
+            if it[j] + 1 >= lr.spec.max or lr.stops.get(it[j]) is True:
+                return  # no next iteration: the last iteration's value is never delivered
+            tag = (*tag[:j], (d.loop, it[j] + 1))
+        self._send_value(req.id, w.walk_id, w.walk, d, tag, v)
+    elif d.kind is DestKind.UNTIL:
+        j = call.loops.index(d.loop) if d.loop in call.loops else len(it) - 1
+        stop = truth(v)
+        msg = Until(req.id, w.walk_id, w.walk, d.loop or "", it[:j], it[j], stop)
+        for r in d.ranks or (self.rank,):
+            if r == self.rank:
+                self._on_until(msg)
+            else:
+                self.outbox(r, msg)
+    else:
+        self._sink(w, d, v, port, it)
+
+
+def _sink(self: RankExecutor, w: WalkRun, d: Dest, v: Any, channel: str, it) -> None:
+    if d.kind is DestKind.CLIENT:
+        channel = d.channel or channel
+        msg = ClientOut(w.req.id, w.walk_id, w.walk, w.flow, d.name or "", channel, it, v)
+        self.outbox(CONDUCTOR, msg)
+    elif d.kind is DestKind.PERSIST:
+        w.req.persisted[(w.flow, d.name or channel)] = v

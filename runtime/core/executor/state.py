@@ -1,0 +1,175 @@
+"""What the executor keeps: a piece's lookups, and per request its walk, loop and call instances.
+
+`PieceIndex` turns a `PieceSpec`'s tuples into dicts (units by id, loops by name, input ports by
+(unit, port), streams to their producers and consumers); every fact in it was computed by the
+compiler (`wgc.lower.index`), nothing is derived here. The rest is run-time state: one
+`RequestState` per request on this rank, one `WalkRun` per walk instance, one `LoopRun` per
+loop instance, one `Inst` per call instance waiting to run.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from wgc_runtime.contract.kinds import Edge, FailKind
+from wgc_runtime.contract.messages import Message
+from wgc_runtime.contract.spec import Dest, LoopSpec, PieceSpec, PortIn, Unit
+from wgc_runtime.core.streams import StreamBuffer
+
+Outbox = Callable[[int, Message], None]
+
+MISSING = object()
+AFTER_LOOP = (Edge.TERMINAL, Edge.ACCUMULATED)  # edges whose value travels after its loop
+
+
+class RequestAbort(Exception):
+    """Raised inside the executor to fail one request."""
+
+    def __init__(
+        self, kind: FailKind, message: str, walk: str | None = None, node: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.kind, self.message, self.walk, self.node = kind, message, walk, node
+
+
+@dataclass(eq=False)
+class PieceIndex:
+    """One piece's lookups (see the module docstring)."""
+
+    spec: PieceSpec
+    units: dict[int, Unit]  # calls and sink units by id
+    loops: dict[str, LoopSpec]
+    ports: dict[tuple[int, str], PortIn]  # (unit, port) -> its input spec
+    sinks: dict[int, Dest]  # sink unit -> where its value goes
+    writes: dict[int, frozenset[str]]  # call -> the output ports it binds (`CallContext.writes`)
+    pushes: dict[int, frozenset[str]]  # call -> the streams it pushes to (only calls that do)
+    producers: dict[str, tuple[int, ...]]  # stream -> the calls pushing to it
+    consumers: dict[str, tuple[int, ...]]  # stream -> the calls taking its chunks
+    loop_pushes: dict[str, frozenset[str]]  # loop -> the streams its body pushes to
+    order: dict[str, int]  # loop -> its place among its scope's units
+
+    @staticmethod
+    def of(spec: PieceSpec) -> PieceIndex:
+        units: dict[int, Unit] = {c.id: c for c in spec.calls}
+        units.update((u.id, u) for u in spec.sinks)
+        return PieceIndex(
+            spec=spec,
+            units=units,
+            loops={lp.name: lp for lp in spec.loops},
+            ports={(u.id, p.port): p for u in units.values() for p in u.inputs},
+            sinks={u.id: u.dest for u in spec.sinks},
+            writes={u.id: frozenset(u.writes) for u in units.values()},
+            pushes={c.id: frozenset(c.pushes) for c in spec.calls if c.pushes},
+            producers=dict(spec.producers),
+            consumers=dict(spec.consumers),
+            loop_pushes={lp.name: frozenset(lp.pushes) for lp in spec.loops},
+            order={lp.name: lp.order for lp in spec.loops},
+        )
+
+    def order_key(self, call: Unit, it: tuple[int, ...]) -> tuple[int, ...]:
+        """Where a call instance runs in the walk's statement order: call ids follow the source
+        (a loop's calls lie between the units before and after it), iterations in order."""
+        key: list[int] = []
+        for lp, i in zip(call.loops, it, strict=True):
+            key += (self.order.get(lp, 0), i)
+        return (*key, call.id)
+
+    def loop_key(self, name: str, outer: tuple[int, ...]) -> tuple[int, ...]:
+        key: list[int] = []
+        for lp, i in zip(self.loops[name].chain, outer, strict=False):
+            key += (self.order.get(lp, 0), i)
+        return (*key, self.order.get(name, 0))
+
+
+@dataclass(eq=False)
+class Inst:
+    """One call instance: a call at one iteration vector of one walk instance."""
+
+    walk: WalkRun
+    call: Unit
+    it: tuple[int, ...]
+    dead: bool = False
+    queued: bool = False
+    # the input values found when it was queued (a call without stream inputs: they stay
+    # ready, values are bound once per key), for `_work`; None: look again (stream chunks can
+    # go to another instance meanwhile)
+    inputs: dict[str, Any] | None = None
+
+
+@dataclass(eq=False)
+class LoopRun:
+    """One instance of one loop on this rank."""
+
+    spec: LoopSpec
+    outer: tuple[int, ...]
+    chain: tuple[str, ...]
+    started: int = 0  # iterations started
+    completed: int = -1  # the last complete iteration (they complete in order)
+    last: int | None = None  # the last iteration, once known
+    ended: bool = False
+    stops: dict[int, bool] = field(default_factory=dict)
+    remaining: dict[int, int] = field(default_factory=dict)
+    held: dict[int, list] = field(default_factory=dict)  # speculative effects per iteration
+    on_start: dict[int, list] = field(default_factory=dict)  # carried emits / persists
+    yields: dict[tuple[int, str], Any] = field(default_factory=dict)  # terminal values
+    stacks: dict[tuple[int, str], list] = field(default_factory=dict)  # accumulated values
+    yield_dests: dict[tuple[int, str], dict[int, Dest]] = field(default_factory=dict)
+
+    def confirmed(self, i: int) -> bool:
+        """Iteration i is not speculative here (its parents' iterations aside)."""
+        return i == 0 or self.spec.until is None or self.stops.get(i - 1) is False
+
+
+@dataclass(eq=False)
+class WalkRun:
+    req: RequestState
+    walk_id: int
+    walk: str
+    piece: PieceIndex
+    flow: str = ""
+    options: dict[str, Any] = field(default_factory=dict)
+    started: bool = False
+    values: dict[tuple[int, str], dict[tuple[int, ...], Any]] = field(default_factory=dict)
+    inits: dict[tuple[int, str], dict[tuple[int, ...], Any]] = field(default_factory=dict)
+    carried: dict[tuple[int, str], dict[tuple[int, ...], Any]] = field(default_factory=dict)
+    carried_loop: dict[tuple[int, str], str] = field(default_factory=dict)
+    loops: dict[tuple[str, tuple[int, ...]], LoopRun] = field(default_factory=dict)
+    early_stops: dict[tuple[str, tuple[int, ...]], dict[int, bool]] = field(default_factory=dict)
+    waiting: dict[int, dict[tuple[int, ...], Inst]] = field(default_factory=dict)
+    top_remaining: int = 0
+    # stream pushes in statement order: producer instances that ran and have not finished
+    # pushing (order key -> streams), and pushes parked behind an earlier one
+    pushing: dict[tuple[int, ...], frozenset[str]] = field(default_factory=dict)
+    parked: list = field(default_factory=list)
+
+
+@dataclass(eq=False)
+class RequestState:
+    id: str
+    node_state: dict[str, dict] = field(default_factory=dict)
+    persisted: dict[tuple[str, str], Any] = field(default_factory=dict)  # (flow, channel)
+    walks: dict[int, WalkRun] = field(default_factory=dict)
+    finished_walks: set[int] = field(default_factory=set)
+    streams: dict[str, StreamBuffer] = field(default_factory=dict)
+    # owner side: items waiting for room, (seq, src rank, item, continuation or None)
+    stream_pending: dict[str, deque] = field(default_factory=dict)
+    notified: dict[str, int] = field(default_factory=dict)
+    acks: dict[int, Callable[[], None]] = field(default_factory=dict)  # producer side
+    # node states arriving from another group: (walk id, node, src rank) -> parts, and the
+    # part count once `StateEnd` said it
+    incoming: dict[tuple[int, str, int], dict[str, Any]] = field(default_factory=dict)
+    incoming_parts: dict[tuple[int, str, int], int] = field(default_factory=dict)
+
+
+def truth(v: Any) -> bool:
+    """A stop value: a bare signal or an empty tensor is false."""
+    if v is None:
+        return False
+    if isinstance(v, torch.Tensor):
+        return bool(v.reshape(-1)[0].item()) if v.numel() else False
+    return bool(v)
