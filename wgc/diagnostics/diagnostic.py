@@ -49,11 +49,10 @@ class Diagnostic:
     help: str | None = None
     notes: tuple[str, ...] = ()
     primary_label: str = ""
-    severity: Severity = field(default=None)  # type: ignore[assignment]
+    severity: Severity = field(init=False)  # the registry's, for ``code``
 
     def __post_init__(self) -> None:
-        if self.severity is None:
-            object.__setattr__(self, "severity", lookup(self.code).severity)
+        object.__setattr__(self, "severity", lookup(self.code).severity)
 
     @property
     def is_error(self) -> bool:

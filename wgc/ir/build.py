@@ -217,12 +217,7 @@ class _Builder:
             )
         else:
             v = self.static_value(ex)
-            ok = v is not None and (
-                (typ == "bool" and isinstance(v, bool))
-                or (typ == "int" and isinstance(v, int) and not isinstance(v, bool))
-                or (typ == "float" and isinstance(v, int | float) and not isinstance(v, bool))
-                or (typ == "str" and isinstance(v, str))
-            )
+            ok = v is not None and _option_fits(typ, v)
             if v is not None and not ok:
                 self.error(
                     "WG009",
@@ -231,8 +226,8 @@ class _Builder:
                     label=f"expected a `{typ}`",
                     help=f"give a `{typ}` default, e.g. `option {name}: {typ} = {_example(typ)}`",
                 )
-            elif ok:
-                default = float(v) if typ == "float" else v  # type: ignore[arg-type]
+            elif v is not None:
+                default = float(v) if typ == "float" and isinstance(v, int | float) else v
         return OptionDecl(name, typ, default, self.span(t), self.span(t.children[0]), ex)
 
     # ------------------------------------------------------------------ types
@@ -874,6 +869,17 @@ def _unquote(s: str) -> str:
 
 def _example(typ: str) -> str:
     return {"bool": "false", "int": "1", "float": "1.0", "str": '"x"'}.get(typ, "...")
+
+
+def _option_fits(typ: str, v: E.Value) -> bool:
+    """Whether ``v`` is a default for an option of type ``typ`` (an int fits a float)."""
+    if typ == "bool" or isinstance(v, bool):
+        return typ == "bool" and isinstance(v, bool)
+    if typ == "int":
+        return isinstance(v, int)
+    if typ == "float":
+        return isinstance(v, int | float)
+    return typ == "str" and isinstance(v, str)
 
 
 def _join(first: Span, last: Span) -> Span:

@@ -108,7 +108,8 @@ class TensorType:
             return None
         n = 1
         for d in self.dims:
-            n *= int(d.value)  # type: ignore[arg-type]
+            assert d.value is not None  # a static dim has its value
+            n *= d.value
         return n
 
     def nbytes(self) -> int | None:

@@ -111,7 +111,9 @@ def policy_params(model: Model, policy: ChunkPolicy) -> tuple[_Params | None, li
         ok = False
     if not ok:
         return None, diags
-    params = _Params({n: a.value for n, a in args.items()}, args)  # type: ignore[misc]
+    values = {n: a.value for n, a in args.items() if a.value is not None}
+    assert len(values) == len(args)  # an argument without a value is not `ok`
+    params = _Params(values, args)
     diags.extend(_range_problems(policy, params))
     return (params if not diags else None), diags
 
@@ -404,7 +406,8 @@ def _leading_dim(s: Stream, params: _Params, prod: Port, cons: Port) -> list[Dia
             )
         ]
     d0 = p.dims[0].value if p.rank > 0 else 1
-    want = n * int(d0)  # type: ignore[arg-type]
+    assert d0 is not None  # a dynamic leading dim returned above
+    want = n * d0
     if got == want:
         return []
     rows = f"{n} items of `{p}`" + (f" = {want} rows" if d0 != 1 else "")

@@ -225,12 +225,13 @@ class _FlowChecker:
         return self.meet(arms)
 
     def meet(self, branches: list[_Branch]) -> State:
-        live = [b for b in branches if b.state is not None]
+        live = [(b, b.state) for b in branches if b.state is not None]
         if not live:
             return None
-        common = frozenset.intersection(*(b.state for b in live))  # type: ignore[arg-type]
-        for b in live:
-            for name in frozenset().union(*(x.state for x in live)) - b.state:  # type: ignore[operator]
+        common = frozenset.intersection(*(state for _, state in live))
+        every = frozenset[str]().union(*(state for _, state in live))
+        for b, state in live:
+            for name in every - state:
                 if b.lacks:
                     self.dropped[name] = (Label(b.span, b.lacks.format(name)), b.fix.format(name))
         return common
@@ -366,7 +367,8 @@ class _FlowChecker:
         )
 
     def unknown(self, c: WalkCall, a: FArg, scope: tuple[str, ...]) -> None:
-        loop_vars = {s.var for s in iter_fstmts(self.flow.body) if isinstance(s, For)}  # type: ignore[arg-type]
+        assert self.flow.body is not None  # only a flow with a body is checked (see `__init__`)
+        loop_vars = {s.var for s in iter_fstmts(self.flow.body) if isinstance(s, For)}
         written = a.name if a.kind is ArgKind.NAME else f"{a.name}.{a.attr}"
         if a.name in loop_vars:
             label = f"`{a.name}` is not bound here"

@@ -25,7 +25,7 @@ from wgc.ir.flow import Flow, If, OptionCond, Repeat, cond_atoms, iter_fstmts
 from wgc.ir.model import Model
 from wgc.ir.query import consumer_port_type, walk_input_type
 from wgc.ir.types import DTYPE_NAMES, Dim, DimKind, TensorType
-from wgc.ir.walk import Edge, EdgeKind, EndKind, Walk
+from wgc.ir.walk import Call, Edge, EdgeKind, EndKind, Walk
 
 NAME = "types"
 CODES = ("WG201", "WG202", "WG203", "WG204")
@@ -69,8 +69,14 @@ def _walk(model: Model, w: Walk) -> list[Diagnostic]:
     return out
 
 
+def _consumer(w: Walk, e: Edge) -> tuple[Call, str]:
+    """The call and port that ``e`` delivers to (`_walk` only looks at edges into a call)."""
+    assert e.dst.call is not None and e.dst.port is not None
+    return w.calls[e.dst.call], e.dst.port
+
+
 def _mismatch(model: Model, w: Walk, e: Edge, got: TensorType, want: TensorType) -> Diagnostic:
-    call = w.calls[e.dst.call]  # type: ignore[index]
+    call, _ = _consumer(w, e)
     labels = []
     src = _source_label(model, w, e, got)
     if src is not None:
@@ -106,13 +112,13 @@ def _source_label(model: Model, w: Walk, e: Edge, got: TensorType) -> Label | No
 
 
 def _untyped_input(model: Model, w: Walk, e: Edge, first: Edge, want: TensorType) -> list:
-    ftype = consumer_port_type(model, w, first.dst.call, first.dst.port)  # type: ignore[arg-type]
+    fcall, fport = _consumer(w, first)
+    ftype = consumer_port_type(model, w, fcall.id, fport)
     if ftype is None or ftype.agrees(want):
         return []
-    fcall = w.calls[first.dst.call]  # type: ignore[index]
-    call = w.calls[e.dst.call]  # type: ignore[index]
+    call, port = _consumer(w, e)
     inp = w.input(e.src.name or "")
-    labels = [Label(first.span, f"`{fcall.node}.{first.dst.port}` expects `{ftype}`")]
+    labels = [Label(first.span, f"`{fcall.node}.{fport}` expects `{ftype}`")]
     if inp is not None:
         labels.append(Label(inp.span, "declared without a type"))
     return [
@@ -120,7 +126,7 @@ def _untyped_input(model: Model, w: Walk, e: Edge, first: Edge, want: TensorType
             "WG201",
             f"walk input `{e.src.name}` feeds ports of different types",
             e.span,
-            label=f"`{call.node}.{e.dst.port}` expects `{want}`",
+            label=f"`{call.node}.{port}` expects `{want}`",
             labels=labels,
             help=f"declare the input's type, e.g. `{e.src.name}: {ftype}`, and make the ports "
             "agree",

@@ -332,11 +332,11 @@ def _no_effect(model: Model, placement: Placement) -> list[Diagnostic]:
     for g in placement.groups:
         if g.walks is None:
             continue
-        walks = [(w, model.walk(w.name)) for w in g.walks if model.walk(w.name) is not None]
+        walks = [(w, ir) for w in g.walks if (ir := model.walk(w.name)) is not None]
         nodes = [n for n in g.nodes if model.node(n.name) is not None]
         if not walks or not nodes:
             continue
-        calls = {w.name: {c.node for c in ir.calls} for w, ir in walks}  # type: ignore[union-attr]
+        calls = {w.name: {c.node for c in ir.calls} for w, ir in walks}
         dead_nodes = [n for n in nodes if not any(n.name in c for c in calls.values())]
         for n in dead_nodes:
             out.append(
