@@ -238,7 +238,7 @@ def _deadline(seconds: int):
         yield
         return
 
-    def expire(signum, frame):
+    def expire(_signum, _frame):
         raise TimeoutError(f"took more than {seconds} s")
 
     old = signal.signal(signal.SIGALRM, expire)

@@ -32,9 +32,6 @@ EDGE_STYLES: dict[str, EdgeStyle] = {
     "streamed": EdgeStyle("#0d9488", "dashed", False, "stream, chunked by its policy"),
 }
 
-# kinds in legend order (the order of `EdgeKind`, `until` omitted: the loop label shows it)
-KINDS = tuple(EDGE_STYLES)
-
 
 def style(kind: str) -> EdgeStyle:
     return EDGE_STYLES.get(kind, EDGE_STYLES["internal"])
