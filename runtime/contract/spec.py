@@ -46,11 +46,9 @@ conductor tracks, per request, where each node's state lives and runs the moves.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from wgc_runtime.contract.flow import FlowGen, Request, Segment, SimpleRequest
 from wgc_runtime.contract.kinds import (
     AttentionKind,
     CaptureScope,
@@ -58,9 +56,7 @@ from wgc_runtime.contract.kinds import (
     Edge,
     Engine,
     FinalMode,
-    FlowKind,
     InputMode,
-    OptionType,
     Policy,
     SourceKind,
 )
@@ -404,111 +400,3 @@ class RankSpec:
 
     def piece(self, walk: str) -> PieceSpec | None:
         return next((p for p in self.pieces if p.walk == walk), None)
-
-
-# ---------------------------------------------------------------- walks, as the conductor sees them
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class WalkInputSpec:
-    name: str
-    optional: bool = False
-    ranks: tuple[int, ...] = ()  # the ranks that read it
-    # where the value goes: call ports (with their rank), and ``emit``/``persist`` destinations
-    # the conductor handles itself because it holds the value
-    dests: tuple[Dest, ...] = ()
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Handoff:
-    """Before the walk starts, the request's state of kv-cache node ``node`` must be on
-    ``to_ranks``: if the request last ran the node on ``from_ranks``, it moves from there first
-    (the conductor asks ``from_ranks`` to export it, they send it to ``to_ranks``, which import
-    it and confirm; then the walk starts)."""
-
-    node: str
-    from_ranks: tuple[int, ...]
-    to_ranks: tuple[int, ...]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class WalkSpec:
-    name: str
-    ranks: tuple[int, ...] = ()  # every rank with a piece
-    report: tuple[int, ...] = ()  # ranks that must report before the walk is done
-    inputs: tuple[WalkInputSpec, ...] = ()
-    # persisted channel -> the rank that keeps it (-1: the conductor, for a persisted walk input)
-    persists: tuple[tuple[str, int], ...] = ()
-    # node-state moves that may be due before the walk starts (prefill/decode disaggregation)
-    handoffs: tuple[Handoff, ...] = ()
-    # (node, group) for each kv-cache node the walk calls that runs on several groups in the
-    # plan: where the request's state of the node lives once the walk has started
-    kv_groups: tuple[tuple[str, tuple[int, ...]], ...] = ()
-    source: str = ""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class OptionSpec:
-    """A request option with its declared type and default."""
-
-    name: str
-    type: OptionType
-    default: Any
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class FlowSpec:
-    """A flow of the model (`FlowKind`): ``always`` (runs for every request), ``when`` (runs
-    beside the others when ``when(req)`` holds), ``on_stream`` (``body`` runs once per chunk of
-    ``stream``), or ``extern`` (``extern`` names a ``module:function`` generator with the same
-    protocol, which the conductor imports)."""
-
-    name: str
-    kind: FlowKind
-    body: Callable[[Request], FlowGen] | None = None
-    when: Callable[[Request], bool] | None = None
-    stream: str | None = None
-    extern: str | None = None
-    source: str = ""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ConductorSpec:
-    """What the conductor needs: the deployment, the walks, the flows, every stream (its owner
-    and the flows that produce and consume it), the request options and the serving settings."""
-
-    model: str
-    placement: str
-    world_size: int
-    devices: tuple[str, ...] = ()  # rank i runs on devices[i]
-    hosts: tuple[str, ...] = ()  # rank i runs on hosts[i]
-    walks: tuple[WalkSpec, ...] = ()
-    flows: tuple[FlowSpec, ...] = ()
-    streams: tuple[StreamSpec, ...] = ()
-    options: tuple[OptionSpec, ...] = ()
-    params: tuple[tuple[str, Any], ...] = ()  # effective param values
-    placed: tuple[str, ...] = ()  # nodes placed on some rank (extern flows may ask)
-    max_concurrent_requests: int = 1
-    kv_cache: KvCacheSpec = KvCacheSpec()
-    batching: BatchingSpec = BatchingSpec()
-    attention: AttentionSpec = AttentionSpec()
-
-    def walk(self, name: str) -> WalkSpec | None:
-        return next((w for w in self.walks if w.name == name), None)
-
-    def flow(self, name: str) -> FlowSpec | None:
-        return next((f for f in self.flows if f.name == name), None)
-
-    def option_defaults(self) -> dict[str, Any]:
-        return {o.name: o.default for o in self.options}
-
-    def request(
-        self,
-        segments: Sequence[Segment],
-        outputs: Sequence[str] = (),
-        options: Mapping[str, Any] | None = None,
-    ) -> SimpleRequest:
-        """A `SimpleRequest` with this model's option defaults."""
-        return SimpleRequest(
-            tuple(segments), frozenset(outputs), dict(options or {}), self.option_defaults()
-        )

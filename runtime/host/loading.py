@@ -25,10 +25,10 @@ from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
+from wgc_runtime.contract.conductor import ConductorSpec
 from wgc_runtime.contract.node import Node, NodeContext
 from wgc_runtime.contract.spec import (
     CaptureSpec,
-    ConductorSpec,
     NodeSpec,
     RankSpec,
     SpecVersionError,

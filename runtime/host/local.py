@@ -23,10 +23,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from wgc_runtime.contract.conductor import ConductorSpec
 from wgc_runtime.contract.flow import Request, Segment, SimpleRequest
 from wgc_runtime.contract.messages import CLIENT, CONDUCTOR, Finished, Message, Output
 from wgc_runtime.contract.node import Node
-from wgc_runtime.contract.spec import ConductorSpec, RankSpec
+from wgc_runtime.contract.spec import RankSpec
 from wgc_runtime.core.conductor import ConductorCore
 from wgc_runtime.core.executor import RankExecutor
 from wgc_runtime.host.loading import load_nodes, load_plan

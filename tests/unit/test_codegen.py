@@ -20,6 +20,7 @@ from wgc.diagnostics.diagnostic import Span
 from wgc.driver import Driver
 from wgc.ir import flow as F
 from wgc.lower.flowplan import fold
+from wgc_runtime.contract import conductor as CC
 from wgc_runtime.contract import flow as S
 from wgc_runtime.contract import spec as C
 
@@ -128,7 +129,7 @@ def test_the_plan_is_made_of_the_contract_records(tmp_path: Path) -> None:
     out, result = _compile(tmp_path, CFG_BAGEL, "cfg")
     plan = result.plan
     assert all(type(r) is C.RankSpec for r in plan.ranks)
-    assert all(type(w) is C.WalkSpec for w in plan.walks)
+    assert all(type(w) is CC.WalkSpec for w in plan.walks)
     assert type(plan.kv_cache) is C.KvCacheSpec and type(plan.attention) is C.AttentionSpec
     assert json.loads((out / "plan.json").read_text())["version"] == C.SPEC_VERSION
     for name in ("conductor.py", "rank_0.py", "rank_1.py", "rank_2.py"):

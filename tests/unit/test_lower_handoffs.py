@@ -16,7 +16,8 @@ from wgc.driver import Driver
 from wgc.lower.lower import lower
 from wgc.lower.plan import Plan
 from wgc.placement.load import load
-from wgc_runtime.contract.spec import Handoff, TypeSpec
+from wgc_runtime.contract.conductor import Handoff
+from wgc_runtime.contract.spec import TypeSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 

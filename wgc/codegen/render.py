@@ -24,8 +24,9 @@ from wgc.codegen.pyfmt import WIDTH, Atom, comment_text
 from wgc.codegen.specs import CONTRACT, SpecUsage, provenance_tuple, spec_doc, value_doc
 from wgc.lower.flowplan import FlowPlan
 from wgc.lower.plan import Plan
+from wgc_runtime.contract.conductor import ConductorSpec, FlowSpec
 from wgc_runtime.contract.kinds import FlowKind
-from wgc_runtime.contract.spec import ConductorSpec, FlowSpec, PieceSpec, RankSpec
+from wgc_runtime.contract.spec import PieceSpec, RankSpec
 
 GENERATED_FILES = ("rank_*.py", "conductor.py", "plan.json", "__init__.py")
 

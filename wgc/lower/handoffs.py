@@ -22,7 +22,7 @@ from wgc.ir.decls import EngineKind
 from wgc.ir.model import Model
 from wgc.lower.assign import Assignment
 from wgc.lower.pieces import LoweredWalk
-from wgc_runtime.contract.spec import Handoff
+from wgc_runtime.contract.conductor import Handoff
 
 Groups = dict[str, dict[str, tuple[int, ...]]]  # node -> walk -> group ranks
 

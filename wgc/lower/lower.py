@@ -28,16 +28,15 @@ from wgc.lower.params import effective
 from wgc.lower.pieces import LoweredWalk, WalkLowerer
 from wgc.lower.plan import Plan, Route, SourceFile, Transfer
 from wgc.placement.model import Placement
+from wgc_runtime.contract.conductor import OptionSpec, WalkSpec
 from wgc_runtime.contract.kinds import AttentionKind, OptionType
 from wgc_runtime.contract.spec import (
     AttentionSpec,
     BatchingSpec,
     CaptureSpec,
     KvCacheSpec,
-    OptionSpec,
     PieceSpec,
     RankSpec,
-    WalkSpec,
 )
 
 

@@ -29,6 +29,7 @@ from wgc.ir.model import Model
 from wgc.ir.walk import Block, Edge, EdgeKind, Emit, End, EndKind, Loop, Par, Persist, Walk
 from wgc.lower import index
 from wgc.lower.typespec import type_spec
+from wgc_runtime.contract.conductor import WalkInputSpec
 from wgc_runtime.contract.kinds import DestKind, InputMode, SourceKind
 from wgc_runtime.contract.kinds import Edge as EdgeName
 from wgc_runtime.contract.spec import (
@@ -40,7 +41,6 @@ from wgc_runtime.contract.spec import (
     PortOut,
     SinkSpec,
     Source,
-    WalkInputSpec,
 )
 
 SourceFn = Callable[[Span], str]

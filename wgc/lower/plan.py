@@ -21,6 +21,7 @@ from enum import Enum
 
 from wgc.lower import flowplan
 from wgc.lower.flowplan import FlowPlan
+from wgc_runtime.contract.conductor import OptionSpec, WalkSpec
 from wgc_runtime.contract.kinds import Edge
 from wgc_runtime.contract.spec import (
     SPEC_VERSION,
@@ -28,10 +29,8 @@ from wgc_runtime.contract.spec import (
     BatchingSpec,
     Dest,
     KvCacheSpec,
-    OptionSpec,
     RankSpec,
     StreamSpec,
-    WalkSpec,
 )
 
 

@@ -7,18 +7,16 @@ order, and `Fail` to end the request with an error. The runtime's conductor resu
 every rank in the walk's `report` has finished.
 """
 
-from wgc_runtime.contract.flow import Fail, FlowGen, Persisted, Request, RunWalk
-from wgc_runtime.contract.kinds import DestKind, Edge, FlowKind, OptionType
-from wgc_runtime.contract.spec import (
-    BatchingSpec,
+from wgc_runtime.contract.conductor import (
     ConductorSpec,
-    Dest,
     FlowSpec,
-    KvCacheSpec,
     OptionSpec,
     WalkInputSpec,
     WalkSpec,
 )
+from wgc_runtime.contract.flow import Fail, FlowGen, Persisted, Request, RunWalk
+from wgc_runtime.contract.kinds import DestKind, Edge, FlowKind, OptionType
+from wgc_runtime.contract.spec import BatchingSpec, Dest, KvCacheSpec
 
 SPEC_VERSION = 2  # the `wgc_runtime.contract.spec` records this module is written for
 

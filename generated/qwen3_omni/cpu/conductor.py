@@ -8,19 +8,10 @@ order, and `Fail` to end the request with an error. The runtime's conductor resu
 every rank in the walk's `report` has finished.
 """
 
+from wgc_runtime.contract.conductor import ConductorSpec, FlowSpec, WalkInputSpec, WalkSpec
 from wgc_runtime.contract.flow import Fail, FlowGen, Persisted, Request, RunWalk
 from wgc_runtime.contract.kinds import DestKind, Edge, FinalMode, FlowKind, Policy
-from wgc_runtime.contract.spec import (
-    BatchingSpec,
-    ConductorSpec,
-    Dest,
-    FlowSpec,
-    KvCacheSpec,
-    StreamSpec,
-    TypeSpec,
-    WalkInputSpec,
-    WalkSpec,
-)
+from wgc_runtime.contract.spec import BatchingSpec, Dest, KvCacheSpec, StreamSpec, TypeSpec
 
 SPEC_VERSION = 2  # the `wgc_runtime.contract.spec` records this module is written for
 

@@ -17,6 +17,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 
+from wgc_runtime.contract.conductor import ConductorSpec
 from wgc_runtime.contract.flow import Request
 from wgc_runtime.contract.kinds import FailKind, FlowKind
 from wgc_runtime.contract.messages import (
@@ -31,7 +32,7 @@ from wgc_runtime.contract.messages import (
     StateImported,
     WalkDone,
 )
-from wgc_runtime.contract.spec import ConductorSpec, StreamSpec
+from wgc_runtime.contract.spec import StreamSpec
 from wgc_runtime.core.conductor import deadlines, flows, walks
 from wgc_runtime.core.conductor.state import Abort, FlowRun, RequestRun
 

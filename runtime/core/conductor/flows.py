@@ -19,6 +19,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
+from wgc_runtime.contract.conductor import FlowSpec
 from wgc_runtime.contract.flow import Fail, Request, RunWalk
 from wgc_runtime.contract.kinds import FailKind, FlowKind
 from wgc_runtime.contract.messages import (
@@ -27,7 +28,6 @@ from wgc_runtime.contract.messages import (
     StreamAbandon,
     StreamDone,
 )
-from wgc_runtime.contract.spec import FlowSpec
 from wgc_runtime.core.conductor.state import (
     Abort,
     FlowRun,

@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from wgc_runtime.contract.conductor import FlowSpec, WalkSpec
 from wgc_runtime.contract.flow import Request
 from wgc_runtime.contract.kinds import FailKind
 from wgc_runtime.contract.messages import ChunkReady
-from wgc_runtime.contract.spec import FlowSpec, WalkSpec
 
 CONDUCTOR_KEEPS = -1  # `WalkSpec.persists`: a persisted walk input the conductor holds
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from wgc_runtime.contract.conductor import WalkSpec
 from wgc_runtime.contract.flow import Persisted, Request, RunWalk, Segment, SimpleRequest
 from wgc_runtime.contract.kinds import DestKind, FailKind
 from wgc_runtime.contract.messages import (
@@ -32,7 +33,6 @@ from wgc_runtime.contract.messages import (
     Value,
 )
 from wgc_runtime.contract.node import to_tensor
-from wgc_runtime.contract.spec import WalkSpec
 from wgc_runtime.core.conductor.state import (
     CONDUCTOR_KEEPS,
     Abort,
