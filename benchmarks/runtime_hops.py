@@ -180,7 +180,6 @@ def raw_route(route: list[str], n: int) -> float:
 
 
 HOP10_2RANK_ROUTE = ["client", "conductor", *["r0", "r1"] * 5, "conductor", "client"]
-HOP10_1RANK_ROUTE = ["client", "conductor", "r0", "conductor", "client"]
 
 
 # ------------------------------------------------------------------------- the runtime
@@ -275,23 +274,25 @@ def direct_call_us(n: int = 20000) -> float:
 
 
 def _receiver(boot: dict, mode: str, n: int) -> None:
+    from wgc_runtime.contract import control as c
+    from wgc_runtime.contract import messages as m
     from wgc_runtime.host.transport.arena import Arena
     from wgc_runtime.host.transport.sockets import Mesh
 
     a = boot["arena"]
     arena = Arena.attach(a["name"], a["slots"], a["region"], slot=1) if mode == "arena" else None
-    mesh = Mesh(1, arena=arena)
+    mesh = Mesh(1, arena=arena, secret=boot["secret"])
     mesh.connect(0, boot["sender"])
-    mesh.send(0, {"t": "hello", "address": mesh.address})
+    mesh.send(0, [c.Hello(1, mesh.address)])
     got = 0
     while got < n:
         batch = mesh.poll(1000)
         while batch:
-            value = batch.pop(0)["value"]
+            value = batch.pop(0).data
             assert value.numel() * value.element_size() == 16 << 20
             del value  # the last view: its arena block is released (as a worker does)
             mesh.flush_releases()
-            mesh.send(0, {"t": "ack"})
+            mesh.send(0, [m.StreamAck("bench", "h", got)])
             got += 1
     time.sleep(0.2)
     mesh.close()
@@ -303,33 +304,36 @@ def hand_over(mode: str, n: int) -> float:
     """Median round trip (send 16 MiB, receive a small ack) in microseconds."""
     import torch
 
+    from wgc_runtime.contract import messages as m
+    from wgc_runtime.contract.kinds import Edge
     from wgc_runtime.host.transport.arena import Arena
-    from wgc_runtime.host.transport.codec import encode
+    from wgc_runtime.host.transport.codec import Codec
     from wgc_runtime.host.transport.sockets import Mesh
 
     owner = Arena.create(slots=2, region=64 << 20, tag="bench")
     try:
         arena = Arena.attach(owner.name, 2, owner.region, slot=0) if mode == "arena" else None
         mesh = Mesh(0, arena=arena)
-        boot = {"arena": owner.spec(), "sender": mesh.address}
+        boot = {"arena": owner.spec(), "sender": mesh.address, "secret": mesh.secret}
         proc = multiprocessing.get_context("spawn").Process(
             target=_receiver, args=(boot, mode, n + 5)
         )
         proc.start()
         hello = mesh.recv(60)
         assert hello is not None
-        mesh.connect(1, hello["address"])
+        mesh.connect(1, hello.address)
         tensor = torch.randn(4 << 20)  # 16 MiB of f32
         samples = []
         for i in range(n + 5):
             tensor.add_(1.0)  # a new value every time: the arena writes it (no cache hit)
             t0 = time.perf_counter()
+            msg = m.Value("bench", 1, "hand-over", 0, "x", Edge.INPUT, data=tensor)
             if mode == "zmq-copy":  # the tensor's bytes copied into the ZeroMQ message
-                frames = encode({"t": "data", "value": tensor})
+                frames = Codec().encode([msg])
                 mesh._socket(1).send_multipart([bytes(f) for f in frames], copy=True)
                 ack = mesh.recv(30)
             else:
-                mesh.send(1, {"t": "data", "value": tensor})
+                mesh.send(1, [msg])
                 ack = mesh.recv(30)
             dt = time.perf_counter() - t0
             assert ack is not None

@@ -2,7 +2,8 @@
 
 A node class subclasses `Node`. The runtime constructs it once per rank that hosts the node, with
 a `NodeContext` (its name, the `config` values of its `.walk` declaration, its device, engine
-kind, KV labels, tensor-parallel rank and size, and its declared port types), then calls
+kind, KV labels, tensor-parallel rank and size, its declared port types, the plan's capture units
+for its calls, and the rank's serving settings: KV cache, batching, attention), then calls
 `forward` with the requests that are ready together for one (node, walk) pair.
 
 Contract:
@@ -42,6 +43,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+
+from wgc_runtime.contract.kinds import Engine
+from wgc_runtime.contract.spec import AttentionSpec, BatchingSpec, CaptureSpec, KvCacheSpec
 
 DTYPES: dict[str, torch.dtype] = {
     "bool": torch.bool,
@@ -109,7 +113,7 @@ class NodeContext:
     impl: str = ""
     config: Mapping[str, Any] = field(default_factory=dict)
     device: str = "cpu"
-    engine: str = "stateless"  # stateless | kv_cache
+    engine: str = Engine.STATELESS  # an `Engine`: stateless | kv_cache
     labels: tuple[str, ...] = ()  # the node's own KV labels (`like X { label L }`: just L)
     tp_rank: int = 0
     tp_size: int = 1
@@ -117,8 +121,13 @@ class NodeContext:
     outputs: Mapping[str, Any] = field(default_factory=dict)
     # the plan's capture units this node takes part in on this rank (`CaptureSpec`s: a whole
     # shape-static loop body or one node step, with its batch buckets): an engine builds its
-    # graph runner from them (`wgc_runtime.engines.cuda_graph.runner_for`); eager nodes ignore it
-    captures: tuple[Any, ...] = ()
+    # graph runner from them (`wgc_runtime.engines.capture.runner_for`); eager nodes ignore it
+    captures: tuple[CaptureSpec, ...] = ()
+    # the placement's serving settings, as the rank runs under them: the page pool of a
+    # kv-cache node, the batch buckets, the paged-attention backend
+    kv_cache: KvCacheSpec = KvCacheSpec()
+    batching: BatchingSpec = BatchingSpec()
+    attention: AttentionSpec = AttentionSpec()
 
 
 @dataclass(slots=True, kw_only=True)

@@ -11,10 +11,12 @@ failed request raises `RequestFailed` carrying the error (kind, message, node, w
 `Stream.cancel()` (or `Client.cancel(request_id)`) asks the conductor to release the request's
 state on every rank.
 
-**No request hangs silently.** The conductor sends a keep-alive for every live request about
-once a second; a stream that hears nothing for ``idle_timeout`` seconds raises
-`RequestTimeout` (the conductor is gone or wedged), and ``deadline`` (seconds, optional) bounds
-the whole request: when it passes the client cancels the request and raises `RequestTimeout`.
+**No request hangs silently.** The client watches its connection (a ZeroMQ socket monitor):
+when the conductor's process goes away, every live request fails at once with a `RequestFailed`
+saying so (kind ``internal``). The conductor also sends a keep-alive for every live request about
+once a second; a stream that hears nothing for ``idle_timeout`` seconds raises `RequestTimeout`
+(the conductor is wedged, or unreachable), and ``deadline`` (seconds, optional) bounds the whole
+request: when it passes the client cancels the request and raises `RequestTimeout`.
 
 Wire protocol: the typed client messages of `wgc_runtime.contract.control` (the one wire format,
 `wgc_runtime.host.transport.codec`; tensors as frames) over a ``DEALER`` socket to the
@@ -36,6 +38,7 @@ from typing import Any
 import numpy as np
 import torch
 import zmq
+from zmq.utils.monitor import recv_monitor_message
 
 from wgc_runtime.contract import control as c
 from wgc_runtime.contract import messages as m
@@ -147,6 +150,11 @@ class Client:
         self.sock.setsockopt(zmq.LINGER, 0)
         self.sock.setsockopt(zmq.SNDTIMEO, 5000)
         self.sock.setsockopt(zmq.IDENTITY, f"client-{os.getpid()}-{uuid.uuid4().hex[:8]}".encode())
+        # connection events: a dropped connection means the conductor is gone
+        self._monitor = self.sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+        self._poller = zmq.Poller()
+        self._poller.register(self.sock, zmq.POLLIN)
+        self._poller.register(self._monitor, zmq.POLLIN)
         self.sock.connect(address)
         self.streams: dict[str, Stream] = {}
         self._codec = Codec(c.CLIENT_OUT)
@@ -163,6 +171,9 @@ class Client:
         for stream in self.streams.values():
             if not stream.done:
                 self.cancel(stream.rid)
+        with contextlib.suppress(zmq.ZMQError):
+            self.sock.disable_monitor()
+        self._monitor.close(0)
         self.sock.close(0)
 
     def submit(
@@ -229,7 +240,11 @@ class Client:
                 waiting.error = ErrorInfo("timeout", why)
                 waiting.done = True
                 return
-            if not self.sock.poll(int(max(1, (limit - now) * 1000))):
+            events = dict(self._poller.poll(int(max(1, (limit - now) * 1000))))
+            if self._monitor in events:
+                self._connection_event()
+                continue
+            if self.sock not in events:
                 continue
             for msg in self._recv():
                 stream = self.streams.get(getattr(msg, "request", ""))
@@ -238,6 +253,20 @@ class Client:
                 if stream is waiting:
                     idle_until = time.monotonic() + self.idle_timeout
                 self._handle(stream, msg)
+
+    def _connection_event(self) -> None:
+        event = recv_monitor_message(self._monitor)
+        if event["event"] != zmq.EVENT_DISCONNECTED:
+            return
+        why = (
+            f"lost the connection to the conductor at {self.address}: it stopped or crashed, "
+            "and the request cannot finish"
+        )
+        for stream in list(self.streams.values()):
+            if not stream.done:
+                stream.error = ErrorInfo("internal", why)
+                stream.done = True
+        self.streams.clear()
 
     def _handle(self, stream: Stream, msg: m.Message) -> None:
         if isinstance(msg, m.Output):

@@ -150,6 +150,9 @@ def node_context(rank: RankSpec, spec: NodeSpec, device: str | None = None) -> N
         inputs=dict(spec.inputs),
         outputs=dict(spec.outputs),
         captures=node_captures(rank, spec.name),
+        kv_cache=rank.kv_cache,
+        batching=rank.batching,
+        attention=rank.attention,
     )
 
 

@@ -256,6 +256,54 @@ def test_a_killed_worker_fails_in_flight_requests_within_5_s(faults_dir) -> None
         stop(cluster)
 
 
+def test_a_killed_conductor_fails_in_flight_requests_within_a_second(faults_dir) -> None:
+    cluster = start(faults_dir)
+    try:
+        with Client(cluster.client_address, idle_timeout=60) as client:
+            stream = client.submit(X, ["tensor"], {"steps": 1000, "delay_ms": 20}, deadline=60)
+            it = iter(stream)
+            next(it)
+            t0 = time.monotonic()
+            cluster.kill("conductor")
+            with pytest.raises(RequestFailed) as info:
+                list(it)
+            assert time.monotonic() - t0 < 1.0, time.monotonic() - t0
+            assert "lost the connection to the conductor" in info.value.error.message
+    finally:
+        stop(cluster)
+
+
+def test_a_stranger_cannot_stop_the_deployment(faults_dir) -> None:
+    """A `Shutdown` from a process that is not part of the deployment (it can reach every port,
+    but does not hold the secret) is dropped: the run keeps serving."""
+    import zmq
+
+    from wgc_runtime.contract import control as c
+    from wgc_runtime.host.transport.codec import Codec
+
+    cluster = start(faults_dir)
+    ipc_dir = cluster.ipc_dir
+    assert ipc_dir is not None and (os.stat(ipc_dir).st_mode & 0o777) == 0o700
+    try:
+        assert cluster.mesh is not None
+        frames = Codec(c.INBOX).encode([c.Shutdown()])
+        sock = zmq.Context.instance().socket(zmq.PUSH)
+        sock.setsockopt(zmq.LINGER, 1000)
+        for address in cluster.mesh.peers.values():
+            sock.connect(address)
+        for _ in range(2 * len(cluster.mesh.peers)):  # round robin: every peer gets some
+            sock.send_multipart(frames)
+            sock.send_multipart([b"\0" * 32, *frames])
+        sock.close()
+        time.sleep(0.5)
+        with Client(cluster.client_address) as client:
+            assert client.run(X, ["tensor"], {"steps": 2}, deadline=30)
+        assert cluster.failure is None
+    finally:
+        stop(cluster)
+    assert not os.path.exists(ipc_dir)  # the sockets' folder goes with the run
+
+
 # ---------------------------------------------------------------------------- wgc run
 
 

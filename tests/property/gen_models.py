@@ -40,7 +40,6 @@ MODALITIES = ("tensor", "image", "audio", "text")
 class GenModel:
     text: str
     walk_nodes: dict[str, list[str]] = field(default_factory=dict)  # walk -> nodes it calls
-    has_side: bool = False
 
 
 class _Walk:
@@ -196,7 +195,7 @@ def models(draw) -> GenModel:
         # left_context's first chunk is short (C < C + L items): only `pad` fills it
         final = "pad" if policy.startswith("left") else draw(st.sampled_from(("pad", "drop")))
         lines += [*STREAM_DECLS, f"stream st: P.t -> C.u chunk {policy} final {final}"]
-    gm = GenModel("", has_side=side)
+    gm = GenModel("")
 
     chained = (("K",) if kv else ()) + (("P",) if stream else ())
     g0 = _Walk(draw, "a", chained, "tensor")

@@ -21,7 +21,6 @@ so the request fails.
 from __future__ import annotations
 
 import hashlib
-from typing import Any
 
 import torch
 
@@ -86,8 +85,3 @@ class Generic(Node):
             else:
                 out[port] = fill(seed, port, DTYPES[dtype], shape)
         return out
-
-
-def nodes_for(names: Any, contexts: dict) -> dict[str, Node]:
-    """A `Generic` per node name, from ``contexts`` (name -> `NodeContext`)."""
-    return {n: Generic(contexts[n]) for n in names}

@@ -194,10 +194,6 @@ ONE_RANK = "devices: [cpu]\nplace:\n  - {nodes: [N0, N1], ranks: [0]}\n"
 REQUEST = [([segment("tensor", torch.ones(4))], ["tensor", "text", "audio"], {})]
 
 
-def bug(reason: str):
-    return pytest.mark.xfail(strict=True, raises=AssertionError, reason=reason)
-
-
 def test_double_emit() -> None:
     # every `emit` emits: the plan keeps one client destination per `emit`, equal or not
     check(

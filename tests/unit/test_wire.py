@@ -47,6 +47,7 @@ SAMPLES: list[m.Message] = [
     c.ArenaFree(((64, 3), (128, 4))),
 ]
 INBOX = Codec(c.INBOX)
+SECRET = b"s" * 32
 
 
 def _round_trip(codec: Codec, msgs: list) -> list:
@@ -168,7 +169,7 @@ def test_mesh_batches_over_ipc_and_tcp(ipc: bool) -> None:
     owner = Arena.create(slots=2, region=4 << 20, tag="wire")
     arenas = [Arena.attach(owner.name, 2, owner.region, slot=s) for s in (0, 1)]
     tuning = Tuning(ipc=ipc, busy_poll_us=200)
-    a, b = (Mesh(r, arena=arenas[r], tuning=tuning) for r in (0, 1))
+    a, b = (Mesh(r, arena=arenas[r], tuning=tuning, secret=SECRET) for r in (0, 1))
     try:
         a.connect(1, b.address, ipc=b.ipc_address)
         b.connect(0, a.address, ipc=a.ipc_address)
@@ -207,17 +208,18 @@ def test_a_bad_frame_is_dropped_and_the_next_one_arrives() -> None:
 
     owner = Arena.create(slots=1, region=1 << 20, tag="bad")
     arena = Arena.attach(owner.name, 1, owner.region, slot=0)
-    b = Mesh(0, arena=arena, tuning=Tuning(ipc=False, busy_poll_us=0))
+    b = Mesh(0, arena=arena, tuning=Tuning(ipc=False, busy_poll_us=0), secret=SECRET)
     sock = zmq.Context.instance().socket(zmq.PUSH)
     try:
         sock.connect(b.address)
         for junk in (b"random bytes", msgpack.packb({"t": "l.shutdown"})):
-            sock.send(junk)
+            sock.send_multipart([SECRET, junk])
         bogus = [0, 1 << 40, 16, "f32", [4], 1]  # outside the region
         value = [8, "r", 1, "w", 0, "x", "input", None, [], False,
                  msgpack.ExtType(2, msgpack.packb(bogus))]  # fmt: skip
-        sock.send(msgpack.packb([value]))
-        sock.send_multipart(Codec(c.INBOX).encode([m.WalkDone("r", 1, "w", 0)]))
+        sock.send_multipart([SECRET, msgpack.packb([value])])
+        done = Codec(c.INBOX).encode([m.WalkDone("r", 1, "w", 0)])
+        sock.send_multipart([SECRET, *done])
         got: list = []
         for _ in range(50):
             got.extend(b.poll(100))
@@ -229,6 +231,47 @@ def test_a_bad_frame_is_dropped_and_the_next_one_arrives() -> None:
         b.close()
         arena.close()
         owner.close()
+
+
+@pytest.mark.parametrize("ipc", [True, False])
+def test_only_the_deployment_steers_the_deployment(ipc: bool) -> None:
+    """A message without the deployment's secret (a `Shutdown` from anyone who can reach the
+    port or socket) is dropped and counted; with it, it arrives."""
+    import zmq
+
+    b = Mesh(0, tuning=Tuning(ipc=ipc, busy_poll_us=0), secret=SECRET)
+    sock = zmq.Context.instance().socket(zmq.PUSH)
+    try:
+        sock.connect(b.ipc_address if ipc else b.address)
+        shutdown = Codec(c.INBOX).encode([c.Shutdown()])
+        for frames in (shutdown, [b"x" * 32, *shutdown], [b"", *shutdown], [b"s" * 31, *shutdown]):
+            sock.send_multipart(frames)
+        sock.send_multipart([SECRET, *Codec(c.INBOX).encode([m.WalkDone("r", 1, "w", 0)])])
+        got: list = []
+        for _ in range(50):
+            got.extend(b.poll(100))
+            if got:
+                break
+        assert got == [m.WalkDone("r", 1, "w", 0)] and b.unauthenticated == 4
+    finally:
+        sock.close(0)
+        b.close()
+
+
+def test_inbox_sockets_are_private_files() -> None:
+    import os
+    import stat
+
+    b = Mesh(0, tuning=Tuning(ipc=True), secret=SECRET)
+    try:
+        assert b.ipc_address is not None and not b.ipc_address.startswith("ipc://@")
+        path = b.ipc_address.removeprefix("ipc://")
+        folder = os.path.dirname(path)
+        assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700
+        assert os.path.exists(path)
+    finally:
+        b.close()
+    assert not os.path.exists(path) and not os.path.exists(folder)
 
 
 def test_the_client_port_drops_what_is_not_a_client_message() -> None:

@@ -21,6 +21,7 @@ import click
 
 from wgc.cli.check import _use_color
 from wgc.cli.errors import EXIT_OK, EXIT_USER, UserError
+from wgc.codegen.pyfmt import comment_text
 from wgc.codegen.render import GENERATED_FILES
 from wgc.config import Env
 from wgc.diagnostics.codes import Severity
@@ -140,7 +141,8 @@ def _one(
     out_dir = Path(out or result.default_output())
     outcome = sync(out_dir, result.files, check)
     ranks = len(result.plan.ranks)
-    head = f"{result.plan.model} @ {result.plan.placement}: {ranks} rank{'s' if ranks != 1 else ''}"
+    placement_name = comment_text(result.plan.placement)  # a file stem: any character at all
+    head = f"{result.plan.model} @ {placement_name}: {ranks} rank{'s' if ranks != 1 else ''}"
     if check:
         if outcome.diff:
             click.echo(outcome.diff, nl=False)
@@ -154,7 +156,7 @@ def _one(
         return True
     names = ", ".join(result.files)
     status = "written" if outcome.written or outcome.removed else "unchanged"
-    click.echo(f"{head} -> {out_dir}/ ({names}) {status}", err=True)
+    click.echo(f"{head} -> {comment_text(str(out_dir))}/ ({names}) {status}", err=True)
     for name in outcome.removed:
         click.echo(f"  removed stale {out_dir / name}", err=True)
     return True

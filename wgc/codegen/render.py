@@ -334,4 +334,16 @@ def render(plan: Plan) -> dict[str, str]:
     files["__init__.py"] = noqa_long_lines(
         env.get_template("init.py.j2").render(banner=banner(plan), docstring=package_doc)
     )
+    for name, text in files.items():
+        if name.endswith(".py"):
+            check_python(name, text)
     return files
+
+
+def check_python(name: str, text: str) -> None:
+    """Every generated module must parse: the output is imported by workers, so a module that
+    does not (user text that escaped its string or comment) is a bug in wgc, never shipped."""
+    try:
+        compile(text, name, "exec", dont_inherit=True)
+    except SyntaxError as exc:
+        raise AssertionError(f"generated `{name}` is not valid Python: {exc}") from exc

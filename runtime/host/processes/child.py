@@ -47,7 +47,7 @@ def child_signals() -> None:
     launcher stop them in order; SIGTERM stops a child cleanly."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
-    def on_term(signum, frame):
+    def on_term(_signum, _frame):
         raise Stop()
 
     signal.signal(signal.SIGTERM, on_term)

@@ -177,7 +177,14 @@ def conductor_main(boot: dict[str, Any]) -> None:
     try:
         a = boot["arena"]
         arena = Arena.attach(a["name"], a["slots"], a["region"], slot=int(boot["world"]))
-        mesh = Mesh("conductor", host=boot["host"], bind=boot["bind"], arena=arena)
+        mesh = Mesh(
+            "conductor",
+            host=boot["host"],
+            bind=boot["bind"],
+            arena=arena,
+            secret=boot["secret"],
+            ipc_dir=boot["ipc_dir"],
+        )
         port = ClientPort(bind=boot["bind"])
         mesh.connect("launcher", boot["launcher"])
         hello = c.Hello("conductor", mesh.address, boot["host"], mesh.ipc_address, port.address)

@@ -2,8 +2,10 @@
 
 `Cluster(plan_dir).start()`:
 
-1. creates the host's shared-memory arena (one region per rank and one for the conductor) and
-   binds the launcher's own inbox;
+1. creates the host's shared-memory arena (one region per rank and one for the conductor), the
+   deployment's secret (every message between its processes carries it, see
+   `wgc_runtime.host.transport.sockets`) and a private folder (mode 0700) for the processes'
+   ``ipc://`` sockets, and binds the launcher's own inbox;
 2. spawns the conductor and every worker with ``multiprocessing.get_context("spawn")`` (never
    fork: torch may already be imported) as daemonic children; each binds its inbox and says
    hello; the launcher sends everybody the address table;
@@ -29,8 +31,10 @@ import contextlib
 import multiprocessing
 import multiprocessing.connection
 import os
+import shutil
 import signal
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -44,7 +48,7 @@ from wgc_runtime.contract import control as c
 from wgc_runtime.host.loading import DeploymentError, load_conductor
 from wgc_runtime.host.transport.arena import Arena, region_size
 from wgc_runtime.host.transport.codec import Codec
-from wgc_runtime.host.transport.sockets import Mesh, bind_host
+from wgc_runtime.host.transport.sockets import Mesh, bind_host, new_secret
 
 Progress = Callable[[str], None]
 
@@ -95,6 +99,8 @@ class Cluster:
         self.config = dict(config or {})  # extra settings for the conductor (tests)
         self.arena: Arena | None = None
         self.mesh: Mesh | None = None
+        self.secret = b""
+        self.ipc_dir: str | None = None
         self.procs: dict[str, BaseProcess] = {}
         self.pids: dict[str, int] = {}
         self.client_address: str | None = None
@@ -123,7 +129,11 @@ class Cluster:
         slots = self.world + 1  # one region per rank, one for the conductor
         region = region_size(slots, self.arena_bytes or region_size(slots))
         self.arena = Arena.create(slots, region, tag=self.spec.model[:16])
-        self.mesh = Mesh("launcher", host=hosts[0], bind=bind)
+        self.secret = new_secret()
+        self.ipc_dir = tempfile.mkdtemp(prefix="wgc-")  # mode 0700: only this user's processes
+        self.mesh = Mesh(
+            "launcher", host=hosts[0], bind=bind, secret=self.secret, ipc_dir=self.ipc_dir
+        )
         ctx = multiprocessing.get_context("spawn")
         t0 = time.monotonic()
         boot = {
@@ -132,6 +142,8 @@ class Cluster:
             "plan_dir": self.plan_dir,
             "arena": self.arena.spec(),
             "bind": bind,
+            "secret": self.secret,  # through the spawn pipe, never over a socket
+            "ipc_dir": self.ipc_dir,
             "world": self.world,
             "threads": self.threads,
             "device": self.device,
@@ -233,7 +245,7 @@ class Cluster:
                     if who != "conductor" and self._conductor_address:
                         frames = codec.encode([c.RankDied(who, str(died))])
                         with contextlib.suppress(zmq.ZMQError):
-                            sock.send_multipart(frames)
+                            sock.send_multipart([self.secret, *frames])
                 if self.failure is not None:
                     return
         finally:
@@ -288,6 +300,9 @@ class Cluster:
             if self.arena is not None:
                 self.arena.close()
                 self.arena = None
+            if self.ipc_dir is not None:
+                shutil.rmtree(self.ipc_dir, ignore_errors=True)
+                self.ipc_dir = None
 
 
 def _who(raw: Any) -> str:
@@ -306,7 +321,7 @@ def terminate_as_interrupt():
         yield
         return
 
-    def on_term(signum, frame):
+    def on_term(_signum, _frame):
         raise KeyboardInterrupt()
 
     old = signal.signal(signal.SIGTERM, on_term)

@@ -134,7 +134,14 @@ def worker_main(boot: dict[str, Any]) -> None:
     try:
         a = boot["arena"]
         arena = Arena.attach(a["name"], a["slots"], a["region"], slot=rank)
-        mesh = Mesh(rank, host=boot["host"], bind=boot["bind"], arena=arena)
+        mesh = Mesh(
+            rank,
+            host=boot["host"],
+            bind=boot["bind"],
+            arena=arena,
+            secret=boot["secret"],
+            ipc_dir=boot["ipc_dir"],
+        )
         mesh.connect("launcher", boot["launcher"])
         hello = c.Hello(rank, mesh.address, boot["host"], mesh.ipc_address)
         mesh.send("launcher", [hello])

@@ -8,9 +8,16 @@ table (`Mesh.set_peers`). Clients talk to the conductor over a separate ``ROUTER
 (`ClientPort`), so a reply finds the client that asked.
 
 Sockets bind to ``127.0.0.1`` unless the placement names hosts (then to the process's host).
-Every inbox also binds an abstract-namespace ``ipc://`` address (Linux; no file to clean up):
-peers on the same host connect there (Unix domain sockets skip the TCP stack), peers on other
-hosts over TCP (`Tuning.ipc` turns it off).
+Every inbox also binds a filesystem ``ipc://`` socket in a private folder (mode 0700: the
+launcher's, removed when the run ends): peers on the same host connect there (Unix domain
+sockets skip the TCP stack), peers on other hosts over TCP (`Tuning.ipc` turns it off).
+
+**Only the deployment steers the deployment.** Every message a mesh sends starts with the
+deployment's secret (32 random bytes the launcher hands its children when it spawns them, never
+over a socket); an inbox drops, counts and reports any message without it, so a process that can
+reach a TCP port (any local user, anyone on the network when hosts are named) can neither stop
+the run nor inject data. Clients are not part of the deployment: the conductor's client port
+(`ClientPort`) accepts client messages only (`Submit`, `Cancel`, `Ping`).
 
 **One wire format** (`wgc_runtime.host.transport.codec`): every send is a batch of typed
 messages (`wgc_runtime.contract.messages` and `.control`: core, launcher and transport messages
@@ -38,9 +45,11 @@ send never blocks forever: every socket has a send timeout and a full queue to a
 from __future__ import annotations
 
 import contextlib
+import hmac
 import os
 import secrets
 import sys
+import tempfile
 import time
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -99,17 +108,22 @@ class Mesh:
         arena: Arena | None = None,
         ctx: zmq.Context | None = None,
         tuning: Tuning | None = None,
+        secret: bytes | None = None,
+        ipc_dir: str | None = None,
     ) -> None:
         self.me = me
         self.host = host
         self.arena = arena
         self.tuning = tuning or TUNING
         self.ctx = ctx or zmq.Context.instance()
+        # the deployment's secret: the first frame of every message, checked on receipt
+        self.secret = secret if secret is not None else new_secret()
         self.inbox = self.ctx.socket(zmq.PULL)
         _tune(self.inbox, send=False)
         port = self.inbox.bind_to_random_port(f"tcp://{bind}")
         self.address = f"tcp://{bind if bind != '0.0.0.0' else host}:{port}"
-        self.ipc_address = _bind_ipc(self.inbox) if self.tuning.ipc else None
+        self._ipc = _IpcPath(me, ipc_dir) if self.tuning.ipc else None
+        self.ipc_address = self._ipc.bind(self.inbox) if self._ipc is not None else None
         self.peers: dict[Peer, str] = {}
         self.hosts: dict[Peer, str] = {}
         self.ipc: dict[Peer, str] = {}
@@ -117,6 +131,7 @@ class Mesh:
         self.poller = zmq.Poller()
         self.poller.register(self.inbox, _POLLIN)
         self.rejected = 0  # frames that did not decode (dropped)
+        self.unauthenticated = 0  # messages without the deployment's secret (dropped)
         self._pending: list[Message] = []
         self._codec = Codec(INBOX)
         self._resolve = arena.view if arena is not None else None
@@ -168,6 +183,7 @@ class Mesh:
 
     def _send(self, peer: Peer, frames: list[Any]) -> None:
         sock = self._out.get(peer) or self._socket(peer)
+        frames = [self.secret, *frames]
         try:
             try:  # the common case: room in the queue, no timeout bookkeeping
                 if len(frames) == 1:
@@ -230,7 +246,14 @@ class Mesh:
         """Append every message queued in the inbox now to ``out`` (without waiting)."""
         inbox = self.inbox
         get = inbox.get
+        secret = self.secret
         while get(_EVENTS) & _POLLIN:
+            token = inbox.recv(_NOBLOCK)
+            if not get(_RCVMORE) or not hmac.compare_digest(token, secret):
+                while get(_RCVMORE):  # drop the rest of the message unread
+                    inbox.recv(copy=False)
+                self._unauthenticated()
+                continue
             head = inbox.recv(_NOBLOCK)  # a copy: cheaper than a zmq.Frame for a header
             frames: list[Any] = [head]
             while get(_RCVMORE):  # tensor frames: zero-copy
@@ -248,6 +271,15 @@ class Mesh:
                 else:
                     out.append(msg)
         self._last_active = time.perf_counter()
+
+    def _unauthenticated(self) -> None:
+        self.unauthenticated += 1
+        if self.unauthenticated <= REPORT_BAD_FRAMES:
+            print(
+                f"wgc: {_name(self.me)} dropped a message without the deployment's secret",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def _reject(self, exc: CodecError) -> None:
         self.rejected += 1
@@ -269,6 +301,8 @@ class Mesh:
             sock.close(0)
         self._out.clear()
         self.inbox.close(0)
+        if self._ipc is not None:
+            self._ipc.remove()
 
 
 class ClientPort:
@@ -315,17 +349,43 @@ class ClientPort:
         self.sock.close(0)
 
 
-def _bind_ipc(sock: zmq.Socket) -> str | None:
-    """Bind ``sock`` to a fresh abstract-namespace IPC address (Linux only: nothing on disk to
-    leak); None where that is not available."""
-    if not sys.platform.startswith("linux"):
-        return None
-    address = f"ipc://@wgc-{os.getpid()}-{secrets.token_hex(6)}"
-    try:
-        sock.bind(address)
-    except zmq.ZMQError:
-        return None
-    return address
+def new_secret() -> bytes:
+    """A fresh deployment secret (32 random bytes)."""
+    return secrets.token_bytes(32)
+
+
+class _IpcPath:
+    """A filesystem ``ipc://`` socket for an inbox, in a private folder (mode 0700): the
+    deployment's (``ipc_dir``, made by the launcher and removed by it), or one of its own. Other
+    local users cannot connect to it (abstract sockets have no permissions at all)."""
+
+    def __init__(self, me: Peer, ipc_dir: str | None) -> None:
+        self.own_dir = ipc_dir is None
+        self.dir = ipc_dir if ipc_dir is not None else tempfile.mkdtemp(prefix="wgc-ipc-")
+        self.path = os.path.join(self.dir, f"{_file_name(me)}-{secrets.token_hex(4)}.sock")
+
+    def bind(self, sock: zmq.Socket) -> str | None:
+        """The bound address, or None where ipc sockets are not available (or the path is
+        too long for a Unix socket)."""
+        if sys.platform.startswith("win") or len(self.path) > 100:
+            return None
+        address = f"ipc://{self.path}"
+        try:
+            sock.bind(address)
+        except zmq.ZMQError:
+            return None
+        return address
+
+    def remove(self) -> None:
+        with contextlib.suppress(OSError):
+            os.unlink(self.path)
+        if self.own_dir:
+            with contextlib.suppress(OSError):
+                os.rmdir(self.dir)
+
+
+def _file_name(peer: Peer) -> str:
+    return f"rank{peer}" if isinstance(peer, int) else str(peer)
 
 
 def _name(peer: Peer) -> str:

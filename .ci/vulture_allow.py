@@ -1,0 +1,32 @@
+"""What vulture (`.ci/run`) would call dead but is used by name, so it is allowed here.
+
+Every entry says why. Anything else vulture finds in wgc/, runtime/, tests/, benchmarks/ or
+examples/ fails CI: remove the dead code instead of adding it here.
+"""
+
+# ruff: noqa: B018, F821
+
+# node implementations: the runtime imports them by the `impl "module:Class"` of a .walk file
+VitEncoder, VaeEncoder, CombineCfg, VaeDecoder, SnacDecoder, AudioEncoder, VisionEncoder
+Thinker, Talker, Code2Wav, VideoEncoder, Predictor, RolloutPredictor, AcPredictorMpc, MpcScorer
+
+# enum members the contract defines for every value the compiler can lower
+FLOAT, STR, TORCH, TRITON, FLASHINFER
+
+# the node API: what node implementations read (NodeContext.tp_size, Node.out_dtype)
+tp_size
+_.out_dtype
+
+# multiprocessing.shared_memory internals cleared so a live view keeps the mapping
+_._buf
+_._mmap
+
+# the formatter's printer dispatches `<kind>_decl` methods by name
+_.model_decl, _.param_decl, _.option_decl, _.node_decl, _.stream_decl, _.walk_decl
+_.flow_decl
+
+# transformers' generation config, read by `generate()`
+_.eos_token_id
+
+# pytest hooks, marks and autouse fixtures
+pytest_addoption, pytestmark, _cwd, _no_leaks, _at_root, _in_root
