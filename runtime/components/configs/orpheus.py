@@ -1,0 +1,75 @@
+"""Orpheus's configs: the tiny one the tests and the CPU examples run, and the real one beside
+it, one parameter change away. Each is what the reference implementation takes: the LM's HF
+``LlamaConfig`` fields (``config.json`` of ``canopylabs/orpheus-3b-0.1-ft``), ``snac.SNAC``'s
+arguments (``config.json`` of ``hubertsiuzdak/snac_24khz``) and the token ranges.
+
+What shrinks and why: the text vocabulary (``tokeniser_length`` 128256 → 256, its specials at
+the same offsets from the end: ``begin_of_text`` is the first of the last 256 ids in the real
+model, here 240 of the last 16) and the SNAC codebooks (4096 → 64 codes) set the LM's
+vocabulary (``audio_offset + 7 · codebook_size + 2``: 156940 → 716); the LM shrinks to 2 layers
+of width 64; SNAC to 4 decoder blocks of rate 2 (hop 16, so ``samples_per_frame`` 4 · 16 = 64,
+the ``.walk`` file's tiny ``samples_per_frame``) and width 64. The structure — Llama 3 rotary
+scaling, tied embeddings, 7 tokens per frame over 3 codebooks of strides 4, 2, 1, noise blocks,
+depthwise convolutions — is the real one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from wgc_runtime.components.orpheus import OrpheusTokens
+from wgc_runtime.components.snac import SnacConfig
+
+REAL_TOKENS = OrpheusTokens()
+TINY_TOKENS = OrpheusTokens(
+    tokeniser_length=256, codebook_size=64, begin_of_text=240, end_of_text=249
+)
+
+_ROPE = {
+    "rope_type": "llama3",
+    "rope_theta": 500000.0,
+    "factor": 32.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 8192,
+}
+
+# `transformers.LlamaConfig(**REAL_LM)`: Llama 3.2 3B with Orpheus's vocabulary
+REAL_LM: dict[str, Any] = {
+    "vocab_size": REAL_TOKENS.vocab_size,  # 156940
+    "hidden_size": 3072,
+    "intermediate_size": 8192,
+    "num_hidden_layers": 28,
+    "num_attention_heads": 24,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "rms_norm_eps": 1e-5,
+    "max_position_embeddings": 131072,
+    "tie_word_embeddings": True,
+    "rope_parameters": _ROPE,
+    "bos_token_id": 128000,
+    "eos_token_id": REAL_TOKENS.end_of_speech,
+}
+
+TINY_LM: dict[str, Any] = {
+    **REAL_LM,
+    "vocab_size": TINY_TOKENS.vocab_size,  # 716
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+    "bos_token_id": TINY_TOKENS.begin_of_text,
+    "eos_token_id": TINY_TOKENS.end_of_speech,
+}
+
+# `snac.SNAC(**REAL_SNAC.to_dict())`: the 24 kHz codec Orpheus decodes with
+REAL_SNAC = SnacConfig()
+TINY_SNAC = SnacConfig(
+    encoder_dim=4,
+    encoder_rates=(2, 2, 2, 2),
+    decoder_dim=64,
+    decoder_rates=(2, 2, 2, 2),
+    codebook_size=TINY_TOKENS.codebook_size,
+)

@@ -1,0 +1,180 @@
+"""Orpheus TTS: its token ids, the audio-token → SNAC-code mapping, and the streaming vocoder
+step that turns one 28-token window into one frame of audio.
+
+Token ids (Orpheus's tokenizer is Llama 3's, ``tokeniser_length`` = 128256 ids, followed by
+``<custom_token_N>`` = ``tokeniser_length + N``; public reference: canopyai/Orpheus-TTS,
+``orpheus_tts_pypi/orpheus_tts/engine_class.py`` and ``decoder.py``):
+
+* the prompt is ``[start_of_human] + tokenizer("{voice}: {text}")`` (which starts with
+  ``begin_of_text`` 128000) ``+ [end_of_text 128009, end_of_human, start_of_ai,
+  start_of_speech]`` (``_format_prompt``: 128259 … 128009, 128260, 128261, 128257); custom
+  tokens 1–7 are start/end of speech, start/end of human, start/end of AI and pad;
+* generation stops at ``end_of_speech`` (custom token 2, 128258);
+* audio codes start at custom token 10 (``audio_offset`` = 128266): the token at position
+  ``p`` of the audio stream (``p`` counted from the first audio token) carries code
+  ``id − audio_offset − (p mod 7) · codebook_size`` (``turn_token_into_id``: ``int(N) − 10 −
+  (index % 7) · 4096``). Each of the 7 positions of a frame has its own 4096-id range, so the
+  model's vocabulary is ``audio_offset + 7 · 4096`` (+2 spare) = 156940.
+
+A frame's 7 codes redistribute over SNAC's 3 codebooks as ``[c0]``, ``[c1, c4]``,
+``[c2, c3, c5, c6]`` (``convert_to_audio``: ``codes_1`` takes positions 1 and 4, ``codes_2``
+positions 2, 3, 5, 6).
+
+Streaming (``tokens_decoder``): once 28 audio tokens (4 frames) are in, and then after every 7
+more, the last 28 are decoded and samples ``[2048:4096]`` of the window's audio are kept: the
+audio of the window's SECOND frame (``samples_per_frame`` = 2048 at 24 kHz), with one frame of
+context before it and two after. The first frame's audio and the last two frames' audio are
+never emitted, so n frames give n − 3 frames of audio. A window with a code outside the
+codebook yields no audio (the reference's range check; it tests ``c > 4096``, so it lets the
+out-of-range 4096 through: here the check is ``0 ≤ c < codebook_size``). This is exactly the
+``.walk`` file's ``sliding(window = 28, stride = 7)`` with ``final drop``.
+
+One difference from the reference, on purpose: ``tokens_decoder`` drops every token that is not
+a custom token *or whose code is 0* before windowing (``token > 0``), which shifts the frame
+positions of everything after a code 0; wgc's stream windows the LM's tokens as they come.
+The two agree whenever every generated token is an audio token with a non-zero code, which
+`audio_mask` can enforce (`OrpheusTokens.allowed`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from wgc_runtime.components.snac import SnacDecoder
+
+FRAME = 7  # tokens per SNAC frame
+WINDOW_FRAMES = 4  # frames per decoder window (28 tokens)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OrpheusTokens:
+    """Orpheus's special and audio token ids for a vocabulary of ``tokeniser_length`` text ids
+    and SNAC codebooks of ``codebook_size`` codes (the real model: 128256 and 4096)."""
+
+    tokeniser_length: int = 128256
+    codebook_size: int = 4096
+    begin_of_text: int = 128000
+    end_of_text: int = 128009
+
+    def custom(self, n: int) -> int:
+        """The id of ``<custom_token_{n}>``."""
+        return self.tokeniser_length + n
+
+    @property
+    def start_of_speech(self) -> int:
+        return self.custom(1)
+
+    @property
+    def end_of_speech(self) -> int:
+        return self.custom(2)
+
+    @property
+    def start_of_human(self) -> int:
+        return self.custom(3)
+
+    @property
+    def end_of_human(self) -> int:
+        return self.custom(4)
+
+    @property
+    def start_of_ai(self) -> int:
+        return self.custom(5)
+
+    @property
+    def audio_offset(self) -> int:
+        return self.custom(10)
+
+    @property
+    def vocab_size(self) -> int:
+        """The LM's vocabulary: every audio id, plus the 2 spare ids the real model has."""
+        return self.audio_offset + FRAME * self.codebook_size + 2
+
+    def prompt(self, text_ids: list[int]) -> list[int]:
+        """The LM prompt around the tokenized ``"{voice}: {text}"`` (without its BOS)."""
+        return [
+            self.start_of_human,
+            self.begin_of_text,
+            *text_ids,
+            self.end_of_text,
+            self.end_of_human,
+            self.start_of_ai,
+            self.start_of_speech,
+        ]
+
+    def audio_token(self, position: int, code: int) -> int:
+        """The id that carries ``code`` at ``position`` of the audio stream."""
+        return self.audio_offset + (position % FRAME) * self.codebook_size + code
+
+    def code(self, token: torch.Tensor, position: torch.Tensor) -> torch.Tensor:
+        """The SNAC code ``token`` carries at ``position`` (may be out of range)."""
+        return token - self.audio_offset - (position % FRAME) * self.codebook_size
+
+    def allowed(self, position: int) -> tuple[int, int]:
+        """The id range ``[lo, hi)`` of non-zero codes at ``position``: what `audio_mask`
+        keeps (code 0 is left out because the reference decoder drops it, see the module)."""
+        lo = self.audio_token(position, 1)
+        return lo, lo + self.codebook_size - 1
+
+
+def audio_mask(logits: torch.Tensor, tokens: OrpheusTokens, positions: list[int]) -> torch.Tensor:
+    """``logits`` ``[batch, vocab]`` with everything but row ``b``'s `OrpheusTokens.allowed`
+    range at ``positions[b]`` set to ``-inf``, and ``end_of_speech`` kept at frame boundaries
+    after the first frame (constrained audio decoding, an option)."""
+    out = torch.full_like(logits, float("-inf"))
+    eos = tokens.end_of_speech
+    for b, p in enumerate(positions):
+        lo, hi = tokens.allowed(p)
+        out[b, lo:hi] = logits[b, lo:hi]
+        if p and p % FRAME == 0:
+            out[b, eos] = logits[b, eos]
+    return out
+
+
+def window_codes(window: torch.Tensor, tokens: OrpheusTokens) -> list[torch.Tensor] | None:
+    """A window of whole frames (``[B, 7·n]`` audio tokens, starting at a frame boundary) as
+    SNAC's three code tensors ``[B, n]``, ``[B, 2n]``, ``[B, 4n]``; None when any code is out
+    of range (no audio for that window, like the reference)."""
+    b, t = window.shape
+    if t % FRAME:
+        raise ValueError(f"a window holds whole frames of {FRAME} tokens, not {t}")
+    pos = torch.arange(t, device=window.device)
+    codes = tokens.code(window.long(), pos)
+    if bool(((codes < 0) | (codes >= tokens.codebook_size)).any()):
+        return None
+    frames = codes.view(b, t // FRAME, FRAME)
+    return [
+        frames[:, :, [0]].reshape(b, -1),
+        frames[:, :, [1, 4]].reshape(b, -1),
+        frames[:, :, [2, 3, 5, 6]].reshape(b, -1),
+    ]
+
+
+class OrpheusVocoder:
+    """The ``snac_decoder`` node's computation: one window of 28 LM tokens (4 frames) → the
+    ``samples_per_frame`` samples of its second frame (module docstring), or None."""
+
+    def __init__(self, snac: SnacDecoder, tokens: OrpheusTokens):
+        if snac.config.codebook_size != tokens.codebook_size:
+            raise ValueError("the SNAC codebooks and the Orpheus token ranges disagree in size")
+        self.snac, self.tokens = snac, tokens
+        self.samples_per_frame = snac.config.samples_per_frame
+
+    def keep(self) -> slice:
+        """The samples of a window's audio that are emitted: its second frame."""
+        spf = self.samples_per_frame
+        return slice(spf, 2 * spf)
+
+    def window(
+        self, window: torch.Tensor, generator: torch.Generator | None = None
+    ) -> torch.Tensor | None:
+        """``window`` ``[28]`` (or ``[B, 28]``) → audio ``[spf]`` (``[B, spf]``) fp32, or None
+        when a code is out of range."""
+        batched = window.dim() == 2
+        w = window if batched else window[None]
+        codes = window_codes(w, self.tokens)
+        if codes is None:
+            return None
+        audio = self.snac.decode(codes, generator)[:, 0, self.keep()].float()
+        return audio if batched else audio[0]

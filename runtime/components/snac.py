@@ -1,0 +1,301 @@
+"""The SNAC decoder (Siuzdak et al., the `snac` package): codes of its coarse-to-fine codebooks
+to a waveform, named like ``snac.SNAC``'s state dict so its checkpoints load by name.
+
+``SNAC.decode(codes)`` is ``quantizer.from_codes`` (each codebook's embedding through its
+``out_proj``, repeated to the finest rate by its ``vq_stride``, summed) then ``decoder``: a
+depthwise + pointwise input convolution, one `DecoderBlock` per ``decoder_rates`` entry
+(`Snake1d`, a transposed convolution upsampling by the rate, a `NoiseBlock`, three dilated
+`ResidualUnit` s) and `Snake1d` → convolution → ``tanh``. Every convolution is weight-normed
+(``parametrizations.weight.original0`` = g, ``original1`` = v, ``w = g · v / ‖v‖`` over all but
+dim 0; the legacy ``weight_g`` / ``weight_v`` names load too, see
+`wgc_runtime.components.convert`). Folded weights are cached until a parameter changes.
+
+The 24 kHz model has no local attention (``attn_window_size`` null); a config asking for it is
+refused. `NoiseBlock` adds ``randn · conv(x)`` like the package, but draws from the caller's
+`torch.Generator` (the package draws from the global one: seed it with the same value and the
+draws agree, which the parity test relies on).
+
+Sizes: one frame of codebook 0 is ``hop · vq_strides[0]`` samples (`SnacConfig.samples_per_frame`,
+2048 for the 24 kHz model: hop 512 = 8·8·4·2, stride 4).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, cast
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from wgc_runtime.components.convert import load_converted
+
+# the SNAC state dict holds the encoder and the quantizers' input projections too: decoding
+# reads neither
+_ENCODE_ONLY = ("encoder.",)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SnacConfig:
+    """``SNAC(**config)``'s arguments (the fields of the package's ``config.json``)."""
+
+    sampling_rate: int = 24000
+    encoder_dim: int = 48
+    encoder_rates: tuple[int, ...] = (2, 4, 8, 8)
+    latent_dim: int | None = None
+    decoder_dim: int = 1024
+    decoder_rates: tuple[int, ...] = (8, 8, 4, 2)
+    attn_window_size: int | None = None
+    codebook_size: int = 4096
+    codebook_dim: int = 8
+    vq_strides: tuple[int, ...] = (4, 2, 1)
+    noise: bool = True
+    depthwise: bool = True
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> SnacConfig:
+        known = {f for f in cls.__dataclass_fields__ if f != "extra"}
+        kw: dict[str, Any] = {
+            k: tuple(v) if isinstance(v, list) else v for k, v in raw.items() if k in known
+        }
+        return cls(**kw, extra={k: v for k, v in raw.items() if k not in known})
+
+    def to_dict(self) -> dict[str, Any]:
+        """The keyword arguments of ``snac.SNAC``."""
+        out = {f: getattr(self, f) for f in self.__dataclass_fields__ if f != "extra"}
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in out.items()}
+
+    @property
+    def latent(self) -> int:
+        return self.latent_dim or self.encoder_dim * 2 ** len(self.encoder_rates)
+
+    @property
+    def hop_length(self) -> int:
+        return math.prod(self.decoder_rates)
+
+    @property
+    def samples_per_frame(self) -> int:
+        """Audio samples per code of the coarsest codebook."""
+        return self.hop_length * self.vq_strides[0]
+
+
+class _WeightNorm(nn.Module):
+    """The parametrization's parameters: ``original0`` (g) and ``original1`` (v)."""
+
+    def __init__(self, shape: tuple[int, ...]):
+        super().__init__()
+        self.original0 = nn.Parameter(torch.ones(shape[0], *([1] * (len(shape) - 1))))
+        self.original1 = nn.Parameter(torch.randn(shape) * 0.02)
+
+
+class WNConv1d(nn.Module):
+    """A weight-normed ``Conv1d`` (or ``ConvTranspose1d`` with ``transpose``)."""
+
+    def __init__(
+        self,
+        cin: int,
+        cout: int,
+        kernel: int,
+        *,
+        stride: int = 1,
+        padding: int = 0,
+        dilation: int = 1,
+        groups: int = 1,
+        bias: bool = True,
+        transpose: bool = False,
+        output_padding: int = 0,
+    ):
+        super().__init__()
+        shape = (cin, cout // groups, kernel) if transpose else (cout, cin // groups, kernel)
+        self.parametrizations = nn.ModuleDict({"weight": _WeightNorm(shape)})
+        self.bias = nn.Parameter(torch.zeros(cout)) if bias else None
+        self.stride, self.padding, self.dilation, self.groups = stride, padding, dilation, groups
+        self.transpose, self.output_padding = transpose, output_padding
+        self._folded: tuple[tuple, torch.Tensor] | None = None
+
+    def weight(self) -> torch.Tensor:
+        wn = cast(_WeightNorm, self.parametrizations["weight"])
+        g, v = wn.original0, wn.original1
+        key = (g.data_ptr(), v.data_ptr(), g._version, v._version, g.dtype)
+        if self._folded is None or self._folded[0] != key:
+            with torch.no_grad():
+                norm = v.norm(dim=tuple(range(1, v.dim())), keepdim=True)
+                self._folded = (key, v * (g / norm))
+        return self._folded[1]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        w = self.weight()
+        if self.transpose:
+            return F.conv_transpose1d(
+                x,
+                w,
+                self.bias,
+                self.stride,
+                self.padding,
+                self.output_padding,
+                self.groups,
+                self.dilation,
+            )
+        return F.conv1d(x, w, self.bias, self.stride, self.padding, self.dilation, self.groups)
+
+
+class Snake1d(nn.Module):
+    """``x + sin²(αx) / (α + 1e-9)``, α per channel."""
+
+    def __init__(self, channels: int):
+        super().__init__()
+        self.alpha = nn.Parameter(torch.ones(1, channels, 1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        a = self.alpha
+        return x + (a + 1e-9).reciprocal() * torch.sin(a * x).pow(2)
+
+
+class ResidualUnit(nn.Module):
+    def __init__(self, dim: int, dilation: int, groups: int):
+        super().__init__()
+        pad = (6 * dilation) // 2
+        self.block = nn.Sequential(
+            Snake1d(dim),
+            WNConv1d(dim, dim, 7, dilation=dilation, padding=pad, groups=groups),
+            Snake1d(dim),
+            WNConv1d(dim, dim, 1),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.block(x)
+        crop = (x.shape[-1] - y.shape[-1]) // 2
+        if crop > 0:
+            x = x[..., crop:-crop]
+        return x + y
+
+
+class NoiseBlock(nn.Module):
+    """``x + randn[B, 1, T] · conv(x)``; the noise comes from `generator`."""
+
+    generator: torch.Generator | None = None  # set by `SnacDecoder.decode` around a call
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.linear = WNConv1d(dim, dim, 1, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, _, t = x.shape
+        noise = torch.randn((b, 1, t), generator=self.generator, device=x.device, dtype=x.dtype)
+        return x + noise * self.linear(x)
+
+
+class DecoderBlock(nn.Module):
+    def __init__(self, cin: int, cout: int, stride: int, noise: bool, groups: int):
+        super().__init__()
+        layers: list[nn.Module] = [
+            Snake1d(cin),
+            WNConv1d(
+                cin,
+                cout,
+                2 * stride,
+                stride=stride,
+                padding=math.ceil(stride / 2),
+                transpose=True,
+                output_padding=stride % 2,
+            ),
+        ]
+        if noise:
+            layers.append(NoiseBlock(cout))
+        layers += [ResidualUnit(cout, d, groups) for d in (1, 3, 9)]
+        self.block = nn.Sequential(*layers)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.block(x)
+
+
+class Decoder(nn.Module):
+    """``snac.layers.Decoder`` (latent → waveform ``[B, 1, T·hop]``)."""
+
+    def __init__(self, cfg: SnacConfig):
+        super().__init__()
+        lat, ch = cfg.latent, cfg.decoder_dim
+        if cfg.depthwise:
+            layers: list[nn.Module] = [
+                WNConv1d(lat, lat, 7, padding=3, groups=lat),
+                WNConv1d(lat, ch, 1),
+            ]
+        else:
+            layers = [WNConv1d(lat, ch, 7, padding=3)]
+        out = ch
+        for i, stride in enumerate(cfg.decoder_rates):
+            cin, out = ch // 2**i, ch // 2 ** (i + 1)
+            groups = out if cfg.depthwise else 1
+            layers.append(DecoderBlock(cin, out, stride, cfg.noise, groups))
+        layers += [Snake1d(out), WNConv1d(out, 1, 7, padding=3), nn.Tanh()]
+        self.model = nn.Sequential(*layers)
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        return self.model(z)
+
+
+class _Codebook(nn.Module):
+    """One codebook's decoding half: ``codebook`` embedding and ``out_proj``."""
+
+    def __init__(self, cfg: SnacConfig, stride: int):
+        super().__init__()
+        self.stride = stride
+        self.codebook = nn.Embedding(cfg.codebook_size, cfg.codebook_dim)
+        self.out_proj = WNConv1d(cfg.codebook_dim, cfg.latent, 1)
+
+    def forward(self, codes: torch.Tensor) -> torch.Tensor:
+        z = self.out_proj(self.codebook(codes).transpose(1, 2))
+        return z.repeat_interleave(self.stride, dim=-1)
+
+
+class _Quantizer(nn.Module):
+    def __init__(self, cfg: SnacConfig):
+        super().__init__()
+        self.quantizers = nn.ModuleList(_Codebook(cfg, s) for s in cfg.vq_strides)
+
+
+class SnacDecoder(nn.Module):
+    """The decoding half of ``snac.SNAC``: `decode` maps codes to audio."""
+
+    def __init__(self, cfg: SnacConfig):
+        super().__init__()
+        if cfg.attn_window_size is not None:
+            raise ValueError("SNAC with local attention (`attn_window_size`) is not supported")
+        self.config = cfg
+        self.quantizer = _Quantizer(cfg)
+        self.decoder = Decoder(cfg)
+
+    @classmethod
+    def from_pretrained(
+        cls, path: str | Path, *, dtype: torch.dtype = torch.float32, device: str = "cpu"
+    ) -> SnacDecoder:
+        """From a folder with the package's ``config.json`` and a safetensors state dict
+        (`wgc_runtime.components.convert.load_converted`: strict on the decoding half)."""
+        path = Path(path)
+        cfg = SnacConfig.from_dict(json.loads((path / "config.json").read_text()))
+        model = cls(cfg)
+        skip = _ENCODE_ONLY + tuple(
+            f"quantizer.quantizers.{i}.in_proj." for i in range(len(cfg.vq_strides))
+        )
+        load_converted(model, path, skip=skip)
+        return model.to(device=device, dtype=dtype).eval()
+
+    @torch.inference_mode()
+    def decode(
+        self, codes: list[torch.Tensor], generator: torch.Generator | None = None
+    ) -> torch.Tensor:
+        """``codes[i]`` ``[B, n · vq_strides[0] / vq_strides[i]]`` → audio ``[B, 1, n · spf]``."""
+        z = sum(q(c.long()) for q, c in zip(self.quantizer.quantizers, codes, strict=True))
+        assert isinstance(z, torch.Tensor)
+        blocks = [m for m in self.decoder.modules() if isinstance(m, NoiseBlock)]
+        for b in blocks:
+            b.generator = generator
+        try:
+            return self.decoder(z)
+        finally:
+            for b in blocks:
+                b.generator = None
