@@ -23,7 +23,7 @@ _._mmap
 
 # the formatter's printer dispatches `<kind>_decl` methods by name
 _.model_decl, _.param_decl, _.option_decl, _.node_decl, _.stream_decl, _.walk_decl
-_.flow_decl
+_.flow_decl, _.subflow_decl
 
 # transformers' generation config, read by `generate()`
 _.eos_token_id

@@ -51,6 +51,18 @@ class Request(abc.ABC):
     def option(self, name: str) -> Any:
         """The request's value of option ``name``, or its declared default."""
 
+    def count(self, modality: str) -> int:
+        """How many input segments have ``modality`` (`request.count(m)`)."""
+        return sum(1 for s in self.inputs if s.modality == modality)
+
+    def first(self, modality: str) -> Segment:
+        """The first input segment of ``modality`` (`request.first(m)`; a compiled flow only
+        asks where it knows there is one)."""
+        for s in self.inputs:
+            if s.modality == modality:
+                return s
+        raise LookupError(f"the request has no `{modality}` input segment")
+
 
 @dataclass(frozen=True, slots=True)
 class SimpleRequest(Request):

@@ -62,7 +62,10 @@ def error(text: str):
             "walk w() { loop l max 4 until x == 1 { } }",
             "`until` takes a `bool[]` channel, not a comparison",
         ),
-        ("flow f { if option.k == 3 { w() } }", "conditions do not compare values"),
+        (
+            "flow f { if placed(N) == true { w() } }",
+            "only an option or a segment count can be compared in a condition",
+        ),
         ("node A { }", "a node needs an engine: expected `:`"),
         ("option think = false", "an option needs a type: expected `:`"),
         ("node A: stateless {\n  in x\n}", "expected `:` and a type"),

@@ -71,11 +71,15 @@ _TABLE: tuple[tuple[str, Severity, str], ...] = (
     ("WG113", E, "port used in the wrong direction"),
     ("WG114", E, "unknown walk argument"),
     ("WG115", E, "node has no `impl`"),
+    ("WG116", E, "wrong subflow arguments"),
+    ("WG117", E, "subflow calls itself"),
     # -- types (WG2xx): producer and consumer types agree; expressions are well typed
     ("WG201", E, "channel type mismatch"),
     ("WG202", E, "invalid dimension"),
     ("WG203", E, "invalid compile-time expression"),
     ("WG204", E, "option used with the wrong type"),
+    ("WG205", E, "option in a dim is not a shape bucket"),
+    ("WG206", E, "value is not one the option can take"),
     # -- loop-shape staticity (WG3xx): what a loop carries or calls has a static shape
     ("WG301", E, "loop-carried channel has a dynamic shape"),
     ("WG302", E, "node called in a loop has a dynamic port shape"),
@@ -113,6 +117,7 @@ _TABLE: tuple[tuple[str, Severity, str], ...] = (
     ("WG704", E, "missing walk argument"),
     ("WG705", E, "unknown value in walk argument"),
     ("WG706", E, "model declares walks but no flow"),
+    ("WG707", E, "`request.first(m)` may find no segment"),
     # -- placement (WG8xx): reserved for the placement stage
     ("WG801", E, "placement file is not valid YAML"),
     ("WG802", E, "unknown placement key"),
@@ -143,6 +148,7 @@ _TABLE: tuple[tuple[str, Severity, str], ...] = (
     ("WG905", W, "channel bound but never read"),
     ("WG906", W, "unused option"),
     ("WG907", W, "unused walk input"),
+    ("WG908", W, "unused subflow"),
 )
 
 REGISTRY: dict[str, Code] = {

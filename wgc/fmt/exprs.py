@@ -96,5 +96,24 @@ def cond(t: Tree, parent: str = "") -> str:
         return f"option.{t.children[0]}"
     if d == "placed":
         return f"placed({t.children[0]})"
+    if d == "option_cmp":
+        name, op, v = t.children
+        return f"option.{name} {op} {value(v)}"
+    if d == "request_cmp":
+        obj, pred, arg, op, v = t.children
+        return f"{obj}.{pred}({arg}) {op} {value(v)}"
     obj, pred, arg = t.children  # request_pred
     return f"{obj}.{pred}({arg})"
+
+
+def pattern(t: Tree) -> str:
+    """A match pattern: `text | image`, `"a" | "b"`, `4`, `true`, `_`."""
+    return " | ".join(_pat(p) for p in t.children)
+
+
+def _pat(p: Tree) -> str:
+    if p.data == "pat_str":
+        return quote(str(p.children[0]))
+    if p.data in ("pat_true", "pat_false"):
+        return p.data[4:]
+    return str(p.children[0])  # a name or an integer, as written

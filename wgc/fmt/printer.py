@@ -112,8 +112,20 @@ class Printer:
         self.emit(0, f"type {t.children[0]} = {exprs.type_expr(t.children[1])}", *_lines_of(t))
 
     def option_decl(self, t: Tree) -> None:
-        name, typ, default = t.children
-        self.emit(0, f"option {name}: {typ} = {exprs.value(default)}", *_lines_of(t))
+        name, typ, choices, default = t.children
+        head = f"option {name}: {typ}"
+        if choices is not None:
+            head = fit(0, f"{head} in [", [exprs.value(c) for c in choices.children], "]")
+        if isinstance(default, Tree) and default.data == "default_match":
+            sel, *arms = default.children
+            items = [
+                f"{exprs.pattern(a.children[0])} => {exprs.value(a.children[1])}"
+                for a in _present(arms)
+            ]
+            text = fit(0, f"{head} = match option.{sel} {{ ", items, " }")
+        else:
+            text = f"{head} = {exprs.value(default)}"
+        self.emit(0, text, *_lines_of(t))
 
     def node_decl(self, t: Tree) -> None:
         name, engine, *items = t.children
@@ -142,6 +154,11 @@ class Printer:
         name, *params, body = t.children
         head = fit(0, f"walk {name}(", [_walk_param(p) for p in _present(params)], ") {")
         self.block(0, head, t.meta.line, body, self.stmt, simple=_simple_stmt)
+
+    def subflow_decl(self, t: Tree) -> None:
+        name, *params, body = t.children
+        head = fit(0, f"subflow {name}(", [str(p) for p in _present(params)], ") {")
+        self.block(0, head, t.meta.line, body, self.fstmt, simple=_simple_fstmt)
 
     def flow_decl(self, t: Tree) -> None:
         name, trigger, body = t.children
@@ -251,11 +268,16 @@ class Printer:
             self.emit(depth, _stmt_text(_simple_fstmt(t, depth, prefix), t), *_lines_of(t))
 
     def match(self, depth: int, t: Tree, prefix: str) -> None:
-        var, attr, *arms = t.children
+        subject, *arms = t.children
         start, end = _lines_of(t)
-        head = f"{prefix}match {var}.{attr} {{"
-        self.emit(depth, head, start, self.brace_line(_end_pos(attr)), opens=True)
-        pats = [" | ".join(str(p) for p in arm.children[0].children) for arm in arms]
+        if subject.data == "match_option":
+            head = f"{prefix}match option.{subject.children[0]} {{"
+            last = subject.children[0]
+        else:
+            head = f"{prefix}match {subject.children[0]}.{subject.children[1]} {{"
+            last = subject.children[1]
+        self.emit(depth, head, start, self.brace_line(_end_pos(last)), opens=True)
+        pats = [exprs.pattern(arm.children[0]) for arm in arms]
         width = max((len(p) for p in pats), default=0)
         for arm, pat in zip(arms, pats, strict=True):
             first = len(self.lines)
@@ -350,6 +372,8 @@ def _node_item(t: Tree, width: int) -> str:
         return f"{word} {(str(name) + ':').ljust(width)} {exprs.type_expr(typ)}"
     if d == "label":
         return f"label {t.children[0]}"
+    if d == "reads":
+        return "reads " + ", ".join(f"option.{n}" for n in t.children)
     name, value = t.children  # config
     return f"config {name} = {exprs.value(value)}"
 
@@ -437,4 +461,7 @@ def _farg(t: Tree) -> str:
         return str(name) if str(v.children[0]) == str(name) else f"{name} = {v.children[0]}"
     if v.data == "fvalue_option":
         return f"{name} = option.{v.children[0]}"
+    if v.data == "fvalue_select":
+        obj, fn, arg = v.children
+        return f"{name} = {obj}.{fn}({arg})"
     return f"{name} = {v.children[0]}.{v.children[1]}"

@@ -2,12 +2,14 @@
 
 A flow is a generator of `Wait`s (it blocks only inside walks, on streams). Statements:
 a walk call runs the walk to completion; `for` visits the request's segments in order;
-`match` picks the first arm naming the segment's modality (else `_`, else nothing); `if` and
-`when` evaluate `request.wants/has`, bool options, `placed(NODE)` and constants; `repeat` runs
+`match` picks the first arm naming the segment's modality (or the option's value, for `match
+option.NAME`; else `_`, else nothing); `if` and `when` evaluate `request.wants/has`, segment
+counts, bool options and option comparisons, `placed(NODE)` and constants; `repeat` runs
 its body ``count`` times (params and int options); `fail` ends the request.
 
-Walk arguments: the `for` variable is the segment's payload, ``seg.FIELD`` a named field, a bare
-name a channel this flow persisted earlier, ``option.NAME`` the request's option; values become
+Walk arguments: the `for` variable is the segment's payload, ``seg.FIELD`` a named field,
+``request.first(m)`` the first segment of modality ``m``, a bare name a channel this flow
+persisted earlier, ``option.NAME`` the request's option; values become
 tensors through `wgc_runtime.contract.node.to_tensor`; optional walk inputs left out are bare
 signals.
 
@@ -29,6 +31,7 @@ from wgc.ir.flow import (
     BoolOp,
     Cond,
     Const,
+    CountCmp,
     Fail,
     FBlock,
     Flow,
@@ -37,13 +40,16 @@ from wgc.ir.flow import (
     If,
     Match,
     Not,
+    OptionCmp,
     OptionCond,
+    OptionMatch,
     Placed,
     Repeat,
     RequestPred,
     WalkCall,
     iter_fstmts,
 )
+from wgc.ir.paths import compare
 from wgc_runtime.contract.flow import Fail as FailStep
 from wgc_runtime.contract.flow import Persisted, RunWalk, Segment
 from wgc_runtime.contract.node import to_tensor
@@ -106,6 +112,12 @@ class FlowRun:
             arm = arm or next((a for a in s.arms if "_" in a.patterns), None)
             if arm is not None:
                 yield from self.block(arm.body)
+        elif isinstance(s, OptionMatch):
+            value = self.req.option(s.option)
+            chosen = next((a for a in s.arms if value in a.values), None)
+            chosen = chosen or next((a for a in s.arms if a.default), None)
+            if chosen is not None:
+                yield from self.block(chosen.body)
         elif isinstance(s, If):
             if self.host.cond(s.cond):
                 yield from self.block(s.then)
@@ -124,6 +136,8 @@ class FlowRun:
                 out[a.param] = to_tensor(self.req.option(a.name))
             elif a.kind is ArgKind.SEGMENT_FIELD:
                 out[a.param] = to_tensor(self.env[a.name].field(a.attr or ""))
+            elif a.kind is ArgKind.FIRST:
+                out[a.param] = to_tensor(self.req.first(a.name).data)
             elif a.name in self.env:
                 out[a.param] = to_tensor(self.env[a.name].data)
             else:
@@ -191,6 +205,10 @@ def eval_cond(c: Cond, req, placed: frozenset[str]) -> bool:
         return req.wants(c.modality) if c.pred == "wants" else req.has(c.modality)
     if isinstance(c, OptionCond):
         return bool(req.option(c.name))
+    if isinstance(c, OptionCmp):
+        return compare(c.op, req.option(c.name), c.value)
+    if isinstance(c, CountCmp):
+        return compare(c.op, req.count(c.modality), c.value)
     if isinstance(c, Placed):
         return c.node in placed
     if isinstance(c, Const):

@@ -34,7 +34,7 @@ def make_request(
     Options the model does not declare are kept and handed to nodes (`CallContext.options`);
     the examples' toy nodes read a few (`eos_after`, `talker_tail`).
     """
-    defaults = {o.name: o.default for o in model.options}
+    defaults = model.option_defaults(options)  # per-mode defaults follow their selector
     return SimpleRequest(tuple(inputs), frozenset(want), dict(options or {}), defaults)
 
 

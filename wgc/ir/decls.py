@@ -35,7 +35,13 @@ OPTION_TYPES = ("bool", "int", "float", "str")
 
 @dataclass(frozen=True, slots=True)
 class OptionDecl:
-    """`option NAME: TYPE = DEFAULT`: a per-request option with a declared default."""
+    """`option NAME: TYPE [in [V, ...]] = DEFAULT`: a per-request option with a declared default.
+
+    ``choices``: the values a request may give (empty: any value of ``type``); an `int` option
+    with choices is a *shape bucket* when a dim reads it. A per-mode default
+    (`= match option.MODE { V => D, _ => D }`) names its selector ``default_by`` and lists
+    ``by_value`` (selector value -> default); ``default`` is the `_` arm's (or, without one, the
+    default for the selector's own default value)."""
 
     name: str
     type: str
@@ -43,6 +49,20 @@ class OptionDecl:
     span: Span = field(compare=False)
     name_span: Span | None = field(default=None, compare=False)  # the declared name's token
     default_expr: Expr | None = field(default=None, compare=False)  # as written
+    choices: tuple[Value, ...] = ()
+    default_by: str | None = None
+    by_value: tuple[tuple[Value, Value], ...] = ()
+    # where a per-mode default names its selector, and each arm's value as written
+    default_by_span: Span | None = field(default=None, compare=False)
+    arm_exprs: tuple[Expr, ...] = field(default=(), compare=False)
+    choices_span: Span | None = field(default=None, compare=False)
+
+    def default_for(self, values: dict[str, Value]) -> Value:
+        """The default a request gets, given the options it set (``values``) and their own
+        defaults: a per-mode default looks up its selector's value."""
+        if self.default_by is None or self.default_by not in values:
+            return self.default
+        return dict(self.by_value).get(values[self.default_by], self.default)
 
 
 class PortDir(enum.Enum):
@@ -84,6 +104,10 @@ class Node:
     name_span: Span | None = field(default=None, compare=False)  # the declared name's token
     # `config KEY = EXPR` as written (``config`` holds the values), for lints that need names
     config_exprs: tuple[tuple[str, Expr], ...] = field(default=(), compare=False)
+    # `reads option.NAME, ...`: the request options the implementation reads
+    # (`CallContext.options`), with the span of each
+    reads: tuple[str, ...] = ()
+    read_spans: tuple[Span, ...] = field(default=(), compare=False)
 
     def input(self, name: str) -> Port | None:
         return next((p for p in self.inputs if p.name == name), None)

@@ -6,7 +6,7 @@ import enum
 from dataclasses import dataclass, field
 
 from wgc.diagnostics.diagnostic import Span
-from wgc.ir.expr import Expr
+from wgc.ir.expr import Expr, Value
 
 MODALITIES = ("text", "image", "audio", "video", "action", "tensor")
 
@@ -25,6 +25,32 @@ class RequestPred:
 class OptionCond:
     name: str
     span: Span = field(compare=False)
+
+
+COMPARISONS = ("==", "!=", "<", "<=", ">", ">=")
+
+
+@dataclass(frozen=True, slots=True)
+class OptionCmp:
+    """`option.NAME OP VALUE`: compares the request's option with a compile-time value
+    (``value`` None when it did not evaluate: reported by the builder)."""
+
+    name: str
+    op: str  # one of COMPARISONS
+    value: Value | None
+    span: Span = field(compare=False)
+    value_span: Span | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class CountCmp:
+    """`request.count(m) OP N`: the number of input segments of modality ``modality``."""
+
+    modality: str
+    op: str
+    value: int | None
+    span: Span = field(compare=False)
+    value_span: Span | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +79,7 @@ class BoolOp:
     span: Span = field(compare=False)
 
 
-Cond = RequestPred | OptionCond | Placed | Const | Not | BoolOp
+Cond = RequestPred | OptionCond | OptionCmp | CountCmp | Placed | Const | Not | BoolOp
 
 
 def cond_atoms(c: Cond):
@@ -72,6 +98,7 @@ class ArgKind(enum.Enum):
     NAME = "name"  # a bare name: the `for` variable, or a channel persisted earlier
     OPTION = "option"  # `option.NAME`
     SEGMENT_FIELD = "segment_field"  # `seg.FIELD` of the `for` variable
+    FIRST = "first"  # `request.first(m)`: the first input segment of modality ``name``
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +118,8 @@ class WalkCall:
     walk: str
     args: tuple[FArg, ...]
     span: Span = field(compare=False)
+    # for a call written in a subflow: the subflow calls that brought it here, innermost first
+    via: tuple[tuple[str, Span], ...] = field(default=(), compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +154,26 @@ class Match:
 
 
 @dataclass(frozen=True, slots=True)
+class OptionArm:
+    """One arm of `match option.NAME`: ``values`` (literals), or the `_` arm (``default``)."""
+
+    values: tuple[Value, ...]
+    default: bool
+    body: FBlock
+    span: Span = field(compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class OptionMatch:
+    """`match option.NAME { "a" | "b" => ..., _ => ... }`: the first arm naming the request's
+    value of the option, else `_`, else nothing."""
+
+    option: str
+    arms: tuple[OptionArm, ...]
+    span: Span = field(compare=False)
+
+
+@dataclass(frozen=True, slots=True)
 class If:
     cond: Cond
     then: FBlock
@@ -147,7 +196,7 @@ class Fail:
     span: Span = field(compare=False)
 
 
-FStmt = WalkCall | For | Match | If | Repeat | Fail
+FStmt = WalkCall | For | Match | OptionMatch | If | Repeat | Fail
 
 
 class FlowKind(enum.Enum):
@@ -168,6 +217,22 @@ class Flow:
     span: Span = field(compare=False)
     trigger_span: Span | None = field(default=None, compare=False)
     name_span: Span | None = field(default=None, compare=False)  # the declared name's token
+    # the body as written, with its subflow calls (``body`` has them expanded)
+    written: FBlock | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Subflow:
+    """`subflow NAME(P, ...) { ... }`: a named flow fragment. The builder expands every call of
+    it in place (its parameters replaced by the call's arguments), so passes, lowering and the
+    interpreter see only the expanded flows; ``called`` says whether any flow calls it."""
+
+    name: str
+    params: tuple[str, ...]
+    body: FBlock
+    span: Span = field(compare=False)
+    name_span: Span | None = field(default=None, compare=False)
+    called: bool = field(default=False, compare=False)
 
 
 def iter_fstmts(block: FBlock):
@@ -176,7 +241,7 @@ def iter_fstmts(block: FBlock):
         yield s
         if isinstance(s, For | Repeat):
             yield from iter_fstmts(s.body)
-        elif isinstance(s, Match):
+        elif isinstance(s, Match | OptionMatch):
             for a in s.arms:
                 yield from iter_fstmts(a.body)
         elif isinstance(s, If):

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from wgc.diagnostics.diagnostic import Span
 from wgc.ir.decls import Node, OptionDecl, Param, Stream, TypeAlias
-from wgc.ir.flow import Flow
+from wgc.ir.flow import Flow, Subflow
 from wgc.ir.walk import Walk
 
 
@@ -29,6 +29,9 @@ class Model:
     walks: tuple[Walk, ...]
     flows: tuple[Flow, ...]
     span: Span = field(compare=False)
+    subflows: tuple[Subflow, ...] = ()  # declared; their calls are already expanded in flows
+    # options some dim reads (shape buckets), also where the dim did not build
+    dim_options: frozenset[str] = field(default=frozenset(), compare=False)
     _index: dict = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -40,6 +43,7 @@ class Model:
             "stream": _first_by_name(self.streams),
             "walk": _first_by_name(self.walks),
             "flow": _first_by_name(self.flows),
+            "subflow": _first_by_name(self.subflows),
         }
         producers: dict = {}
         consumers: dict = {}
@@ -70,6 +74,17 @@ class Model:
 
     def flow(self, name: str) -> Flow | None:
         return self._index["flow"].get(name)
+
+    def subflow(self, name: str) -> Subflow | None:
+        return self._index["subflow"].get(name)
+
+    def option_defaults(self, options: dict | None = None) -> dict:
+        """Every option's default for a request that sets ``options``: a per-mode default
+        follows its selector's value (the request's, or the selector's own default)."""
+        given = dict(options or {})
+        plain = {o.name: o.default for o in self.options if o.default_by is None}
+        values = {**plain, **given}
+        return {o.name: o.default_for(values) for o in self.options}
 
     def streams_from(self, node: str, port: str) -> list[Stream]:
         """Streams whose producer is ``node.port``."""

@@ -1,8 +1,12 @@
 """Tensor types of ports and channels: a dtype and a tuple of dims.
 
-A dim is an integer, a compile-time `param` (kept by name, with its value), a symbolic per-request
-name such as ``T``, or ``?``. A shape is *static* when every dim is an integer or a param.
-Types compare by structure; a param dim compares equal to an int dim of the same value.
+A dim is an integer, a compile-time `param` (kept by name, with its value), a *shape bucket*
+(an expression over `option`s declared with a fixed set of values, `option.frames / 4 + 1`: one
+of a few sizes per request, kept by its text with its value for every combination of those
+options), a symbolic per-request name such as ``T``, or ``?``. A shape is *static* when every dim
+is an integer or a param, and *static per bucket* when every dim is static or a bucket: a loop
+over it is captured once per bucket. Types compare by structure; a param dim compares equal to an
+int dim of the same value.
 """
 
 from __future__ import annotations
@@ -36,22 +40,31 @@ _ITEMSIZE = {
 }
 
 DTYPE_NAMES = tuple(d.value for d in DType)
+_MISSING = object()
 
 
 class DimKind(enum.Enum):
     INT = "int"
     PARAM = "param"
+    BUCKET = "bucket"
     SYM = "sym"
     ANY = "any"
 
 
+# One case of a bucket dim: the values of the options it reads (sorted by option name), and the
+# dim's size for them.
+Case = tuple[tuple[tuple[str, object], ...], int]
+
+
 @dataclass(frozen=True, slots=True)
 class Dim:
-    """One dimension. ``value`` is set for INT and PARAM, ``name`` for PARAM and SYM."""
+    """One dimension. ``value`` is set for INT and PARAM, ``name`` for PARAM, BUCKET and SYM,
+    ``cases`` for BUCKET (every combination of its options' values, with the dim's size)."""
 
     kind: DimKind
     value: int | None = None
     name: str | None = None
+    cases: tuple[Case, ...] = ()
 
     @staticmethod
     def int_(v: int) -> Dim:
@@ -60,6 +73,10 @@ class Dim:
     @staticmethod
     def param(name: str, v: int) -> Dim:
         return Dim(DimKind.PARAM, v, name)
+
+    @staticmethod
+    def bucket(name: str, cases: tuple[Case, ...]) -> Dim:
+        return Dim(DimKind.BUCKET, None, name, cases)
 
     @staticmethod
     def sym(name: str) -> Dim:
@@ -73,16 +90,51 @@ class Dim:
     def is_static(self) -> bool:
         return self.kind in (DimKind.INT, DimKind.PARAM)
 
+    @property
+    def is_bucket_static(self) -> bool:
+        """Static, or one of a fixed set of sizes per request (a shape bucket)."""
+        return self.is_static or self.kind is DimKind.BUCKET
+
+    @property
+    def options(self) -> tuple[str, ...]:
+        """The options a bucket dim reads (sorted); () for every other dim."""
+        return tuple(name for name, _ in self.cases[0][0]) if self.cases else ()
+
+    @property
+    def sizes(self) -> tuple[int, ...]:
+        """Every size the dim can have: its value, or a bucket's sizes (ascending, once each)."""
+        if self.kind is DimKind.BUCKET:
+            return tuple(sorted({size for _, size in self.cases}))
+        return (self.value,) if self.value is not None else ()
+
+    def size_for(self, values: dict[str, object]) -> int | None:
+        """The dim's size when the options have ``values`` (None when it is not known)."""
+        if self.kind is not DimKind.BUCKET:
+            return self.value
+        for assign, size in self.cases:
+            if all(values.get(k, _MISSING) == v for k, v in assign):
+                return size
+        return None
+
     def agrees(self, other: Dim) -> bool:
-        """True unless both dims are static and differ (dynamic dims are checked at run time)."""
+        """True unless two known sizes can differ: static dims of different values, or a bucket
+        and a static dim or another bucket that differ in some case both can be in (dynamic
+        dims are checked at run time)."""
         if self.is_static and other.is_static:
             return self.value == other.value
+        if not (self.is_bucket_static and other.is_bucket_static):
+            return True
+        for a, size_a in self.cases or (((), self.value),):
+            for b, size_b in other.cases or (((), other.value),):
+                shared = dict(a).keys() & dict(b).keys()
+                if all(dict(a)[k] == dict(b)[k] for k in shared) and size_a != size_b:
+                    return False
         return True
 
     def __str__(self) -> str:
         if self.kind is DimKind.INT:
             return str(self.value)
-        if self.kind is DimKind.PARAM:
+        if self.kind in (DimKind.PARAM, DimKind.BUCKET):
             return str(self.name)
         if self.kind is DimKind.SYM:
             return str(self.name)
@@ -101,6 +153,11 @@ class TensorType:
     @property
     def is_static(self) -> bool:
         return all(d.is_static for d in self.dims)
+
+    @property
+    def is_bucket_static(self) -> bool:
+        """Every dim static or a shape bucket: static once the request's bucket is known."""
+        return all(d.is_bucket_static for d in self.dims)
 
     def numel(self) -> int | None:
         """Element count when static, else None."""

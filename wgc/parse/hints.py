@@ -288,7 +288,7 @@ def _yield_inside_body(c: Context) -> Hint | None:
 
 
 def _until_comparison(c: Context) -> Hint | None:
-    if c.tok in ("=", "<", ">", "!") and c.ends_with(r"\buntil\s+\w+"):
+    if c.tok[:1] in ("=", "<", ">", "!") and c.ends_with(r"\buntil\s+\w+"):
         return Hint(
             "`until` takes a `bool[]` channel, not a comparison",
             "not allowed after `until`",
@@ -298,12 +298,13 @@ def _until_comparison(c: Context) -> Hint | None:
 
 
 def _equality_in_condition(c: Context) -> Hint | None:
-    if c.tok in ("=", "<", ">") and "{" in c.expected and ({"or", "and"} & c.expected):
+    if c.tok[:1] in ("=", "<", ">", "!") and "{" in c.expected and ({"or", "and"} & c.expected):
         return Hint(
-            "conditions do not compare values",
-            "not allowed in a condition",
-            "conditions are `request.wants(m)`, `request.has(m)`, a bool `option.NAME`, "
-            "`placed(NODE)`, combined with `not`, `and`, `or`",
+            "only an option or a segment count can be compared in a condition",
+            "not allowed here",
+            "compare `option.NAME == VALUE` or `request.count(m) >= N`; `request.wants(m)`, "
+            "`request.has(m)`, a bool `option.NAME` and `placed(NODE)` are conditions "
+            "themselves, combined with `not`, `and`, `or`",
         )
     return None
 

@@ -1,7 +1,8 @@
 """Pass `loop_shape`: what a loop carries or calls has a static shape, and its bound is static.
 
 A loop body is graph-captured once and replayed every iteration, so its buffers must have a
-shape the compiler knows (every dim an integer or a `param`). Invariants proved:
+shape the compiler knows: every dim an integer, a `param`, or a shape bucket (a dim over
+`option`s with a fixed set of values: the loop is captured once per bucket). Invariants proved:
 
 * WG301: every loop-carried channel (its body binding, and the value iteration 0 reads) has a
   static shape. A walk input with no declared type takes the type of the port reading it.
@@ -95,16 +96,21 @@ def _eager_owner(walk: Walk, path: tuple[str, ...]) -> str | None:
 
 
 def _dynamic_dims(t: TensorType) -> str:
-    return ", ".join(f"`{d}`" for d in t.dims if not d.is_static)
+    return ", ".join(f"`{d}`" for d in t.dims if not d.is_bucket_static)
 
 
 def _shape_help(loop: Loop, what: str, t: TensorType) -> str:
-    pad = next((d for d in t.dims if not d.is_static), None)
+    pad = next((d for d in t.dims if not d.is_bucket_static), None)
     bound = f"`param {pad.name} = ...`" if pad is not None and pad.name else "a `param`"
+    bucket = (
+        f", or a shape bucket: `option {pad.name}: int in [...]` read as `option.{pad.name}`"
+        if pad is not None and pad.name
+        else ""
+    )
     return (
-        f"give {what} a static shape (every dim an integer or a `param`; e.g. pad to {bound}), "
-        f"or mark the loop `eager` (`loop {loop.name} max ... eager`) to run it without "
-        "graph capture"
+        f"give {what} a static shape (every dim an integer or a `param`; e.g. pad to {bound}"
+        f"{bucket}), or mark the loop `eager` (`loop {loop.name} max ... eager`) to run it "
+        "without graph capture"
     )
 
 
@@ -145,7 +151,7 @@ def _carried_finding(
 ) -> _Finding | None:
     carries = f"loop `{loop.name}` carries `{channel}`"
     for e in edges:  # the body's binding first: it is what every later iteration reads
-        if e.kind is EdgeKind.LOOP_CARRIED and e.type is not None and not e.type.is_static:
+        if e.kind is EdgeKind.LOOP_CARRIED and e.type is not None and not e.type.is_bucket_static:
             span = _write_span(walk, e) or e.span
             label = f"bound here as `{e.type}`, read by the next iteration"
             return _carried(loop, channel, e.type, span, label, _header(loop, span, carries))
@@ -153,7 +159,7 @@ def _carried_finding(
         if e.kind is not EdgeKind.LOOP_INIT:
             continue
         t = e.type if e.type is not None else _reader_type(model, walk, e)
-        if t is None or t.is_static:
+        if t is None or t.is_bucket_static:
             continue
         labels = _header(loop, e.span, carries)
         first = _write_span(walk, e) if e.src.kind is EndKind.CALL else None
@@ -229,7 +235,7 @@ def _port_findings(model: Model, walk: Walk, claimed: set[tuple[int, str]]) -> l
                 continue
             seen.add(port_name)
             port = node.input(port_name) if direction == "in" else node.output(port_name)
-            if port is None or port.type is None or port.type.is_static:
+            if port is None or port.type is None or port.type.is_bucket_static:
                 continue  # unknown ports are the names pass's; None types the builder's
             findings.append(_port_finding(call, loop, port_name, port.type, port.span, span))
     return findings

@@ -3,8 +3,9 @@
 Invariants proved (and the code reported when one fails):
 
 * WG101: no two declarations of one kind share a name. Each kind has its own namespace (nodes,
-  streams, walks, flows, params, types, options), because every use site says which kind it
-  wants; loops of one walk share a namespace too (edges name their loop).
+  streams, walks, flows, subflows, params, types, options), because every use site says which
+  kind it wants, except that walks and subflows share one (a flow calls both by name); loops of
+  one walk share a namespace too (edges name their loop).
 * WG102: every call, stream endpoint and `placed(NODE)` names a declared node.
 * WG103: every port named by a call (inputs in its arguments, outputs after `->`) or by a stream
   endpoint exists on its node.
@@ -14,8 +15,9 @@ Invariants proved (and the code reported when one fails):
   for the expressions it evaluates: params, configs, option defaults; a chunk-policy argument
   that is not a static integer is `chunk_policy`'s WG502; `option.X` in a loop `max` is
   `loop_shape`'s WG303.)
-* WG106 / WG107 / WG108: every flow call names a walk, every `flow ... on S` a stream, every
-  `option.NAME` a declared option.
+* WG106 / WG107 / WG108: every flow call names a walk (or a subflow), every `flow ... on S` a
+  stream, every `option.NAME` (in conditions, `match option.NAME`, walk arguments, a node's
+  `reads`) a declared option. Subflow bodies are checked as written, so an uncalled one is too.
 * WG109: a node does not declare two input (or two output) ports with one name; an input and an
   output may share a name (`in latents` / `out latents` is a node updating its state).
 * WG110: a `like` base is another declared node and `like` chains are acyclic.
@@ -44,9 +46,12 @@ from wgc.ir import expr as E
 from wgc.ir.decls import EngineKind, Node, Port, Stream
 from wgc.ir.flow import (
     ArgKind,
+    FBlock,
     Flow,
     FlowKind,
+    OptionCmp,
     OptionCond,
+    OptionMatch,
     Placed,
     Repeat,
     WalkCall,
@@ -88,10 +93,15 @@ def run(model: Model) -> list[Diagnostic]:
     out += _type_aliases(model)
     for s in model.streams:
         out += _stream(model, s)
+    for n in model.nodes:
+        for name, span in zip(n.reads, n.read_spans, strict=True):
+            out += _option_name(model, name, span)
     for w in model.walks:
         out += _walk(model, w, bad_like)
     for f in model.flows:
         out += _flow(model, f)
+    for sub in model.subflows:
+        out += _flow_body(model, sub.body)
     return out
 
 
@@ -146,6 +156,7 @@ _KINDS = (
     ("stream", "streams"),
     ("walk", "walks"),
     ("flow", "flows"),
+    ("subflow", "subflows"),
 )
 
 
@@ -161,6 +172,19 @@ def _duplicates(model: Model) -> list[Diagnostic]:
                     label=f"second declaration of `{dup.name}`",
                     labels=[Label(first.span, "first declared here")],
                     help=f"rename one of the two {kind}s or remove the duplicate",
+                )
+            )
+    for sub in model.subflows:
+        walk = model.walk(sub.name)
+        if walk is not None and model.subflow(sub.name) is sub:
+            out.append(
+                diag(
+                    "WG101",
+                    f"`{sub.name}` names both a walk and a subflow",
+                    sub.name_span or sub.span,
+                    label="this subflow",
+                    labels=[Label(walk.name_span or walk.span, "the walk")],
+                    help="flows call walks and subflows by name: rename one of them",
                 )
             )
     for w in model.walks:
@@ -631,13 +655,21 @@ def _flow(model: Model, f: Flow) -> list[Diagnostic]:
         )
     if f.when is not None:
         out += _cond(model, f.when)
-    if f.body is None:
-        return out
-    for s in iter_fstmts(f.body):
+    if f.body is not None:
+        out += _flow_body(model, f.body)
+    return out
+
+
+def _flow_body(model: Model, body: FBlock) -> list[Diagnostic]:
+    out = []
+    for s in iter_fstmts(body):
         if isinstance(s, WalkCall):
-            out += _walk_call(model, s)
+            if model.subflow(s.walk) is None or model.walk(s.walk) is not None:
+                out += _walk_call(model, s)
         elif isinstance(s, FIf):
             out += _cond(model, s.cond)
+        elif isinstance(s, OptionMatch):
+            out += _option_name(model, s.option, s.span)
         elif isinstance(s, Repeat):
             out += _expr_names(model, s.count, "a `repeat` count")
     return out
@@ -646,7 +678,7 @@ def _flow(model: Model, f: Flow) -> list[Diagnostic]:
 def _cond(model: Model, cond) -> list[Diagnostic]:
     out = []
     for atom in cond_atoms(cond):
-        if isinstance(atom, OptionCond):
+        if isinstance(atom, OptionCond | OptionCmp):
             out += _option_name(model, atom.name, atom.span)
         elif isinstance(atom, Placed) and model.node(atom.node) is None:
             out.append(_unknown_node(model, atom.node, atom.span, "`placed(...)`"))
@@ -678,7 +710,10 @@ def _walk_call(model: Model, c: WalkCall) -> list[Diagnostic]:
                 c.span,
                 label="not a declared walk",
                 help=_unknown_help(
-                    c.walk, (w.name for w in model.walks), "walks", "declare it with `walk ...`"
+                    c.walk,
+                    [*(w.name for w in model.walks), *(sub.name for sub in model.subflows)],
+                    "walks and subflows",
+                    "declare it with `walk ...` (or `subflow ...`)",
                 ),
             )
         )

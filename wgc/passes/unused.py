@@ -10,8 +10,11 @@ Invariants checked (codes owned, all warnings):
 * WG904: every stream's producer node and consumer node are called by some walk.
 * WG905: every channel a call binds is read: by a call, `emit`, `persist`, a loop's
   `until`/`yield`, or (for a stream's producer port) the stream.
-* WG906: every option is read: by a flow condition, a walk argument or an expression.
+* WG906: every option is read: by a flow condition, `match option.NAME`, a walk argument, an
+  expression, a node (`reads option.NAME`: its implementation reads it), a dim (a shape bucket)
+  or as the selector of a per-mode default.
 * WG907: every walk input is read in its walk.
+* WG908: every subflow is called by some flow (directly or through another subflow).
 
 Names that do not resolve belong to the names pass; reads that could not be resolved (the walk's
 `Issue`s) belong to their own passes, so a binding they name is not reported again here.
@@ -29,7 +32,9 @@ from wgc.ir.flow import (
     ArgKind,
     Flow,
     If,
+    OptionCmp,
     OptionCond,
+    OptionMatch,
     Placed,
     Repeat,
     WalkCall,
@@ -41,7 +46,7 @@ from wgc.ir.types import DimKind, TensorType
 from wgc.ir.walk import Bind, Call, EdgeKind, EndKind, Loop, Walk
 
 NAME = "unused"
-CODES = ("WG901", "WG902", "WG903", "WG904", "WG905", "WG906", "WG907")
+CODES = ("WG901", "WG902", "WG903", "WG904", "WG905", "WG906", "WG907", "WG908")
 
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -53,6 +58,7 @@ def run(model: Model) -> list[Diagnostic]:
     out += _types(model)
     out += _streams(model)
     out += _options(model)
+    out += _subflows(model)
     for w in model.walks:
         out += _channels(model, w)
         out += _inputs(w)
@@ -65,17 +71,26 @@ def _called(model: Model) -> set[str]:
 
 
 def _flow_conds(model: Model) -> Iterator:
-    """Every leaf condition of every flow (`when` triggers and `if`s)."""
+    """Every leaf condition of every flow (`when` triggers and `if`s) and subflow."""
     for f in model.flows:
         if f.when is not None:
             yield from cond_atoms(f.when)
-        for s in _fstmts(f):
-            if isinstance(s, If):
-                yield from cond_atoms(s.cond)
+    for s in _all_fstmts(model):
+        if isinstance(s, If):
+            yield from cond_atoms(s.cond)
 
 
 def _fstmts(f: Flow) -> Iterable:
     return iter_fstmts(f.body) if f.body is not None else ()
+
+
+def _all_fstmts(model: Model) -> Iterator:
+    """Every statement of every flow and subflow, as written (subflow calls not expanded)."""
+    for f in model.flows:
+        body = f.written or f.body
+        yield from iter_fstmts(body) if body is not None else ()
+    for sub in model.subflows:
+        yield from iter_fstmts(sub.body)
 
 
 def _exprs(model: Model) -> Iterator[E.Expr]:
@@ -85,6 +100,7 @@ def _exprs(model: Model) -> Iterator[E.Expr]:
     for o in model.options:
         if o.default_expr is not None:
             yield o.default_expr
+        yield from o.arm_exprs
     for n in model.nodes:
         for _, ex in n.config_exprs:
             yield ex
@@ -94,10 +110,9 @@ def _exprs(model: Model) -> Iterator[E.Expr]:
     for w in model.walks:
         for lp in w.loops:
             yield lp.max_expr
-    for f in model.flows:
-        for s in _fstmts(f):
-            if isinstance(s, Repeat):
-                yield s.count
+    for s in _all_fstmts(model):
+        if isinstance(s, Repeat):
+            yield s.count
 
 
 def _types(model: Model) -> list[Diagnostic]:
@@ -153,11 +168,15 @@ def _params(model: Model) -> list[Diagnostic]:
 
 def _options(model: Model) -> list[Diagnostic]:
     used = {r.name for ex in _exprs(model) for r in E.option_refs(ex)}
-    used |= {c.name for c in _flow_conds(model) if isinstance(c, OptionCond)}
-    for f in model.flows:
-        for s in _fstmts(f):
-            if isinstance(s, WalkCall):
-                used |= {a.name for a in s.args if a.kind is ArgKind.OPTION}
+    used |= {c.name for c in _flow_conds(model) if isinstance(c, OptionCond | OptionCmp)}
+    for s in _all_fstmts(model):
+        if isinstance(s, WalkCall):
+            used |= {a.name for a in s.args if a.kind is ArgKind.OPTION}
+        elif isinstance(s, OptionMatch):
+            used.add(s.option)
+    used |= {name for n in model.nodes for name in n.reads}
+    used |= {o.default_by for o in model.options if o.default_by is not None}
+    used |= model.dim_options
     return [
         diag(
             "WG906",
@@ -165,10 +184,24 @@ def _options(model: Model) -> list[Diagnostic]:
             o.name_span or o.span,
             label="declared here, never read",
             help=f"read it in a flow (`if option.{o.name} {{ ... }}` or `w(x = option.{o.name})`)"
-            ", or delete it",
+            f", declare the nodes that read it (`reads option.{o.name}`), or delete it",
         )
         for o in _firsts(model.options, model.option)
         if o.name not in used
+    ]
+
+
+def _subflows(model: Model) -> list[Diagnostic]:
+    return [
+        diag(
+            "WG908",
+            f"subflow `{sub.name}` is never called",
+            sub.name_span or sub.span,
+            label="declared here, never called",
+            help=f"call it from a flow (`{sub.name}(...)`), or delete it",
+        )
+        for sub in _firsts(model.subflows, model.subflow)
+        if not sub.called
     ]
 
 

@@ -1,10 +1,13 @@
 """What a placement has to place, and where it places it: the questions rules and lowering share.
 
-* `reachable_walks`: the walks a flow can run under this placement. Flow conditions are
-  three-valued here: `placed(NODE)` and `true`/`false` are known once the placement is, so the
-  branch they rule out is skipped (BAGEL runs `image_gen_cfg` only where the CFG nodes are placed);
-  request predicates and options are unknown, so both branches count. Any `extern` flow (a Python
-  generator) may run every walk.
+* `reachable_walks`: the walks a flow can run under this placement, following its path
+  conditions (`wgc.ir.paths`): `placed(NODE)` and `true`/`false` are known once the placement
+  is, so the branch they rule out is skipped (BAGEL runs `image_gen_cfg` only where the CFG
+  nodes are placed); request predicates and options are unknown per request, but a branch that
+  contradicts what the path already knows is skipped too: after `if not placed(X) { fail ... }`
+  nothing runs when `X` is not placed, and after `if not request.has(image) { fail ... }` the
+  `else` of `if request.has(image)` never runs. Any `extern` flow (a Python generator) may run
+  every walk.
 * `required_pairs`: every (walk, node) a reachable walk calls, with the first call's span.
 * `candidates`: the indices of the groups that place a (walk, node).
 * `assignment`: the one group each required pair runs on (the first candidate; the placement's
@@ -14,21 +17,22 @@
 from __future__ import annotations
 
 from wgc.diagnostics.diagnostic import Span
+from wgc.ir import expr as E
 from wgc.ir.flow import (
     BoolOp,
     Cond,
     Const,
-    FBlock,
     FlowKind,
-    For,
     If,
-    Match,
     Not,
     Placed,
     Repeat,
     WalkCall,
+    cond_atoms,
+    iter_fstmts,
 )
 from wgc.ir.model import Model
+from wgc.ir.paths import TRUE, Algebra, PathWalker, State
 from wgc.placement.model import Group, Named, Placement
 
 Pair = tuple[str, str]  # (walk, node)
@@ -38,30 +42,55 @@ def reachable_walks(model: Model, placement: Placement) -> frozenset[str]:
     known = {w.name for w in model.walks}
     if any(f.kind is FlowKind.EXTERN for f in model.flows):
         return frozenset(known)
-    out: set[str] = set()
+    walker = _Reach(_algebra(model, placement), model.param_values())
     for flow in model.flows:
-        if flow.when is not None and truth(flow.when, placement) is False:
-            continue
+        start = walker.alg.cond(flow.when) if flow.when is not None else TRUE
+        if start is not None and not start:
+            continue  # the placement rules the flow out
         if flow.body is not None:
-            _visit(flow.body, placement, out)
-    return frozenset(out & known)
+            walker.block(flow.body, State(start if start is not None else TRUE))
+    return frozenset(walker.called & known)
 
 
-def _visit(block: FBlock, placement: Placement, out: set[str]) -> None:
-    for s in block.stmts:
-        if isinstance(s, WalkCall):
-            out.add(s.walk)
-        elif isinstance(s, For | Repeat):
-            _visit(s.body, placement, out)
-        elif isinstance(s, Match):
-            for arm in s.arms:
-                _visit(arm.body, placement, out)
-        elif isinstance(s, If):
-            t = truth(s.cond, placement)
-            if t is not False:
-                _visit(s.then, placement, out)
-            if t is not True and s.else_ is not None:
-                _visit(s.else_, placement, out)
+def _algebra(model: Model, placement: Placement) -> Algebra:
+    """Conditions over ``model``'s request facts, with `placed(NODE)` decided by ``placement``."""
+    placed = {a.node for f in model.flows for a in _placed_atoms(f)}
+    known = {("placed", n): placement.placed(n) for n in placed}
+    choices = {o.name: o.choices for o in model.options if o.choices}
+    bools = [o.name for o in model.options if o.type == "bool"]
+    return Algebra(choices, bools, known)
+
+
+def _placed_atoms(flow):
+    if flow.when is not None:
+        yield from (a for a in cond_atoms(flow.when) if isinstance(a, Placed))
+    if flow.body is not None:
+        for s in iter_fstmts(flow.body):
+            if isinstance(s, If):
+                yield from (a for a in cond_atoms(s.cond) if isinstance(a, Placed))
+
+
+class _Reach(PathWalker):
+    """The walks called on some path a request can take under the placement: a branch that
+    `placed(...)` rules out, or that an earlier `fail` (or branch) excludes, calls nothing."""
+
+    def __init__(self, alg: Algebra, params: dict) -> None:
+        super().__init__(alg)
+        self.params = params
+        self.called: set[str] = set()
+
+    def call(self, c: WalkCall, st: State) -> State:
+        self.called.add(c.walk)
+        return st
+
+    def runs(self, s: Repeat) -> bool:
+        if not E.is_static(s.count, self.params):
+            return False
+        try:
+            v = E.evaluate(s.count, self.params)
+        except E.EvalError:
+            return False
+        return isinstance(v, int) and not isinstance(v, bool) and v > 0
 
 
 def truth(cond: Cond, placement: Placement) -> bool | None:

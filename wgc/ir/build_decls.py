@@ -1,0 +1,239 @@
+"""Building nodes (engines, ports, `like` copies, the options they read) and streams.
+
+Codes reported here: WG011 (an unknown `kv_cache` argument), WG005/WG006 (stream `final` /
+`after_done` modes and chunk policies); a config value that does not evaluate is WG105/WG203.
+"""
+
+from __future__ import annotations
+
+from lark import Tree
+
+from wgc.diagnostics.suggest import did_you_mean
+from wgc.ir import expr as E
+from wgc.ir.build_core import unquote
+from wgc.ir.build_types import TypeBuilder
+from wgc.ir.decls import (
+    ChunkPolicy,
+    EngineKind,
+    FinalMode,
+    Node,
+    PolicyArg,
+    PolicyKind,
+    Port,
+    PortDir,
+    PortRef,
+    Stream,
+)
+
+
+class DeclBuilder(TypeBuilder):
+    # ------------------------------------------------------------------ nodes
+    def nodes(self, trees: list[Tree]) -> list[Node]:
+        by_name: dict[str, Tree] = {}
+        for t in trees:
+            by_name.setdefault(str(t.children[0]), t)
+        done: dict[str, Node] = {}
+
+        def make(t: Tree, seen: frozenset) -> Node:
+            name = str(t.children[0])
+            if t is by_name.get(name) and name in done:
+                return done[name]
+            engine_t = t.children[1]
+            items = t.children[2:]
+            base: Node | None = None
+            like = None
+            if engine_t.data == "like":
+                like = str(engine_t.children[0])
+                bt = by_name.get(like)
+                if bt is not None and like not in seen:
+                    base = make(bt, seen | {name})
+                engine, labels = (base.engine, base.labels) if base else (EngineKind.STATELESS, ())
+            elif engine_t.data == "stateless":
+                engine, labels = EngineKind.STATELESS, ()
+            else:
+                engine, labels = EngineKind.KV_CACHE, self.kv_labels(engine_t)
+            impl = base.impl if base else None
+            impl_span = base.impl_span if base else None
+            inputs = {p.name: p for p in base.inputs} if base else {}
+            outputs = {p.name: p for p in base.outputs} if base else {}
+            config = dict(base.config) if base else {}
+            config_exprs = dict(base.config_exprs) if base else {}
+            reads = dict(zip(base.reads, base.read_spans, strict=True)) if base else {}
+            label = None
+            label_span = None
+            own_inputs: list[Port] = []
+            own_outputs: list[Port] = []
+            for it in items:
+                if it.data == "impl":
+                    impl = unquote(str(it.children[0]))
+                    impl_span = self.span(it)
+                elif it.data in ("in_port", "out_port"):
+                    p = self.port(it)
+                    (own_inputs if p.direction is PortDir.IN else own_outputs).append(p)
+                elif it.data == "label":
+                    label = str(it.children[0])
+                    label_span = self.span(it)
+                elif it.data == "config":
+                    key, ex = str(it.children[0]), self.expr(it.children[1])
+                    value = self.static_value(ex)
+                    if value is None:  # reported; a broken value is no value (nor the base's)
+                        config.pop(key, None)
+                    else:
+                        config[key] = value
+                    config_exprs[key] = ex
+                elif it.data == "reads":
+                    for tok in it.children:
+                        reads.setdefault(str(tok), self.span(tok))
+            if like is not None:
+                for p in own_inputs:
+                    inputs[p.name] = p
+                for p in own_outputs:
+                    outputs[p.name] = p
+                ins, outs = tuple(inputs.values()), tuple(outputs.values())
+            else:
+                ins, outs = tuple(own_inputs), tuple(own_outputs)
+            if label is not None:
+                labels = (label,)
+            node = Node(
+                name=name,
+                engine=engine,
+                labels=labels,
+                impl=impl,
+                inputs=ins,
+                outputs=outs,
+                config=tuple(config.items()),
+                like=like,
+                label=label,
+                span=self.span(t),
+                label_span=label_span,
+                impl_span=impl_span,
+                name_span=self.span(t.children[0]),
+                config_exprs=tuple(config_exprs.items()),
+                reads=tuple(reads),
+                read_spans=tuple(reads.values()),
+            )
+            if t is by_name.get(name):
+                done[name] = node
+            return node
+
+        return [make(t, frozenset()) for t in trees]
+
+    def kv_labels(self, engine_t: Tree) -> tuple[str, ...]:
+        labels: list[str] = []
+        for arg in engine_t.children:
+            if arg is None:
+                continue
+            key = str(arg.children[0])
+            if key != "labels":
+                self.error(
+                    "WG011",
+                    f"unknown `kv_cache` argument `{key}`",
+                    arg.children[0],
+                    label="unknown argument",
+                    help="`kv_cache` takes `labels = [a, b, ...]`",
+                )
+                continue
+            labels.extend(str(x) for x in arg.children[1:] if x is not None)
+        return tuple(labels) or ("main",)
+
+    def port(self, t: Tree) -> Port:
+        direction = PortDir.IN if t.data == "in_port" else PortDir.OUT
+        typ, ref = self.type_expr(t.children[1])
+        return Port(str(t.children[0]), direction, typ, ref, self.span(t))
+
+    # ------------------------------------------------------------------ streams
+    def stream(self, t: Tree) -> Stream:
+        name = str(t.children[0])
+        prod = self.port_ref(t.children[1])
+        cons = self.port_ref(t.children[2])
+        policy = None
+        final = FinalMode.PARTIAL
+        bad_final = False
+        final_span = after_span = None
+        after = False
+        for opt in t.children[3:]:
+            if opt.data == "chunk":
+                policy = self.policy(opt)
+            elif opt.data == "final":
+                word = str(opt.children[0])
+                final_span = self.span(opt)
+                try:
+                    final = FinalMode(word)
+                except ValueError:
+                    bad_final = True
+                    modes = [m.value for m in FinalMode]
+                    self.error(
+                        "WG005",
+                        f"unknown final mode `{word}`",
+                        opt.children[0],
+                        label="not a final mode",
+                        help=f"{did_you_mean(word, modes, end=' ')}write `final partial`, "
+                        "`final pad` or `final drop`",
+                    )
+            else:
+                word = str(opt.children[0])
+                after_span = self.span(opt)
+                if word == "continue":
+                    after = True
+                elif word != "stop":
+                    self.error(
+                        "WG005",
+                        f"unknown `after_done` mode `{word}`",
+                        opt.children[0],
+                        label="expected `continue` or `stop`",
+                        help="`after_done continue` keeps offering empty chunks after the "
+                        "producer is done; `after_done stop` (the default) ends the stream",
+                    )
+        written = any(o.data == "chunk" for o in t.children[3:])
+        policy_valid = (policy is not None or not written) and not bad_final
+        if policy is None:  # no `chunk` line: the default `fixed(k = 1)`
+            policy = ChunkPolicy(
+                PolicyKind.FIXED,
+                (PolicyArg("k", E.Lit(1, self.span(t)), 1, self.span(t)),),
+                self.span(t),
+            )
+        return Stream(
+            name,
+            prod,
+            cons,
+            policy,
+            final,
+            after,
+            self.span(t),
+            final_span,
+            after_span,
+            self.span(t.children[0]),
+            policy_valid,
+        )
+
+    def port_ref(self, t: Tree) -> PortRef:
+        return PortRef(str(t.children[0]), str(t.children[1]), self.span(t))
+
+    def policy(self, t: Tree) -> ChunkPolicy | None:
+        word = str(t.children[0])
+        try:
+            kind = PolicyKind(word)
+        except ValueError:
+            kinds = [k.value for k in PolicyKind]
+            self.error(
+                "WG006",
+                f"unknown chunk policy `{word}`",
+                t.children[0],
+                label="not a chunk policy",
+                help=f"{did_you_mean(word, kinds, end=' ')}policies are `fixed(k)`, "
+                "`sliding(window = W, stride = S)`, `left_context(chunk = C, left = L)`",
+            )
+            return None
+        args = []
+        for a in t.children[1:]:
+            if a is None:
+                continue
+            key = str(a.children[0]) if a.children[0] is not None else None
+            ex = self.expr(a.children[1])
+            v = None
+            if E.is_static(ex, self.params):
+                val = self.static_value(ex)
+                if isinstance(val, int) and not isinstance(val, bool):
+                    v = val
+            args.append(PolicyArg(key, ex, v, self.span(a)))
+        return ChunkPolicy(kind, tuple(args), self.span(t))
