@@ -160,6 +160,7 @@ class OrpheusVocoder:
             raise ValueError("the SNAC codebooks and the Orpheus token ranges disagree in size")
         self.snac, self.tokens = snac, tokens
         self.samples_per_frame = snac.config.samples_per_frame
+        self.sample_rate = snac.config.sampling_rate
 
     def keep(self) -> slice:
         """The samples of a window's audio that are emitted: its second frame."""

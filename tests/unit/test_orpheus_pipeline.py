@@ -5,12 +5,13 @@ stream, `OrpheusVocoder`) give the same tokens and the same waveform on the same
 greedy and seeded sampling, constrained to audio tokens or not.
 
 The tiny LM is the Orpheus config (`TINY_LM`: Llama 3 rotary scaling, tied embeddings, the
-audio-token vocabulary); its logits are checked against transformers first.
+audio-token vocabulary; `checkpoints.orpheus` writes both checkpoints); its logits are checked
+against transformers first.
 """
 
 from __future__ import annotations
 
-import json
+import contextlib
 from dataclasses import replace
 
 import pytest
@@ -19,19 +20,16 @@ import torch
 transformers = pytest.importorskip("transformers")
 snac = pytest.importorskip("snac")
 
-from safetensors.torch import save_file  # noqa: E402
-
 from wgc_runtime.components.config import DecoderConfig  # noqa: E402
 from wgc_runtime.components.configs.orpheus import (  # noqa: E402
     REAL_LM,
-    TINY_LM,
     TINY_SNAC,
     TINY_TOKENS,
 )
 from wgc_runtime.components.decode_engine import DecoderEngine  # noqa: E402
 from wgc_runtime.components.decoder import LlamaDecoder  # noqa: E402
 from wgc_runtime.components.orpheus import OrpheusVocoder  # noqa: E402
-from wgc_runtime.components.pipelines import orpheus, orpheus_reference  # noqa: E402
+from wgc_runtime.components.pipelines import checkpoints, orpheus, orpheus_reference  # noqa: E402
 from wgc_runtime.components.pipelines.speech import SpeechOptions  # noqa: E402
 from wgc_runtime.components.sampling import Sampling  # noqa: E402
 from wgc_runtime.components.snac import SnacDecoder  # noqa: E402
@@ -41,33 +39,26 @@ PROMPT = TINY_TOKENS.prompt([5, 6, 7, 8, 9])
 SAMPLED = Sampling(do_sample=True, temperature=0.6, top_p=0.8, repetition_penalty=1.3)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
+@contextlib.contextmanager
+def one_thread():
+    """Tiny tensors: one intra-op thread (waking a second costs more than the op)."""
     n = torch.get_num_threads()
     torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(n)
 
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
-    torch.manual_seed(0)
-    lm = transformers.LlamaForCausalLM(transformers.LlamaConfig(**TINY_LM)).eval()
-    with torch.no_grad():  # wider than HF's init, so greedy choices are far from ties
-        for p in lm.parameters():
-            if p.dim() >= 2:
-                p.normal_(0, 0.1)
-    lm_path = tmp_path_factory.mktemp("orpheus_lm")
-    lm.save_pretrained(lm_path)
-    codec = snac.SNAC(**TINY_SNAC.to_dict()).eval()
-    snac_path = tmp_path_factory.mktemp("snac")
-    save_file({k: v.contiguous() for k, v in codec.state_dict().items()},
-              str(snac_path / "model.safetensors"))  # fmt: skip
-    (snac_path / "config.json").write_text(json.dumps(TINY_SNAC.to_dict()))
-    decoder = LlamaDecoder.from_pretrained(lm_path)
-    engine = DecoderEngine.build(decoder, pages=64, page_size=16)
-    vocoder = OrpheusVocoder(SnacDecoder.from_pretrained(snac_path), TINY_TOKENS)
-    return lm, codec, engine, vocoder
+    with one_thread():
+        path = tmp_path_factory.mktemp("orpheus")
+        lm, codec = checkpoints.orpheus(path, seed=0)
+        decoder = LlamaDecoder.from_pretrained(path / "lm")
+        engine = DecoderEngine.build(decoder, pages=64, page_size=16)
+        vocoder = OrpheusVocoder(SnacDecoder.from_pretrained(path / "snac"), TINY_TOKENS)
+        yield lm, codec, engine, vocoder
 
 
 def test_lm_logits_match_transformers(models):

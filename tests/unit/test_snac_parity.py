@@ -10,6 +10,7 @@ the public reference's literal values.
 
 from __future__ import annotations
 
+import contextlib
 import json
 
 import pytest
@@ -33,13 +34,15 @@ TOL = 1e-4
 SPF = TINY_SNAC.samples_per_frame
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
+@contextlib.contextmanager
+def one_thread():
     """Tiny tensors: one intra-op thread (waking a second costs more than the op)."""
     n = torch.get_num_threads()
     torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(n)
 
 
 def _save(ref, path, *, legacy: bool = False):
@@ -59,16 +62,17 @@ def _save(ref, path, *, legacy: bool = False):
 
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory):
-    torch.manual_seed(0)
-    ref = snac.SNAC(**TINY_SNAC.to_dict()).eval()
-    with torch.no_grad():
-        for name, p in ref.named_parameters():
-            if name.endswith(("alpha", "original0")):
-                p.mul_(1 + 0.2 * torch.randn_like(p))
-            elif name.endswith("bias"):
-                p.add_(0.1 * torch.randn_like(p))
-    path = _save(ref, tmp_path_factory.mktemp("snac"))
-    return ref, SnacDecoder.from_pretrained(path)
+    with one_thread():
+        torch.manual_seed(0)
+        ref = snac.SNAC(**TINY_SNAC.to_dict()).eval()
+        with torch.no_grad():
+            for name, p in ref.named_parameters():
+                if name.endswith(("alpha", "original0")):
+                    p.mul_(1 + 0.2 * torch.randn_like(p))
+                elif name.endswith("bias"):
+                    p.add_(0.1 * torch.randn_like(p))
+        path = _save(ref, tmp_path_factory.mktemp("snac"))
+        yield ref, SnacDecoder.from_pretrained(path)
 
 
 def _codes(frames: int, batch: int = 1, seed: int = 0):
@@ -183,7 +187,7 @@ def test_vocoder_keeps_the_second_frame(pair):
     window = torch.tensor([TINY_TOKENS.audio_token(p, c) for p, c in enumerate(frames)])
     got = voc.window(window, torch.Generator().manual_seed(9))
     want = _reference(ref, codes, seed=9)[0, 0, SPF : 2 * SPF]
-    assert got is not None and got.shape == (SPF,)
+    assert got is not None and got.shape == (SPF,) and voc.sample_rate == 24000
     assert (got - want).abs().max().item() <= TOL
 
 

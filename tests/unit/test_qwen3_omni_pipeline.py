@@ -1,0 +1,128 @@
+"""Qwen3-Omni end to end in one process: the reference pipeline (transformers' modules driven by
+hand, `qwen3_omni_reference`) equals ``Qwen3OmniMoeForConditionalGeneration.generate``, and the
+pipeline of wgc's components (`qwen3_omni`: the Thinker, Talker and Code2Wav stepped side by
+side over their paged pools, Thinker → Talker one pass per step, Talker → Code2Wav in
+left_context(25, 25) chunks) gives the same text, codec frames and waveform as the reference,
+greedy and with seeded sampling.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import replace
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+from wgc_runtime.components.code2wav import Code2Wav  # noqa: E402
+from wgc_runtime.components.configs.qwen3_omni import NEWLINE, TINY_TOKENS  # noqa: E402
+from wgc_runtime.components.omni_talker import Talker, TalkerEngine  # noqa: E402
+from wgc_runtime.components.omni_thinker import Thinker, ThinkerEngine  # noqa: E402
+from wgc_runtime.components.pipelines import checkpoints, qwen3_omni, qwen3_omni_reference  # noqa: E402
+from wgc_runtime.components.pipelines.speech import SpeechOptions  # noqa: E402
+from wgc_runtime.components.sampling import Sampling  # noqa: E402
+
+TOL = 1e-4
+T = TINY_TOKENS
+SYSTEM = [T["im_start"], T["system"], NEWLINE, 30, 31, T["im_end"], NEWLINE]
+USER = [T["im_start"], T["user"], NEWLINE, 20, 21, 22, T["im_end"], NEWLINE]
+EARLIER = [T["im_start"], T["assistant"], NEWLINE, 40, 41, T["im_end"], NEWLINE]
+ASK = [T["im_start"], T["assistant"], NEWLINE]
+PROMPT = SYSTEM + USER + ASK
+# two user turns around an earlier answer: the Talker hears only the user turns
+CHAT = SYSTEM + USER + EARLIER + [T["im_start"], T["user"], NEWLINE, 23, T["im_end"], NEWLINE] + ASK
+VARIED = Sampling(
+    repetition_penalty=1.5
+)  # greedy, but a random Thinker then says more than one word
+SAMPLED = Sampling(do_sample=True, temperature=0.9, top_k=50, top_p=0.9, repetition_penalty=1.05)
+
+
+@contextlib.contextmanager
+def one_thread():
+    """Tiny tensors: one intra-op thread (waking a second costs more than the op)."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
+def omni(tmp_path_factory):
+    with one_thread():
+        path = tmp_path_factory.mktemp("omni")
+        model = checkpoints.qwen3_omni(path, seed=1)
+        thinker, talker = Thinker.from_pretrained(path, audio=False), Talker.from_pretrained(path)
+        engines = (
+            ThinkerEngine.build(
+                thinker, accept_hidden_layer=talker.config.accept_hidden_layer, pages=32
+            ),
+            TalkerEngine.build(talker, pages=32),
+            Code2Wav.from_pretrained(path),
+        )
+        yield model, engines
+
+
+def _ours(omni, prompt, opts):
+    _, (thinker, talker, code2wav) = omni
+    out = qwen3_omni.run(thinker, talker, code2wav, prompt, opts)
+    assert thinker.pool.used_pages == talker.pool.used_pages == 0  # pages given back
+    return out
+
+
+def test_reference_equals_generate(omni):
+    """The hand-driven reference is what ``generate`` does (greedy; ``generate`` decodes the
+    codes in chunks of 300, so the codes are compared through that decode)."""
+    model, _ = omni
+    opts = SpeechOptions(max_new_tokens=5, max_frames=12)
+    ref = qwen3_omni_reference.run(model, PROMPT, opts)
+    with torch.no_grad():
+        seq, wav = model.generate(
+            torch.tensor([PROMPT]), speaker="ethan", thinker_max_new_tokens=5,
+            thinker_do_sample=False, talker_do_sample=False, talker_max_new_tokens=13,
+            talker_repetition_penalty=1.0,
+        )  # fmt: skip
+        ref_wav = model.code2wav.chunked_decode(
+            ref.codes.T[None], chunk_size=300, left_context_size=25
+        )
+    assert seq[0, len(PROMPT) :].tolist() == ref.tokens
+    assert ref.codes.shape == (12, 16)
+    assert torch.equal(ref_wav.reshape(-1), wav.reshape(-1).float())
+
+
+@pytest.mark.parametrize(
+    "prompt,opts",
+    [
+        (PROMPT, SpeechOptions(max_new_tokens=8, max_frames=27, sampling=VARIED)),
+        (CHAT, SpeechOptions(max_new_tokens=5, max_frames=27, sampling=VARIED, speaker="aiden")),
+        (PROMPT, SpeechOptions(max_new_tokens=8, max_frames=27, sampling=SAMPLED,
+                               talker_sampling=SAMPLED, seed=5)),
+    ],
+    ids=["greedy", "chat", "sampled"],
+)  # fmt: skip
+def test_same_waveform_as_the_reference(omni, prompt, opts):
+    model, _ = omni
+    ours = _ours(omni, prompt, opts)
+    ref = qwen3_omni_reference.run(model, prompt, opts)
+    assert ours.tokens == ref.tokens and len(set(ours.tokens)) > 1
+    assert ours.codes is not None and ref.codes is not None
+    assert torch.equal(ours.codes, ref.codes) and ours.codes.shape[0] > 25  # two chunks at least
+    assert ours.audio.shape == ref.audio.shape
+    assert (ours.audio - ref.audio).abs().max().item() <= TOL
+    assert ours.audio.std().item() > 0.05
+    # streamed as the codes stream chunks them: 25 frames a chunk, the last one short
+    frames = ours.codes.shape[0]
+    assert len(ours.chunks) == -(-frames // 25)
+
+
+def test_seeded_sampling_is_deterministic(omni):
+    opts = SpeechOptions(max_new_tokens=5, max_frames=8, sampling=SAMPLED,
+                         talker_sampling=SAMPLED, seed=21)  # fmt: skip
+    a, b = _ours(omni, PROMPT, opts), _ours(omni, PROMPT, opts)
+    c = _ours(omni, PROMPT, replace(opts, seed=22))
+    assert a.tokens == b.tokens and torch.equal(a.audio, b.audio)
+    assert a.codes is not None and c.codes is not None
+    assert a.tokens != c.tokens or not torch.equal(a.codes, c.codes)
