@@ -4,6 +4,7 @@
   diagnostics with those codes whose primary span starts on that line; `#~^ WG401` points at the
   line above. The set of (line, code) pairs must equal what the compiler reports — nothing
   missing, nothing extra.
+* `tests/ui/imports/` is checked as `wgc check --imports` checks: its `impl`s are imported.
 * Snapshots: the rendered text output is compared with the `.stderr` file beside the test.
   Run `pytest tests/ui --bless` to (re)write snapshots after an intended change.
 """
@@ -40,9 +41,14 @@ def expected_annotations(text: str) -> set[tuple[int, str]]:
 
 
 def run_case(path: Path):
+    """The front end on ``path``; under `imports/`, also what `wgc check --imports` adds."""
     rel = path.relative_to(ROOT).as_posix()
     text = path.read_text(encoding="utf-8")
     result = _driver.front_end(rel, text)
+    if "imports" in path.relative_to(UI).parts[:1] and result.model is not None:
+        from wgc.cli.check_imports import check_imports
+
+        result.diagnostics = result.diagnostics + check_imports(result.model)
     return text, result
 
 

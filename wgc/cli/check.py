@@ -1,5 +1,14 @@
 """`wgc check PATH...`: run the front end on every `.walk` file and report its diagnostics.
 
+Placement files (`*.yaml`, `*.yml`) are checked too: paired with their model when one is known
+(`--model FILE`, or by the folder convention `<dir>/<model>.walk` + `<dir>/placements/*.yaml`:
+the one `.walk` file of the placements folder's parent), the placement rules run against it;
+alone, everything that needs no model (YAML shape, keys, ranks, sizes, devices). A folder
+yields its `.walk` files and the placement files of their `placements/` folders.
+
+`--imports` also imports every node's `impl` and checks its class (`wgc.cli.check_imports`):
+opt-in, for environments that have the node code.
+
 Text goes to stderr like rustc's; `json`, `github` and `sarif` go to stdout for CI to consume.
 Exit 0 when clean, 1 on any error (or any warning under `-W`).
 """
@@ -31,6 +40,7 @@ from wgc.diagnostics.render import (
 from wgc.diagnostics.suggest import closest
 
 _GLOB_CHARS = frozenset("*?[")
+PLACEMENT_SUFFIXES = (".yaml", ".yml")
 
 
 class FrontEndResult(Protocol):
@@ -45,12 +55,29 @@ class FrontEndResult(Protocol):
 
 
 def _walk_files(directory: Path) -> list[Path]:
-    """Every `*.walk` under ``directory``, skipping hidden folders such as `.venv` and `.git`."""
+    """Every `*.walk` under ``directory``, and the placement files of the `placements/` folder
+    beside each, skipping hidden folders such as `.venv` and `.git`."""
     found = []
     for root, dirs, files in os.walk(directory):
         dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d != "__pycache__")
         found += [Path(root, f) for f in files if f.endswith(".walk")]
+        if Path(root).name == "placements" and list(Path(root).parent.glob("*.walk")):
+            found += [Path(root, f) for f in files if f.endswith(PLACEMENT_SUFFIXES)]
     return found
+
+
+def is_placement(path: str) -> bool:
+    return path.endswith(PLACEMENT_SUFFIXES)
+
+
+def paired_model(placement: str) -> str | None:
+    """The model of a placement by the folder convention: the one `.walk` file beside the
+    `placements/` folder that holds it."""
+    folder = Path(placement).parent
+    if folder.name != "placements":
+        return None
+    walks = sorted(folder.parent.glob("*.walk"))
+    return os.path.normpath(walks[0]) if len(walks) == 1 else None
 
 
 def _expand_one(arg: str) -> list[Path]:
@@ -76,7 +103,7 @@ def expand_paths(args: Iterable[str]) -> list[str]:
     for arg in args:
         files = _expand_one(arg)
         if not files:
-            raise UserError(f"`{arg}` matches no `.walk` files")
+            raise UserError(f"`{arg}` matches no `.walk` files (nor placement files)")
         for file in files:
             seen.setdefault(os.path.realpath(file), os.path.normpath(file))
     return sorted(seen.values())
@@ -90,6 +117,26 @@ class _Checked:
     path: str
     diagnostics: list[Diagnostic]
     sources: SourceMap
+
+
+def _check_placement(driver, path: str, model_path: str | None, models: dict) -> _Checked:
+    """A placement file, with its model's rules when the model checks clean."""
+    from wgc.placement.check import check_placement
+
+    front = None
+    if model_path is not None:
+        if model_path not in models:
+            models[model_path] = driver.front_end(model_path)
+        front = models[model_path]
+    model = front.model if front is not None and not _has_errors(front.diagnostics) else None
+    result = check_placement(model, path)
+    sources = front.sources if front is not None else SourceMap()
+    sources.add(path, result.text)
+    return _Checked(path, list(result.diagnostics), sources)
+
+
+def _has_errors(diags: Iterable[Diagnostic]) -> bool:
+    return any(d.severity is Severity.ERROR for d in diags)
 
 
 def _driver():
@@ -167,6 +214,18 @@ def _emit_machine(fmt: str, results: Sequence[_Checked]) -> None:
 )
 @click.option("-q", "--quiet", is_flag=True, help="Text output: only errors, no summary.")
 @click.option(
+    "--model",
+    "model_path",
+    metavar="FILE",
+    default=None,
+    help="The model to check placement files against (default: by folder convention).",
+)
+@click.option(
+    "--imports",
+    is_flag=True,
+    help="Also import every node's `impl` and check its class (needs the node code).",
+)
+@click.option(
     "--dump-after",
     metavar="PASS",
     default=None,
@@ -181,19 +240,31 @@ def check(
     warnings_as_errors: bool,
     color: str,
     quiet: bool,
+    model_path: str | None,
+    imports: bool,
     dump_after: str | None,
 ) -> None:
-    """Check .walk files: parse, resolve, type-check and verify them.
+    """Check .walk files and placement files: parse, resolve, type-check and verify them.
 
-    PATHS are files, folders (searched recursively for *.walk) or glob patterns.
+    PATHS are files, folders (searched recursively for *.walk and their placements/ files) or
+    glob patterns.
     """
     if dump_after is not None:
         _check_pass_name(dump_after)
     results = []
     driver = _driver()
+    models: dict[str, FrontEndResult] = {}
     for path in expand_paths(paths):
+        if is_placement(path):
+            results.append(_check_placement(driver, path, model_path or paired_model(path), models))
+            continue
         outcome: FrontEndResult = driver.front_end(path, stop_after=dump_after)
-        results.append(_Checked(path, list(outcome.diagnostics), outcome.sources))
+        diags = list(outcome.diagnostics)
+        if imports and outcome.model is not None and not _has_errors(diags):
+            from wgc.cli.check_imports import check_imports
+
+            diags += check_imports(outcome.model)
+        results.append(_Checked(path, diags, outcome.sources))
         if dump_after is not None and outcome.model is not None:
             from wgc.show.text import render_text as render_ir
 

@@ -43,12 +43,22 @@ def cond_py(cond: FP.Folded, outer: int = 0) -> str:
         return f"req.{cond.pred}({pyfmt.string(cond.modality).text})"
     if isinstance(cond, FP.OptionTest):
         return f"req.option({pyfmt.string(cond.name).text})"
+    if isinstance(cond, FP.OptionCompare):
+        return f"req.option({pyfmt.string(cond.name).text}) {cond.op} {_value(cond.value)}"
+    if isinstance(cond, FP.CountTest):
+        return f"req.count({pyfmt.string(cond.modality).text}) {cond.op} {cond.value}"
     if isinstance(cond, FP.NotCond):
         text = "not " + cond_py(cond.operand, _PREC["not"])
         return f"({text})" if outer > _PREC["not"] else text
     p = _PREC[cond.op]
     text = f"{_operand(cond, cond.left, p)} {cond.op} {_operand(cond, cond.right, p + 1)}"
     return f"({text})" if outer > p else text
+
+
+def _value(v: object) -> str:
+    """A compared or matched option value as a Python literal."""
+    assert isinstance(v, bool | int | float | str), v
+    return pyfmt.literal(v).text
 
 
 def _operand(parent: FP.BoolCond, child: FP.Cond, outer: int) -> str:
@@ -143,6 +153,8 @@ class _Emitter:
             self.block(s.body, depth + 1, scope)
         elif isinstance(s, FP.MatchPlan):
             self.match(s, depth, scope)
+        elif isinstance(s, FP.OptionMatchPlan):
+            self.option_match(s, depth, scope)
         else:
             self.if_(s, depth, scope, "if")
 
@@ -161,6 +173,8 @@ class _Emitter:
             return pyfmt.call(f"{var}.field", [pyfmt.string(a.attr or "")])
         if a.kind == "segment":
             return pyfmt.Atom(scope.get(a.name, py_name(a.name)))
+        if a.kind == "first":
+            return pyfmt.call("req.first", [pyfmt.string(a.name)])
         return pyfmt.call("Persisted", [pyfmt.string(a.name)])
 
     # -- if / match
@@ -212,6 +226,30 @@ class _Emitter:
             self.block(body, depth + 1, scope)
             first = False
 
+    def option_match(self, s: FP.OptionMatchPlan, depth: int, scope: dict[str, str]) -> None:
+        """`match option.NAME`: an ``if``/``elif`` chain on the option's value, `_` as ``else``."""
+        subject = f"req.option({pyfmt.string(s.option).text})"
+        first = True
+        for arm in s.arms:
+            if arm.default:
+                if first:
+                    self.block(arm.body, depth, scope)
+                    return
+                self.line(depth, "else:")
+                self.block(arm.body, depth + 1, scope)
+                return
+            if not arm.values:
+                continue
+            values = [_value(v) for v in arm.values]
+            test = (
+                f"{subject} == {values[0]}"
+                if len(values) == 1
+                else f"{subject} in ({', '.join(values)})"
+            )
+            self.line(depth, f"{'if' if first else 'elif'} {test}:")
+            self.block(arm.body, depth + 1, scope)
+            first = False
+
 
 def _only_if(block: tuple[FP.Stmt, ...]) -> bool:
     return len(block) == 1 and isinstance(block[0], FP.IfPlan)
@@ -223,7 +261,7 @@ def _stmts(block: tuple[FP.Stmt, ...]):
         yield s
         if isinstance(s, FP.ForPlan | FP.RepeatPlan):
             yield from _stmts(s.body)
-        elif isinstance(s, FP.MatchPlan):
+        elif isinstance(s, FP.MatchPlan | FP.OptionMatchPlan):
             for a in s.arms:
                 yield from _stmts(a.body)
         elif isinstance(s, FP.IfPlan):

@@ -73,6 +73,8 @@ _TABLE: tuple[tuple[str, Severity, str], ...] = (
     ("WG115", E, "node has no `impl`"),
     ("WG116", E, "wrong subflow arguments"),
     ("WG117", E, "subflow calls itself"),
+    ("WG118", E, "node `impl` does not import"),
+    ("WG119", E, "node class does not fit its node"),
     # -- types (WG2xx): producer and consumer types agree; expressions are well typed
     ("WG201", E, "channel type mismatch"),
     ("WG202", E, "invalid dimension"),
@@ -140,6 +142,8 @@ _TABLE: tuple[tuple[str, Severity, str], ...] = (
     ("WG819", E, "host names a rank that does not exist"),
     ("WG820", W, "placement entry never takes effect"),
     ("WG821", W, "rank runs no node"),
+    ("WG822", E, "sequence-parallel size does not fit the rank group"),
+    ("WG823", W, "residency the runtime does not honour"),
     # -- lints (WG9xx): warnings for declarations nothing uses
     ("WG901", W, "unused node"),
     ("WG902", W, "unused param"),

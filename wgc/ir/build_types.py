@@ -194,7 +194,6 @@ class TypeBuilder(BuilderCore):
             choices=decl.choices,
             default_by=sel.name,
             by_value=tuple(by),
-            default_by_span=self.span(sel_t),
             arm_exprs=tuple(exprs),
             choices_span=decl.choices_span,
         )

@@ -52,8 +52,7 @@ class OptionDecl:
     choices: tuple[Value, ...] = ()
     default_by: str | None = None
     by_value: tuple[tuple[Value, Value], ...] = ()
-    # where a per-mode default names its selector, and each arm's value as written
-    default_by_span: Span | None = field(default=None, compare=False)
+    # each per-mode arm's value as written
     arm_exprs: tuple[Expr, ...] = field(default=(), compare=False)
     choices_span: Span | None = field(default=None, compare=False)
 

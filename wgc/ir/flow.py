@@ -27,16 +27,13 @@ class OptionCond:
     span: Span = field(compare=False)
 
 
-COMPARISONS = ("==", "!=", "<", "<=", ">", ">=")
-
-
 @dataclass(frozen=True, slots=True)
 class OptionCmp:
     """`option.NAME OP VALUE`: compares the request's option with a compile-time value
     (``value`` None when it did not evaluate: reported by the builder)."""
 
     name: str
-    op: str  # one of COMPARISONS
+    op: str  # == != < <= > >=
     value: Value | None
     span: Span = field(compare=False)
     value_span: Span | None = field(default=None, compare=False)

@@ -6,8 +6,9 @@ nodes are placed). A group without `walks` covers every walk; the first group pl
 (walk, node) wins (the rules report overlaps); a node no group names runs on the placement's
 default ranks (M* configs: rank 0). A tensor-parallel group runs the call on the whole group;
 the call's rank is the group's first rank (the leader that takes part in routing) and the
-`NodeSpec` lists the group. A walk with a node placed nowhere is left out of the plan (the
-rules report it).
+`NodeSpec` lists the group; a sequence-parallel group (`sp`) is lowered the same way, its `sp`
+and the group's `residency` recorded on the `NodeSpec`. A walk with a node placed nowhere is
+left out of the plan (the rules report it).
 """
 
 from __future__ import annotations
@@ -63,15 +64,16 @@ class Assignment:
         return tuple(n.name for n in self.model.nodes if n.name in self.by_node)
 
     def node_plans(self, source) -> dict[int, list[NodeSpec]]:
-        """Rank -> the nodes it hosts. Groups with the same node, ranks and tp merge their walks.
-        Call after `call_ranks`, so the implicit groups of unnamed nodes in use are known."""
-        merged: dict[tuple[str, tuple[int, ...], int], list[str] | None] = {}
-        order: list[tuple[str, tuple[int, ...], int]] = []
+        """Rank -> the nodes it hosts. Groups with the same node, ranks, tp, sp and residency
+        merge their walks. Call after `call_ranks`, so the implicit groups of unnamed nodes in
+        use are known."""
+        merged: dict[tuple[str, tuple[int, ...], int, int, str], list[str] | None] = {}
+        order: list[tuple[str, tuple[int, ...], int, int, str]] = []
         for g in (*self.placement.groups, *self.defaults.values()):
             for n in g.nodes:
                 if self.model.node(n.name) is None:
                     continue
-                key = (n.name, tuple(g.ranks), g.tp)
+                key = (n.name, tuple(g.ranks), g.tp, g.sp, g.residency)
                 walks = None if g.walks is None else [w.name for w in g.walks]
                 if key not in merged:
                     order.append(key)
@@ -80,10 +82,10 @@ class Assignment:
                     prev = merged[key]
                     merged[key] = None if prev is None or walks is None else prev + walks
         out: dict[int, list[NodeSpec]] = {}
-        for name, ranks, tp in order:
+        for name, ranks, tp, sp, residency in order:
             node = self.model.node(name)
             assert node is not None
-            walks = merged[(name, ranks, tp)]
+            walks = merged[(name, ranks, tp, sp, residency)]
             np = NodeSpec(
                 name=name,
                 impl=node.impl or "",
@@ -92,6 +94,8 @@ class Assignment:
                 config=tuple((k, v) for k, v in node.config),
                 ranks=ranks,
                 tp=tp,
+                sp=sp,
+                residency=residency,
                 walks=("*",) if walks is None else _walk_order(self.model, walks),
                 inputs=tuple((p.name, type_spec(p.type)) for p in node.inputs),
                 outputs=tuple((p.name, type_spec(p.type)) for p in node.outputs),

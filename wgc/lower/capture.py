@@ -6,28 +6,86 @@
 * never: a call or loop inside an ``eager`` loop (eager opts out of static shapes), calls outside
   loops (they run once per request: capture would not pay for itself), or anything when the
   placement lists no capture buckets.
+
+Shape buckets: a port with a dim over options that have a fixed set of values
+(`f32[option.frames, 16]`) is static once the request's values are known, so a unit whose ports
+are static but for such dims gets one entry per combination of those options' values
+(`CaptureSpec.shape`), its ports at that bucket's sizes. The door refuses a request whose values
+are not listed, so every request runs in a captured bucket.
 """
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Iterator
+
+from wgc.ir.model import Model
+from wgc.ir.types import Dim, DimKind
 from wgc.lower.pieces import LoweredWalk
 from wgc_runtime.contract.kinds import CaptureScope
 from wgc_runtime.contract.spec import CallSpec, CaptureSpec, TypeSpec
 
+Ports = list[tuple[str, TypeSpec | None]]
+Shape = tuple[tuple[str, object], ...]
 
-def _ports(call: CallSpec) -> list[tuple[str, TypeSpec | None]]:
+
+def bucket_dims(model: Model) -> dict[str, Dim]:
+    """Every shape-bucket dim of the model's ports, by its text (the `TypeSpec` dim name)."""
+    out: dict[str, Dim] = {}
+    for n in model.nodes:
+        for p in (*n.inputs, *n.outputs):
+            for d in p.type.dims if p.type is not None else ():
+                if d.kind is DimKind.BUCKET and d.name:
+                    out.setdefault(d.name, d)
+    return out
+
+
+def _ports(call: CallSpec) -> Ports:
     return [(f"{call.id}#{p.port}", p.type) for p in call.inputs] + [
         (f"{call.id}#{p.port}", p.type) for p in call.outputs
     ]
 
 
-def _static(ports) -> bool:
+def _static(ports: Ports) -> bool:
     return all(t is not None and t.is_static for _, t in ports)
 
 
-def captures(walk: LoweredWalk, buckets: tuple[int, ...]) -> list[CaptureSpec]:
+def _per_bucket(ports: Ports, shapes: dict[str, Dim]) -> Iterator[tuple[Shape, Ports]]:
+    """``ports`` once per shape bucket they depend on (once, with no shape, if none), at that
+    bucket's sizes; nothing when a dim is dynamic."""
+    names = {d for _, t in ports if t is not None for d in t.dims if isinstance(d, str)}
+    if any(t is None for _, t in ports) or not names <= shapes.keys():
+        return
+    values: dict[str, list] = {}
+    for n in sorted(names):
+        for assign, _ in shapes[n].cases:
+            for option, v in assign:
+                if v not in values.setdefault(option, []):
+                    values[option].append(v)
+    options = sorted(values)
+    for combo in itertools.product(*(values[o] for o in options)):
+        chosen = dict(zip(options, combo, strict=True))
+        sized = [(name, _sized(t, shapes, chosen)) for name, t in ports]
+        if _static(sized):
+            yield tuple(chosen.items()), sized
+
+
+def _sized(t: TypeSpec | None, shapes: dict[str, Dim], values: dict) -> TypeSpec | None:
+    if t is None:
+        return None
+    dims: list[int | str] = []
+    for d in t.dims:
+        size = shapes[d].size_for(values) if isinstance(d, str) else d
+        dims.append(d if size is None else size)
+    return TypeSpec(t.dtype, tuple(dims))
+
+
+def captures(
+    walk: LoweredWalk, buckets: tuple[int, ...], shapes: dict[str, Dim] | None = None
+) -> list[CaptureSpec]:
     if not buckets:
         return []
+    shapes = shapes or {}
     w = walk.walk
     eager = {lp.name for lp in w.loops if lp.eager}
     nested = {parent for parent in walk.parents.values() if parent is not None}
@@ -40,26 +98,28 @@ def captures(walk: LoweredWalk, buckets: tuple[int, ...]) -> list[CaptureSpec]:
             continue
         calls = [c for _, c in sorted(walk.calls.items()) if lp.name in c.loops]
         ports = [p for c in calls for p in _ports(c)]
-        if not calls or not _static(ports):
+        sized = list(_per_bucket(ports, shapes)) if calls else []
+        if not sized:
             continue
         covered.update(c.id for c in calls)
-        out.append(
-            CaptureSpec(
-                walk=w.name,
-                rank=ranks[0],
-                scope=CaptureScope.LOOP,
-                loop=lp.name,
-                calls=tuple(c.id for c in calls),
-                nodes=tuple(dict.fromkeys(c.node for c in calls)),
-                ports=_typed(ports),
-                buckets=buckets,
+        for shape, typed in sized:
+            out.append(
+                CaptureSpec(
+                    walk=w.name,
+                    rank=ranks[0],
+                    scope=CaptureScope.LOOP,
+                    loop=lp.name,
+                    calls=tuple(c.id for c in calls),
+                    nodes=tuple(dict.fromkeys(c.node for c in calls)),
+                    ports=_typed(typed),
+                    buckets=buckets,
+                    shape=shape,
+                )
             )
-        )
     for cid, c in sorted(walk.calls.items()):
         if cid in covered or not c.loops or eager & set(c.loops):
             continue
-        ports = _ports(c)
-        if _static(ports):
+        for shape, typed in _per_bucket(_ports(c), shapes):
             out.append(
                 CaptureSpec(
                     walk=w.name,
@@ -67,14 +127,15 @@ def captures(walk: LoweredWalk, buckets: tuple[int, ...]) -> list[CaptureSpec]:
                     scope=CaptureScope.CALL,
                     calls=(cid,),
                     nodes=(c.node,),
-                    ports=_typed(ports),
+                    ports=_typed(typed),
                     buckets=buckets,
+                    shape=shape,
                 )
             )
     return out
 
 
-def _typed(ports) -> tuple[tuple[str, TypeSpec], ...]:
+def _typed(ports: Ports) -> tuple[tuple[str, TypeSpec], ...]:
     return tuple((name, t) for name, t in ports if t is not None)
 
 

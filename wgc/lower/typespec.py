@@ -10,14 +10,16 @@ _EXTRA_ITEMSIZE = {"fp8": 1, "f8": 1, "fp16": 2, "float16": 2, "bfloat16": 2, "f
 
 
 def type_spec(t: TensorType | None) -> TypeSpec | None:
-    """Static dims (ints and params) become ints; symbolic dims keep their name, `?` is "?"."""
+    """Static dims (ints and params) become ints; symbolic and shape-bucket dims keep their name
+    (a bucket's text, `option.frames / 4 + 1`: one size per request, resolved per capture
+    entry by `wgc.lower.capture`), `?` is "?"."""
     if t is None:
         return None
     dims: list[int | str] = []
     for d in t.dims:
         if d.kind in (DimKind.INT, DimKind.PARAM) and d.value is not None:
             dims.append(int(d.value))
-        elif d.kind is DimKind.SYM and d.name:
+        elif d.kind in (DimKind.SYM, DimKind.BUCKET) and d.name:
             dims.append(d.name)
         else:
             dims.append("?")

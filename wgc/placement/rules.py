@@ -9,12 +9,12 @@ Invariants proved (codes owned):
 * WG812: no (walk, node) pair that a walk of the model calls is placed by two groups (or twice
   by one), whether or not a flow reaches it under this placement: the entries contradict each
   other either way.
-* WG813: the groups that run one KV cache have the same tensor-parallel size. A kv-cache node
-  and its `like X { label L }` copies share one cache per request. Per-walk placement may move
-  that cache between groups — prefill on one group and decode on another (P/D disaggregation),
-  or BAGEL's CFG passes on their own ranks reading the labels the prefill wrote — and lowering
-  plans the transfer; but pages are sharded by tensor-parallel rank, so groups that hand a cache
-  to each other must shard it alike.
+* WG813: the groups that run one KV cache have the same tensor- and sequence-parallel sizes. A kv-
+  cache node and its `like X { label L }` copies share one cache per request. Per-walk placement
+  may move that cache between groups — prefill on one group and decode on another (P/D
+  disaggregation), or BAGEL's CFG passes on their own ranks reading the labels the prefill wrote —
+  and lowering plans the transfer; but pages are sharded by tensor-parallel rank, so groups that
+  hand a cache to each other must shard it alike.
 * WG814: a stream's consumer runs on one rank group (same ranks and `tp`) in every walk that
   calls it: that group owns the stream's buffer, so a second group would never see the chunks.
 * WG815: every `params` override names a declared param and has its kind (an int param takes an
@@ -201,30 +201,39 @@ def _kv_family(model: Model, node: str) -> str | None:
 
 def _kv_tp(model: Model, placement: Placement) -> list[Diagnostic]:
     out = []
-    families: dict[str, dict[int, tuple[str, Group]]] = defaultdict(dict)
+    families: dict[str, dict[tuple[int, int], tuple[str, Group]]] = defaultdict(dict)
     for (_, node), group in assignment(model, placement).items():
         family = _kv_family(model, node)
         if family is not None:
-            families[family].setdefault(group.tp, (node, group))
-    for family, by_tp in families.items():
-        if len(by_tp) < 2:
+            families[family].setdefault((group.tp, group.sp), (node, group))
+    for family, by_size in families.items():
+        if len(by_size) < 2:
             continue
-        (tp_a, (node_a, a)), *rest = sorted(by_tp.items(), key=lambda kv: kv[1][1].span)
-        for tp_b, (node_b, b) in rest:
+        (_, (node_a, a)), *rest = sorted(by_size.items(), key=lambda kv: kv[1][1].span)
+        for _, (node_b, b) in rest:
+            if a.sp == b.sp:
+                what = f"tensor-parallel sizes {a.tp} and {b.tp}"
+                key = "`tp`"
+            else:
+                what = f"parallel sizes {_sizes(a)} and {_sizes(b)}"
+                key = "`tp` and `sp`"
             out.append(
                 diag(
                     "WG813",
-                    f"the kv cache of `{family}` is shared by groups with tensor-parallel "
-                    f"sizes {tp_a} and {tp_b}",
+                    f"the kv cache of `{family}` is shared by groups with {what}",
                     _named(b, node_b).span,
-                    label=f"`{node_b}` runs with tp {tp_b} here",
-                    labels=[Label(_named(a, node_a).span, f"`{node_a}` runs with tp {tp_a}")],
-                    help=f"KV pages are sharded per tensor-parallel rank and move between these "
-                    f"groups: give both the same `tp`, or run every walk that uses the "
-                    f"`{family}` cache on one group",
+                    label=f"`{node_b}` runs with {_sizes(b)} here",
+                    labels=[Label(_named(a, node_a).span, f"`{node_a}` runs with {_sizes(a)}")],
+                    help=f"KV pages are sharded per tensor- and sequence-parallel rank and move "
+                    f"between these groups: give both the same {key}, or run every walk that "
+                    f"uses the `{family}` cache on one group",
                 )
             )
     return out
+
+
+def _sizes(g: Group) -> str:
+    return f"tp {g.tp}" if g.sp == 1 else f"tp {g.tp}, sp {g.sp}"
 
 
 # ---------------------------------------------------------------- streams (WG814)
