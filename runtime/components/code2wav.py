@@ -14,7 +14,11 @@ Chunks (`Code2Wav.chunk`): the ``.walk`` file's ``left_context(chunk = 25, left 
 hands the vocoder up to 25 frames of context and 25 new ones; the audio of the new frames is
 the chunk's waveform after ``context · total_upsample`` samples, as HF's ``chunked_decode``.
 Pass only the valid frames (the stream's padding would change the last frame's samples: the
-transposed convolutions reach one frame ahead).
+transposed convolutions reach one frame ahead). Each decoded stretch is `Code2Wav.samples`
+long, a little less than ``frames · total_upsample``: every decoder block's transposed
+convolution trims ``rate`` samples at its end (555 samples, 23 ms, for the released model; 6
+for the tiny one), so the audio of a chunked decode is that much shorter per chunk — as HF's
+``chunked_decode`` and ``generate`` (which says so) produce it.
 """
 
 from __future__ import annotations
@@ -228,6 +232,15 @@ class Code2Wav(nn.Module):
         for block in self.decoder:
             x = block(x)
         return x.clamp(min=-1, max=1)
+
+    def samples(self, frames: int) -> int:
+        """How many samples ``frames`` frames decode to (see the module docstring)."""
+        n = frames
+        for r in self.config.upsampling_ratios:
+            n *= r
+        for r in self.config.upsample_rates:
+            n = (n - 1) * r
+        return n
 
     def chunk(self, codes: torch.Tensor, context: int) -> torch.Tensor:
         """The audio of ``codes``' frames after the first ``context`` (``codes`` ``[T,

@@ -30,8 +30,6 @@ from wgc_runtime.components.qwen3_stack import Qwen3Stack
 from wgc_runtime.components.sampling import GREEDY, Sampling, choose
 from wgc_runtime.components.stack_engine import StackEngine, pool_for
 
-_FRAME_IDS = itertools.count()  # scratch sequence names: one per (frame, row)
-
 
 class _Model(Qwen3Stack):
     def __init__(self, cfg: DecoderConfig, groups: int):
@@ -59,6 +57,7 @@ class CodePredictorEngine:
         pages = max_batch * -(-(predictor.groups + 1) // page_size)
         pool, backend = pool_for(predictor.model, pages=pages, page_size=page_size)
         self.engine = StackEngine(predictor.model, pool, backend)
+        self._ids = itertools.count()  # scratch sequence names: one per (frame, row)
 
     @torch.inference_mode()
     def frames(
@@ -76,7 +75,7 @@ class CodePredictorEngine:
         frame's codes ``[B, groups]`` (``c0`` first) and the embedding sum ``[B, H]``.
         ``on_logits(j, logits)`` sees each group's logits (tests)."""
         p, b = self.predictor, hidden.shape[0]
-        seqs: list[tuple[Hashable, str]] = [(("cp", next(_FRAME_IDS)), "main") for _ in range(b)]
+        seqs: list[tuple[Hashable, str]] = [(("cp", next(self._ids)), "main") for _ in range(b)]
         try:
             out, _ = self.engine.forward(
                 seqs, [torch.stack((hidden[i], c0_embed[i])) for i in range(b)]

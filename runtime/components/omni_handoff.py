@@ -7,9 +7,9 @@ built a Thinker pass at a time (`TalkerFeed`), because each depends only on rows
 * **user turns** — every prompt row whose turn (the token after the last ``<|im_start|>`` at or
   before it) is ``user``: `Talker.user_rows` (``_get_talker_user_parts``). System turns and
   earlier assistant turns are left out, as HF does;
-* **the assistant prefix** — the last assistant turn's first 4 rows (``<|im_start|>``,
-  ``assistant``, ``\\n`` and the first generated token, whose embedding arrives with the first
-  decode pass): `Talker.assistant_prefix` (``_get_talker_assistant_parts``);
+* **the assistant prefix** — at the first decode pass, the prompt's last assistant turn's
+  first 4 rows (``<|im_start|>``, ``assistant``, ``\\n`` and the first generated token, whose
+  embedding that pass brings): `Talker.assistant_prefix` (``_get_talker_assistant_parts``);
 * **one text row per Talker step** — the assistant turn's later rows, one per step (each
   generated token once the Thinker reads it back), then ``tts_eos`` once the Thinker is done,
   then ``tts_pad`` (``trailing_text_hidden`` / ``tts_pad_embed``). The Thinker's final token
@@ -43,10 +43,13 @@ class TalkerFeed:
         self._eos_sent = False
 
     @torch.inference_mode()
-    def push(self, out: ThinkerPass) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        """Take one Thinker pass (a prompt segment or a decode step): the user rows to prefill
-        now (``[n, talker hidden]`` or None) and, the first time the assistant turn has 4
-        rows, the 9-row prefix to prefill after them (else None)."""
+    def push(
+        self, out: ThinkerPass, *, decode: bool
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """Take one Thinker pass, a prompt segment or (``decode``) a decode step: the user rows
+        to prefill now (``[n, talker hidden]`` or None) and, at the first decode step, the
+        9-row prefix to prefill after them (else None). Only then is the prompt known whole,
+        so which assistant turn is its last."""
         user: list[Row] = []
         for i, tok in enumerate(out.ids.tolist()):
             row = (tok, out.embeds[i], out.hidden[i])
@@ -65,7 +68,7 @@ class TalkerFeed:
             hidden = torch.stack([r[2] for r in user])
             rows = self.talker.user_rows(embeds, hidden, self.thinker.multimodal(ids))
         prefix = None
-        if not self._started and len(self._assistant) >= 4:
+        if decode and not self._started and len(self._assistant) >= 4:
             self._started = True
             prefix = self.talker.assistant_prefix(torch.stack(self._assistant[:4]), self.speaker)
             self._text.extend(self._assistant[4:])

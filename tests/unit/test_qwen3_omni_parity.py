@@ -281,5 +281,6 @@ def test_code2wav_matches(ckpt):
         want = model.code2wav(codes)
         chunked = model.code2wav.chunked_decode(codes[:1], chunk_size=25, left_context_size=25)
     assert _err(ours(codes), want) <= TOL
+    assert want.shape[-1] == ours.samples(60) == 60 * 16 - 6
     assert _err(ours.chunked_decode(codes[0].T), chunked[0, 0]) <= TOL
     assert want.std().item() > 0.05 and (want.abs() >= 1).float().mean().item() < 0.05

@@ -9,6 +9,7 @@ greedy and with seeded sampling.
 from __future__ import annotations
 
 import contextlib
+import itertools
 from dataclasses import replace
 
 import pytest
@@ -18,6 +19,7 @@ transformers = pytest.importorskip("transformers")
 
 from wgc_runtime.components.code2wav import Code2Wav  # noqa: E402
 from wgc_runtime.components.configs.qwen3_omni import NEWLINE, TINY_TOKENS  # noqa: E402
+from wgc_runtime.components.omni_handoff import TalkerFeed  # noqa: E402
 from wgc_runtime.components.omni_talker import Talker, TalkerEngine  # noqa: E402
 from wgc_runtime.components.omni_thinker import Thinker, ThinkerEngine  # noqa: E402
 from wgc_runtime.components.pipelines import checkpoints, qwen3_omni, qwen3_omni_reference  # noqa: E402
@@ -115,7 +117,11 @@ def test_same_waveform_as_the_reference(omni, prompt, opts):
     assert ours.audio.std().item() > 0.05
     # streamed as the codes stream chunks them: 25 frames a chunk, the last one short
     frames = ours.codes.shape[0]
-    assert len(ours.chunks) == -(-frames // 25)
+    code2wav = omni[1][2]
+    sizes = [min(25, frames - s) for s in range(0, frames, 25)]  # new frames per chunk
+    ctx = [min(25, s) for s in range(0, frames, 25)]
+    want = [code2wav.samples(c + n) - c * 16 for c, n in zip(ctx, sizes, strict=True)]
+    assert ours.chunks == want
 
 
 def test_seeded_sampling_is_deterministic(omni):
@@ -126,3 +132,37 @@ def test_seeded_sampling_is_deterministic(omni):
     assert a.tokens == b.tokens and torch.equal(a.audio, b.audio)
     assert a.codes is not None and c.codes is not None
     assert a.tokens != c.tokens or not torch.equal(a.codes, c.codes)
+
+
+@pytest.mark.parametrize("cuts", [(), (4,), (1, 8, 15, 22), tuple(range(1, len(CHAT)))])
+def test_handoff_in_pieces_equals_generates_inputs(omni, cuts):
+    """The Talker's inputs built a Thinker pass at a time (prompt segments cut anywhere, even
+    right after an ``<|im_start|>``, then one pass per generated token) are ``generate``'s."""
+    model, (thinker, talker, _) = omni
+    opts = SpeechOptions(max_new_tokens=5, sampling=VARIED)
+    tokens, embeds, hidden = qwen3_omni_reference.think(model, CHAT, opts)
+    speaker = talker.talker.config.speakers["ethan"]
+    want, trailing, _ = qwen3_omni_reference.talker_inputs(
+        model, CHAT, tokens, embeds, hidden, speaker
+    )
+    feed = TalkerFeed(thinker.thinker, talker.talker, speaker)
+    bounds = [0, *cuts, len(CHAT)]
+    passes = [(CHAT[a:b], False) for a, b in itertools.pairwise(bounds)]
+    passes += [([t], True) for t in tokens[:-1]]  # the last token is never read back
+    got = []
+    for ids, decode in passes:
+        out = thinker.forward([("h", "main")], [torch.tensor(ids)])[0]
+        rows, prefix = feed.push(out, decode=decode)
+        got += [r for r in (rows, prefix) if r is not None]
+    thinker.free("h")
+    assert feed.started
+    feed.thinker_done()
+    text = [feed.text_row() for _ in range(trailing.shape[1] + 1)]
+    assert all(t is not None for t in text)
+    with torch.no_grad():
+        pad = model.talker.text_projection(
+            model.thinker.get_input_embeddings()(torch.tensor([249]))
+        )
+    assert (torch.cat(got) - want[0]).abs().max().item() <= TOL
+    assert (torch.stack(text[:-1]) - trailing[0]).abs().max().item() <= TOL  # ends with tts_eos
+    assert (text[-1] - pad[0]).abs().max().item() <= TOL  # then tts_pad

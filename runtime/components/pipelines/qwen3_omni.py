@@ -77,7 +77,7 @@ def run(
         while True:
             if not thinker_done:  # one Thinker pass, handed to the Talker
                 out = thinker.forward(seq, [step])[0]
-                rows, prefix = feed.push(out)
+                rows, prefix = feed.push(out, decode=len(text) > 0)
                 if rows is not None:
                     talker.forward(seq, [rows])
                 tok = choose(out.logits[None], opts.sampling, [history], t_gen)
