@@ -68,11 +68,11 @@ def expr(t: Tree | Token, outer: int = 0) -> str:
 def type_expr(t: Tree) -> str:
     if t.data == "type_ref":
         return str(t.children[0])
-    dims = [_dim(d) for d in t.children[1:] if d is not None]
+    dims = [dim(d) for d in t.children[1:] if d is not None]
     return f"{t.children[0]}[{', '.join(dims)}]"
 
 
-def _dim(t: Tree | Token) -> str:
+def dim(t: Tree | Token) -> str:
     if isinstance(t, Tree) and t.data == "any_dim":
         return "?"
     return expr(t)

@@ -109,7 +109,13 @@ class Printer:
         self.emit(0, f"param {t.children[0]} = {exprs.value(t.children[1])}", *_lines_of(t))
 
     def type_decl(self, t: Tree) -> None:
-        self.emit(0, f"type {t.children[0]} = {exprs.type_expr(t.children[1])}", *_lines_of(t))
+        name, te = t.children
+        if te.data == "tensor_type":  # a long list of dims wraps after a comma
+            dims = [exprs.dim(d) for d in te.children[1:] if d is not None]
+            text = fit(0, f"type {name} = {te.children[0]}[", dims, "]")
+        else:
+            text = f"type {name} = {exprs.type_expr(te)}"
+        self.emit(0, text, *_lines_of(t))
 
     def option_decl(self, t: Tree) -> None:
         name, typ, choices, default = t.children
@@ -262,8 +268,8 @@ class Printer:
             count, body = t.children
             head = f"{prefix}repeat {exprs.expr(count)} {{"
             self.block(depth, head, t.meta.line, body, self.fstmt, simple=simple)
-        elif d == "fblock":  # an arm body
-            self.block(depth, prefix + "{", t.meta.line, t, self.fstmt)
+        elif d == "fblock":  # an arm body (`p => {}` stays on one line)
+            self.block(depth, prefix + "{", t.meta.line, t, self.fstmt, simple=_simple_fstmt)
         else:
             self.emit(depth, _stmt_text(_simple_fstmt(t, depth, prefix), t), *_lines_of(t))
 

@@ -40,6 +40,21 @@ def bucket_dims(model: Model) -> dict[str, Dim]:
     return out
 
 
+def largest_nbytes(t: TypeSpec | None, shapes: dict[str, Dim]) -> int | None:
+    """Bytes of one value of type ``t``: exact when static, the largest bucket's when its
+    dynamic dims are all shape buckets, else None."""
+    if t is None:
+        return None
+    if t.is_static:
+        return t.nbytes
+    best = None
+    for _, sized in _per_bucket([("", t)], shapes):
+        n = sized[0][1].nbytes if sized[0][1] is not None else None
+        if n is not None and (best is None or n > best):
+            best = n
+    return best
+
+
 def _ports(call: CallSpec) -> Ports:
     return [(f"{call.id}#{p.port}", p.type) for p in call.inputs] + [
         (f"{call.id}#{p.port}", p.type) for p in call.outputs

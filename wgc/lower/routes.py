@@ -8,17 +8,20 @@ consumers on one rank share one transfer.
 Values also cross ranks between walks: a channel one walk persists on the rank that produced it
 and a flow passes to a later walk whose readers sit on other ranks (`persisted_transfers`: text
 embeddings made on rank 0 and read by a denoiser on rank 2), and the node state a handoff moves
-between rank groups (`state_transfers`, of a size only the run knows).
+between rank groups (`state_transfers`, of a size only the run knows). A value whose dims are
+shape buckets counts the bytes of its largest bucket.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
+from wgc.ir.types import Dim
 from wgc.lower import flowplan as FP
+from wgc.lower.capture import largest_nbytes
 from wgc.lower.pieces import Hop, LoweredWalk
 from wgc.lower.plan import Route, Transfer
-from wgc.lower.typespec import spec_nbytes, type_spec
+from wgc.lower.typespec import type_spec
 from wgc_runtime.contract.conductor import WalkSpec
 from wgc_runtime.contract.kinds import DestKind, Edge
 
@@ -46,7 +49,9 @@ def _dst_ranks(h: Hop) -> tuple[int, ...]:
     return ()
 
 
-def transfers(walk: LoweredWalk) -> list[Transfer]:
+def transfers(walk: LoweredWalk, shapes: dict[str, Dim] | None = None) -> list[Transfer]:
+    """The walk's hops to other ranks; a shape-bucket value counts its largest bucket."""
+    shapes = shapes or {}
     seen: dict[tuple, Transfer] = {}
     for h in walk.hops:
         for dst in _dst_ranks(h):
@@ -63,14 +68,16 @@ def transfers(walk: LoweredWalk) -> list[Transfer]:
                 edge=Edge(h.edge.kind.value),
                 per="iteration" if h.loop is not None else "request",
                 loop=h.loop,
-                nbytes=spec_nbytes(type_spec(h.edge.type)),
+                nbytes=largest_nbytes(type_spec(h.edge.type), shapes),
                 call=h.call,
                 port=h.port,
             )
     return sorted(seen.values(), key=lambda t: (t.call, t.port or "", t.dst_rank, t.edge))
 
 
-def persisted_transfers(walks: Iterable[WalkSpec], flows: Iterable[FP.FlowPlan]) -> list[Transfer]:
+def persisted_transfers(
+    walks: Iterable[WalkSpec], flows: Iterable[FP.FlowPlan], shapes: dict[str, Dim] | None = None
+) -> list[Transfer]:
     """Persisted channels a flow passes to a walk whose readers are on another rank than the
     one that keeps the channel: one row per (reading walk, channel, keeping rank, reading
     rank), sized by the walk input's type. A flow's persisted channels are its own, so only the
@@ -109,7 +116,7 @@ def persisted_transfers(walks: Iterable[WalkSpec], flows: Iterable[FP.FlowPlan])
                                 edge="persisted",
                                 per="request",
                                 loop=None,
-                                nbytes=spec_nbytes(inp.type),
+                                nbytes=largest_nbytes(inp.type, shapes or {}),
                                 port=a.param,
                             ),
                         )

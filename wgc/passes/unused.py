@@ -150,7 +150,7 @@ def _params(model: Model) -> list[Diagnostic]:
     used = {r.name for ex in _exprs(model) for r in E.refs(ex)}
     for t in _all_types(model):
         for d in t.dims:
-            if d.kind is DimKind.PARAM and d.name:
+            if d.kind in (DimKind.PARAM, DimKind.BUCKET) and d.name:
                 # a dim written as an expression keeps its rendered text: take every name in it
                 used |= set(_WORD.findall(d.name))
     return [
