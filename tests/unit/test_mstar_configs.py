@@ -1,0 +1,64 @@
+"""M*'s current config format loads for every model of `examples/` that M* serves: each `tests/unit/mstar/
+<model>.yaml` is written as M*'s configs are (its keys for devices, KV pages, sequence
+parallelism, residency, model kwargs), checks against its model with no error, and lowers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from wgc.driver import Driver
+from wgc.placement.check import check_placement
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIGS = sorted((Path(__file__).parent / "mstar").glob("*.yaml"))
+DRIVER = Driver()
+
+
+# the examples of models M* serves
+MSTAR_MODELS = {"bagel", "qwen3_omni", "orpheus", "vjepa2_ac", "pi05", "whisper", "wan22"}
+
+
+def test_every_mstar_model_has_a_config() -> None:
+    assert {c.stem for c in CONFIGS} == MSTAR_MODELS
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=[c.stem for c in CONFIGS])
+def test_mstar_config_loads_checks_and_lowers(config: Path) -> None:
+    walk = ROOT / "examples" / config.stem / f"{config.stem}.walk"
+    front = DRIVER.front_end(str(walk))
+    assert front.model is not None and not front.errors
+    result = check_placement(front.model, str(config))
+    assert result.placement is not None and result.placement.format == "mstar"
+    assert not result.errors, [(d.code, d.message) for d in result.errors]
+    assert "WG802" not in {d.code for d in result.diagnostics}  # every key is known
+    plan = DRIVER.plan(str(walk), str(config))
+    assert plan.ok, [(d.code, d.message) for d in plan.errors]
+
+
+def test_mstar_keys_land_in_the_plan() -> None:
+    wan = DRIVER.plan(
+        str(ROOT / "examples" / "wan22" / "wan22.walk"),
+        str(Path(__file__).parent / "mstar" / "wan22.yaml"),
+    )
+    assert wan.plan is not None
+    nodes = {n.name: n for r in wan.plan.ranks for n in r.nodes}
+    assert (nodes["dit_high"].ranks, nodes["dit_high"].sp, nodes["dit_high"].tp) == ((1, 2), 2, 1)
+    assert nodes["text_encoder"].sp == 1
+    assert [r.device for r in wan.plan.ranks] == [f"auto:{i}" for i in range(5)]
+    bagel = check_placement(None, str(Path(__file__).parent / "mstar" / "bagel.yaml")).placement
+    assert bagel is not None
+    assert bagel.devices == ("auto:0", "auto:1", "auto:1")
+    assert (bagel.kv_cache.pages, bagel.kv_cache.page_size, bagel.attention) == (
+        4096,
+        16,
+        "flashinfer",
+    )
+    assert {
+        "model_kwargs",
+        "kv_cache.flashinfer_backend",
+        "resources.gpu_memory_utilization",
+    } <= set(bagel.ignored_keys)
+    orpheus = check_placement(None, str(Path(__file__).parent / "mstar" / "orpheus.yaml"))
+    assert [d.code for d in orpheus.diagnostics] == ["WG823"]  # on_demand: kept resident
