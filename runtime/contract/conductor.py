@@ -13,7 +13,14 @@ from typing import Any
 
 from wgc_runtime.contract.flow import FlowGen, Request, Segment, SimpleRequest
 from wgc_runtime.contract.kinds import FlowKind, OptionType
-from wgc_runtime.contract.spec import AttentionSpec, BatchingSpec, Dest, KvCacheSpec, StreamSpec
+from wgc_runtime.contract.spec import (
+    AttentionSpec,
+    BatchingSpec,
+    Dest,
+    KvCacheSpec,
+    StreamSpec,
+    TypeSpec,
+)
 
 # ---------------------------------------------------------------- walks
 
@@ -26,6 +33,7 @@ class WalkInputSpec:
     # where the value goes: call ports (with their rank), and ``emit``/``persist`` destinations
     # the conductor handles itself because it holds the value
     dests: tuple[Dest, ...] = ()
+    type: TypeSpec | None = None  # the declared type (what the door checks a value against)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -41,6 +49,33 @@ class Handoff:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class KvCopy:
+    """Before the walk starts, the request's label ``label`` of node ``owner``'s cache is
+    copied from ``from_ranks`` (where the owner's state lives) into the pool of node ``node``
+    (a ``like owner { label label }`` copy) on ``to_ranks``: a CFG branch read on its own rank
+    group. Like a handoff, but the source keeps its pages."""
+
+    owner: str
+    label: str
+    from_ranks: tuple[int, ...]
+    node: str
+    to_ranks: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KvBudget:
+    """One KV pool of the deployment, as admission sees it: the pool of node ``node`` on the
+    group ``ranks`` holds ``pages`` pages; a request is promised ``pages_per_request`` of them
+    before it starts (it waits in the queue while the pool cannot promise them, and is refused
+    at once when it never could)."""
+
+    node: str
+    ranks: tuple[int, ...]
+    pages: int
+    pages_per_request: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class WalkSpec:
     name: str
     ranks: tuple[int, ...] = ()  # every rank with a piece
@@ -53,16 +88,35 @@ class WalkSpec:
     # (node, group) for each kv-cache node the walk calls that runs on several groups in the
     # plan: where the request's state of the node lives once the walk has started
     kv_groups: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    emits: tuple[str, ...] = ()  # the modalities it emits (`emit ... as M`), in source order
+    # KV labels read on another rank group: copied there before the walk starts
+    kv_copies: tuple[KvCopy, ...] = ()
     source: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class OptionSpec:
-    """A request option with its declared type and default."""
+    """A request option with its declared type and default. ``choices``: the values a request
+    may give (`option x: str in [...]`; empty: any value of ``type``), checked at the door; an
+    `int` option with choices may size a dim (a shape bucket). A per-mode default
+    (`= match option.MODE {...}`) names its selector ``default_by`` and maps selector values to
+    defaults in ``by_value``; ``default`` is the default for any other value."""
 
     name: str
     type: OptionType
     default: Any
+    choices: tuple[Any, ...] = ()
+    default_by: str | None = None
+    by_value: tuple[tuple[Any, Any], ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SegmentSpec:
+    """An input modality the flows take (a `match` arm that does not `fail`, or a
+    ``request.has(M)`` test), and the segment fields they may read from it (``seg.goal``)."""
+
+    modality: str
+    fields: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -97,7 +151,13 @@ class ConductorSpec:
     options: tuple[OptionSpec, ...] = ()
     params: tuple[tuple[str, Any], ...] = ()  # effective param values
     placed: tuple[str, ...] = ()  # nodes placed on some rank (extern flows may ask)
+    # the input modalities the flows take; ``any_segment``: some flow takes segments of any
+    # modality (a `for` body that reads the segment outside a `match`, a `_` arm that does not
+    # `fail`, an extern flow), or the plan does not say (a hand-written spec)
+    segments: tuple[SegmentSpec, ...] = ()
+    any_segment: bool = True
     max_concurrent_requests: int = 1
+    kv_budgets: tuple[KvBudget, ...] = ()  # every KV pool, for admission by pages
     kv_cache: KvCacheSpec = KvCacheSpec()
     batching: BatchingSpec = BatchingSpec()
     attention: AttentionSpec = AttentionSpec()
@@ -108,8 +168,21 @@ class ConductorSpec:
     def flow(self, name: str) -> FlowSpec | None:
         return next((f for f in self.flows if f.name == name), None)
 
-    def option_defaults(self) -> dict[str, Any]:
-        return {o.name: o.default for o in self.options}
+    def emits(self) -> tuple[str, ...]:
+        """Every modality some walk emits, in walk order (what a request may want)."""
+        return tuple(dict.fromkeys(m for w in self.walks for m in w.emits))
+
+    def option_defaults(self, given: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """Every option's default for a request that sets ``given``: a per-mode default
+        follows its selector's value (the request's, else the selector's own default)."""
+        values = {o.name: o.default for o in self.options if o.default_by is None}
+        values.update(given or {})
+        out = {}
+        for o in self.options:
+            by = dict(o.by_value)
+            pick = values.get(o.default_by) if o.default_by is not None else None
+            out[o.name] = by.get(pick, o.default) if o.default_by is not None else o.default
+        return out
 
     def request(
         self,
@@ -119,5 +192,5 @@ class ConductorSpec:
     ) -> SimpleRequest:
         """A `SimpleRequest` with this model's option defaults."""
         return SimpleRequest(
-            tuple(segments), frozenset(outputs), dict(options or {}), self.option_defaults()
+            tuple(segments), frozenset(outputs), dict(options or {}), self.option_defaults(options)
         )

@@ -51,6 +51,7 @@ from typing import Any
 
 from wgc_runtime.contract.kinds import (
     AttentionKind,
+    CaptureBackend,
     CaptureScope,
     DestKind,
     Edge,
@@ -61,10 +62,12 @@ from wgc_runtime.contract.kinds import (
     SourceKind,
 )
 
-SPEC_VERSION = 2
+SPEC_VERSION = 5
 """The version of these records that generated modules and ``plan.json`` are written for."""
 
 ITEMSIZE = {"bool": 1, "u8": 1, "i32": 4, "i64": 8, "f16": 2, "bf16": 2, "f32": 4}
+# KV cache dtypes: the language's, plus the spellings placements (M*'s among them) use
+KV_ITEMSIZE = {**ITEMSIZE, "fp32": 4, "fp16": 2, "float16": 2, "bfloat16": 2}
 
 
 class SpecVersionError(RuntimeError):
@@ -279,6 +282,47 @@ class PieceSpec:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class KvPoolSpec:
+    """The paged KV cache of one kv-cache node on one rank, as the runtime allocates it
+    (`wgc_runtime.engines.kv_pool.PagedKVPool`): the placement's ``kv_cache:`` (page size,
+    pages, dtype) and the node's geometry from its config (``layers``, ``kv_heads``,
+    ``head_dim``; ``kv_heads`` is this rank's shard under tensor parallelism). The compiler's
+    memory estimate is exactly `nbytes`.
+
+    ``owner``: whose cache it is. A node's own (``owner`` is the node), or, for a
+    ``like X { label L }`` copy, X's: the copy reads X's label L. ``shared``: the copy runs on
+    X's only group (X runs no walk elsewhere, so the request's pages are always here), so it
+    reads X's pool on this rank (no pool of its own); otherwise its pool holds label L, copied
+    from X before each walk that reads it (`WalkSpec.kv_copies`).
+    ``tokens_per_request``: what one request may hold over all labels (the node's
+    ``config kv_tokens``, else the compiler's bound from the walks' static shapes and loop
+    ``max``es): admission promises `pages_per_request` before a request starts."""
+
+    owner: str
+    labels: tuple[str, ...]
+    layers: int
+    kv_heads: int
+    head_dim: int
+    page_size: int
+    pages: int
+    dtype: str
+    tokens_per_request: int
+    shared: bool = False
+
+    @property
+    def pages_per_request(self) -> int:
+        return -(-self.tokens_per_request // self.page_size)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the pool allocates (0 for a shared copy: it uses its owner's)."""
+        if self.shared:
+            return 0
+        per_token = 2 * self.layers * self.kv_heads * self.head_dim * KV_ITEMSIZE[self.dtype]
+        return self.pages * self.page_size * per_token
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class NodeSpec:
     """A node hosted on a rank group; ``impl`` is a ``module:Class`` path the worker imports.
     ``inputs`` / ``outputs``: the node's declared ports in declaration order (port ->
@@ -290,11 +334,16 @@ class NodeSpec:
     engine: Engine
     labels: tuple[str, ...] = ()
     config: tuple[tuple[str, Any], ...] = ()
-    ranks: tuple[int, ...] = ()  # the group (tensor parallel shards across it)
+    ranks: tuple[int, ...] = ()  # the group (tensor and sequence parallel shards across it)
     tp: int = 1
+    sp: int = 1  # sequence-parallel size (a group of ranks runs each call, like `tp`)
+    # the placement's `residency` (M*): `resident` (loaded once), `on_demand` or `reload`; the
+    # runtime keeps every node resident for now
+    residency: str = "resident"
     walks: tuple[str, ...] = ("*",)  # the walks it serves on this group; "*" = every walk
     inputs: tuple[tuple[str, TypeSpec | None], ...] = ()
     outputs: tuple[tuple[str, TypeSpec | None], ...] = ()
+    kv: KvPoolSpec | None = None  # a kv-cache node's cache on this rank
     source: str = ""
 
 
@@ -324,7 +373,9 @@ class StreamSpec:
 class CaptureSpec:
     """A shape-static unit the runtime may capture (a CUDA graph per batch bucket): a whole loop
     body on one rank (``loop``) or one node step (``call``). ``nodes``: the nodes its calls run;
-    ``ports``: ``"call#port"`` -> static type, inputs then outputs."""
+    ``ports``: ``"call#port"`` -> static type, inputs then outputs. ``shape``: for a unit whose
+    ports have shape-bucket dims (sized by options with a fixed set of values), the option
+    values this entry is for (one entry per bucket; empty: every request)."""
 
     walk: str
     rank: int
@@ -334,6 +385,7 @@ class CaptureSpec:
     nodes: tuple[str, ...] = ()
     ports: tuple[tuple[str, TypeSpec], ...] = ()
     buckets: tuple[int, ...] = ()
+    shape: tuple[tuple[str, Any], ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -365,6 +417,7 @@ class BatchingSpec:
 
     max_batch: int = 16
     capture: tuple[int, ...] = (1, 2, 4, 8, 16)
+    backend: CaptureBackend = CaptureBackend.AUTO
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from wgc.diagnostics.diagnostic import Span
 from wgc.ir import expr as E
 from wgc.ir import flow as F
+from wgc_runtime.contract.conductor import SegmentSpec
 from wgc_runtime.contract.kinds import FlowKind
 
 # ---------------------------------------------------------------- conditions
@@ -37,6 +38,24 @@ class OptionTest:
 
 
 @dataclass(frozen=True, slots=True)
+class OptionCompare:
+    """``option.NAME OP VALUE``: the request's option compared with a value."""
+
+    name: str
+    op: str
+    value: object
+
+
+@dataclass(frozen=True, slots=True)
+class CountTest:
+    """``request.count(m) OP N``: how many input segments have modality ``m``."""
+
+    modality: str
+    op: str
+    value: int
+
+
+@dataclass(frozen=True, slots=True)
 class NotCond:
     operand: Cond
 
@@ -48,7 +67,7 @@ class BoolCond:
     right: Cond
 
 
-Cond = RequestTest | OptionTest | NotCond | BoolCond
+Cond = RequestTest | OptionTest | OptionCompare | CountTest | NotCond | BoolCond
 Folded = Cond | bool  # a condition after `placed(...)` folding: a tree, or a constant
 
 
@@ -87,8 +106,9 @@ Count = Num | OptionNum | NegNum | BinNum
 @dataclass(frozen=True, slots=True)
 class ArgPlan:
     """``param = value`` of a walk call: ``kind`` is ``segment`` (the `for` variable ``name``),
-    ``field`` (field ``attr`` of segment variable ``name``), ``option`` (option ``name``) or
-    ``persisted`` (the channel ``name`` an earlier walk persisted)."""
+    ``field`` (field ``attr`` of segment variable ``name``), ``option`` (option ``name``),
+    ``first`` (the request's first segment of modality ``name``) or ``persisted`` (the channel
+    ``name`` an earlier walk persisted)."""
 
     param: str
     kind: str
@@ -139,6 +159,22 @@ class MatchPlan:
 
 
 @dataclass(frozen=True, slots=True)
+class OptionArmPlan:
+    values: tuple[object, ...]
+    default: bool  # the `_` arm
+    body: tuple[Stmt, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class OptionMatchPlan:
+    """`match option.NAME`: the first arm listing the request's value, else `_`."""
+
+    option: str
+    arms: tuple[OptionArmPlan, ...]
+    source: str
+
+
+@dataclass(frozen=True, slots=True)
 class IfPlan:
     """``notes``: what `placed(...)` folding decided for this condition (a comment)."""
 
@@ -149,7 +185,7 @@ class IfPlan:
     source: str
 
 
-Stmt = RunWalkPlan | FailPlan | ForPlan | RepeatPlan | MatchPlan | IfPlan
+Stmt = RunWalkPlan | FailPlan | ForPlan | RepeatPlan | MatchPlan | OptionMatchPlan | IfPlan
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,6 +258,11 @@ class FlowLowerer:
         if isinstance(s, F.Match):
             arms = tuple(ArmPlan(a.patterns, self.block(a.body, scope)) for a in s.arms)
             return MatchPlan(s.var, arms, where)
+        if isinstance(s, F.OptionMatch):
+            option_arms = tuple(
+                OptionArmPlan(a.values, a.default, self.block(a.body, scope)) for a in s.arms
+            )
+            return OptionMatchPlan(s.option, option_arms, where)
         then = self.block(s.then, scope)
         else_ = self.block(s.else_, scope) if s.else_ is not None else None
         return IfPlan(fold(s.cond, self.placed), then, else_, self.notes(s.cond), where)
@@ -231,6 +272,8 @@ class FlowLowerer:
             return ArgPlan(a.param, "option", a.name)
         if a.kind is F.ArgKind.SEGMENT_FIELD:
             return ArgPlan(a.param, "field", a.name, a.attr or "")
+        if a.kind is F.ArgKind.FIRST:
+            return ArgPlan(a.param, "first", a.name)
         if a.name in scope:
             return ArgPlan(a.param, "segment", a.name)
         return ArgPlan(a.param, "persisted", a.name)
@@ -268,6 +311,10 @@ def fold(cond: F.Cond, placed: frozenset[str]) -> Folded:
         return RequestTest(cond.pred, cond.modality)
     if isinstance(cond, F.OptionCond):
         return OptionTest(cond.name)
+    if isinstance(cond, F.OptionCmp):
+        return OptionCompare(cond.name, cond.op, cond.value)
+    if isinstance(cond, F.CountCmp):
+        return CountTest(cond.modality, cond.op, cond.value or 0)
     if isinstance(cond, F.Not):
         inner = fold(cond.operand, placed)
         return (not inner) if isinstance(inner, bool) else NotCond(inner)
@@ -286,3 +333,70 @@ def and_(left: Folded, right: Folded) -> Folded:
     if isinstance(right, bool):
         return left if right else False
     return BoolCond("and", left, right)
+
+
+# ---------------------------------------------------------------- what the flows take
+
+
+def taken_segments(flows: tuple[FlowPlan, ...]) -> tuple[tuple[SegmentSpec, ...], bool]:
+    """The input modalities the flows take, with the segment fields they read from each, and
+    whether some flow takes segments of any modality (the door's record, `SegmentSpec`).
+
+    A `match` arm takes its modalities unless it `fail`s; ``request.has(M)`` (or a count of M,
+    or the first segment of M) takes M; a `for` variable read outside a `match` (passed to a
+    walk, or its field), a `_` arm that does not fail, and an extern flow take any modality.
+    Statements are walked by their blocks (``body``, ``then``, ``else_``, ``arms``), so every
+    kind of statement is seen."""
+    taken: dict[str, dict[str, None]] = {}
+    open_ = [False]
+
+    def cond(c: object) -> None:
+        if c is None or isinstance(c, bool):
+            return
+        modality = getattr(c, "modality", None)
+        if isinstance(modality, str) and getattr(c, "pred", "has") == "has":
+            taken.setdefault(modality, {})  # `request.has(m)`, a count of m
+        for part in ("operand", "left", "right"):
+            cond(getattr(c, part, None))
+
+    def arg(a: ArgPlan, bound: dict[str, tuple[str, ...] | None]) -> None:
+        if a.kind == "first":
+            taken.setdefault(a.name, {})
+        if a.kind not in ("segment", "field") or a.name not in bound:
+            return
+        mods = bound[a.name]
+        if mods is None:
+            open_[0] = True
+            return
+        for m in mods:
+            fields = taken.setdefault(m, {})
+            if a.kind == "field" and a.attr:
+                fields[a.attr] = None
+
+    def visit(body: tuple[object, ...], bound: dict[str, tuple[str, ...] | None]) -> None:
+        for s in body:
+            if isinstance(s, RunWalkPlan):
+                for a in s.args:
+                    arg(a, bound)
+            elif isinstance(s, MatchPlan):
+                for a in s.arms:
+                    if any(isinstance(x, FailPlan) for x in a.body):
+                        continue
+                    if a.patterns == ("_",):
+                        open_[0] = True
+                    visit(a.body, {**bound, s.var: None if a.patterns == ("_",) else a.patterns})
+            else:
+                inner = {**bound, s.var: None} if isinstance(s, ForPlan) else bound
+                cond(getattr(s, "cond", None))
+                for block in ("body", "then", "else_"):
+                    visit(getattr(s, block, None) or (), inner)
+                for a in getattr(s, "arms", ()):
+                    visit(a.body, inner)
+
+    for f in flows:
+        if f.kind is FlowKind.EXTERN:
+            open_[0] = True
+        cond(f.when)
+        visit(f.body, {})
+    segments = tuple(SegmentSpec(modality=m, fields=tuple(fs)) for m, fs in taken.items())
+    return segments, open_[0]

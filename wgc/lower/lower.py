@@ -21,15 +21,17 @@ from pathlib import Path
 from wgc.diagnostics.diagnostic import Span
 from wgc.ir.expr import Value
 from wgc.ir.model import Model
+from wgc.ir.walk import EndKind, Walk
 from wgc.lower import capture, handoffs, memory, routes, streams
+from wgc.lower import kv as kv_plan
 from wgc.lower.assign import Assignment
-from wgc.lower.flowplan import FlowLowerer
+from wgc.lower.flowplan import FlowLowerer, taken_segments
 from wgc.lower.params import effective
 from wgc.lower.pieces import LoweredWalk, WalkLowerer
 from wgc.lower.plan import Plan, Route, SourceFile, Transfer
 from wgc.placement.model import Placement
 from wgc_runtime.contract.conductor import OptionSpec, WalkSpec
-from wgc_runtime.contract.kinds import AttentionKind, OptionType
+from wgc_runtime.contract.kinds import AttentionKind, CaptureBackend, OptionType
 from wgc_runtime.contract.spec import (
     AttentionSpec,
     BatchingSpec,
@@ -44,13 +46,23 @@ def _source(span: Span) -> str:
     return f"{Path(span.file).name}:{span.line}"
 
 
+def emitted(walk: Walk) -> tuple[str, ...]:
+    """The modalities ``walk`` emits (`emit ... as M`), in source order."""
+    ends = (e.dst for e in walk.edges)
+    return tuple(dict.fromkeys(d.name for d in ends if d.kind is EndKind.CLIENT and d.name))
+
+
 def settings(placement: Placement) -> tuple[KvCacheSpec, BatchingSpec, AttentionSpec]:
     """The placement's serving settings as the contract's typed records."""
     kv = placement.kv_cache
     buckets = tuple(sorted({b for b in placement.batching.capture if b > 0}))
     return (
         KvCacheSpec(page_size=kv.page_size, pages=kv.pages, dtype=kv.dtype),
-        BatchingSpec(max_batch=placement.batching.max_batch, capture=buckets),
+        BatchingSpec(
+            max_batch=placement.batching.max_batch,
+            capture=buckets,
+            backend=CaptureBackend(placement.batching.backend),
+        ),
         AttentionSpec(backend=AttentionKind(placement.attention)),
     )
 
@@ -81,22 +93,36 @@ def lower(
     ]
 
     kv_cache, batching, attention = settings(placement)
+    shapes = capture.bucket_dims(model)  # shape-bucket dims: one capture entry per bucket
     pieces: dict[int, list[PieceSpec]] = {}
     caps: dict[int, list[CaptureSpec]] = {}
     route_rows: list[Route] = []
     hops: list[Transfer] = []
     walk_specs: list[WalkSpec] = []
     kv = handoffs.kv_groups(model, assign, lowered)
+    node_specs = kv_plan.with_pools(model, assign.node_plans(_source), kv_cache)
+    pools = {n.name: n.kv for specs in node_specs.values() for n in specs if n.kv is not None}
+    shared = {name for name, pool in pools.items() if pool.shared}
+    walk_groups = {
+        lw.walk.name: {
+            c.node: tuple(g.ranks)
+            for c in lw.walk.calls
+            if (g := assign.group(lw.walk.name, c.node)) is not None
+        }
+        for lw in lowered
+    }
+    kv_copies = kv_plan.copies(model, walk_groups, shared)
     for lw in lowered:
         src = _source(lw.walk.span)
         ranks = lw.ranks()
         for r in ranks:
             pieces.setdefault(r, []).append(lw.piece(r, src))
-        for c in capture.captures(lw, batching.capture):
+        for c in capture.captures(lw, batching.capture, shapes):
             caps.setdefault(c.rank, []).append(c)
         route_rows.extend(routes.routes(lw))
-        hops.extend(routes.transfers(lw))
         name = lw.walk.name
+        hops.extend(kv_plan.copy_transfers(name, kv_copies.get(name, ()), pools))
+        hops.extend(routes.transfers(lw, shapes))
         walk_specs.append(
             WalkSpec(
                 name=name,
@@ -106,12 +132,13 @@ def lower(
                 persists=lw.persists,
                 handoffs=handoffs.walk_handoffs(kv, name),
                 kv_groups=handoffs.walk_kv_groups(kv, name),
+                emits=emitted(lw.walk),
+                kv_copies=kv_copies.get(name, ()),
                 source=src,
             )
         )
 
     stream_specs = streams.stream_plans(model, node_calls, owners, _source)
-    node_specs = assign.node_plans(_source)
     node_pos = {n.name: i for i, n in enumerate(model.nodes)}
     world = max(
         [placement.world_size]
@@ -136,7 +163,7 @@ def lower(
                 pieces=tuple(pieces.get(r, [])),
                 streams=tuple(owned),
                 captures=tuple(rcaps),
-                memory=memory.estimate(model, nodes, rcaps, owned, kv_cache),
+                memory=memory.estimate(nodes, rcaps, owned),
                 kv_cache=kv_cache,
                 batching=batching,
                 attention=attention,
@@ -152,18 +179,31 @@ def lower(
         options={o.name: o.type for o in model.options},
         source=_source,
     )
+    flow_plans = tuple(flows.flow(f) for f in model.flows)
+    hops += routes.persisted_transfers(walk_specs, flow_plans, shapes)
+    hops += routes.state_transfers(walk_specs)
+    segments, any_segment = taken_segments(flow_plans)
     return Plan(
         model=model.name,
         placement=placement.name,
         sources=tuple(sources),
         params=values,
         options=tuple(
-            OptionSpec(name=o.name, type=OptionType(o.type), default=o.default)
+            OptionSpec(
+                name=o.name,
+                type=OptionType(o.type),
+                default=o.default,
+                choices=o.choices,
+                default_by=o.default_by,
+                by_value=o.by_value,
+            )
             for o in model.options
         ),
         ranks=tuple(rank_specs),
         walks=tuple(walk_specs),
-        flows=tuple(flows.flow(f) for f in model.flows),
+        flows=flow_plans,
+        segments=segments,
+        any_segment=any_segment,
         streams=tuple(stream_specs),
         routes=tuple(route_rows),
         transfers=tuple(hops),
@@ -172,4 +212,5 @@ def lower(
         batching=batching,
         attention=attention,
         max_concurrent_requests=placement.max_concurrent_requests,
+        kv_budgets=kv_plan.budgets(n for r in rank_specs for n in r.nodes),
     )

@@ -528,7 +528,13 @@ class WalkLowerer:
                     dests.append(d)
             ranks = _call_ranks(dests)
             out.append(
-                WalkInputSpec(name=inp.name, optional=inp.optional, ranks=ranks, dests=tuple(dests))
+                WalkInputSpec(
+                    name=inp.name,
+                    optional=inp.optional,
+                    ranks=ranks,
+                    dests=tuple(dests),
+                    type=type_spec(inp.type),
+                )
             )
         return tuple(out)
 

@@ -21,8 +21,7 @@ from enum import Enum
 
 from wgc.lower import flowplan
 from wgc.lower.flowplan import FlowPlan
-from wgc_runtime.contract.conductor import OptionSpec, WalkSpec
-from wgc_runtime.contract.kinds import Edge
+from wgc_runtime.contract.conductor import KvBudget, OptionSpec, SegmentSpec, WalkSpec
 from wgc_runtime.contract.spec import (
     SPEC_VERSION,
     AttentionSpec,
@@ -60,12 +59,12 @@ class Transfer:
     channel: str
     src_rank: int
     dst_rank: int
-    edge: Edge
+    edge: str  # an `Edge`, or "kv_copy" (a KV label copied before the walk)
     per: str  # "request" | "iteration"
     loop: str | None
     nbytes: int | None
     call: int | None = None  # the producing call
-    port: str | None = None
+    port: str | None = None  # for a "kv_copy": the node that owns the cache
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +94,9 @@ class Plan:
     batching: BatchingSpec
     attention: AttentionSpec
     max_concurrent_requests: int
+    segments: tuple[SegmentSpec, ...] = ()  # the input modalities the flows take
+    any_segment: bool = True  # some flow takes segments of any modality
+    kv_budgets: tuple[KvBudget, ...] = ()  # every KV pool, for admission by pages
     version: int = SPEC_VERSION
 
     @property
