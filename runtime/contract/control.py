@@ -19,9 +19,9 @@ message                from -> to                 meaning
 `ArenaFree`            any -> arena block owner   the receiver is done with these blocks
 =====================  =========================  ==============================================
 
-Client protocol (a ``DEALER`` client and the conductor's ``ROUTER``): `Submit`, `Cancel` and
-`Ping` in; `Accepted`, `Output`, `Alive`, `Finished` and `Pong` out (`Output` and `Finished` are
-the core messages of the same names).
+Client protocol (a ``DEALER`` client and the conductor's ``ROUTER``): `Submit`, `Cancel`,
+`Ping` and `GetStats` in; `Accepted`, `Output`, `Alive`, `Finished`, `Pong`, `Stats` and
+`WalkTrace` out (`Output` and `Finished` are the core messages of the same names).
 """
 
 from __future__ import annotations
@@ -99,12 +99,15 @@ class InputSegment(Message, frozen=True, tag=60):
 
 
 class Submit(Message, frozen=True, tag=61):
-    """Run a request: its input segments in order, the wanted output modalities, options."""
+    """Run a request: its input segments in order, the wanted output modalities, options;
+    ``seed``: what its nodes seed from (default: its id); ``trace``: send `WalkTrace`s."""
 
     request: str
     inputs: tuple[InputSegment, ...] = ()
     want: tuple[str, ...] = ()
     options: dict[str, Any] = msgspec.field(default_factory=dict)
+    seed: int | None = None
+    trace: bool = False
 
 
 class Cancel(Message, frozen=True, tag=62):
@@ -132,7 +135,33 @@ class Pong(Message, frozen=True, tag=66):
     pass
 
 
+class GetStats(Message, frozen=True, tag=67):
+    """Ask for the conductor's `Stats`."""
+
+
+class Stats(Message, frozen=True, tag=68):
+    """The conductor's counters: requests running and queued, requests ended per outcome
+    (``ok`` or a `FailKind`), and per walk its latency histogram: (walk, cumulative counts per
+    bucket of ``buckets`` then +Inf, sum of seconds, count)."""
+
+    running: int
+    queued: int
+    buckets: tuple[float, ...]
+    outcomes: tuple[tuple[str, int], ...] = ()
+    walks: tuple[tuple[str, tuple[int, ...], float, int], ...] = ()
+
+
+class WalkTrace(Message, frozen=True, tag=69):
+    """A walk of a traced request started (``done`` false) or finished after ``seconds``."""
+
+    request: str
+    flow: str
+    walk: str
+    done: bool
+    seconds: float = 0.0
+
+
 LAUNCHER = (Hello, Peers, Progress, Ready, StartFailed, Shutdown, RankDied, ArenaFree)
 INBOX = (*CORE, *LAUNCHER)  # what a rank's or the conductor's inbox accepts
-CLIENT_IN = (Submit, Cancel, Ping)  # what the conductor's client port accepts
-CLIENT_OUT = (Accepted, Output, Alive, Finished, Pong)  # what a client accepts
+CLIENT_IN = (Submit, Cancel, Ping, GetStats)  # what the conductor's client port accepts
+CLIENT_OUT = (Accepted, Output, Alive, Finished, Pong, Stats, WalkTrace)  # what a client accepts

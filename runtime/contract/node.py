@@ -19,16 +19,29 @@ Contract:
   (`check_outputs`). The runtime checks every call and fails the request with a
   `NodeOutputError` naming node, port, expected and actual type.
 * Per-request state lives in `CallContext.state`, a dict the runtime keeps per (request, node)
-  for the whole request and drops when it ends (then it calls `release(request_id)`). `kv_cache`
-  nodes keep their per-request cache there until the paged KV engine exists.
+  for the whole request and drops when it ends (then it calls `release(request_id)`).
+* **A `kv_cache` node's cache is the runtime's** (`CallContext.kv`, a `KvCache`): the
+  request's sequences, one per label, in the rank's paged pool for the node (sized by the
+  placement's ``kv_cache:`` and the node's ``config layers / kv_heads / head_dim``). A call
+  appends its tokens' keys and values (`KvCache.append`), reads them back
+  (`KvCache.keys_values`), attends over them (`KvCache.attend`, the paged-attention function
+  of the placement's backend, computed on the CPU with torch), forks a label into another
+  (copy on branch) or drops one. The pages are freed when the request ends, fails, is
+  cancelled or passes its deadline. A ``like X { label L }`` copy reads X's label L (its
+  handle is read-only): in X's pool when both run on one rank group, else in a copy the
+  runtime makes before each walk that reads it. Engines that batch requests themselves (a
+  decoder's continuous batching) take the pool and the request's key from the handle.
 * When a placement runs a kv-cache node's walks on different rank groups (prefill on one,
-  decode on another), the request's state moves between them: `export_state` on the old rank
-  turns it into named tensors (which travel like any port value), `import_state` on the new one
-  takes them, before the next walk of the node starts there. The defaults move the
-  `CallContext.state` dict (tensors, ints, floats and bools); a node keeping state elsewhere
-  overrides both.
+  decode on another), the request's state moves between them: its KV pages (every label) and
+  what `export_state` turns the rest into (named tensors, which travel like any port value;
+  `import_state` takes them on the new group), before the next walk of the node starts there.
+  The defaults move the `CallContext.state` dict (tensors, ints, floats and bools); a node
+  keeping state elsewhere overrides both.
 * A stream-fed input port comes with a `ChunkInfo` in `CallContext.chunks[port]`: chunk index,
   valid rows on dim 0 (the rest is padding), and whether it is the stream's final chunk.
+* A call the plan lists as capturable (a static loop body's step) runs as a captured unit when
+  the node offers one (`Node.static_step`, `wgc_runtime.contract.capture`): batched, padded to
+  a bucket, recorded once per bucket. It must compute what `forward` computes.
 * Nodes are deterministic given their inputs and context (seed any sampling from
   `CallContext.seed()`), so the reference interpreter and the compiled runtime agree exactly.
 
@@ -38,12 +51,13 @@ This module needs torch and nothing else; it never imports the compiler.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
+from wgc_runtime.contract.capture import CapturedCall, StaticStep
 from wgc_runtime.contract.kinds import Engine
 from wgc_runtime.contract.spec import AttentionSpec, BatchingSpec, CaptureSpec, KvCacheSpec
 
@@ -59,6 +73,10 @@ DTYPES: dict[str, torch.dtype] = {
 DTYPE_NAMES: dict[torch.dtype, str] = {v: k for k, v in DTYPES.items()}
 
 Dims = tuple[int | str, ...]
+
+SEED_OPTION = "wgc.seed"
+"""The request option carrying a request's seed (``wgc run --seed``, ``"seed"`` over HTTP): the
+entry points set it, `CallContext.seed` reads it; no declared option can have this name."""
 
 
 def type_parts(t: Any) -> tuple[str, Dims]:
@@ -130,6 +148,63 @@ class NodeContext:
     attention: AttentionSpec = AttentionSpec()
 
 
+class KvCache(Protocol):
+    """A request's KV cache of one kv-cache node, as a call sees it (`CallContext.kv`).
+
+    Keys and values are ``[layers, tokens, kv_heads, head_dim]`` (``kv_heads`` and
+    ``head_dim`` of the node's pool); ``label`` defaults to the node's first label (``main``
+    for a node that declares none; a copy's own label)."""
+
+    labels: tuple[str, ...]
+    layers: int
+    kv_heads: int
+    head_dim: int
+    writable: bool
+    # for engines that batch requests themselves (a decoder over the paged pool): the rank's
+    # pool (`wgc_runtime.engines.kv_pool.PagedKVPool`) and this request's key in it
+    pool: Any
+    request: Hashable
+
+    def length(self, label: str | None = None) -> int:
+        """Tokens in ``label``'s sequence (0 before the first append)."""
+        ...
+
+    def append(self, k: torch.Tensor, v: torch.Tensor, label: str | None = None) -> None:
+        """Append ``tokens`` positions to ``label``'s sequence (pages are allocated as
+        needed; a full pool fails the request with the pool's numbers)."""
+        ...
+
+    def keys_values(
+        self, layer: int = 0, label: str | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(K, V)`` of ``label``'s sequence in ``layer``, each ``[length, kv_heads,
+        head_dim]`` (a copy)."""
+        ...
+
+    def attend(
+        self, q: torch.Tensor, layer: int = 0, label: str | None = None, *, causal: bool = True
+    ) -> torch.Tensor:
+        """Attention of ``q`` (``[tokens, heads, head_dim]``: the last ``tokens`` positions
+        of the sequence, or new queries with ``causal=False``) over ``label``'s keys and values
+        in ``layer``; ``[tokens, heads, head_dim]``. ``heads`` is a multiple of ``kv_heads``
+        (grouped-query attention)."""
+        ...
+
+    def fork(self, src: str, dst: str) -> None:
+        """Make ``dst`` a snapshot of ``src`` (copy on branch: full pages are shared)."""
+        ...
+
+    def backend(self, heads: int) -> Any:
+        """The placement's paged-attention backend over the pool for ``heads`` query heads
+        (`wgc_runtime.engines.attention.base.AttentionBackend`: ``plan``, then ``forward`` per
+        layer)."""
+        ...
+
+    def drop(self, label: str) -> None:
+        """Free ``label``'s pages."""
+        ...
+
+
 @dataclass(slots=True, kw_only=True)
 class CallContext:
     """One request's call of a node.
@@ -151,18 +226,25 @@ class CallContext:
     chunks: Mapping[str, ChunkInfo] = field(default_factory=dict)
     reads: frozenset[str] = frozenset()
     writes: frozenset[str] = frozenset()
+    kv: KvCache | None = None  # a kv-cache node's cache for this request (see `KvCache`)
 
     def seed(self, salt: str = "") -> int:
         """A deterministic 63-bit seed from the request, walk, call, iteration and ``salt``."""
-        key = f"{self.request_id}|{self.walk}|{self.call}|{self.iteration}|{salt}"
+        key = f"{self._seed_base()}|{self.walk}|{self.call}|{self.iteration}|{salt}"
         return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest()) >> 1
 
     def request_seed(self, salt: str = "") -> int:
         """A deterministic seed from the request and ``salt`` only: every call (and every node)
         that asks with the same salt gets the same seed (e.g. the starting noise of a denoising
         loop that several nodes must agree on)."""
-        key = f"{self.request_id}|{salt}"
+        key = f"{self._seed_base()}|{salt}"
         return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest()) >> 1
+
+    def _seed_base(self) -> str:
+        """What the seeds derive from: the request's seed (`SEED_OPTION`) when it was given
+        one, else its id (so requests with one seed compute the same, whatever their ids)."""
+        seed = self.options.get(SEED_OPTION)
+        return self.request_id if seed is None else str(seed)
 
     def generator(self, salt: str = "", per_call: bool = True) -> torch.Generator:
         """A torch generator seeded by `seed` (``per_call``) or `request_seed`."""
@@ -200,6 +282,11 @@ class Node:
 
     def release(self, request_id: str) -> None:
         """The request ended; drop anything held for it outside `CallContext.state`."""
+
+    def static_step(self, call: CapturedCall) -> StaticStep | None:
+        """The call as a shape-static unit the runtime may capture
+        (`wgc_runtime.contract.capture`), or None (the default): the call runs `forward`."""
+        return None
 
     def export_state(self, request_id: str, kept: dict[str, Any]) -> dict[str, torch.Tensor]:
         """The request's state of this node as named tensors, to move it to another rank group

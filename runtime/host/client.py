@@ -1,4 +1,4 @@
-"""A small Python client for a conductor started with ``wgc run --serve``.
+"""A small Python client for a conductor started with ``wgc serve`` (its client address).
 
     from wgc_runtime.host.client import Client
     with Client("tcp://127.0.0.1:5555") as client:
@@ -183,16 +183,20 @@ class Client:
         options: Mapping[str, Any] | None = None,
         deadline: float | None = None,
         request_id: str | None = None,
+        seed: int | None = None,
     ) -> Stream:
         """Send a request; iterate the returned `Stream` for its outputs. ``request_id``
-        (default: a fresh one) must be unique among this conductor's live requests; nodes seed
-        their randomness from it."""
+        (default: a fresh one) must be unique among this conductor's live requests (an ended
+        request's id may be reused); nodes seed their randomness from ``seed``, else from the
+        id. A request the conductor refuses at the door raises `RequestFailed` with kind
+        ``rejected`` and every problem in its message."""
         rid = request_id or f"{self._prefix}-{next(self._ids)}"
         msg = c.Submit(
             rid,
             tuple(segment_wire(s) for s in inputs),
             tuple(sorted(set(want))),
             {str(k): _plain(v) for k, v in (options or {}).items()},
+            seed,
         )
         stream = Stream(self, rid, None if deadline is None else time.monotonic() + deadline)
         self.streams[rid] = stream

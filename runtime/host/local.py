@@ -5,7 +5,9 @@
 It is deterministic (drain every queued message, then let each rank run one batch, in rank
 order, and repeat), so tests compare it exactly with the reference interpreter. When nothing is
 queued, no rank has work and requests are still running, they can never progress: they end with
-a ``deadlock`` error naming what each flow waits for (never a hang).
+a ``deadlock`` error naming what each flow waits for (never a hang). `submit` checks a request at
+the door first, like the conductor process (`wgc_runtime.host.admission`): a refused request's
+handle is done at once with a ``rejected`` error listing every problem.
 
     cluster = LocalCluster("generated/bagel/cpu-3rank")
     handle = cluster.submit(cluster.request([Segment("text", "a cat")], outputs=["image"]))
@@ -23,14 +25,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from msgspec.structs import replace
+
 from wgc_runtime.contract.conductor import ConductorSpec
 from wgc_runtime.contract.flow import Request, Segment, SimpleRequest
+from wgc_runtime.contract.kinds import FailKind
 from wgc_runtime.contract.messages import CLIENT, CONDUCTOR, Finished, Message, Output
 from wgc_runtime.contract.node import Node
 from wgc_runtime.contract.spec import RankSpec
 from wgc_runtime.core.conductor import ConductorCore
+from wgc_runtime.core.conductor.door import describe
 from wgc_runtime.core.executor import RankExecutor
-from wgc_runtime.host.loading import load_nodes, load_plan
+from wgc_runtime.host.admission import RequestIds, admit
+from wgc_runtime.host.loading import load_nodes, load_plan, resolve_device
 
 NodesFactory = Callable[[RankSpec], Mapping[str, Node]]
 
@@ -90,7 +97,9 @@ class LocalCluster:
     ``source``: a generated folder (loaded with its spec version checked), or ``(ConductorSpec,
     [RankSpec, ...])``. ``nodes_factory`` builds each rank's nodes (default: import every
     `NodeSpec.impl`). ``max_batch`` defaults to each rank's ``batching.max_batch``.
-    ``conductor_options`` go to `ConductorCore` (timeouts, ``max_concurrent_requests``).
+    ``strict``: the door's strict checks (undeclared options, unknown wants; see
+    `wgc_runtime.core.conductor.door`). ``conductor_options`` go to `ConductorCore` (timeouts,
+    ``max_concurrent_requests``).
     """
 
     def __init__(
@@ -98,6 +107,7 @@ class LocalCluster:
         source: str | Path | tuple[ConductorSpec, Sequence[RankSpec]],
         nodes_factory: NodesFactory | None = None,
         max_batch: int | None = None,
+        strict: bool = False,
         **conductor_options: Any,
     ) -> None:
         if isinstance(source, tuple):
@@ -113,10 +123,15 @@ class LocalCluster:
                 factory(r),
                 self._send,
                 max_batch=max_batch if max_batch is not None else r.batching.max_batch,
+                device=resolve_device(r.device),
             )
             for r in ranks
         }
-        self.handles: dict[str, Handle] = {}
+        for ex in self.ranks.values():
+            ex.prepare_captures()
+        self.strict = strict
+        self.handles: dict[str, Handle] = {}  # by the id the cores see
+        self.ids = RequestIds()
         self._ids = itertools.count()
         self.log: list[tuple[int, Message]] | None = None  # set to a list to record traffic
 
@@ -129,14 +144,28 @@ class LocalCluster:
     ) -> SimpleRequest:
         return self.spec.request(segments, outputs, options)
 
-    def submit(self, request: Request, request_id: str | None = None) -> Handle:
+    def submit(
+        self, request: Request, request_id: str | None = None, *, seed: int | None = None
+    ) -> Handle:
+        """Run ``request`` (checked at the door first); ``seed``: what its nodes seed from
+        (default: its id). An id may be reused once its request ended."""
         rid = request_id if request_id is not None else f"request-{next(self._ids)}"
-        h = self.handles[rid] = Handle(self, rid)
-        self.conductor.submit(rid, request)
+        if self.ids.live(rid):
+            raise ValueError(f"request `{rid}` is already running")
+        h = Handle(self, rid)
+        request, problems = admit(self.spec, request, strict=self.strict, seed=seed)
+        if problems:
+            h.finished = Finished(rid, False, FailKind.REJECTED, describe(problems))
+            return h
+        internal = self.ids.open(rid)
+        self.handles[internal] = h
+        self.conductor.submit(internal, self.ids.seeded(request, internal))
         return h
 
     def cancel(self, request_id: str) -> None:
-        self.conductor.cancel(request_id)
+        internal = self.ids.internal(request_id)
+        if internal is not None:
+            self.conductor.cancel(internal)
 
     def run(self) -> None:
         """Run until every submitted request ended."""
@@ -187,4 +216,5 @@ class LocalCluster:
             meta = {"flow": msg.flow, "walk": msg.walk, "iters": msg.iters}
             h.outputs.append(OutputItem(msg.modality, msg.channel, msg.data, meta))
         elif isinstance(msg, Finished):
-            h.finished = msg
+            self.ids.close(msg.request)
+            h.finished = msg if msg.request == h.id else replace(msg, request=h.id)

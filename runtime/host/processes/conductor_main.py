@@ -10,6 +10,13 @@ core queues beyond ``max_concurrent_requests``), deliver rank messages, send wha
 client that asked), ``tick`` the core's deadlines and send every client an `Alive` for each of
 its live requests once a second (`wgc_runtime.host.client` fails a request that hears nothing).
 
+**At the door** (`wgc_runtime.host.admission`): a `Submit` is checked against the model first
+(`wgc_runtime.core.conductor.door`; ``strict`` in the boot config for `wgc run` and `wgc serve`)
+and refused with every problem (kind ``rejected``), seeded when it names a seed, and run under
+an internal id when its id was used before (an ended id may be reused). `GetStats` answers the
+counters of `wgc_runtime.core.conductor.stats` (walk latencies, outcomes, queue depth); a
+``trace`` request also gets a `WalkTrace` per walk start and finish.
+
 **A rank died** (`RankDied` from the launcher, which watches the processes): every running and
 queued request fails at once with "rank N died (...)" (kind ``internal``), and every later
 request is refused with the same message; the launcher then stops the run. Workers are not
@@ -23,13 +30,16 @@ import time
 import traceback
 from typing import Any
 
+import msgspec
 import zmq
 
 from wgc_runtime.contract import control as c
 from wgc_runtime.contract import messages as m
 from wgc_runtime.contract.flow import Segment
 from wgc_runtime.contract.kinds import FailKind
+from wgc_runtime.core.conductor.door import describe
 from wgc_runtime.host import loading
+from wgc_runtime.host.admission import RequestIds, admit
 from wgc_runtime.host.processes import child
 from wgc_runtime.host.processes.worker_main import batches, peer_of, run_profiled, wait_for_peers
 from wgc_runtime.host.transport.arena import Arena
@@ -48,13 +58,18 @@ class ConductorLoop:
 
     def __init__(self, plan_dir: str, mesh: Mesh, port: ClientPort, config: dict[str, Any]):
         from wgc_runtime.core.conductor import ConductorCore
+        from wgc_runtime.core.conductor.stats import ConductorStats
 
         self.spec = loading.load_conductor(plan_dir)
         self.mesh = mesh
         self.port = port
+        config = dict(config)
+        self.strict = bool(config.pop("strict", False))  # the door's (see `door`)
         self.core = ConductorCore(self.spec, self._outbox, **config)
+        self.stats = ConductorStats(self.spec, time.monotonic)
         self.out: list[tuple[int, m.Message]] = []
-        self.clients: dict[str, bytes] = {}  # request id -> client identity
+        self.clients: dict[str, bytes] = {}  # (internal) request id -> client identity
+        self.ids = RequestIds()
         self.dead: str | None = None
         self.running = True
         self._last_keepalive = 0.0
@@ -72,30 +87,60 @@ class ConductorLoop:
             self.port.send(ident, [c.Pong()])
         elif isinstance(msg, c.Submit):
             self._submit(ident, msg)
-        elif isinstance(msg, c.Cancel) and self.clients.get(msg.request) == ident:
-            self.core.cancel(msg.request)
+        elif isinstance(msg, c.Cancel):
+            internal = self.ids.internal(msg.request)
+            if internal is not None and self.clients.get(internal) == ident:
+                self.core.cancel(internal)
+        elif isinstance(msg, c.GetStats):
+            self.port.send(ident, [self._stats()])
 
     def _submit(self, ident: bytes, msg: c.Submit) -> None:
         rid = msg.request
 
         def refuse(kind: FailKind, message: str) -> None:
+            self.stats.ended(rid, kind)
             self.port.send(ident, [m.Finished(rid, False, kind, message)])
 
         if self.dead is not None:
             refuse(FailKind.INTERNAL, f"{self.dead}; the run is stopping")
             return
-        if not rid or rid in self.clients:
+        if not rid or self.ids.live(rid):
             refuse(FailKind.REJECTED, f"request id `{rid}` is empty or already in use")
             return
         try:
             segments = [segment_of(s) for s in msg.inputs]
             request = self.spec.request(segments, msg.want, msg.options)
-            self.core.submit(rid, request)
+            request, problems = admit(self.spec, request, strict=self.strict, seed=msg.seed)
         except Exception as exc:
             refuse(FailKind.REJECTED, f"bad request: {exc}")
             return
-        self.clients[rid] = ident
-        self.port.send(ident, [c.Accepted(rid, rid in self.core.queue)])
+        if problems:
+            refuse(FailKind.REJECTED, describe(problems))
+            return
+        internal = self.ids.open(rid)
+        self.clients[internal] = ident
+        if msg.trace:
+            self.stats.traced.add(internal)
+        try:
+            self.core.submit(internal, self.ids.seeded(request, internal))
+        except Exception as exc:
+            self.clients.pop(internal, None)
+            self.ids.close(internal)
+            refuse(FailKind.REJECTED, f"bad request: {exc}")
+            return
+        self.port.send(ident, [c.Accepted(rid, internal in self.core.queue)])
+
+    def _stats(self) -> c.Stats:
+        from wgc_runtime.core.conductor.stats import BUCKETS
+
+        walks = tuple((name, tuple(h.counts), h.total, h.n) for name, h in self.stats.walks.items())
+        return c.Stats(
+            len(self.core.active),
+            len(self.core.queue),
+            BUCKETS,
+            tuple(sorted(self.stats.outcomes.items())),
+            walks,
+        )
 
     # ---------------------------------------------------------------- ranks
 
@@ -105,6 +150,7 @@ class ConductorLoop:
         elif isinstance(msg, c.RankDied):
             self.rank_died(msg.reason or f"{msg.who} died")
         elif not isinstance(msg, c.LAUNCHER):
+            self.stats.received(msg)
             self.core.deliver(msg)
 
     def rank_died(self, reason: str) -> None:
@@ -125,15 +171,26 @@ class ConductorLoop:
             to_ranks = []
             to_clients: dict[bytes, list[m.Message]] = {}
             for to, msg in out:
+                self.stats.sent(msg)
                 if to == m.CLIENT:
-                    rid = getattr(msg, "request", "")
-                    ident = self.clients.get(rid)
+                    internal = getattr(msg, "request", "")
+                    ident = self.clients.get(internal)
+                    rid = self.ids.client(internal)
                     if isinstance(msg, m.Finished):
-                        self.clients.pop(rid, None)
+                        self.clients.pop(internal, None)
+                        self.ids.close(internal)
                     if ident is not None:
+                        if rid != internal:  # the client knows its own id
+                            msg = msgspec.structs.replace(msg, request=rid)
                         to_clients.setdefault(ident, []).append(msg)
                 else:
                     to_ranks.append((to, msg))
+            for ev in self.stats.take_events():
+                ident = self.clients.get(ev.request)
+                if ident is not None:
+                    rid = self.ids.client(ev.request)
+                    trace = c.WalkTrace(rid, ev.flow, ev.walk, ev.done, ev.seconds)
+                    to_clients.setdefault(ident, []).append(trace)
             for ident, msgs in to_clients.items():
                 self.port.send(ident, msgs)
             for to, msgs in batches(to_ranks).items() if to_ranks else ():
@@ -149,8 +206,8 @@ class ConductorLoop:
             return
         self._last_keepalive = now
         by_client: dict[bytes, list[m.Message]] = {}
-        for rid, ident in self.clients.items():
-            by_client.setdefault(ident, []).append(c.Alive(rid))
+        for internal, ident in self.clients.items():
+            by_client.setdefault(ident, []).append(c.Alive(self.ids.client(internal)))
         for ident, msgs in by_client.items():
             self.port.send(ident, msgs)
 

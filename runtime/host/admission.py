@@ -1,0 +1,102 @@
+"""What every entry point does to a request before a `ConductorCore` sees it.
+
+The conductor process (`processes.conductor_main`), `LocalCluster` and the HTTP server
+(`server`) share it, so they refuse and run the same requests:
+
+* `admit` checks the request at the door (`wgc_runtime.core.conductor.door`: every problem, or
+  none) and gives it its **seed**: a request may name one (``wgc run --seed``, ``"seed"`` over
+  HTTP); it travels as the option `SEED_OPTION`, which `CallContext.seed` reads in place of the
+  request id, so two requests with one seed compute the same.
+* `RequestIds` lets a client **reuse the id of an ended request**. The ranks remember ended ids
+  for a while (to drop late messages), so a reused id would be ignored there; the cores and the
+  ranks see a fresh internal id instead (``<id>~<n>``), whose seed stays the client's id. The
+  first use of an id runs under the id itself, so nodes and logs see what the client sent.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from wgc_runtime.contract.conductor import ConductorSpec
+from wgc_runtime.contract.flow import Request, SimpleRequest
+from wgc_runtime.contract.node import SEED_OPTION
+from wgc_runtime.core.conductor.door import Problem, check
+
+_I64 = 2**63
+
+
+def admit(
+    spec: ConductorSpec, request: Request, *, strict: bool, seed: Any = None
+) -> tuple[Request, list[Problem]]:
+    """``request`` checked at the door, with its seed set when it has one: (the request to
+    run, its problems)."""
+    problems = check(spec, request, strict=strict)
+    if seed is not None and (
+        not isinstance(seed, int) or isinstance(seed, bool) or not -_I64 <= seed < _I64
+    ):
+        problems.append(Problem("seed", f"a seed is a 64-bit integer, got `{seed!r}`"))
+    if seed is not None and not problems:
+        request = with_seed(request, seed)
+    return request, problems
+
+
+def with_seed(request: Request, seed: Any) -> Request:
+    """``request`` whose nodes seed from ``seed`` (a `SimpleRequest`; others are kept)."""
+    if not isinstance(request, SimpleRequest):
+        return request
+    options: Mapping[str, Any] = {**request.options, SEED_OPTION: seed}
+    return replace(request, options=options)
+
+
+class RequestIds:
+    """Client request ids and the ids the cores and ranks see (see the module docstring).
+
+    ``keep``: how many ids it remembers as used; the ranks forget ended ids sooner (4096), so
+    an id used longer ago than that runs under itself again, safely."""
+
+    def __init__(self, keep: int = 65_536) -> None:
+        self.keep = keep
+        self._used: OrderedDict[str, None] = OrderedDict()
+        self._live: dict[str, str] = {}  # client id -> internal id
+        self._client: dict[str, str] = {}  # internal id -> client id
+        self._n = itertools.count(1)
+
+    def live(self, rid: str) -> bool:
+        return rid in self._live
+
+    def open(self, rid: str) -> str:
+        """The internal id of a new request ``rid`` (not live)."""
+        internal = rid if rid not in self._used else f"{rid}~{next(self._n)}"
+        self._used[rid] = None
+        self._used.move_to_end(rid)
+        while len(self._used) > self.keep:
+            self._used.popitem(last=False)
+        self._live[rid] = internal
+        self._client[internal] = rid
+        return internal
+
+    def internal(self, rid: str) -> str | None:
+        """The internal id of live request ``rid``."""
+        return self._live.get(rid)
+
+    def client(self, internal: str) -> str:
+        return self._client.get(internal, internal)
+
+    def close(self, internal: str) -> None:
+        rid = self._client.pop(internal, None)
+        if rid is not None and self._live.get(rid) == internal:
+            del self._live[rid]
+
+    def seeded(self, request: Request, internal: str) -> Request:
+        """``request`` seeded as its client id when it runs under another id (and has no seed
+        of its own)."""
+        rid = self.client(internal)
+        if rid == internal or not isinstance(request, SimpleRequest):
+            return request
+        if SEED_OPTION in request.options:
+            return request
+        return with_seed(request, rid)
