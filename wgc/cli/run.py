@@ -13,8 +13,14 @@ streams to stdout (and ``<modality>.txt``), anything else to ``<modality>_NNN.np
 the request finished, 1 when it failed (the error names node, walk and message) or a worker
 died (the message names the rank; workers are not restarted).
 
-Server use: ``--serve`` starts the processes, prints the client address (for
-`wgc_runtime.host.client.Client`) and runs until Ctrl-C / SIGTERM, or exits 1 when a process dies.
+The request is checked at the door before any process starts (`wgc_runtime.core.conductor.door`,
+strict: an undeclared option, an unknown want or input modality, a missing segment field, a value
+a walk input cannot take: every problem is printed and the exit code is 1); ``--option`` values
+are read as the option's declared type (``true``/``false``/``1``/``0`` for a bool); without
+``--want`` every modality the model emits is wanted. ``--seed N`` seeds the nodes (default: the
+request id).
+
+Server use: ``--serve`` is `wgc serve` (the HTTP server, `wgc.cli.serve`) on its default address.
 
 ``--local`` runs the one-shot request in this process on `wgc_runtime.host.local.LocalCluster` (no
 sockets, no processes): handy for debugging.
@@ -22,7 +28,6 @@ sockets, no processes): handy for debugging.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import shutil
 import struct
@@ -37,6 +42,7 @@ from typing import Any
 
 import click
 
+from wgc.cli.door import at_the_door
 from wgc.cli.errors import EXIT_OK, EXIT_USER, UserError
 from wgc.config import Env
 
@@ -47,14 +53,14 @@ IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp")
 # ------------------------------------------------------------------------- the runtime
 
 
-def require_runtime() -> None:
+def require_runtime(command: str = "run") -> None:
     """`wgc run` needs the runtime's dependencies, which the core install leaves out."""
     for module in ("torch", "zmq", "msgspec", "numpy"):
         try:
             __import__(module)
         except ImportError:
             raise UserError(
-                f"`wgc run` needs the runtime, and `{module}` is not installed: "
+                f"`wgc {command}` needs the runtime, and `{module}` is not installed: "
                 "install it with `pip install 'wgc[runtime]'`"
             ) from None
 
@@ -390,15 +396,19 @@ def prepare(target: str, placement: str | None, sets: tuple[str, ...], keep: Pat
 
 
 def _stream_processes(
-    plan_dir: str, inputs, want, options, ready_timeout: float, deadline: float | None
+    plan_dir: str, inputs, want, options, ready_timeout: float, deadline: float | None, seed
 ) -> Iterator[Any]:
     from wgc_runtime.host.client import Client
     from wgc_runtime.host.processes.launcher import Cluster, terminate_as_interrupt
 
-    with terminate_as_interrupt(), Cluster(plan_dir, ready_timeout=ready_timeout) as cluster:
+    strict = {"strict": True}  # the door's (checked here already; the conductor checks again)
+    with (
+        terminate_as_interrupt(),
+        Cluster(plan_dir, ready_timeout=ready_timeout, config=strict) as cluster,
+    ):
         assert cluster.client_address is not None
         with Client(cluster.client_address) as client:
-            stream = client.submit(inputs, want, options, deadline)
+            stream = client.submit(inputs, want, options, deadline, seed=seed)
             try:
                 yield from stream
             except Exception:
@@ -409,7 +419,7 @@ def _stream_processes(
                 raise WorkerDied(str(cluster.failure))
 
 
-def _stream_local(plan_dir: str, inputs, want, options) -> Iterator[Any]:
+def _stream_local(plan_dir: str, inputs, want, options, seed) -> Iterator[Any]:
     from wgc_runtime.contract.flow import Segment
     from wgc_runtime.host.client import ErrorInfo, Output, RequestFailed
     from wgc_runtime.host.loading import ensure_import_root
@@ -417,9 +427,9 @@ def _stream_local(plan_dir: str, inputs, want, options) -> Iterator[Any]:
     ensure_import_root()
     from wgc_runtime.host.local import LocalCluster
 
-    cluster = LocalCluster(plan_dir)
+    cluster = LocalCluster(plan_dir, strict=True)
     segments = [Segment(m, d, tuple(f.items())) for m, d, f in inputs]
-    handle = cluster.submit(cluster.request(segments, want, options))
+    handle = cluster.submit(cluster.request(segments, want, options), seed=seed)
     for item in handle:
         meta = item.meta
         yield Output(
@@ -480,7 +490,8 @@ def _deployment_error() -> type[Exception]:
 @click.option("--want", "-w", multiple=True, metavar="MODALITY", help="An output modality.")
 @click.option("--option", "options", multiple=True, metavar="NAME=VALUE", help="A request option.")
 @click.option("-o", "--output", metavar="OUTDIR", help="Write emitted outputs here.")
-@click.option("--serve", is_flag=True, help="Keep running; print the client address.")
+@click.option("--serve", is_flag=True, help="Serve over HTTP instead: `wgc serve`.")
+@click.option("--seed", type=int, default=None, help="What the nodes seed from (default: the id).")
 @click.option("--local", is_flag=True, help="Run in this process (no sockets, no processes).")
 @click.option(
     "--plan-dir",
@@ -506,6 +517,7 @@ def run(
     options: tuple[str, ...],
     output: str | None,
     serve: bool,
+    seed: int | None,
     local: bool,
     plan_dir: str | None,
     ready_timeout: float,
@@ -518,15 +530,17 @@ def run(
         raise UserError("`--serve` takes requests from clients: give no --input or --local")
     if not serve and not inputs:
         raise UserError("give at least one `--input NAME=VALUE` (or `--serve`)")
+    if serve:
+        from wgc.cli.serve import require_serve, run_server
+
+        require_serve()
+        ctx = click.get_current_context()
+        ctx.exit(run_server(target, placement, sets, seed=seed, plan_dir=plan_dir))
     plan = prepare(target, placement, sets, Path(plan_dir) if plan_dir else None)
     temporary = plan != target and not plan_dir
     try:
         _check_plan(plan)
-        code = (
-            _serve(plan, ready_timeout)
-            if serve
-            else _one_shot(plan, inputs, want, options, output, local, ready_timeout, timeout)
-        )
+        code = _one_shot(plan, inputs, want, options, output, local, ready_timeout, timeout, seed)
     finally:
         if temporary:
             shutil.rmtree(plan, ignore_errors=True)
@@ -542,20 +556,22 @@ def _one_shot(
     local: bool,
     ready_timeout: float,
     timeout: float | None,
+    seed: int | None,
 ) -> int:
     from wgc_runtime.host.client import RequestFailed
 
     segments = [read_input(name, value) for name, value in _pairs(inputs, "--input")]
     opts = {name: parse_value(value) for name, value in _pairs(options, "--option")}
+    want, opts = at_the_door(plan, segments, want, opts, seed)
     writer = OutputWriter(Path(output) if output else None, sample_rates(plan))
     t0 = time.monotonic()
     n = 0
     code = EXIT_OK
     try:
         events = (
-            _stream_local(plan, segments, want, opts)
+            _stream_local(plan, segments, want, opts, seed)
             if local
-            else _stream_processes(plan, segments, want, opts, ready_timeout, timeout)
+            else _stream_processes(plan, segments, want, opts, ready_timeout, timeout, seed)
         )
         for out in events:
             writer.write(out.modality, out.value)
@@ -584,25 +600,3 @@ def _one_shot(
             err=True,
         )
     return code
-
-
-def _serve(plan: str, ready_timeout: float) -> int:
-    from wgc_runtime.host.processes.launcher import Cluster, terminate_as_interrupt
-
-    try:
-        with terminate_as_interrupt(), Cluster(plan, ready_timeout=ready_timeout) as cluster:
-            click.echo(f"wgc: serving; client address: {cluster.client_address}", err=True)
-            click.echo(cluster.client_address)
-            with contextlib.suppress(BrokenPipeError):
-                sys.stdout.flush()
-            died = cluster.wait()
-            if died is not None:
-                time.sleep(1.0)  # let the conductor fail the in-flight requests first
-                click.echo(f"error: {died}; stopping (workers are not restarted)", err=True)
-                return EXIT_USER
-    except KeyboardInterrupt:
-        click.echo("wgc: stopped", err=True)
-    except _deployment_error() as exc:
-        click.echo(f"error: {exc}", err=True)
-        return EXIT_USER
-    return EXIT_OK

@@ -1,0 +1,189 @@
+"""The server's connection to the conductor: one asyncio ``DEALER`` socket for every request.
+
+The same client protocol as `wgc_runtime.host.client` (`Submit`, `Cancel`, `Ping`, `GetStats`
+out; `Accepted`, `Output`, `Alive`, `Finished`, `Pong`, `Stats`, `WalkTrace` in), multiplexed:
+a reader task hands each message to the `Pending` of its request (an `asyncio.Queue` the
+request's handler reads) or to whoever waits for a `Pong` / `Stats`. When the connection drops
+(the conductor died) every pending request finishes with an ``internal`` error at once.
+`cancel` never awaits, so a handler can call it while it is being cancelled itself (a client
+that disconnected).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import zmq
+import zmq.asyncio
+from zmq.utils.monitor import parse_monitor_message
+
+from wgc_runtime.contract import control as c
+from wgc_runtime.contract import messages as m
+from wgc_runtime.contract.kinds import FailKind
+from wgc_runtime.host.client import segment_wire
+from wgc_runtime.host.transport.codec import Codec, CodecError
+
+
+@dataclass(eq=False)
+class Pending:
+    """One request's messages from the conductor, in order; ``last_heard``: monotonic time of
+    the last message (an `Alive` counts)."""
+
+    rid: str
+    events: asyncio.Queue[m.Message] = field(default_factory=asyncio.Queue)
+    queued: bool = False
+    finished: m.Finished | None = None
+    last_heard: float = field(default_factory=time.monotonic)
+
+
+class Gateway:
+    """The connection (see the module docstring)."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self.ctx = zmq.asyncio.Context()
+        self.sock = self.ctx.socket(zmq.DEALER)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.setsockopt(zmq.IDENTITY, f"http-{os.getpid()}-{uuid.uuid4().hex[:8]}".encode())
+        self._monitor = self.sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+        self.sock.connect(address)
+        self.codec = Codec(c.CLIENT_OUT)
+        self.pending: dict[str, Pending] = {}
+        self.lost: str | None = None  # why the conductor is unreachable
+        self._pongs: list[asyncio.Future[None]] = []
+        self._stats: list[asyncio.Future[c.Stats]] = []
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def start(self) -> None:
+        """Start reading (call from the event loop that will use the gateway)."""
+        self._tasks = [asyncio.ensure_future(self._read()), asyncio.ensure_future(self._watch())]
+
+    async def close(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(BaseException):
+                await t
+        with contextlib.suppress(zmq.ZMQError):
+            self.sock.disable_monitor()
+        self._monitor.close(0)
+        self.sock.close(0)
+        self.ctx.term()
+
+    # ---------------------------------------------------------------- out
+
+    def submit(
+        self,
+        rid: str,
+        inputs: Iterable[Any],
+        want: Iterable[str],
+        options: Mapping[str, Any],
+        seed: int | None = None,
+        trace: bool = False,
+    ) -> Pending:
+        pending = self.pending[rid] = Pending(rid)
+        if self.lost is not None:
+            self._finish(pending, FailKind.INTERNAL, self.lost)
+            return pending
+        msg = c.Submit(
+            rid,
+            tuple(segment_wire(s) for s in inputs),
+            tuple(sorted(set(want))),
+            dict(options),
+            seed,
+            trace,
+        )
+        self._send(msg)
+        return pending
+
+    def cancel(self, rid: str) -> None:
+        if rid in self.pending and self.lost is None:
+            self._send(c.Cancel(rid))
+
+    async def ping(self, timeout: float = 2.0) -> bool:
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._pongs.append(fut)
+        self._send(c.Ping())
+        try:
+            await asyncio.wait_for(fut, timeout)
+            return True
+        except TimeoutError:
+            return False
+
+    async def stats(self, timeout: float = 2.0) -> c.Stats | None:
+        fut: asyncio.Future[c.Stats] = asyncio.get_running_loop().create_future()
+        self._stats.append(fut)
+        self._send(c.GetStats())
+        try:
+            return await asyncio.wait_for(fut, timeout)
+        except TimeoutError:
+            return None
+
+    def _send(self, msg: m.Message) -> None:
+        sent = self.sock.send_multipart(self.codec.encode([msg]), copy=False)
+        if isinstance(sent, asyncio.Future):  # may complete later: never leave an error unread
+            sent.add_done_callback(lambda f: f.cancelled() or f.exception())
+
+    # ---------------------------------------------------------------- in
+
+    async def _read(self) -> None:
+        while True:
+            frames = await self.sock.recv_multipart(copy=False)
+            try:
+                msgs = self.codec.decode(frames)
+            except CodecError:
+                continue  # not a reply the protocol knows: dropped
+            for msg in msgs:
+                self._dispatch(msg)
+
+    def _dispatch(self, msg: m.Message) -> None:
+        if isinstance(msg, c.Pong):
+            for fut in self._pongs:
+                if not fut.done():
+                    fut.set_result(None)
+            self._pongs.clear()
+            return
+        if isinstance(msg, c.Stats):
+            for fut in self._stats:
+                if not fut.done():
+                    fut.set_result(msg)
+            self._stats.clear()
+            return
+        pending = self.pending.get(getattr(msg, "request", ""))
+        if pending is None:
+            return
+        pending.last_heard = time.monotonic()
+        if isinstance(msg, c.Accepted):
+            pending.queued = msg.queued
+        elif isinstance(msg, m.Finished):
+            pending.finished = msg
+            del self.pending[pending.rid]
+            pending.events.put_nowait(msg)
+        elif isinstance(msg, m.Output | c.WalkTrace):
+            pending.events.put_nowait(msg)
+
+    async def _watch(self) -> None:
+        """The conductor's process is gone when the connection drops: fail everything."""
+        while True:
+            frames = await self._monitor.recv_multipart()
+            if parse_monitor_message(frames)["event"] != zmq.EVENT_DISCONNECTED:
+                continue
+            self.lost = (
+                f"lost the connection to the conductor at {self.address}: it stopped or "
+                "crashed, and the request cannot finish"
+            )
+            for pending in list(self.pending.values()):
+                self._finish(pending, FailKind.INTERNAL, self.lost)
+
+    def _finish(self, pending: Pending, kind: FailKind, message: str) -> None:
+        msg = m.Finished(pending.rid, False, kind, message)
+        pending.finished = msg
+        self.pending.pop(pending.rid, None)
+        pending.events.put_nowait(msg)

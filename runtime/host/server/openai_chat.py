@@ -1,0 +1,188 @@
+"""``POST /v1/chat/completions``, as the OpenAI clients call it.
+
+Every message's content becomes input segments in order: a text part (or a plain string) one
+``text`` segment (the stand-in byte tokenizer has no chat template, so roles are not marked), an
+``image_url`` part (a ``data:`` URL) one ``image`` segment, an ``input_audio`` part (base64 WAV)
+one ``audio`` segment with its ``sample_rate``; images are shaped for the walk input they feed
+(`calls.conform`). The model's ``text`` outputs are the reply; with ``modalities`` naming
+``audio`` (a model that emits audio: Qwen3-Omni) its ``audio`` outputs come too, as a WAV in
+``message.audio`` or, streamed, as base64 PCM16 chunks in ``delta.audio`` (as OpenAI streams
+audio). ``stream: true`` sends ``chat.completion.chunk`` events as server-sent events, then
+``[DONE]``. Sampling parameters (``temperature``, ``max_tokens`` ...) are accepted and ignored;
+``seed`` seeds the request, and ``options`` / ``deadline`` come through ``extra_body``.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+from sse_starlette.sse import EventSourceResponse
+
+from wgc_runtime.contract import messages as m
+from wgc_runtime.contract.flow import Segment
+from wgc_runtime.core.conductor.door import Problem
+from wgc_runtime.host.server.calls import Call, HttpError, Server, conform
+from wgc_runtime.host.server.media import (
+    MediaError,
+    TextDecoder,
+    decode_data_url,
+    decode_wav,
+    pcm16,
+    wav_bytes,
+)
+from wgc_runtime.host.server.model import CHAT
+from wgc_runtime.host.server.schemas import ChatRequest
+
+
+def _bad(field: str, why: str) -> HttpError:
+    return HttpError(400, f"{field}: {why}", code="rejected", problems=[Problem(field, why)])
+
+
+def chat_segments(body: ChatRequest) -> list[Segment]:
+    out: list[Segment] = []
+    for i, msg in enumerate(body.messages):
+        parts = [{"type": "text", "text": msg.content}] if isinstance(msg.content, str) else []
+        parts = parts if isinstance(msg.content, str) else list(msg.content or [])
+        for j, part in enumerate(parts):
+            where = f"messages[{i}].content[{j}]"
+            out.append(_part(part, where))
+    return out
+
+
+def _part(part: dict[str, Any], where: str) -> Segment:
+    kind = part.get("type")
+    try:
+        if kind == "text":
+            return Segment("text", str(part.get("text", "")))
+        if kind == "image_url":
+            url = part.get("image_url") or {}
+            url = url.get("url", "") if isinstance(url, dict) else str(url)
+            data, fields = decode_data_url(url, f"{where}.image_url")
+            return Segment("image", data, tuple(fields.items()))
+        if kind == "input_audio":
+            audio = part.get("input_audio") or {}
+            raw = base64.b64decode(str(audio.get("data", "")), validate=True)
+            data, fields = decode_wav(raw, f"{where}.input_audio")
+            return Segment("audio", data, tuple(fields.items()))
+    except MediaError as exc:
+        raise _bad(where, str(exc).partition(": ")[2] or str(exc)) from None
+    except ValueError:
+        raise _bad(f"{where}.input_audio.data", "not base64") from None
+    raise _bad(f"{where}.type", f"unknown content part `{kind}` (text, image_url, input_audio)")
+
+
+def _wants(server: Server, body: ChatRequest) -> list[str]:
+    modalities = body.modalities or ["text"]
+    for i, mod in enumerate(modalities):
+        if mod not in ("text", "audio"):
+            raise _bad(f"modalities[{i}]", f"`{mod}` is not a chat modality (text, audio)")
+    if "audio" in modalities and "audio" not in server.info.emits:
+        raise _bad("modalities", f"`{server.info.name}` cannot produce audio")
+    fmt = body.audio.format if body.audio else "wav"
+    if "audio" in modalities and fmt not in ("wav", "pcm16"):
+        raise _bad("audio.format", f"`{fmt}` is not supported (wav, pcm16)")
+    return sorted({"text", *modalities})
+
+
+def router(server: Server) -> APIRouter:
+    api = APIRouter()
+
+    @api.post(CHAT, tags=["openai"], summary="Chat completion (OpenAI-compatible)")
+    async def chat(body: ChatRequest, http: Request) -> Response:
+        want = _wants(server, body)
+        segments = conform(server.spec, chat_segments(body), want)
+        call = Call(server, CHAT, segments, want, body.options, body.seed, body.deadline).open()
+        prompt = sum(len(str(s.data).encode()) for s in segments if s.modality == "text")
+        if body.stream:
+            events = await call.primed(http)
+            usage = bool(body.stream_options and body.stream_options.include_usage)
+            chunks = _chunks(server, call, events, prompt, usage)
+            return EventSourceResponse(({"data": c} async for c in chunks), ping=10)
+        outs = await call.gather(http)
+        return JSONResponse(_completion(server, call, outs, prompt, body))
+
+    return api
+
+
+def _usage(prompt: int, completion: int) -> dict[str, int]:
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
+
+
+def _completion(
+    server: Server, call: Call, outs: list[m.Output], prompt: int, body: ChatRequest
+) -> dict[str, Any]:
+    text = TextDecoder()
+    parts = [text.feed(o.data) for o in outs if o.modality == "text"]
+    content = "".join(parts) + text.flush()
+    message: dict[str, Any] = {"role": "assistant", "content": content}
+    audio = b"".join(pcm16(o.data) for o in outs if o.modality == "audio" and o.data is not None)
+    if audio or "audio" in (body.modalities or []):
+        fmt = body.audio.format if body.audio else "wav"
+        data = audio if fmt == "pcm16" else wav_bytes(audio, server.info.rate("audio"))
+        message["audio"] = {
+            "id": f"audio-{call.rid}",
+            "data": base64.b64encode(data).decode("ascii"),
+            "expires_at": int(time.time()) + 3600,
+            "transcript": content,
+        }
+    return {
+        "id": f"chatcmpl-{call.rid}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": server.info.name,
+        "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+        "usage": _usage(prompt, len(parts)),
+    }
+
+
+async def _chunks(
+    server: Server, call: Call, events: AsyncIterator[Any], prompt: int, usage: bool
+) -> AsyncIterator[str]:
+    head = {
+        "id": f"chatcmpl-{call.rid}",
+        "object": "chat.completion.chunk",
+        "created": int(time.time()),
+        "model": server.info.name,
+    }
+
+    def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> str:
+        choice = {"index": 0, "delta": delta, "finish_reason": finish}
+        return json.dumps({**head, "choices": [choice], **extra})
+
+    yield chunk({"role": "assistant", "content": ""})
+    text = TextDecoder()
+    n = 0
+    audio_id = f"audio-{uuid.uuid4().hex[:12]}"
+    try:
+        async for msg in events:
+            if not isinstance(msg, m.Output):
+                continue
+            if msg.modality == "text":
+                n += 1
+                piece = text.feed(msg.data)
+                if piece:
+                    yield chunk({"content": piece})
+            elif msg.modality == "audio" and msg.data is not None:
+                data = base64.b64encode(pcm16(msg.data)).decode("ascii")
+                yield chunk({"audio": {"id": audio_id, "data": data}})
+    except HttpError as exc:
+        yield json.dumps(exc.body())
+        return
+    tail = text.flush()
+    if tail:
+        yield chunk({"content": tail})
+    yield chunk({}, "stop")
+    if usage:
+        yield json.dumps({**head, "choices": [], "usage": _usage(prompt, n)})
+    yield "[DONE]"

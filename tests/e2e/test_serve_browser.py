@@ -1,0 +1,71 @@
+"""The playground in headless Chromium (Playwright driving Debian's ``/usr/bin/chromium``; no
+browser download): a request submitted from the page plays back, and the page shows the
+request's walks and lights them up in the plan drawing.
+
+Skipped, saying why, where Playwright or Chromium is missing (`.ci/run` installs both)."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+pytest.importorskip("fastapi")
+sync_api = pytest.importorskip("playwright.sync_api", reason="needs `pip install playwright`")
+
+from tests.e2e.serve_support import served  # noqa: E402
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--autoplay-policy=no-user-gesture-required",
+]
+
+pytestmark = [
+    pytest.mark.skipif(not Path("/dev/shm").is_dir(), reason="needs POSIX shm"),
+    pytest.mark.skipif(
+        not Path(CHROMIUM).exists(), reason="needs Chromium (`apt-get install -y chromium`)"
+    ),
+]
+
+
+def test_a_request_from_the_playground_plays_back() -> None:
+    with served("generated/orpheus/cpu") as s, sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        try:
+            page = browser.new_page()
+            errors: list[str] = []
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(s.url + "/")
+            assert page.title() == "wgc · orpheus"
+            assert page.locator("#flow option").all_inner_texts() == ["text → audio"]
+            page.fill("#prompt", "hello from the browser")
+            page.click("#run")
+            page.wait_for_function("window.wgc.done === true", timeout=30_000)
+            assert page.evaluate("window.wgc.outputs") == 2
+            assert page.evaluate("window.wgc.samples") == 2 * 64  # scheduled on Web Audio
+            page.wait_for_function(
+                "document.getElementById('player').readyState >= 1", timeout=10_000
+            )
+            duration = page.evaluate("document.getElementById('player').duration")
+            assert abs(duration - 128 / 24_000) < 1e-3  # the WAV of what played
+            walks = page.locator("#walks li").all_inner_texts()
+            assert any(w.startswith("speech · decode · ") and w.endswith(" ms") for w in walks)
+            lit = page.frame_locator("#plan").locator("g.cluster.walk rect[style*='stroke']")
+            assert lit.count() == 3  # prefill, decode, snac_chunk
+            assert page.locator("#status").inner_text().startswith("done in")
+            assert errors == []
+        finally:
+            browser.close()

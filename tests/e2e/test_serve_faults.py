@@ -1,0 +1,203 @@
+"""`wgc serve` under abuse, on the failure-test model (a source on rank 0, a loop on rank 1 whose
+length and pace are request options; two requests run at once, 48 may wait): a disconnect storm
+leaves nothing running and a short request afterwards runs in normal time; over the limit is
+429 with ``Retry-After``; past a deadline is 504; ill-typed options and values are 400; the
+Python client is refused at the door too (``rejected``) and may reuse an ended request id."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+pytest.importorskip("fastapi")
+
+from tests.e2e.serve_support import Served, served  # noqa: E402
+from wgc.cli.compile import sync  # noqa: E402
+from wgc.driver import Driver  # noqa: E402
+from wgc_runtime.host.client import Client, RequestFailed  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not Path("/dev/shm").is_dir(), reason="needs POSIX shm")
+
+FAULTS = ROOT / "tests" / "e2e" / "faults"
+NATIVE = "/v1/requests"
+X = {"modality": "tensor", "data": [1, 2, 3, 4], "dtype": "f32"}
+
+
+@pytest.fixture(scope="module")
+def faults(tmp_path_factory):
+    out = tmp_path_factory.mktemp("faults")
+    result = Driver().compile(
+        str(FAULTS / "faults.walk"), str(FAULTS / "placements" / "cpu-2rank.yaml")
+    )
+    assert result.ok, [d.message for d in result.errors]
+    sync(out, result.files, check=False)
+    with served(str(out), "--max-queue", "48") as s:
+        yield s
+
+
+def body(**options) -> dict:
+    return {"inputs": [X], "want": ["tensor"], "options": options}
+
+
+def drop(s: Served, options: dict, patience: float | None) -> tuple[bool, bool]:
+    """Open an SSE stream and drop the connection (a reset, not a polite close) after its
+    first output, or after ``patience`` seconds of waiting for it: (no error status, saw an
+    output)."""
+    conn = http.client.HTTPConnection(*s.host_port, timeout=60)
+    payload = json.dumps({**body(**options), "stream": "sse"})
+    conn.request("POST", NATIVE, payload, {"content-type": "application/json"})
+    ok, seen = True, False
+    assert conn.sock is not None
+    conn.sock.settimeout(patience or 60)
+    try:
+        resp = conn.getresponse()  # sent with the first output (a queued request waits)
+        ok = resp.status == 200
+        while ok and not seen:
+            line = resp.fp.readline()
+            if not line:
+                break
+            seen = line.startswith(b"event: output")
+    except TimeoutError:
+        pass  # still queued: the client gives up
+    if conn.sock is not None:
+        conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\0\0\0\0\0\0\0")
+    conn.close()
+    return ok, seen
+
+
+def held(s: Served) -> tuple[float, float, float]:
+    m = s.metrics()
+    return (
+        m[("wgc_requests_in_flight", ())],
+        m[("wgc_conductor_requests_running", ())],
+        m[("wgc_conductor_requests_queued", ())],
+    )
+
+
+def test_a_disconnect_storm_leaves_nothing_running(faults, tmp_path) -> None:
+    slow = {"steps": 1000, "delay_ms": 20, "marker_dir": str(tmp_path)}
+    before = faults.metrics().get(("wgc_conductor_requests_total", (("outcome", "cancelled"),)), 0)
+    t0 = time.monotonic()
+    with ThreadPoolExecutor(50) as pool:
+        # half drop after their first output, half after 0.3 s, most of them still queued
+        results = list(pool.map(lambda i: drop(faults, slow, 0.3 if i % 2 else None), range(50)))
+    assert all(ok for ok, _ in results)
+    deadline = time.monotonic() + 10
+    while held(faults) != (0, 0, 0) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert held(faults) == (0, 0, 0)
+    storm = time.monotonic() - t0
+    m = faults.metrics()
+    cancelled = m[("wgc_conductor_requests_total", (("outcome", "cancelled"),))] - before
+    assert cancelled == 50  # every one, queued or running, was cancelled in the conductor
+
+    # the ranks released what ran: each node marks a request it released, and the loop (rank 1)
+    # ran for every request that sent an output
+    def released() -> tuple[set[str], set[str]]:
+        pairs = [p.name.split("-released-") for p in tmp_path.iterdir()]
+        return {r for n, r in pairs if n == "source"}, {r for n, r in pairs if n == "step"}
+
+    ran = sum(seen for _, seen in results)
+    deadline = time.monotonic() + 5  # a rank writes its marker when the release reaches it
+    while len(released()[1]) < ran and time.monotonic() < deadline:
+        time.sleep(0.05)
+    sources, steps = released()
+    assert len(steps) >= ran >= 25 and steps <= sources
+    t1 = time.monotonic()
+    status, reply = faults.post(NATIVE, body(steps=2))
+    quick = time.monotonic() - t1
+    assert status == 200 and len(reply["outputs"]) == 2
+    print(
+        f"\ndisconnect storm: 50 dropped, all released in {storm:.2f} s; next request {quick:.3f} s"
+    )
+    assert quick < 2.0
+
+
+def test_over_the_limit_is_429_with_retry_after(faults) -> None:
+    slow = body(steps=1000, delay_ms=20)
+    conns = []
+    try:
+        for _ in range(50):  # the limit: 2 running + 48 waiting
+            conn = http.client.HTTPConnection(*faults.host_port, timeout=60)
+            conn.request(
+                "POST",
+                NATIVE,
+                json.dumps({**slow, "stream": "ndjson"}),
+                {"content-type": "application/json"},
+            )
+            conns.append(conn)
+        deadline = time.monotonic() + 20
+        while held(faults)[0] < 50 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        status, headers, raw = faults.request("POST", NATIVE, body(steps=2))
+        assert status == 429, raw
+        assert int(headers["retry-after"]) >= 1
+        error = json.loads(raw)["error"]
+        assert (
+            error["code"] == "overloaded"
+            and "its limit (50: 2 running, 48 waiting)" in error["message"]
+        )
+    finally:
+        for conn in conns:
+            conn.close()
+    deadline = time.monotonic() + 10
+    while held(faults) != (0, 0, 0) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert held(faults) == (0, 0, 0)
+
+
+def test_past_the_deadline_is_504_and_the_request_is_cancelled(faults) -> None:
+    t0 = time.monotonic()
+    status, reply = faults.post(NATIVE, {**body(steps=1000, delay_ms=20), "deadline": 0.5})
+    assert status == 504 and reply["error"]["code"] == "timeout"
+    assert reply["error"]["message"] == "the request's deadline (0.5 s) passed"
+    assert time.monotonic() - t0 < 3
+    deadline = time.monotonic() + 5
+    while held(faults) != (0, 0, 0) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert held(faults) == (0, 0, 0)
+
+
+@pytest.mark.parametrize(
+    ("request_body", "field", "message"),
+    [
+        (body(steps="abc"), "options.steps", "option `steps` is an int, got `'abc'`"),
+        (body(fail=1), "options.fail", "option `fail` is a bool, got `1` (give true or false)"),
+        (
+            {"inputs": [{**X, "data": [1, 2, 3]}], "want": ["tensor"]},
+            "inputs[0].data",
+            "expected f32[4], got f32[3] (dim 0 must be 4); flow `run` passes this `tensor` "
+            "segment to walk `main` input `x` (f32[4])",
+        ),
+    ],
+)
+def test_ill_typed_values_are_400(faults, request_body, field, message) -> None:
+    status, reply = faults.post(NATIVE, request_body)
+    assert status == 400
+    assert {"field": field, "message": message} in reply["error"]["problems"]
+
+
+def test_the_python_client_is_refused_at_the_door_and_may_reuse_an_id(faults) -> None:
+    x = [("tensor", [1.0, 2.0, 3.0, 4.0])]
+    with Client(faults.client_address) as client:
+        with pytest.raises(RequestFailed) as info:
+            client.submit(x, ["tensor"], {"stpes": 2}, deadline=30).collect()
+        assert info.value.error.kind == "rejected"
+        assert "unknown option `stpes` (did you mean `steps`?)" in str(info.value)
+        t0 = time.monotonic()
+        first = client.submit(x, ["tensor"], {"steps": 2}, deadline=30, request_id="same")
+        first_out = [o.value.tolist() for o in first.collect()]
+        again = client.submit(x, ["tensor"], {"steps": 2}, deadline=30, request_id="same")
+        assert [o.value.tolist() for o in again.collect()] == first_out and len(first_out) == 2
+        assert time.monotonic() - t0 < 5  # the reused id did not hang until its deadline

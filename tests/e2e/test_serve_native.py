@@ -1,0 +1,195 @@
+"""`wgc serve` over raw HTTP (what `curl` sends), on Orpheus with the toy nodes: the native route
+(JSON, SSE, NDJSON), the service routes, bad requests answered 400 with the field and what is
+allowed, `/metrics` parsed with prometheus_client's parser (the counters add up), and load: 200
+requests at concurrency 32, all answered."""
+
+from __future__ import annotations
+
+import base64
+import json
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+pytest.importorskip("fastapi")
+pytest.importorskip("prometheus_client")
+
+from tests.e2e.serve_support import served, sse_events  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not Path("/dev/shm").is_dir(), reason="needs POSIX shm")
+
+HELLO = {"inputs": [{"modality": "text", "data": "hello"}], "want": ["audio"]}
+NATIVE = "/v1/requests"
+
+
+@pytest.fixture(scope="module")
+def orpheus():
+    with served("generated/orpheus/cpu", "--seed", "11") as s:
+        yield s
+
+
+def audio_of(outputs) -> list[list[float]]:
+    return [o["value"]["data"] for o in outputs if o["modality"] == "audio"]
+
+
+def test_native_json_sse_and_ndjson_carry_the_same_outputs(orpheus) -> None:
+    status, body = orpheus.post(NATIVE, HELLO)
+    assert status == 200, body
+    assert body["model"] == "orpheus" and body["id"].startswith("http-")
+    outs = body["outputs"]
+    assert [(o["flow"], o["walk"], o["modality"]) for o in outs] == [
+        ("codec", "snac_chunk", "audio")
+    ] * 2
+    assert outs[0]["value"]["dtype"] == "f32" and outs[0]["value"]["shape"] == [64]
+    raw = base64.b64decode(outs[0]["value"]["b64"])
+    assert len(raw) == 64 * 4
+
+    status, headers, raw = orpheus.request("POST", NATIVE, {**HELLO, "stream": "sse"})
+    assert status == 200 and headers["content-type"].startswith("text/event-stream")
+    events = sse_events(raw)
+    assert [e for e, _ in events] == ["output", "output", "done"]
+    assert audio_of([d for e, d in events if e == "output"]) == audio_of(outs)
+
+    status, headers, raw = orpheus.request(
+        "POST", NATIVE, {**HELLO, "stream": "ndjson", "trace": True}
+    )
+    assert status == 200 and headers["content-type"].startswith("application/x-ndjson")
+    lines = [json.loads(x) for x in raw.decode().splitlines()]
+    assert audio_of([x for x in lines if x["event"] == "output"]) == audio_of(outs)
+    traces = [(x["walk"], x["done"]) for x in lines if x["event"] == "trace"]
+    assert ("prefill", False) in traces and ("decode", True) in traces
+    assert lines[-1]["event"] == "done" and lines[-1]["outputs"] == 2
+
+
+def test_service_routes(orpheus) -> None:
+    health = orpheus.get_json("/health")
+    assert health["status"] == "ok" and health["processes"] == {"conductor": True, "rank 0": True}
+    assert orpheus.get_json("/v1/models")["data"][0]["id"] == "orpheus"
+    info = orpheus.get_json("/v1/wgc/model")
+    assert info["inputs"] == [{"modality": "text", "fields": []}] and info["emits"] == ["audio"]
+    assert info["routes"] == ["/v1/requests", "/v1/audio/speech"]
+    assert "cannot produce text" in info["missing"]["/v1/chat/completions"]
+    schema = orpheus.get_json("/openapi.json")
+    assert {"/v1/requests", "/v1/audio/speech"} <= set(schema["paths"])
+    assert "/v1/chat/completions" not in schema["paths"]
+    status, _, page = orpheus.request("GET", "/")
+    assert status == 200 and b"wgc serve" in page and b'"model": "orpheus"' in page
+    status, _, plan = orpheus.request("GET", "/plan")
+    assert status == 200 and b"<svg" in plan and b"walk decode" in plan
+
+
+def test_a_missing_route_says_why(orpheus) -> None:
+    status, body = orpheus.post("/v1/chat/completions", {"messages": [{"role": "user"}]})
+    assert status == 404
+    assert body["error"]["message"].startswith("`orpheus` cannot produce text (it emits `audio`)")
+
+
+BAD = [
+    (
+        {**HELLO, "options": {"eos_after": 3}},
+        "options.eos_after",
+        "unknown option `eos_after`: `orpheus` declares no options",
+    ),
+    (
+        {**HELLO, "want": ["audoi"]},
+        "want",
+        "`orpheus` never emits `audoi` (did you mean `audio`?); it emits `audio`",
+    ),
+    ({**HELLO, "want": []}, "want", "no output wanted: ask for one of `audio`"),
+    (
+        {
+            "inputs": [{"modality": "image", "data": [[[0, 0, 0]]], "dtype": "u8"}],
+            "want": ["audio"],
+        },
+        "inputs[0].modality",
+        "`orpheus` takes no `image` input; it takes `text`",
+    ),
+    (
+        {"inputs": [{"modality": "text", "data": [1.5, 2.5]}], "want": ["audio"]},
+        "inputs[0].data",
+        "expected dtype i64, got f32[2]; flow `speech` passes this `text` segment to walk "
+        "`prefill` input `text_inputs` (i64[T])",
+    ),
+    (
+        {
+            "inputs": [{"modality": "text", "data": {"dtype": "i64", "b64": "!!"}}],
+            "want": ["audio"],
+        },
+        "inputs[0].data",
+        "`b64` is not base64",
+    ),
+    (
+        {**HELLO, "seed": "seven"},
+        "seed",
+        "Input should be a valid integer, unable to parse string as an integer",
+    ),
+    ({"inputs": "hello", "want": ["audio"]}, "inputs", "Input should be a valid list"),
+]
+
+
+@pytest.mark.parametrize(("body", "field", "message"), BAD, ids=[b[1] for b in BAD])
+def test_bad_requests_are_400_naming_the_field(orpheus, body, field, message) -> None:
+    status, reply = orpheus.post(NATIVE, body)
+    assert status == 400, reply
+    error = reply["error"]
+    assert error["type"] == "invalid_request_error" and error["param"] == field
+    assert {"field": field, "message": message} in error["problems"]
+
+
+def test_metrics_add_up(orpheus) -> None:
+    def samples():
+        return orpheus.metrics()
+
+    def get(m, name, **labels):
+        return m.get((name, tuple(sorted(labels.items()))), 0.0)
+
+    before = samples()
+    for _ in range(5):
+        assert orpheus.post(NATIVE, HELLO)[0] == 200
+    for _ in range(2):
+        assert orpheus.post(NATIVE, {**HELLO, "want": ["nope"]})[0] == 400
+    speech = orpheus.request("POST", "/v1/audio/speech", {"input": "hi", "model": "orpheus"})
+    assert speech[0] == 200
+    after = samples()
+
+    def delta(name, **labels):
+        return get(after, name, **labels) - get(before, name, **labels)
+
+    assert delta("wgc_requests_total", route=NATIVE, outcome="ok") == 5
+    assert delta("wgc_requests_total", route=NATIVE, outcome="rejected") == 2
+    assert delta("wgc_requests_total", route="/v1/audio/speech", outcome="ok") == 1
+    assert delta("wgc_request_duration_seconds_count", route=NATIVE) == 5
+    assert delta("wgc_time_to_first_output_seconds_count", route=NATIVE, modality="audio") == 5
+    assert delta("wgc_audio_real_time_factor_count", route=NATIVE) == 5
+    assert delta("wgc_conductor_requests_total", outcome="ok") == 6  # the door's 400s never ran
+    assert delta("wgc_walk_duration_seconds_count", walk="prefill") == 6
+    assert get(after, "wgc_walk_duration_seconds_bucket", walk="prefill", le="+Inf") == get(
+        after, "wgc_walk_duration_seconds_count", walk="prefill"
+    )
+    assert get(after, "wgc_requests_in_flight") == 0
+    assert get(after, "wgc_conductor_requests_queued") == 0
+    assert get(after, "wgc_process_up", process="rank 0") == 1
+
+
+def test_load_200_requests_at_concurrency_32(orpheus) -> None:
+    def one(i: int):
+        body = {"inputs": [{"modality": "text", "data": f"request {i}"}], "want": ["audio"]}
+        return orpheus.post(NATIVE, body, timeout=120)
+
+    t0 = time.monotonic()
+    with ThreadPoolExecutor(32) as pool:
+        results = list(pool.map(one, range(200)))
+    seconds = time.monotonic() - t0
+    assert [s for s, _ in results] == [200] * 200
+    assert all(len(audio_of(b["outputs"])) == 2 for _, b in results)
+    print(f"\nload: 200 requests at concurrency 32 in {seconds:.2f} s ({200 / seconds:.0f}/s)")
+    assert seconds < 60
+    m = orpheus.metrics()
+    assert m[("wgc_requests_in_flight", ())] == 0

@@ -1,0 +1,49 @@
+"""The request `wgc run` sends, checked at the door before any process starts.
+
+``--option`` values are parsed as JSON-ish scalars (`wgc.cli.run.parse_value`), then read as the
+option's declared type where that is what they mean (``1`` / ``0`` for a bool, ``3`` for a float,
+any value for a str); with no ``--want``, every modality the model emits is wanted. The request
+is then checked exactly as the conductor will check it (`wgc_runtime.core.conductor.door`,
+strict): a request that cannot run is a user error (exit 1) listing every problem.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from wgc.cli.errors import UserError
+
+
+def at_the_door(plan_dir: str, inputs, want: tuple[str, ...], options: dict[str, Any], seed):
+    """The request as `wgc run` sends it: ``--option`` values read as their declared types,
+    every emitted modality wanted when none is; checked at the door (exit 1 with every
+    problem) before any process starts."""
+    import torch
+
+    from wgc_runtime.contract.flow import Segment
+    from wgc_runtime.core.conductor.door import describe
+    from wgc_runtime.host.admission import admit
+    from wgc_runtime.host.loading import load_conductor
+
+    spec = load_conductor(plan_dir)
+    types = {o.name: str(o.type) for o in spec.options}
+    options = {k: _typed(v, types.get(k)) for k, v in options.items()}
+    want = want or spec.emits()
+    plain = [(m, torch.as_tensor(d) if hasattr(d, "__array__") else d, f) for m, d, f in inputs]
+    segments = [Segment(m, d, tuple(f.items())) for m, d, f in plain]
+    _, problems = admit(spec, spec.request(segments, want, options), strict=True, seed=seed)
+    if problems:
+        raise UserError(describe(problems).replace("bad request", "the request cannot run", 1))
+    return want, options
+
+
+def _typed(value: Any, kind: str | None) -> Any:
+    """A parsed ``--option`` value as option type ``kind`` where that is what it means."""
+    if kind == "bool" and value in (0, 1) and not isinstance(value, bool):
+        return bool(value)
+    if kind == "float" and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if kind == "str" and not isinstance(value, str) and value is not None:
+        return json.dumps(value)
+    return value

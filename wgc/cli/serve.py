@@ -1,0 +1,156 @@
+"""`wgc serve`: a model behind an HTTP server (OpenAI-compatible routes, a native route for any
+model, `/metrics`, a playground), on the same conductor and workers as `wgc run`.
+
+    wgc serve MODEL.walk [--placement P.yaml] [--set NAME=VALUE] [--host 127.0.0.1] [--port 8000]
+    wgc serve generated/<model>/<placement>/ ...
+
+The placement defaults to ``placements/cpu.yaml`` beside the model, as for `wgc run`. Requests
+are checked at the door, strictly (undeclared options, unknown wants and input modalities are
+refused). ``--seed`` seeds every request that names no seed of its own; ``--max-queue`` is how
+many requests may wait behind the placement's ``max_concurrent_requests`` before the server
+answers 429. The plan drawing of the playground is ``wgc show --placement --format html``'s,
+rendered here (the runtime never imports the compiler). The server itself lives in the runtime
+(`wgc_runtime.host.server`) and needs the ``serve`` extra.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import click
+
+from wgc.cli.errors import UserError
+from wgc.cli.run import _check_plan, prepare, require_runtime
+from wgc.config import Env
+
+SERVE_MODULES = ("fastapi", "uvicorn", "sse_starlette", "prometheus_client", "PIL", "multipart")
+
+
+def require_serve() -> None:
+    """`wgc serve` needs the ``serve`` extra, which the core install leaves out."""
+    require_runtime("serve")
+    for module in SERVE_MODULES:
+        try:
+            __import__(module)
+        except ImportError:
+            raise UserError(
+                f"`wgc serve` needs the HTTP server, and `{module}` is not installed: "
+                "install it with `pip install 'wgc[serve]'`"
+            ) from None
+
+
+def plan_drawing(
+    target: str, placement: str | None, sets: tuple[str, ...], plan: str
+) -> str | None:
+    """The plan as ``wgc show --placement --format html`` draws it, or None when the model
+    cannot be compiled here (a generated folder whose sources moved or changed)."""
+    from wgc.cli.compile import _parse_sets
+    from wgc.driver import Driver
+    from wgc.show.plan_html import render_plan_html
+
+    overrides = _parse_sets(sets)
+    walk, yaml = target, placement
+    if Path(target).is_dir():
+        try:
+            dumped = json.loads((Path(plan) / "plan.json").read_text(encoding="utf-8"))
+            sources = dumped["sources"][:2]
+            if any(_sha256(s["path"]) != s["sha256"] for s in sources):
+                return None  # the sources changed since: the drawing would not be this plan's
+            walk, yaml = (s["path"] for s in sources)
+            overrides = {str(k): json.dumps(v) for k, v in dumped.get("params", [])}
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+    if yaml is None:
+        yaml = str(Path(walk).parent / "placements" / "cpu.yaml")
+    if not (Path(walk).is_file() and Path(yaml).is_file()):
+        return None
+    result = Driver().plan(walk, yaml, overrides)
+    return render_plan_html(result.plan) if result.plan is not None and result.ok else None
+
+
+def _sha256(path: str) -> str:
+    return hashlib.sha256(Path(path).read_text(encoding="utf-8").encode("utf-8")).hexdigest()
+
+
+@click.command()
+@click.argument("target", metavar="MODEL.walk|GENERATED_DIR")
+@click.option("--placement", "-p", metavar="P.yaml", help="The placement (for MODEL.walk).")
+@click.option("--set", "sets", multiple=True, metavar="NAME=VALUE", help="Override a param.")
+@click.option("--host", default="127.0.0.1", show_default=True, help="The address to bind.")
+@click.option("--port", type=int, default=8000, show_default=True, help="0: any free port.")
+@click.option("--seed", type=int, default=None, help="The seed of requests that name none.")
+@click.option(
+    "--max-queue",
+    type=click.IntRange(0),
+    default=64,
+    show_default=True,
+    help="Requests that may wait behind the admission cap before 429.",
+)
+@click.option("--plan-dir", metavar="DIR", help="Where to write the compile of MODEL.walk.")
+@click.option(
+    "--ready-timeout",
+    type=float,
+    default=600.0,
+    show_default=True,
+    help="Seconds to wait for workers to load.",
+)
+@click.pass_obj
+def serve(
+    env: Env,
+    target: str,
+    placement: str | None,
+    sets: tuple[str, ...],
+    host: str,
+    port: int,
+    seed: int | None,
+    max_queue: int,
+    plan_dir: str | None,
+    ready_timeout: float,
+) -> None:
+    """Serve a model over HTTP: OpenAI-compatible routes, /v1/requests, /metrics, a playground."""
+    del env
+    require_serve()
+    code = run_server(target, placement, sets, host, port, seed, max_queue, plan_dir, ready_timeout)
+    click.get_current_context().exit(code)
+
+
+def run_server(
+    target: str,
+    placement: str | None,
+    sets: tuple[str, ...],
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    seed: int | None = None,
+    max_queue: int = 64,
+    plan_dir: str | None = None,
+    ready_timeout: float = 600.0,
+) -> int:
+    """Compile when needed, then serve until stopped; the exit code (`wgc run --serve` too)."""
+    from wgc_runtime.host.loading import DeploymentError, ensure_import_root
+    from wgc_runtime.host.server.main import serve as serve_plan
+
+    plan = prepare(target, placement, sets, Path(plan_dir) if plan_dir else None)
+    temporary = plan != target and not plan_dir
+    try:
+        _check_plan(plan)
+        ensure_import_root()
+        html = plan_drawing(target, placement, sets, plan)
+        try:
+            return serve_plan(
+                plan,
+                host=host,
+                port=port,
+                seed=seed,
+                max_queue=max_queue,
+                plan_html=html,
+                ready_timeout=ready_timeout,
+            )
+        except DeploymentError as exc:
+            click.echo(f"error: {exc}", err=True)
+            return 1
+    finally:
+        if temporary:
+            shutil.rmtree(plan, ignore_errors=True)
