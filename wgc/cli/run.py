@@ -53,7 +53,7 @@ IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp")
 # ------------------------------------------------------------------------- the runtime
 
 
-def require_runtime(command: str = "run") -> None:
+def require_runtime(command: str = "run", extra: str = "runtime") -> None:
     """`wgc run` needs the runtime's dependencies, which the core install leaves out."""
     for module in ("torch", "zmq", "msgspec", "numpy"):
         try:
@@ -61,7 +61,7 @@ def require_runtime(command: str = "run") -> None:
         except ImportError:
             raise UserError(
                 f"`wgc {command}` needs the runtime, and `{module}` is not installed: "
-                "install it with `pip install 'wgc[runtime]'`"
+                f"install it with `pip install 'wgc[{extra}]'`"
             ) from None
 
 
@@ -535,7 +535,10 @@ def run(
 
         require_serve()
         ctx = click.get_current_context()
-        ctx.exit(run_server(target, placement, sets, seed=seed, plan_dir=plan_dir))
+        code = run_server(
+            target, placement, sets, seed=seed, plan_dir=plan_dir, ready_timeout=ready_timeout
+        )
+        ctx.exit(code)
     plan = prepare(target, placement, sets, Path(plan_dir) if plan_dir else None)
     temporary = plan != target and not plan_dir
     try:

@@ -31,7 +31,7 @@ SERVE_MODULES = ("fastapi", "uvicorn", "sse_starlette", "prometheus_client", "PI
 
 def require_serve() -> None:
     """`wgc serve` needs the ``serve`` extra, which the core install leaves out."""
-    require_runtime("serve")
+    require_runtime("serve", "serve")
     for module in SERVE_MODULES:
         try:
             __import__(module)
