@@ -11,7 +11,7 @@ VitEncoder, VaeEncoder, CombineCfg, VaeDecoder, SnacDecoder, AudioEncoder, Visio
 Thinker, Talker, Code2Wav, VideoEncoder, Predictor, RolloutPredictor, AcPredictorMpc, MpcScorer
 
 # enum members the contract defines for every value the compiler can lower
-FLOAT, STR, TORCH, TRITON, FLASHINFER
+FLOAT, STR, TORCH, TRITON, FLASHINFER, EAGER, INDUCTOR
 
 # the node API: what node implementations read (NodeContext.tp_size, Node.out_dtype)
 tp_size

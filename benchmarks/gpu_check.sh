@@ -5,7 +5,9 @@
 #
 # Sections (each bounded by `timeout`, each prints one summary line at the end):
 #   1. attention backends: `pytest -m gpu tests/gpu` (Triton and FlashInfer vs the torch reference)
-#   (graph-capture checks and the graph-vs-eager measurement are added below by the runner's owner)
+#   2. CUDA graphs (runner replay vs eager; the decoder's captured loop vs the plain path)
+#   3. the compiled path (a served decoder's captured decode steps vs capture off)
+#   4. graph vs eager timing of one decode step
 # Without a CUDA device it prints a message and exits 0.
 set -u
 cd "$(dirname "$0")/.."
@@ -46,13 +48,15 @@ section() {  # section NAME SECONDS CMD...: run with a time limit, record one su
 # 1. attention backends
 section "attention backends" 300 "$PY" -m pytest -m gpu tests/gpu -q -rs -p no:cacheprovider
 
-# (more sections go here: graph capture / replay equality, graph vs eager timing)
-
 # 2. CUDA graphs: captured replay equals eager; the decoder's captured decode loop (continuous
 #    batching over real graphs, torch and triton attention) equals the plain path
 section "cuda graphs" 100 "$PY" -m pytest -m gpu tests/gpu/test_gpu_graphs.py -q -rs -p no:cacheprovider
 
-# 3. graph vs eager: one decode step of the tiny decoder, replayed vs eager, batch 1 and 16
+# 3. the compiled path: `examples/llama` served by the runtime with the plan's captured decode
+#    step replayed as CUDA graphs (continuous batching across requests) equals capture off
+section "compiled path" 120 "$PY" -m pytest -m gpu tests/gpu/test_gpu_compiled_path.py -q -rs -p no:cacheprovider
+
+# 4. graph vs eager: one decode step of the tiny decoder, replayed vs eager, batch 1 and 16
 section "graph vs eager" 75 "$PY" benchmarks/decode.py --graph-vs-eager --batches 1 16
 
 echo

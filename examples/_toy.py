@@ -2,8 +2,10 @@
 
 Every toy computes its outputs from its inputs and the request with tiny torch ops (hashes,
 averages, fixed linear maps); randomness is seeded from the request, so the reference
-interpreter and the compiled runtime produce identical outputs. The model issue replaces them
-with real tiny models.
+interpreter and the compiled runtime produce identical outputs. Kv-cache toys keep their context
+in the runtime's paged KV cache (`ctx.kv`: `kv_rows` appends, `kv_summary` / `kv_read` attend),
+so every example exercises the KV engine the way a real model does. The model issues replace
+them with real tiny models.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import hashlib
 
 import torch
 
-from wgc_runtime.contract.node import CallContext
+from wgc_runtime.contract.node import CallContext, KvCache
 
 
 def digest(*values: object) -> int:
@@ -58,3 +60,54 @@ def noise(shape: tuple[int, ...], ctx: CallContext, salt: str) -> torch.Tensor:
 def eos_after(ctx: CallContext, default: int) -> int:
     """The toy's end-of-sequence step count: request option `eos_after` (toy only)."""
     return int(ctx.options.get("eos_after", default))
+
+
+# ---------------------------------------------------------------- the KV cache (`ctx.kv`)
+
+
+def _rows(x: torch.Tensor) -> torch.Tensor:
+    """``x`` as f32 feature rows (its first dim; a scalar is one row; ids scaled into [0, 1))."""
+    if x.dtype in (torch.int32, torch.int64, torch.uint8):
+        x = (x % 997).to(torch.float32) / 997
+    x = x.to(torch.float32)
+    if x.dim() == 0:
+        return x.reshape(1, 1)
+    features = 1
+    for d in x.shape[1:]:
+        features *= d
+    return x.reshape(x.shape[0], max(1, features))
+
+
+def kv_rows(x: torch.Tensor, kv: KvCache, salt: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Toy keys and values for the rows of ``x``: ``[layers, rows, kv_heads, head_dim]``, the
+    rows' features through fixed maps (a different one per layer)."""
+    feats = _rows(x)
+    width = kv.kv_heads * kv.head_dim
+    base = feats @ fixed_matrix(feats.shape[1], width, salt) / feats.shape[1] ** 0.5
+    shape = (feats.shape[0], kv.kv_heads, kv.head_dim)
+    k = torch.stack([torch.sin(base + 0.5 * i).reshape(shape) for i in range(kv.layers)])
+    v = torch.stack([torch.cos(base - 0.5 * i).reshape(shape) for i in range(kv.layers)])
+    return k, v
+
+
+def kv_query(x: torch.Tensor, kv: KvCache, salt: int) -> torch.Tensor:
+    """Toy queries for the rows of ``x``: ``[rows, kv_heads, head_dim]``."""
+    feats = _rows(x)
+    width = kv.kv_heads * kv.head_dim
+    q = torch.tanh(feats @ fixed_matrix(feats.shape[1], width, salt + 100))
+    return q.reshape(feats.shape[0], kv.kv_heads, kv.head_dim)
+
+
+def kv_summary(kv: KvCache, x: torch.Tensor, salt: int, label: str | None = None) -> int:
+    """A hash of what the last row of ``x`` (already appended) attends to in ``label``."""
+    if x.dim() > 0 and x.shape[0] == 0:
+        return digest("empty", kv.length(label))
+    last = x[-1:] if x.dim() > 0 else x
+    return digest(kv.attend(kv_query(last, kv, salt), label=label))
+
+
+def kv_read(kv: KvCache, x: torch.Tensor, salt: int, label: str | None = None) -> torch.Tensor:
+    """What queries from the rows of ``x`` (not in the cache) read from ``label``: one f32
+    value per row, ``[rows, 1]`` (zeros for an empty label)."""
+    out = kv.attend(kv_query(x, kv, salt), label=label, causal=False)
+    return out.reshape(out.shape[0], -1).mean(1, keepdim=True)

@@ -1,12 +1,16 @@
 """Toy BAGEL nodes (deterministic stand-ins until the model issue brings real tiny models).
 
 - `VitEncoder` / `VaeEncoder`: average pixel regions through a fixed linear map.
-- `LLM` (and `LLM_cfg_text`, `LLM_cfg_img`, which share the class and differ by KV label):
-  prefill calls fold their input into a per-request context hash; decode hashes the context and
-  the previous token into the next token and says `stop` after `eos_after` tokens (request
-  option, toy only; default 4); denoising starts from noise seeded by the request when
-  `latents` is a bare signal, and either returns one guidance pass's `velocity` (when the call
-  binds it) or does the three passes, the CFG combination and an Euler step itself.
+- `LLM` (and `LLM_cfg_text`, `LLM_cfg_img`, which share the class and read one KV label of
+  LLM's cache each): a kv-cache node on the runtime's paged pool with three labels, as BAGEL
+  keeps them: a text segment goes into `main` and `cfg_img` (the image-free branch), an image
+  (ViT or VAE tokens) into `main` and `cfg_text` (the text-free branch); a prefill's token is a
+  hash of what its last position attends to in `main`. Decode appends each token to `main` and
+  says `stop` after `eos_after` tokens (request option, toy only; default 4). Denoising starts
+  from noise seeded by the request when `latents` is a bare signal; a guidance pass's
+  `velocity` pulls the latents towards what they read from one label (non-causally: latents
+  are not in the cache); the call either returns that one pass (when it binds `velocity`) or
+  does the three passes, the CFG combination and an Euler step itself.
 - `CombineCfg`: the CFG combination and the Euler step.
 - `VaeDecoder`: latents to pixels by a fixed map, upsampled.
 """
@@ -17,12 +21,17 @@ import math
 
 import torch
 
-from examples._toy import digest, embed, eos_after, noise
+from examples._toy import embed, eos_after, kv_read, kv_rows, kv_summary, noise
 from wgc_runtime.contract.node import CallContext, Node
 
 VOCAB = 1000
 EOS = 0
-LABEL_SHIFT = {"main": 0.0, "cfg_text": 0.25, "cfg_img": 0.5}
+LABELS = ("main", "cfg_text", "cfg_img")
+PREFILL_LABELS = {
+    "text_inputs": ("main", "cfg_img"),  # the image-free branch keeps the text
+    "vit_embeddings": ("main", "cfg_text"),  # the text-free branch keeps the image
+    "vae_latents": ("main", "cfg_text"),
+}
 
 
 def _start(inputs, ctx: CallContext, shape) -> tuple[torch.Tensor, torch.Tensor]:
@@ -58,12 +67,13 @@ class VaeEncoder(Node):
 
 class LLM(Node):
     def forward_one(self, inputs, ctx):
-        st = ctx.state
-        st.setdefault("context", 0)
-        for port in ("text_inputs", "vit_embeddings", "vae_latents"):
+        kv = ctx.kv
+        for port, labels in PREFILL_LABELS.items():
             if port in inputs:
-                st["context"] = digest(st["context"], port, inputs[port])
-                return {"new_token": self._token(st["context"])}
+                k, v = kv_rows(inputs[port], kv, salt=21)
+                for label in labels:
+                    kv.append(k, v, label)
+                return {"new_token": self._token(kv_summary(kv, inputs[port], 22, "main"))}
         if "token" in inputs:
             return self._decode(inputs["token"], ctx)
         return self._denoise(inputs, ctx)
@@ -73,24 +83,24 @@ class LLM(Node):
         return torch.tensor([1 + h % (VOCAB - 1)], dtype=torch.int64)  # never EOS
 
     def _decode(self, token, ctx):
-        st = ctx.state
+        kv, st = ctx.kv, ctx.state
+        kv.append(*kv_rows(token, kv, salt=21), "main")
         st["decoded"] = st.get("decoded", 0) + 1
-        st["context"] = digest(st["context"], token)
         stop = st["decoded"] >= eos_after(ctx, 4)
-        new = torch.tensor([EOS], dtype=torch.int64) if stop else self._token(st["context"])
+        h = kv_summary(kv, token, 22, "main")
+        new = torch.tensor([EOS], dtype=torch.int64) if stop else self._token(h)
         return {"new_token": new, "stop": torch.tensor(stop)}
 
-    def _velocity(self, latents, t, context: int, label: str) -> torch.Tensor:
-        target = math.sin(context % 1000) + LABEL_SHIFT.get(label, 0.0)
+    @staticmethod
+    def _velocity(latents, t, ctx, label: str) -> torch.Tensor:
+        target = kv_read(ctx.kv, latents, 23, label)  # [rows, 1]
         return (target - latents) * (1.0 + 0.01 * float(t))
 
     def _denoise(self, inputs, ctx):
         latents, t = _start(inputs, ctx, self.out_shape("latents"))
-        context = ctx.state.get("context", 0)
-        if "velocity" in ctx.writes:
-            label = self.ctx.labels[0] if self.ctx.labels else "main"
-            return {"velocity": self._velocity(latents, t, context, label)}
-        vs = [self._velocity(latents, t, context, lab) for lab in ("main", "cfg_text", "cfg_img")]
+        if "velocity" in ctx.writes:  # one guidance pass: this node's (first) label
+            return {"velocity": self._velocity(latents, t, ctx, ctx.kv.labels[0])}
+        vs = [self._velocity(latents, t, ctx, label) for label in LABELS]
         v = _combine(
             *vs, self.config.get("cfg_text_scale", 4.0), self.config.get("cfg_img_scale", 1.0)
         )

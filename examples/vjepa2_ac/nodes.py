@@ -1,10 +1,14 @@
 """Toy V-JEPA 2-AC nodes (deterministic stand-ins until the model issue brings real tiny models).
 
 - `VideoEncoder`: two latent rows per frame (pooled pixels through a fixed linear map).
-- `Predictor`: the next frame's latents from the mean context, shifted by the actions and states.
-- `RolloutPredictor`: its prefill call returns the last context frame as the latent and step 0;
-  each rollout step shifts the latent by that step's action and state, advances `step`, and
-  sets `stop` when `step` reaches `horizon`.
+- `Predictor` (a kv-cache node on the runtime's paged pool): appends the context frames; the
+  next frame's latents are the mean context, shifted by the actions and states and by what the
+  frame reads from the cache.
+- `RolloutPredictor` (its own cache, like `Predictor`'s): its prefill call appends the context
+  and returns the last context frame as the latent and step 0; each rollout step appends the
+  current latent (the cache grows by a frame per step, as the AC predictor's does), shifts it by
+  that step's action and state and by what it reads from the whole rollout so far, advances
+  `step`, and sets `stop` when `step` reaches `horizon`.
 - `AcPredictorMpc`: the final latent after executing plan `config candidate`.
 - `MpcScorer`: the L1 distance of each plan's prediction to the goal; `best` is the cheapest.
 """
@@ -13,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from examples._toy import embed
+from examples._toy import embed, kv_read, kv_rows
 from wgc_runtime.contract.node import Node
 
 
@@ -33,21 +37,31 @@ class VideoEncoder(Node):
         return {"latents": embed(video, 2 * video.shape[0], dim, torch.bfloat16, salt=9)}
 
 
+def _recall(kv, latent: torch.Tensor) -> torch.Tensor:
+    """A small pull of ``latent`` towards what it reads from the cache."""
+    return (latent.float() + 0.01 * kv_read(kv, latent, 62)).to(torch.bfloat16)
+
+
 class Predictor(Node):
     def forward_one(self, inputs, ctx):
         shape = self.out_shape("prediction")
-        frame = _frame(inputs["context"], shape)
+        ctx.kv.append(*kv_rows(inputs["context"], ctx.kv, salt=61))
+        frame = _recall(ctx.kv, _frame(inputs["context"], shape))
         return {"prediction": _shift(frame, inputs["actions"], inputs["states"], shape[0])}
 
 
 class RolloutPredictor(Node):
     def forward_one(self, inputs, ctx):
         shape = self.out_shape("latent")
-        if "latent" not in inputs:  # prefill: the latest context frame, step 0
+        kv = ctx.kv
+        if "latent" not in inputs:  # prefill: the context into the cache; its latest frame
+            kv.append(*kv_rows(inputs["context"], kv, salt=61))
             latent = _frame(inputs["context"], shape).to(torch.bfloat16)
             return {"latent": latent, "step": torch.tensor(0)}
         step = int(inputs["step"])
-        latent = _shift(inputs["latent"], inputs["actions"][step:], inputs["states"][step:], 1)
+        kv.append(*kv_rows(inputs["latent"], kv, salt=61))
+        latent = _recall(kv, inputs["latent"])
+        latent = _shift(latent, inputs["actions"][step:], inputs["states"][step:], 1)
         nxt = step + 1
         return {
             "latent": latent,

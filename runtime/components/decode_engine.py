@@ -20,9 +20,7 @@ from wgc_runtime.components.decoder import LlamaDecoder
 from wgc_runtime.engines.attention.base import AttentionBackend, prepare_step
 from wgc_runtime.engines.batching import Seq, StepEngine
 from wgc_runtime.engines.capture import StaticBuffer, UnitFn
-from wgc_runtime.engines.kv_pool import PagedKVPool
-
-PAD_REQUEST = "__wgc_pad__"  # owns the scratch page that padding rows write their K/V into
+from wgc_runtime.engines.kv_pool import PAD_REQUEST, PagedKVPool
 
 
 class DecoderEngine:

@@ -100,6 +100,16 @@ class AttentionKind(StrEnum):
     FLASHINFER = "flashinfer"
 
 
+class CaptureBackend(StrEnum):
+    """The placement's ``batching.backend``: how captured units run (``auto``: CUDA graphs on
+    a CUDA device, eager elsewhere; ``inductor``: one ``torch.compile`` artifact per bucket)."""
+
+    AUTO = "auto"
+    EAGER = "eager"
+    CUDA_GRAPH = "cuda_graph"
+    INDUCTOR = "inductor"
+
+
 class FailKind(StrEnum):
     """Why a request failed (the reference interpreter's kinds, plus the runtime's own)."""
 

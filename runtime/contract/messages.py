@@ -44,6 +44,8 @@ message                 from -> to          meaning
 `Release`               conductor -> rank   the request ended: drop all its state
 `ExportState`           conductor -> rank   export the request's state of a node and send it
                                             to the node's new group (a plan handoff)
+`CopyKv`                conductor -> rank   copy one KV label of a node's cache to the pool
+                                            of its copy on another group (a plan copy)
 `StatePart`             rank -> rank        one named tensor of an exported node state
 `StateEnd`              rank -> rank        the exported state is complete (``parts`` parts)
 `StateImported`         rank -> conductor   the state arrived and was imported here
@@ -136,6 +138,21 @@ class ExportState(Message, frozen=True, tag=7):
 
     request: str
     walk_id: int
+    node: str
+    from_ranks: tuple[int, ...]
+    to_ranks: tuple[int, ...]
+
+
+class CopyKv(Message, frozen=True, tag=21):
+    """Before walk instance ``walk_id`` starts, label ``label`` of the request's cache of node
+    ``owner`` (held on ``from_ranks``; this rank is one of them) goes to the pool of node
+    ``node`` on ``to_ranks`` (`WalkSpec.kv_copies`). It travels as one `StatePart` (key
+    ``"kvcopy:<label>"``) and a `StateEnd`, like a handoff; the source keeps its pages."""
+
+    request: str
+    walk_id: int
+    owner: str
+    label: str
     node: str
     from_ranks: tuple[int, ...]
     to_ranks: tuple[int, ...]
@@ -314,6 +331,7 @@ CORE = (
     SkipChunk,
     Release,
     ExportState,
+    CopyKv,
     Value,
     Until,
     StreamItem,

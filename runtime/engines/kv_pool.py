@@ -45,6 +45,9 @@ from typing import Any
 import torch
 
 K, V = 0, 1
+# the runtime's own sequence in a pool, where padding rows of captured steps write their K/V
+# (not a request: its page is the pool's reserve, kept for the pool's life)
+PAD_REQUEST = "__wgc_pad__"
 
 DTYPES: dict[str, torch.dtype] = {
     "f32": torch.float32,
@@ -173,6 +176,11 @@ class PagedKVPool:
         with self._cond:
             return list(self._tables.keys() | self._reserved.keys())
 
+    def pages_of(self, request: Hashable) -> int:
+        """Distinct pages ``request``'s sequences reference (pages shared by forks count once)."""
+        tables = self._tables.get(request, {})
+        return len({p for t in tables.values() for p in t.pages})
+
     def has(self, request: Hashable, label: str = "main") -> bool:
         return label in self._tables.get(request, {})
 
@@ -274,6 +282,26 @@ class PagedKVPool:
     def append(self, request: Hashable, label: str, n_tokens: int) -> torch.Tensor:
         """Extend ``label``'s sequence by ``n_tokens`` slots; returns their slot mapping (int64,
         on the pool's device) for `AttentionBackend.write_kv`. Allocates pages as needed."""
+        if n_tokens <= 16:  # a decode step: the slots as ints are cheaper than tensor ops
+            slots = self.append_slots(request, label, n_tokens)
+            return torch.tensor(slots, dtype=torch.long, device=self.device)
+        start = self._grow(request, label, n_tokens)
+        table = self._tables[request][label]
+        ps = self.page_size
+        first = start // ps
+        touched = torch.tensor(table.pages[first : self.pages_for(table.length)], dtype=torch.long)
+        pos = torch.arange(start, table.length, dtype=torch.long)
+        slots = touched[pos // ps - first] * ps + pos % ps
+        return slots.to(self.device)
+
+    def append_slots(self, request: Hashable, label: str, n_tokens: int) -> list[int]:
+        """`append`, with the slots as a list of ints (for a caller that batches them)."""
+        start = self._grow(request, label, n_tokens)
+        pages, ps = self._tables[request][label].pages, self.page_size
+        return [pages[p // ps] * ps + p % ps for p in range(start, start + n_tokens)]
+
+    def _grow(self, request: Hashable, label: str, n_tokens: int) -> int:
+        """Lengthen the sequence by ``n_tokens`` (pages allocated as needed); its old length."""
         self._check_label(label)
         if n_tokens < 0:
             raise ValueError(f"cannot append {n_tokens} tokens")
@@ -283,12 +311,42 @@ class PagedKVPool:
             grow = self.pages_for(end) - len(table.pages)
             table.pages += self._take(request, grow, f"`{request}`/`{label}` (+{n_tokens} tokens)")
             table.length = end
-            ps = self.page_size
-            first = start // ps
-            touched = torch.tensor(table.pages[first : self.pages_for(end)], dtype=torch.long)
-            pos = torch.arange(start, end, dtype=torch.long)
-            slots = touched[pos // ps - first] * ps + pos % ps
-            return slots.to(self.device)
+            return start
+
+    def write(self, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+        """Store keys and values ``[layers, n, kv_heads, head_dim]`` at ``slots`` (``[n]``,
+        from `append`), every layer."""
+        page = torch.div(slots, self.page_size, rounding_mode="floor")
+        offset = slots - page * self.page_size
+        for layer in range(self.layers):
+            self.kv[layer, page, K, offset] = k[layer].to(self.dtype)
+            self.kv[layer, page, V, offset] = v[layer].to(self.dtype)
+
+    def export_label(self, request: Hashable, label: str) -> torch.Tensor:
+        """``label``'s keys and values, every layer: ``[layers, 2, length, kv_heads, head_dim]``
+        (a copy, to move or copy a sequence to another pool)."""
+        parts = [torch.stack(self.gather(request, label, layer)) for layer in range(self.layers)]
+        return torch.stack(parts)
+
+    def import_label(self, request: Hashable, label: str, kv: torch.Tensor) -> None:
+        """Make ``label`` hold the sequence `export_label` produced (replacing what it held)."""
+        expected = (self.layers, 2, kv.shape[2] if kv.dim() == 5 else -1)
+        if (
+            kv.dim() != 5
+            or tuple(kv.shape[:3]) != expected
+            or tuple(kv.shape[3:])
+            != (
+                self.kv_heads,
+                self.head_dim,
+            )
+        ):
+            raise ValueError(
+                f"cannot import kv of shape {list(kv.shape)} into a pool of {self.layers} layers, "
+                f"{self.kv_heads} kv heads of {self.head_dim}"
+            )
+        self.drop(request, label)
+        slots = self.append(request, label, kv.shape[2])
+        self.write(slots, kv[:, K], kv[:, V])
 
     def fork(
         self, request: Hashable, src_label: str, dst_label: str, *, share: bool = True

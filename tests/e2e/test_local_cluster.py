@@ -29,7 +29,7 @@ from wgc.interp import (  # noqa: E402
     segment,
 )
 from wgc_runtime.contract import messages as M  # noqa: E402
-from wgc_runtime.contract.node import Node  # noqa: E402
+from wgc_runtime.contract.node import Node, decode_state, encode_state  # noqa: E402
 from wgc_runtime.host.loading import load_plan  # noqa: E402
 from wgc_runtime.host.local import Handle, LocalCluster  # noqa: E402
 
@@ -70,7 +70,11 @@ def as_outputs(h: Handle) -> Outputs:
 
 
 def reference(family: str, c: LocalCluster, req, rid: str = "request-0") -> Outputs:
-    return run_request(model(family), req, placed=set(c.spec.placed), request_id=rid)
+    """The interpreter's outputs, with the placement's KV dtype (a bf16 cache rounds)."""
+    kv_dtype = c.spec.kv_cache.dtype
+    return run_request(
+        model(family), req, placed=set(c.spec.placed), request_id=rid, kv_dtype=kv_dtype
+    )
 
 
 def describe(o: Outputs) -> str:
@@ -221,6 +225,32 @@ def test_concurrent_requests_at_different_loop_positions_batch_and_match(placeme
     assert max(len(b) for b in BatchRecorder.batches) <= 4
 
 
+@pytest.mark.parametrize("family", sorted(SCENARIOS))
+def test_every_family_batches_its_loops_across_requests_and_matches_alone(family) -> None:
+    """All of a family's scenarios at once, staggered (requests join running loops between
+    iterations): each request's outputs equal the interpreter's for it alone, and some call
+    ran for several requests in one batch; every page is back at the end."""
+    BatchRecorder.batches = []
+    c = cluster(family, "cpu", wrap=BatchRecorder)
+    m = model(family)
+    handles, reqs = {}, {}
+    for k, (inputs, want, options) in enumerate(SCENARIOS[family].values()):
+        for copy in range(2):  # two of each, so even a family with one scenario batches
+            rid = f"r{k}-{copy}"
+            reqs[rid] = make_request(m, inputs, want, options)
+            handles[rid] = c.submit(reqs[rid], rid)
+            c.step()
+    c.run()
+    for rid, h in handles.items():
+        ref = reference(family, c, reqs[rid], rid)
+        assert same_outputs(ref, as_outputs(h)), (
+            f"{rid}: {describe(ref)} vs {describe(as_outputs(h))}"
+        )
+    assert max(len(b) for b in BatchRecorder.batches) > 1, "no batching happened"
+    for ex in c.ranks.values():
+        assert not ex.requests and all(n == 0 for n in ex.kv.used_pages().values())
+
+
 # ---------------------------------------------------------------------------------- failures
 class RaiseFor(Node):
     """Raises for request `bad` in the denoising loop (its 3rd call)."""
@@ -360,7 +390,10 @@ def test_pd_split_moves_the_llm_state_before_decode_starts() -> None:
     exports = [m for to, m in c.log if isinstance(m, M.ExportState)]
     assert [(m.node, m.from_ranks, m.to_ranks) for m in exports] == [("LLM", (0,), (1,))]
     parts = [(to, m) for to, m in c.log if isinstance(m, M.StatePart)]
-    assert {to for to, _ in parts} == {1} and {m.key for _, m in parts} == {"int:context"}
+    # the LLM's KV pages move (its prefill's keys and values, one part per label)
+    assert {to for to, _ in parts} == {1} and {m.key for _, m in parts} == {"kv:main"}
+    (kv,) = [m.data for _, m in parts]
+    assert kv.shape[:3] == (1, 2, len("hello"))  # [layers, K/V, tokens, kv_heads, head_dim]
     imported = kinds.index((M.CONDUCTOR, "StateImported"))
     decode = next(
         i for i, (to, m) in enumerate(c.log) if isinstance(m, M.StartWalk) and m.walk == "decode"
@@ -411,11 +444,14 @@ class MovesItsOwnState(Node):
     def export_state(self, request_id, kept):
         self.moves.append(("export", request_id))
         assert not kept  # nothing kept in CallContext.state by the runtime
-        return {"int:context": torch.tensor(self.held.pop(request_id)["context"])}
+        held = {"moved": 1, **self.held.pop(request_id, {})}
+        return encode_state(self.name, held)
 
     def import_state(self, request_id, state, kept):
         self.moves.append(("import", request_id))
-        self.held[request_id] = {"context": int(state["int:context"].item())}
+        held = decode_state(state)
+        assert held.pop("moved") == 1
+        self.held[request_id] = held
 
     def release(self, request_id):
         self.held.pop(request_id, None)

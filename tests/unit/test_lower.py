@@ -15,7 +15,7 @@ import pytest
 from wgc.diagnostics.diagnostic import Span
 from wgc.driver import Driver
 from wgc.lower.lower import lower
-from wgc.lower.memory import kv_bytes
+from wgc.lower.kv import pool_spec
 from wgc.lower.params import needs_rebuild
 from wgc.lower.plan import Plan
 from wgc.lower.summary import cross_rank_summary
@@ -179,7 +179,7 @@ def test_tensor_parallel_group_runs_on_its_first_rank() -> None:
     assert llm[0].ranks == (1, 2) and llm[0].tp == 2
     assert plan.ranks[2].pieces == ()  # the leader (rank 1) drives the shards
     assert all(c.rank == 1 for p in plan.ranks[1].pieces for c in p.calls)
-    full = KvCache().pages * KvCache().page_size * 2 * 64 * 4  # hidden 64, f32
+    full = KvCache().pages * KvCache().page_size * 2 * 2 * 8 * 4  # 2 kv heads of 8, f32
     assert plan.ranks[1].memory.kv_bytes == plan.ranks[2].memory.kv_bytes == full // 2
 
 
@@ -206,12 +206,21 @@ def test_mstar_default_ranks_run_unnamed_nodes() -> None:
     assert plan.placed == ("LLM_cfg_text", "LLM_cfg_img")  # defaults do not count as placed
 
 
-def test_kv_bytes_reads_layers_heads_and_head_dim_from_config() -> None:
+def test_kv_pools_read_layers_heads_and_head_dim_from_config() -> None:
     model = front(example("bagel"))
-    config = (("layers", 28), ("kv_heads", 4), ("head_dim", 128))
-    node = NodeSpec(name="X", impl="p:X", engine="kv_cache", config=config, ranks=(0,))
+    llm = model.node("LLM")
+    assert llm is not None
+    node = dataclasses.replace(
+        llm, config=(("layers", 28), ("kv_heads", 4), ("head_dim", 128), ("kv_tokens", 100))
+    )
     kv = KvCacheSpec(page_size=16, pages=10, dtype="bf16")
-    assert kv_bytes(model, node, kv) == 10 * 16 * 2 * 28 * 4 * 128 * 2
+    pool = pool_spec(model, node, kv, tp=1, shared=False)
+    assert (pool.layers, pool.kv_heads, pool.head_dim) == (28, 4, 128)
+    assert pool.nbytes == 10 * 16 * 2 * 28 * 4 * 128 * 2
+    # three labels, 100 tokens each, rounded up to pages of 16: 112 per label
+    assert pool.tokens_per_request == 3 * 112 and pool.pages_per_request == 21
+    half = pool_spec(model, node, kv, tp=2, shared=False)  # a tensor-parallel shard
+    assert half.kv_heads == 2 and half.nbytes == pool.nbytes // 2
 
 
 # ---------------------------------------------------------------- params
@@ -266,7 +275,7 @@ def test_plan_is_plain_data() -> None:
     assert isinstance(plan, Plan)
     data = json.loads(plan.to_json())
     assert data["model"] == "bagel" and data["placement"] == "cpu"
-    assert data["batching"] == {"max_batch": 4, "capture": [1, 2, 4]}
+    assert data["batching"] == {"max_batch": 4, "capture": [1, 2, 4], "backend": "auto"}
     assert data["version"] == SPEC_VERSION and data["attention"] == {"backend": "auto"}
     flow = data["flows"][0]
     assert flow["node"] == "FlowPlan" and flow["body"][0]["node"] == "ForPlan"

@@ -146,9 +146,16 @@ def test_transfers_per_iteration_list_the_velocity_bytes(plan) -> None:
     assert {t.walk for t in plan.transfers} == {WALK}
 
 
+# a KV label copied to each CFG rank before the loop: LLM's `config kv_tokens = 256` per label,
+# 1 layer x (K, V) x 2 kv heads x 8 dims x bf16 per token
+LABEL_BYTES = 256 * 1 * 2 * 2 * 8 * 2
+
+
 def test_cross_rank_summary(plan) -> None:
     (row,) = cross_rank_summary(plan)
-    assert row.walk == WALK and row.per_request == () and row.request_bytes == 0
+    assert row.walk == WALK and row.request_bytes == 2 * LABEL_BYTES
+    copies = sorted((t.channel, t.src_rank, t.dst_rank, t.edge) for t in row.per_request)
+    assert copies == [("kv:cfg_img", 0, 2, "kv_copy"), ("kv:cfg_text", 0, 1, "kv_copy")]
     (loop,) = row.per_iteration
     assert loop.loop == "denoise" and loop.nbytes == 4 * LATENT_BYTES + 2 * 8
 
@@ -162,9 +169,13 @@ def test_rank_tables(plan) -> None:
     ]
     assert plan.ranks[1].nodes[0].walks == (WALK,)
     assert [p.walk for p in plan.ranks[1].pieces] == [WALK]
-    # ranks 1 and 2 hold one KV pool each: 2048 pages x 16 tokens x (K, V) x hidden 64 x bf16
-    assert [r.memory.kv_bytes for r in plan.ranks][1:] == [2048 * 16 * 2 * 64 * 2] * 2
-    assert plan.ranks[0].memory.kv_bytes == 2048 * 16 * 2 * 64 * 2  # LLM is rank 0's only one
+    # every rank holds one KV pool (LLM's on rank 0; on 1 and 2 each CFG copy's own, for its
+    # label): 2048 pages x 16 tokens x (K, V) x 1 layer x 2 kv heads x 8 dims x bf16
+    pool = 2048 * 16 * 2 * 1 * 2 * 8 * 2
+    assert [r.memory.kv_bytes for r in plan.ranks] == [pool] * 3
+    copy = plan.ranks[1].nodes[0].kv
+    assert copy is not None and copy.owner == "LLM" and copy.labels == ("cfg_text",)
+    assert not copy.shared and plan.walk(WALK).kv_copies[0].node == "LLM_cfg_text"
 
 
 def test_hand_built_placement_lowers_like_the_yaml(model, plan) -> None:

@@ -34,6 +34,9 @@ BAGEL = "examples/bagel/bagel.walk"
 P3 = "examples/bagel/placements/3xh100.yaml"
 LATENT = 16 * 16 * 4
 PER_ITER = 4 * LATENT + 2 * 8
+# one request's label copied to a CFG rank: kv_tokens 256 x (k, v) x 1 layer x 2 kv heads
+# x head dim 8 x bf16 (the placement's kv_cache dtype)
+LABEL_COPY = 256 * 2 * 1 * 2 * 8 * 2
 
 
 @pytest.fixture(autouse=True)
@@ -97,15 +100,23 @@ def test_text_transfers_per_iteration_with_hand_computed_bytes() -> None:
         ]
     )
     assert "= 4.0 KiB per iteration" in transfers
-    assert f"total per request at max iterations: {human_bytes(49 * PER_ITER)}" in transfers
-    assert human_bytes(49 * PER_ITER) == "196.8 KiB"
+    copies = re.findall(r"rank 0 -> (\d)\s+kv:(\w+)\s+kv pages\s+([\d.]+ KiB)\s+\(kv_copy\)", out)
+    assert sorted(copies) == [("1", "cfg_text", "16.0 KiB"), ("2", "cfg_img", "16.0 KiB")]
+    assert human_bytes(LABEL_COPY) == "16.0 KiB"
+    total = 49 * PER_ITER + 2 * LABEL_COPY
+    assert f"total per request at max iterations: {human_bytes(total)}" in transfers
+    assert human_bytes(total) == "228.8 KiB"
     assert "no cross-rank transfers: prefill_text, prefill_vit, prefill_vae, decode" in out
 
 
 def test_summary_bytes_match_hand_count() -> None:
     [walk] = cross_rank_summary(_plan())
     assert walk.walk == "image_gen_cfg"
-    assert walk.per_request == () and walk.request_bytes == 0
+    assert {(t.channel, t.dst_rank, t.nbytes) for t in walk.per_request} == {
+        ("kv:cfg_text", 1, LABEL_COPY),
+        ("kv:cfg_img", 2, LABEL_COPY),
+    }
+    assert walk.request_bytes == 2 * LABEL_COPY
     [loop] = walk.per_iteration
     assert loop.loop == "denoise" and loop.nbytes == PER_ITER
 
@@ -117,7 +128,7 @@ def test_set_overrides_change_the_byte_counts() -> None:
     res = _invoke(["show", BAGEL, "-p", P3, "--set", "latent_side=8"])
     assert res.exit_code == 0, res.output
     assert f"= {human_bytes(per_iter)} per iteration" in res.stdout
-    assert f"at max iterations: {human_bytes(49 * per_iter)}" in res.stdout
+    assert f"at max iterations: {human_bytes(49 * per_iter + 2 * LABEL_COPY)}" in res.stdout
     assert "latent_side = 8" in res.stdout
 
 

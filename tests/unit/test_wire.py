@@ -25,6 +25,7 @@ SAMPLES: list[m.Message] = [
     m.SkipChunk("r1", "tokens", 4),
     m.Release("r1", "cancelled"),
     m.ExportState("r1", 3, "LLM", (0,), (1, 2)),
+    m.CopyKv("r1", 4, "LLM", "cfg_text", "LLM", (0,), (1,)),
     m.Value("r1", 3, "chain", 7, "x", Edge.INTERNAL, "steps", (("steps", 2), ("inner", 0))),
     m.Value("r1", 3, "chain", 7, "x", Edge.INTERNAL, None, (), True, None),
     m.Until("r1", 3, "chain", "steps", (1, 2), 5, True),

@@ -19,7 +19,10 @@ stream of no item, or always under `final drop`).
 
 `persist` stores a channel in the flow's own store (flows run side by side, so a flow only
 reads what its own walks persisted); nodes keep per-request state in `CallContext.state`, one
-dict per node, released when the request ends.
+dict per node, released when the request ends. A kv-cache node's cache is a paged pool
+(`wgc_runtime.engines.kv_pools`, the runtime's own), one per node, sized like the plan sizes it
+(``kv_pages`` pages of the default page size, ``kv_dtype``): a ``like X { label L }`` copy reads
+X's label L in X's pool, as it does on X's rank group.
 """
 
 from __future__ import annotations
@@ -32,12 +35,13 @@ from typing import Any
 from wgc.interp.flows import FlowRun, eval_cond, walks_of
 from wgc.interp.request import Emitted, Outputs, RequestError, RequestFailed
 from wgc.interp.walks import Steps, Wait, WalkPlan, WalkRun
-from wgc.ir.decls import POLICY_PARAMS, Stream
+from wgc.ir.decls import POLICY_PARAMS, EngineKind, Stream
 from wgc.ir.decls import Node as NodeDecl
 from wgc.ir.flow import FlowKind
 from wgc.ir.model import Model
 from wgc.ir.types import DimKind, TensorType
 from wgc.ir.walk import Call
+from wgc.lower.kv import owner_of, pool_spec
 from wgc_runtime.contract.flow import SimpleRequest
 from wgc_runtime.contract.node import (
     DTYPES,
@@ -48,8 +52,9 @@ from wgc_runtime.contract.node import (
     Work,
     check_outputs,
 )
-from wgc_runtime.contract.spec import TypeSpec
+from wgc_runtime.contract.spec import KvCacheSpec, TypeSpec
 from wgc_runtime.core.streams import Policy, StreamBuffer, StreamError
+from wgc_runtime.engines.kv_pools import KvPools
 
 
 def type_spec(t: TensorType | None) -> TypeSpec | None:
@@ -108,6 +113,17 @@ def stream_buffer(s: Stream, model: Model, capacity: int | None = None) -> Strea
     )
 
 
+def kv_pools(model: Model, kv: KvCacheSpec) -> KvPools:
+    """One pool per kv-cache node of ``model`` (copies share their owner's), as lowering
+    sizes them (`wgc.lower.kv.pool_spec`)."""
+    specs = {}
+    for n in model.nodes:
+        if n.engine is EngineKind.KV_CACHE:
+            copy = owner_of(model, n) != n.name
+            specs[n.name] = pool_spec(model, n, kv, 1, shared=copy)
+    return KvPools(specs, attention="torch")
+
+
 @dataclass
 class _Task:
     name: str
@@ -127,6 +143,8 @@ class Interpreter:
         placed: frozenset[str],
         request_id: str,
         stream_capacity: int | None = None,
+        kv_pages: int = 512,
+        kv_dtype: str = "f32",
     ):
         self.model = model
         self.request = request
@@ -135,6 +153,7 @@ class Interpreter:
         self.request_id = request_id
         self.options = {**request.defaults, **request.options}
         self.node_state: dict[str, dict] = {n.name: {} for n in model.nodes}
+        self.kv = kv_pools(model, KvCacheSpec(pages=kv_pages, dtype=kv_dtype))
         self.streams = {s.name: stream_buffer(s, model, stream_capacity) for s in model.streams}
         self.stores: dict[str, dict] = {f.name: {} for f in model.flows}
         self.plans = {w.name: WalkPlan.of(w) for w in model.walks}
@@ -201,6 +220,7 @@ class Interpreter:
             chunks=chunks,
             reads=frozenset(inputs),
             writes=frozenset(b.port for b in c.writes),
+            kv=self.kv.handle(c.node, self.request_id) if self.kv.has(c.node) else None,
         )
         outputs = self._forward(run, c, impl, inputs, ctx, decl)
         for p in decl.outputs:
@@ -276,6 +296,7 @@ class Interpreter:
             for name, impl in self.nodes.items():
                 impl.release(self.request_id)
                 self.node_state.get(name, {}).clear()
+            self.kv.free(self.request_id)
         return self.outputs
 
     def _schedule(self, tasks: list[_Task]) -> None:
@@ -302,11 +323,13 @@ def run_request(
     placed: set[str] | frozenset[str] | None = None,
     request_id: str = "request-0",
     stream_capacity: int | None = None,
+    kv_dtype: str = "f32",
 ) -> Outputs:
     """Run one request on the reference interpreter.
 
     ``nodes`` maps node names to instances (the rest are loaded from their `impl`); ``placed``
-    is what `placed(NODE)` sees (default: every node). A failure is returned in
+    is what `placed(NODE)` sees (default: every node); ``kv_dtype`` is the KV caches' dtype (the
+    placement's ``kv_cache.dtype``, for equality with a run of it). A failure is returned in
     `Outputs.error`, never raised.
     """
     given = dict(nodes or {})
@@ -316,4 +339,6 @@ def run_request(
     except Exception as exc:
         return Outputs(error=RequestError("node", f"cannot load nodes: {exc}"))
     placed_set = frozenset(placed if placed is not None else (n.name for n in model.nodes))
-    return Interpreter(model, request, given, placed_set, request_id, stream_capacity).run()
+    return Interpreter(
+        model, request, given, placed_set, request_id, stream_capacity, kv_dtype=kv_dtype
+    ).run()

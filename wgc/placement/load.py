@@ -5,14 +5,15 @@ from both is WG806):
 
 * **wgc**: `devices` (rank i runs on devices[i]), `hosts` (rank -> host), `place` (groups of
   `nodes`, `ranks`, optional `walks`, optional `tp`, default the group size), `kv_cache`
-  (`page_size`, `pages`, `dtype`), `batching` (`max_batch`, `capture`), `params`,
+  (`page_size`, `pages`, `dtype`), `batching` (`max_batch`, `capture`, `backend`), `params`,
   `max_concurrent_requests`, `attention`.
-* **M\\***: the reference implementation's configs as they are: `node_groups` (`node_names`,
-  `ranks`, `graph_walks`, `tp_size`), `resources` (`kv`: `page_size`, `max_num_pages`;
-  `attn`: `backend`), `max_concurrent_requests`, and M*'s own keys wgc does not use (`model`,
-  `max_seq_len`, `kv_cache.cpu_offload_pages`, `resources.kv.max_seq_len`), which are accepted
-  and recorded in `Placement.ignored_keys`. M* names no devices: the world size is the largest
-  rank + 1 and rank i runs on `auto:i`; nodes no group names run on rank 0, M*'s driver rank.
+* **M\\***: the reference implementation's configs as they are (`wgc.placement.mstar`):
+  `node_groups` (`node_names`, `ranks`, `graph_walks`, `tp_size`, `sp_size`, `residency`),
+  `kv_cache`, `resources`, `rank_devices`, `sp_size`, `max_concurrent_requests`, and M*'s own
+  keys wgc does not use (`model`, `max_seq_len`, `model_kwargs`, ...), which are accepted and
+  recorded in `Placement.ignored_keys`; nodes no group names run on rank 0, M*'s driver rank.
+
+Groups in both formats may set sequence parallelism and residency (`wgc.placement.parallel`).
 
 This module proves everything that needs no model (codes below); `wgc.placement.rules` checks
 the placement against the model. Records are built even from a file with errors (bad entries
@@ -22,7 +23,8 @@ YAML mapping at all.
 Codes owned: WG801 (YAML syntax), WG802 (unknown key, with did-you-mean), WG803 (wrong value
 type), WG804 (missing or empty required entry), WG805 (duplicate key), WG806 (formats mixed),
 WG809 (rank negative, repeated in a group, or beyond `devices`), WG810 (`tp` < 1 or not dividing
-the group), WG816 (capture buckets not positive, not ascending, or above `max_batch`), WG817
+the group), WG822 (`sp` × `tp` not dividing the group), WG823 (a residency the runtime does not
+honour, warning), WG816 (capture buckets not positive, not ascending, or above `max_batch`), WG817
 (kv-cache, batching, concurrency or attention setting out of range), WG818 (device not `cpu`,
 `cuda`, `cuda:N` or `auto:N`), WG819 (host for a rank that does not exist), WG821 (a device
 whose rank no group uses).
@@ -32,16 +34,15 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import TypeGuard
 
 import yaml
 
 from wgc.diagnostics.diagnostic import Diagnostic, Label, Span, diag
-from wgc.diagnostics.suggest import closest
-from wgc.ir.expr import in_range
 from wgc.ir.types import DTYPE_NAMES
+from wgc.placement import mstar, parallel
 from wgc.placement.model import Batching, Group, KvCache, Named, ParamOverride, Placement
-from wgc.placement.yamlnodes import describe, kind, mark_span, scalar, span
+from wgc.placement.yaml_reader import Entries, YamlReader, other
+from wgc.placement.yamlnodes import kind, mark_span, scalar, span
 
 NAME = "placement-load"
 CODES = (
@@ -58,6 +59,8 @@ CODES = (
     "WG818",
     "WG819",
     "WG821",
+    "WG822",
+    "WG823",
 )
 
 TOP = {
@@ -78,48 +81,26 @@ TOP = {
         "kv_cache",
         "node_groups",
         "resources",
+        "model_kwargs",
+        "sp_size",
+        "rank_devices",
     ),
 }
 GROUP = {
-    "wgc": ("nodes", "ranks", "walks", "tp"),
-    "mstar": ("node_names", "ranks", "graph_walks", "tp_size"),
+    "wgc": ("nodes", "ranks", "walks", "tp", "sp", "residency"),
+    "mstar": ("node_names", "ranks", "graph_walks", "tp_size", "sp_size", "residency"),
 }
-KV = {"wgc": ("page_size", "pages", "dtype"), "mstar": ("cpu_offload_pages",)}
-BATCHING = ("max_batch", "capture")
-MSTAR_RESOURCES = ("kv", "attn")
-MSTAR_RES_KV = ("max_seq_len", "page_size", "max_num_pages")
-MSTAR_ATTN = ("backend",)
+KV = {"wgc": ("page_size", "pages", "dtype"), "mstar": mstar.KV}
+BATCHING = ("max_batch", "capture", "backend")
+# how captured units run: `auto` is CUDA graphs on a CUDA device, else eager
+CAPTURE_BACKENDS = ("auto", "eager", "cuda_graph", "inductor")
 ATTENTION = ("auto", "torch", "triton", "flashinfer")
-FORMAT_NAME = {"wgc": "wgc's", "mstar": "M*'s"}
-# The other format's spelling of a key, for "write `x` instead" help lines.
-EQUIVALENT = {
-    "node_groups": "place",
-    "node_names": "nodes",
-    "graph_walks": "walks",
-    "tp_size": "tp",
-    "place": "node_groups",
-    "nodes": "node_names",
-    "walks": "graph_walks",
-    "tp": "tp_size",
-}
 DEFAULT_CAPTURE = (1, 2, 4, 8, 16)
 _KV_DEFAULT = KvCache()  # slotted dataclasses have no class-level defaults to read
 _BATCHING_DEFAULT = Batching()
 DEFAULT_MAX_CONCURRENT = 16
 _DEVICE = re.compile(r"^(cpu|cuda|cuda:\d+|auto:\d+)$")
 _DEVICE_LIKE = re.compile(r"^(?:gpu|cuda|auto)\s*[:/ _-]?\s*(\d+)$", re.IGNORECASE)
-
-_LIST_EXAMPLES = {
-    "ranks": "[0]",
-    "nodes": "[LLM]",
-    "node_names": "[LLM]",
-    "devices": "[cpu]",
-    "capture": "[1, 2, 4, 8]",
-    "place": "[{nodes: [LLM], ranks: [0]}]",
-    "node_groups": "[{node_names: [LLM], ranks: [0]}]",
-}
-
-Entries = dict[str, tuple[yaml.Node, yaml.Node]]
 
 
 def load(path: str, text: str | None = None) -> tuple[Placement | None, list[Diagnostic]]:
@@ -142,15 +123,13 @@ def load(path: str, text: str | None = None) -> tuple[Placement | None, list[Dia
     return placement, sorted(loader.diags, key=Diagnostic.sort_key)
 
 
-class _Loader:
+class _Loader(YamlReader):
     def __init__(self, file: str, text: str) -> None:
-        self.file = file
-        self.text = text
-        self.diags: list[Diagnostic] = []
-        self.format = "wgc"
-        self.deciding: yaml.Node | None = None  # the key that chose the format
+        super().__init__(file, text)
         self.ignored: list[str] = []
         self.rank_trouble = False  # a `ranks` entry was unreadable: idle ranks are no news
+        self.default_sp = 1  # M*'s top-level `sp_size`
+        self.wgc_kv_keys = tuple(k for k in KV["wgc"] if k not in KV["mstar"])
 
     # ------------------------------------------------------------------ entry
     def run(self) -> Placement | None:
@@ -158,7 +137,7 @@ class _Loader:
         if root is None:
             return None
         self.format, self.deciding = _detect(root)
-        top = self.keys(root, TOP[self.format], TOP[_other(self.format)], "at the top level")
+        top = self.keys(root, TOP[self.format], TOP[other(self.format)], "at the top level")
         if self.format == "mstar":
             return self.mstar(root, top)
         return self.wgc(root, top)
@@ -218,6 +197,7 @@ class _Loader:
             self.idle_ranks(groups, device_spans, devices)
         kv = self.kv_cache(top.get("kv_cache"))
         batching = self.batching(top.get("batching"))
+        self.graphs_need_cuda(batching, devices, top.get("batching"))
         return Placement(
             name=Path(self.file).stem,
             file=self.file,
@@ -260,6 +240,10 @@ class _Loader:
             out.append(name)
             spans.append(span(self.file, item))
         return tuple(out), spans, key
+
+    @staticmethod
+    def is_device(name: str) -> bool:
+        return bool(_DEVICE.match(name))
 
     def bad_device(self, item: yaml.Node, name: str) -> None:
         m = _DEVICE_LIKE.match(name.strip())
@@ -329,81 +313,7 @@ class _Loader:
 
     # ------------------------------------------------------------------ M* format
     def mstar(self, root: yaml.Node, top: Entries) -> Placement:
-        for name in ("model", "max_seq_len"):
-            if name in top:
-                self.ignored.append(name)
-        groups = self.groups(top.get("node_groups"), "node_groups")
-        world = _derived_world(groups)
-        kv = self.mstar_kv(top.get("kv_cache"), top.get("resources"))
-        return Placement(
-            name=Path(self.file).stem,
-            file=self.file,
-            format="mstar",
-            devices=tuple(f"auto:{i}" for i in range(world)),
-            hosts=(),
-            groups=groups,
-            kv_cache=kv,
-            batching=Batching(),
-            params=(),
-            max_concurrent_requests=self.max_concurrent(top.get("max_concurrent_requests")),
-            attention=self.mstar_attention(top.get("resources")),
-            span=span(self.file, root),
-            default_ranks=(0,),
-            groups_span=self.key_span(top.get("node_groups")),
-            ignored_keys=tuple(self.ignored),
-        )
-
-    def mstar_kv(self, kv_entry, resources) -> KvCache:
-        if kv_entry is not None:
-            _, node = kv_entry
-            if self.map_(node, "`kv_cache`"):
-                for k in self.keys(node, KV["mstar"], KV["wgc"], "in `kv_cache`"):
-                    self.ignored.append(f"kv_cache.{k}")
-        res = self.resources(resources)
-        kv = res.get("kv")
-        if kv is None:
-            return KvCache()
-        _, node = kv
-        if not self.map_(node, "`resources.kv`"):
-            return KvCache()
-        e = self.keys(node, MSTAR_RES_KV, (), "in `resources.kv`")
-        if "max_seq_len" in e:
-            self.ignored.append("resources.kv.max_seq_len")
-        page_size = self.positive(e.get("page_size"), "`page_size`", "WG817")
-        pages = self.positive(e.get("max_num_pages"), "`max_num_pages`", "WG817")
-        return KvCache(
-            page_size=page_size or _KV_DEFAULT.page_size,
-            pages=pages or _KV_DEFAULT.pages,
-            span=span(self.file, node),
-        )
-
-    def resources(self, entry) -> Entries:
-        if entry is None:
-            return {}
-        _, node = entry
-        if not self.map_(node, "`resources`"):
-            return {}
-        return self.keys(node, MSTAR_RESOURCES, (), "in `resources`")
-
-    def mstar_attention(self, resources) -> str:
-        attn = self.resources_quiet(resources).get("attn")
-        if attn is None:
-            return "auto"
-        _, node = attn
-        if not self.map_(node, "`resources.attn`"):
-            return "auto"
-        e = self.keys(node, MSTAR_ATTN, (), "in `resources.attn`")
-        return self.attention(e.get("backend"))
-
-    def resources_quiet(self, entry) -> Entries:
-        """`resources` again, without reporting its problems a second time."""
-        if entry is None or not isinstance(entry[1], yaml.MappingNode):
-            return {}
-        return {
-            str(k.value): (k, v)
-            for k, v in entry[1].value
-            if isinstance(k, yaml.ScalarNode) and k.value in MSTAR_RESOURCES
-        }
+        return mstar.load(self, root, top)
 
     # ------------------------------------------------------------------ groups (both formats)
     def groups(self, entry, key_name: str) -> tuple[Group, ...]:
@@ -427,16 +337,18 @@ class _Loader:
             )
             return None
         own = GROUP[self.format]
-        other = tuple(k for k in GROUP[_other(self.format)] if k not in own)
-        e = self.keys(node, own, other, "in a group")
-        nodes_key, ranks_key, walks_key, tp_key = own
+        theirs = tuple(k for k in GROUP[other(self.format)] if k not in own)
+        e = self.keys(node, own, theirs, "in a group")
+        nodes_key, ranks_key, walks_key, tp_key, sp_key, residency_key = own
         first_key = span(self.file, node.value[0][0]) if node.value else span(self.file, node)
         nodes = self.names(e.get(nodes_key), nodes_key, first_key, "node")
         ranks, rank_spans = self.ranks(e.get(ranks_key), ranks_key, first_key)
         walks = None
         if walks_key in e:
             walks = self.names(e[walks_key], walks_key, first_key, "walk")
-        tp = self.tp(e.get(tp_key), tp_key, ranks, e.get(ranks_key))
+        sp = parallel.sp_size(self, e.get(sp_key), sp_key, self.default_sp)
+        tp = self.tp(e.get(tp_key), tp_key, ranks, e.get(ranks_key), sp)
+        sp = parallel.fits(self, sp, tp, ranks, e.get(sp_key), e.get(ranks_key))
         return Group(
             nodes=nodes,
             ranks=ranks,
@@ -444,6 +356,8 @@ class _Loader:
             tp=tp,
             span=span(self.file, node),
             rank_spans=rank_spans,
+            sp=sp,
+            residency=parallel.residency(self, e.get(residency_key), span(self.file, node)),
         )
 
     def names(self, entry, key: str, where: Span, what: str) -> tuple[Named, ...]:
@@ -534,10 +448,10 @@ class _Loader:
             spans.append(s)
         return tuple(ranks), tuple(spans)
 
-    def tp(self, entry, key: str, ranks: tuple[int, ...], ranks_entry) -> int:
+    def tp(self, entry, key: str, ranks: tuple[int, ...], ranks_entry, sp: int = 1) -> int:
         size = max(len(ranks), 1)
-        if entry is None:
-            return size
+        if entry is None:  # the group's ranks, less what sequence parallelism takes
+            return max(size // sp, 1)
         _, node = entry
         s = span(self.file, node)
         tp = self.int_(node, f"`{key}`")
@@ -641,7 +555,32 @@ class _Loader:
             max_batch = max(capture) if "capture" in e and capture else _BATCHING_DEFAULT.max_batch
         if "capture" not in e:
             capture = (*(b for b in DEFAULT_CAPTURE if b < max_batch), max_batch)
-        return Batching(max_batch=max_batch, capture=capture, span=span(self.file, node))
+        backend = self.choice(e.get("backend"), "a capture backend", CAPTURE_BACKENDS)
+        return Batching(
+            max_batch=max_batch, capture=capture, backend=backend, span=span(self.file, node)
+        )
+
+    def graphs_need_cuda(self, batching: Batching, devices: tuple[str, ...], entry) -> None:
+        """`backend: cuda_graph` records CUDA graphs: every device must be able to be CUDA."""
+        cpus = [i for i, d in enumerate(devices) if d == "cpu"]
+        if batching.backend != "cuda_graph" or not cpus or entry is None:
+            return
+        node = next(
+            (
+                v
+                for k, v in getattr(entry[1], "value", ())
+                if getattr(k, "value", None) == "backend"
+            ),
+            None,
+        )
+        self.error(
+            "WG817",
+            f"`backend: cuda_graph` records CUDA graphs, but rank {cpus[0]} runs on `cpu`",
+            span(self.file, node if node is not None else entry[1]),
+            label="needs a CUDA device",
+            help="use `backend: inductor` (compiled on the CPU) or `auto` (CUDA graphs where "
+            "there is a GPU, eager elsewhere), or put the ranks on `cuda:N`/`auto:N`",
+        )
 
     def capture(self, entry, max_batch: int | None, max_entry) -> tuple[int, ...]:
         if entry is None:
@@ -693,166 +632,12 @@ class _Loader:
         return got or DEFAULT_MAX_CONCURRENT
 
     def attention(self, entry) -> str:
-        if entry is None:
-            return "auto"
-        node = entry[1]
-        name = self.str_(node, "an attention backend")
-        if name is None:
-            return "auto"
-        if name not in ATTENTION:
-            self.choice_error(node, name, "attention backend", ATTENTION)
-            return "auto"
-        return name
-
-    def choice_error(self, node: yaml.Node, got: str, what: str, choices) -> None:
-        close = closest(got, choices)
-        hint = f"did you mean `{close}`? " if close else ""
-        self.error(
-            "WG817",
-            f"`{got}` is not a valid {what}",
-            span(self.file, node),
-            label="unknown value",
-            help=f"{hint}expected one of {', '.join(f'`{c}`' for c in choices)}",
-        )
-
-    # ------------------------------------------------------------------ values
-    def keys(self, node: yaml.MappingNode, own, other, where: str) -> Entries:
-        """The known keys of ``node``; unknown, duplicate and other-format keys are reported."""
-        out: Entries = {}
-        for k, v in node.value:
-            if not isinstance(k, yaml.ScalarNode):
-                self.wrong(k, "a key", "a name")
-                continue
-            name = str(k.value)
-            if name in out:
-                self.duplicate(k, out[name][0], f"key `{name}`")
-            elif name in own:
-                out[name] = (k, v)
-            elif name in other:
-                self.mixed(k, name)
-            else:
-                self.unknown_key(k, name, own, where)
-        return out
-
-    def unknown_key(self, k: yaml.Node, name: str, own, where: str) -> None:
-        close = closest(name, own)
-        known = ", ".join(f"`{o}`" for o in own)
-        self.error(
-            "WG802",
-            f"unknown key `{name}` {where}",
-            span(self.file, k),
-            label="unknown key",
-            help=f"did you mean `{close}`?" if close else f"the keys here are {known}",
-        )
-
-    def mixed(self, k: yaml.Node, name: str) -> None:
-        ours, theirs = FORMAT_NAME[self.format], FORMAT_NAME[_other(self.format)]
-        labels = []
-        if self.deciding is not None:
-            labels.append(
-                Label(span(self.file, self.deciding), f"this key makes the file {ours} format")
-            )
-        instead = EQUIVALENT.get(name)
-        fix = f"write `{instead}` here" if instead else "remove it"
-        self.error(
-            "WG806",
-            f"`{name}` is a key of {theirs} placement format, but this file uses {ours}",
-            span(self.file, k),
-            label=f"{theirs} key",
-            labels=labels,
-            help=f"use one format per file: {fix}, or convert the whole file",
-        )
-
-    def duplicate(self, k: yaml.Node, first: yaml.Node, what: str) -> None:
-        self.error(
-            "WG805",
-            f"{what} is given twice",
-            span(self.file, k),
-            label="given again",
-            labels=[Label(span(self.file, first), "first given here")],
-            help="keep one of them (YAML would silently use the last)",
-        )
-
-    def positive(self, entry, what: str, code: str) -> int | None:
-        if entry is None:
-            return None
-        node = entry[1]
-        value = self.int_(node, what)
-        if value is None:
-            return None
-        if value < 1:
-            self.error(
-                code,
-                f"{what} must be positive, found {value}",
-                span(self.file, node),
-                label="not positive",
-                help=f"set {what} to 1 or more",
-            )
-            return None
-        return value
-
-    def int_(self, node: yaml.Node, what: str) -> int | None:
-        value = scalar(node)
-        if kind(node) != "int" or not isinstance(value, int):
-            self.wrong(node, what, "an integer")
-            return None
-        if not in_range(value):
-            self.error(
-                "WG803",
-                f"{what} does not fit in a 64-bit integer",
-                span(self.file, node),
-                label="too large",
-                help="placement integers are 64-bit (-2^63 to 2^63 - 1)",
-            )
-            return None
-        return value
-
-    def str_(self, node: yaml.Node, what: str) -> str | None:
-        if isinstance(node, yaml.ScalarNode) and kind(node) != "null":
-            return str(node.value)
-        self.wrong(node, what, "a name")
-        return None
-
-    def list_(self, node: yaml.Node, what: str) -> list[yaml.Node] | None:
-        if isinstance(node, yaml.SequenceNode):
-            return list(node.value)
-        key = what.strip("`")
-        example = _LIST_EXAMPLES.get(key, "[a, b]")
-        self.wrong(node, what, "a list", f"write a list, e.g. `{key}: {example}`")
-        return None
-
-    def map_(self, node: yaml.Node, what: str) -> TypeGuard[yaml.MappingNode]:
-        if isinstance(node, yaml.MappingNode):
-            return True
-        self.wrong(node, what, "a mapping", "write `key: value` lines indented under it")
-        return False
-
-    def wrong(self, node: yaml.Node, what: str, expected: str, help: str | None = None) -> None:
-        self.error(
-            "WG803",
-            f"{what} must be {expected}, found {describe(node)}",
-            span(self.file, node),
-            label=f"expected {expected}",
-            help=help,
-        )
-
-    def key_span(self, entry) -> Span | None:
-        return span(self.file, entry[0]) if entry is not None else None
-
-    def value_span(self, entry) -> Span:
-        return span(self.file, entry[1]) if entry is not None else Span(self.file, 1, 1, 1, 2)
-
-    def error(self, code: str, message: str, where: Span, **kw) -> None:
-        self.diags.append(diag(code, message, where, **kw))
-
-
-def _other(fmt: str) -> str:
-    return "mstar" if fmt == "wgc" else "wgc"
+        return self.choice(entry, "an attention backend", ATTENTION)
 
 
 def _detect(root: yaml.MappingNode) -> tuple[str, yaml.Node | None]:
     """The format the first key only one format knows picks (wgc when there is none)."""
-    only = {f: set(TOP[f]) - set(TOP[_other(f)]) for f in TOP}
+    only = {f: set(TOP[f]) - set(TOP[other(f)]) for f in TOP}
     for k, _ in root.value:
         if isinstance(k, yaml.ScalarNode):
             for fmt, keys in only.items():

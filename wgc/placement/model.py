@@ -33,6 +33,11 @@ class Group:
     walks: tuple[Named, ...] | None  # None: every walk
     tp: int
     span: Span = field(compare=False)
+    # sequence parallelism: the group's ranks split each call's sequence, like `tp` its weights
+    sp: int = 1
+    # M*'s `residency`: `resident` (loaded once), `on_demand` (loaded when first needed) or
+    # `reload` (unloaded between uses); the runtime keeps every node resident (WG823)
+    residency: str = "resident"
     rank_spans: tuple[Span, ...] = field(default=(), compare=False)  # one per entry of ``ranks``
     # the names of ``nodes`` and ``walks`` as sets: `places` is asked for every (walk, node) of
     # the model and every group, so a scan of ``nodes`` made placement quadratic
@@ -63,6 +68,7 @@ class KvCache:
 class Batching:
     max_batch: int = 16
     capture: tuple[int, ...] = (1, 2, 4, 8, 16)
+    backend: str = "auto"  # "auto" | "eager" | "cuda_graph" | "inductor" (CAPTURE_BACKENDS)
     span: Span | None = field(default=None, compare=False)
 
 

@@ -81,12 +81,22 @@ class PlanIndex:
                     self.loops.setdefault((piece.walk, lp.name), lp)
 
     def transfer_type(self, t: Transfer) -> TypeSpec | None:
+        if t.edge == "persisted":  # a walk input: its declared type
+            walk = self.plan.walk(t.walk)
+            inp = next((i for i in walk.inputs if i.name == t.port), None) if walk else None
+            return inp.type if inp is not None else None
         if t.call is None or t.port is None:
             return None
         return self.out_types.get((t.walk, t.src_rank, t.call, t.port))
 
     def producer(self, t: Transfer) -> str:
-        """``LLM_cfg_text.velocity``: the port a hop leaves from."""
+        """``LLM_cfg_text.velocity``: the port a hop leaves from (``LLM cache``: a label copy)."""
+        if t.edge == "kv_copy":
+            return f"{t.port} cache"
+        if t.edge == "state":
+            return f"{t.port} state (a handoff, when due)"
+        if t.edge == "persisted":
+            return f"the flow, into input `{t.port}`"
         node = self.call_nodes.get((t.walk, t.call)) if t.call is not None else None
         return f"{node}.{t.port}" if node and t.port else "?"
 
@@ -139,7 +149,8 @@ def render_plan_text(plan: Plan) -> str:
     out.append(f"  kv_cache {kv.pages} pages x {kv.page_size} tokens, {kv.dtype}")
     buckets = ", ".join(str(b) for b in plan.batching.capture)
     out.append(
-        f"  batching max_batch {plan.batching.max_batch}, capture [{buckets}]; "
+        f"  batching max_batch {plan.batching.max_batch}, capture [{buckets}] "
+        f"({plan.batching.backend}); "
         f"max_concurrent_requests {plan.max_concurrent_requests}; "
         f"attention {plan.attention.backend}"
     )
@@ -227,13 +238,24 @@ def _hop_rows(ix: PlanIndex, transfers: Iterable[Transfer]) -> list[list[str]]:
         [
             f"rank {t.src_rank} -> {t.dst_rank}",
             t.channel,
-            spec_text(ix.transfer_type(t)),
-            human_bytes(t.nbytes),
+            "kv pages" if t.edge == "kv_copy" else _what(ix, t),
+            _bytes(ix, t),
             f"({t.edge})",
             f"from {ix.producer(t)}",
         ]
         for t in transfers
     ]
+
+
+def _bytes(ix: PlanIndex, t: Transfer) -> str:
+    """A hop's size; "at most" when its type is a shape bucket (the largest bucket's)."""
+    t_type = ix.transfer_type(t)
+    bucket = t_type is not None and not t_type.is_static and t.nbytes is not None
+    return ("at most " if bucket else "") + human_bytes(t.nbytes)
+
+
+def _what(ix: PlanIndex, t: Transfer) -> str:
+    return "node state" if t.edge == "state" else spec_text(ix.transfer_type(t))
 
 
 def _transfers(plan: Plan, ix: PlanIndex) -> list[str]:

@@ -33,7 +33,7 @@ from wgc_runtime.contract.messages import (
     WalkDone,
 )
 from wgc_runtime.contract.spec import StreamSpec
-from wgc_runtime.core.conductor import deadlines, flows, walks
+from wgc_runtime.core.conductor import admission, deadlines, flows, walks
 from wgc_runtime.core.conductor.state import Abort, FlowRun, RequestRun
 
 Outbox = Callable[[int, Message], None]
@@ -60,6 +60,11 @@ class ConductorCore:
     _options = walks._options
     _deliver_input = walks._deliver_input
     _walk_complete = walks._walk_complete
+    # admission by KV pages
+    _never_fits = admission._never_fits
+    _fits = admission._fits
+    _promise = admission._promise
+    kv_waits = admission.kv_waits
     # deadlines
     waits = deadlines.waits
     tick = deadlines.tick
@@ -89,13 +94,19 @@ class ConductorCore:
         self.active: dict[str, RequestRun] = {}
         self.queue: OrderedDict[str, tuple[Request, float]] = OrderedDict()
         self._next_walk_id = 0
+        self.kv_used: dict[admission.PoolKey, int] = {}  # pages promised per KV pool
         self._on_stream = {f.stream: f.name for f in spec.flows if f.kind is FlowKind.ON_STREAM}
 
     def submit(self, request_id: str, request: Request) -> None:
-        """Start the request now, or queue it behind the admission cap."""
+        """Start the request now, or queue it behind the admission cap and the KV pools
+        (`admission`); refuse it at once when no pool could ever hold it."""
         if request_id in self.active or request_id in self.queue:
             raise ValueError(f"request `{request_id}` is already running")
-        if len(self.active) < self.max_concurrent:
+        never = self._never_fits(request_id)
+        if never is not None:
+            self._finish_queued(request_id, FailKind.REJECTED, never)
+            return
+        if not self.queue and len(self.active) < self.max_concurrent and self._fits():
             self._start(request_id, request)
         else:
             self.queue[request_id] = (request, self.clock() + self.queue_timeout_s)
@@ -121,6 +132,7 @@ class ConductorCore:
     def _start(self, request_id: str, request: Request) -> None:
         req = RequestRun(request_id, request, last_progress=self.clock())
         self.active[request_id] = req
+        self._promise(1)
         try:
             for f in self.spec.flows:
                 if self._runs(f, request):
@@ -186,6 +198,7 @@ class ConductorCore:
                 with contextlib.suppress(Exception):  # closing must not mask the result
                     f.gen.close()
         self.active.pop(req.id, None)
+        self._promise(-1)
         if error is None:
             self.outbox(CLIENT, Finished(req.id, True))
         else:
@@ -201,7 +214,7 @@ class ConductorCore:
         self._admit()
 
     def _admit(self) -> None:
-        while self.queue and len(self.active) < self.max_concurrent:
+        while self.queue and len(self.active) < self.max_concurrent and self._fits():
             rid, (request, _) = self.queue.popitem(last=False)
             self._start(rid, request)
 

@@ -51,11 +51,12 @@ def tick(self: ConductorCore, now: float | None = None) -> None:
     for rid, (_, deadline) in list(self.queue.items()):
         if now > deadline:
             del self.queue[rid]
+            pools = self.kv_waits()
+            why = f"KV pages: {pools}" if pools else f"{self.max_concurrent} requests run at once"
             self._finish_queued(
                 rid,
                 FailKind.TIMEOUT,
-                f"request waited more than {self.queue_timeout_s:g} s for admission "
-                f"({self.max_concurrent} requests run at once)",
+                f"request waited more than {self.queue_timeout_s:g} s for admission ({why})",
             )
     for req in list(self.active.values()):
         late = [w for w in req.walks.values() if now > w.deadline]

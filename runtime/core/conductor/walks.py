@@ -26,6 +26,7 @@ from wgc_runtime.contract.flow import Persisted, Request, RunWalk, Segment, Simp
 from wgc_runtime.contract.kinds import DestKind, FailKind
 from wgc_runtime.contract.messages import (
     CLIENT,
+    CopyKv,
     ExportState,
     ForwardPersisted,
     Output,
@@ -85,7 +86,16 @@ def _move_state(
     self: ConductorCore, req: RequestRun, wid: int, wait: WalkWait, ws: WalkSpec
 ) -> None:
     """Start the node-state moves due before walk ``ws`` (its handoffs whose node's state is
-    on their ``from_ranks`` for this request); the state then lives where the walk runs."""
+    on their ``from_ranks`` for this request; the state then lives where the walk runs) and its
+    KV label copies (from wherever the owner's state lives)."""
+    # a KV label read on another group: copied there first, and before a handoff of its owner
+    # (a rank takes the conductor's messages in order: it copies the label, then exports)
+    for cp in ws.kv_copies:
+        src = req.state_at.get(cp.owner, tuple(cp.from_ranks))
+        copy = CopyKv(req.id, wid, cp.owner, cp.label, cp.node, src, tuple(cp.to_ranks))
+        for r in src:
+            self.outbox(r, copy)
+        wait.moving |= {(cp.node, r) for r in cp.to_ranks}
     for h in ws.handoffs:
         if req.state_at.get(h.node) != tuple(h.from_ranks):
             continue

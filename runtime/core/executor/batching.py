@@ -1,4 +1,5 @@
-"""Batching: ready call instances of one (walk, call) run together in one `Node.forward`.
+"""Batching: ready call instances of one (walk, call) run together in one `Node.forward`, or
+in the call's captured step when the plan lists it and the node offers one (`captured`).
 
 Up to ``max_batch``, at most one instance per request (a batch never mixes two iterations or two
 walk instances of one request). Nodes that keep the default `Node.forward` run item by item
@@ -87,6 +88,7 @@ def _work(self: RankExecutor, inst: Inst) -> Work | None:
         chunks=chunks,
         reads=frozenset(inputs),
         writes=w.piece.writes.get(call.id, frozenset()),
+        kv=self.kv.handle(call.node, w.req.id) if self.kv.has(call.node) else None,
     )
     return Work(inputs, ctx)
 
@@ -103,7 +105,18 @@ def _run_batch(self: RankExecutor, batch: list[tuple[Inst, Work]]) -> None:
                 ),
             )
         return
-    results = self._forward(node, call.node, [wk for _, wk in batch])
+    works = [wk for _, wk in batch]
+    results: list[Any] | None = None
+    checked = False  # a captured step's outputs were checked once for the whole batch
+    unit = self.captured.unit(batch[0][0].walk.walk, call.id, works)
+    if unit is not None:
+        try:
+            results = self.captured.run(unit, works)
+            checked = results is not None
+        except Exception as exc:  # a step's failure fails its batch (its appends are made)
+            results = [exc] * len(works)
+    if results is None:
+        results = self._forward(node, call.node, works)
     for (inst, work), result in zip(batch, results, strict=True):
         if inst.walk.req.id not in self.requests:
             continue
@@ -113,7 +126,9 @@ def _run_batch(self: RankExecutor, batch: list[tuple[Inst, Work]]) -> None:
             self._fail(w.req.id, RequestAbort(FailKind.NODE, msg + str(result), w.walk, call.node))
             continue
         try:
-            check_outputs(call.node, self.port_types.get(call.node, {}), result, work.ctx.writes)
+            if not checked:
+                types = self.port_types.get(call.node, {})
+                check_outputs(call.node, types, result, work.ctx.writes)
         except NodeError as exc:
             self._fail(
                 w.req.id,

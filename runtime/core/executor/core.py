@@ -7,9 +7,11 @@ drives it. Everything it needs per piece was indexed by the compiler (`PieceInde
 
 A `StartWalk` starts this rank's piece of one walk instance: its top-level units get instances,
 its top-level loops start (`loops`). Values arrive (`values`); ready instances are batched and
-run (`batching`); their outputs are routed (`routing`, `streams`); loops advance and end
-(`loops`); node state moves between groups on request (`handoff`). A piece is done when its
-top-level units ran and its top-level loops ended; then `WalkDone` goes to the conductor.
+run (`batching`; a call the plan lists as capturable runs in its captured step, `captured`,
+built by `prepare_captures` at worker start); their outputs are routed (`routing`,
+`streams`); loops advance and end (`loops`); node state moves between groups on request
+(`handoff`). A piece is done when its top-level units ran and its top-level loops ended;
+then `WalkDone` goes to the conductor.
 
 **Failures.** A node that raises or returns outputs that do not match its ports fails that
 request only (`Failed` to the conductor, with node, walk and message); its state here is dropped
@@ -27,6 +29,7 @@ from typing import Any
 from wgc_runtime.contract.kinds import FailKind
 from wgc_runtime.contract.messages import (
     CONDUCTOR,
+    CopyKv,
     ExportState,
     Failed,
     ForwardPersisted,
@@ -47,6 +50,7 @@ from wgc_runtime.contract.messages import (
 from wgc_runtime.contract.node import Node
 from wgc_runtime.contract.spec import RankSpec, StreamSpec, Unit
 from wgc_runtime.core.executor import batching, handoff, loops, routing, streams, values
+from wgc_runtime.core.executor.captured import CapturedSteps, CaptureReport, Progress
 from wgc_runtime.core.executor.state import (
     Inst,
     Outbox,
@@ -55,6 +59,7 @@ from wgc_runtime.core.executor.state import (
     RequestState,
     WalkRun,
 )
+from wgc_runtime.engines.kv_pools import KvPools
 
 _ENDED_KEEP = 4096  # ended request ids remembered, to drop their late messages
 
@@ -113,6 +118,8 @@ class RankExecutor:
     _unpark = streams._unpark
     _push_all = streams._push_all
     # handoff
+    _targets = handoff._targets
+    _on_copy_kv = handoff._on_copy_kv
     _on_export_state = handoff._on_export_state
     _send_state = handoff._send_state
     _on_state_part = handoff._on_state_part
@@ -125,10 +132,15 @@ class RankExecutor:
         nodes: Mapping[str, Node],
         outbox: Outbox,
         max_batch: int = 1,
+        device: str = "cpu",
     ) -> None:
         self.spec = rank_spec
         self.rank = rank_spec.rank
         self.nodes = dict(nodes)
+        # one paged pool per kv-cache node (a copy on its owner's group reads the owner's)
+        self.kv = KvPools.of_rank(rank_spec, device)
+        # the plan's capture list as runners, built by `prepare_captures` at worker start
+        self.captured = CapturedSteps(rank_spec, self.nodes, self.kv, device)
         self.outbox = outbox
         self.max_batch = max(1, int(max_batch))
         self.pieces = {p.walk: PieceIndex.of(p) for p in rank_spec.pieces}
@@ -154,10 +166,15 @@ class RankExecutor:
             StreamAbandon: self._on_stream_abandon,
             SkipChunk: self._on_skip_chunk,
             ExportState: self._on_export_state,
+            CopyKv: self._on_copy_kv,
             StatePart: self._on_state_part,
             StateEnd: self._on_state_end,
             Release: lambda m: self.release(m.request),
         }
+
+    def prepare_captures(self, progress: Progress | None = None) -> CaptureReport:
+        """Build and capture the rank's captured steps (`captured`); once, before serving."""
+        return self.captured.build(progress)
 
     def handles(self, msg: Message) -> bool:
         """Whether ``msg`` is a message this core takes (the host drops the others)."""
@@ -198,6 +215,7 @@ class RankExecutor:
             return
         for w in req.walks.values():
             self._kill_walk(w)
+        self.kv.free(request)
         for node in self.nodes.values():
             with contextlib.suppress(Exception):  # one failing release must not stop the others
                 node.release(request)

@@ -46,7 +46,7 @@ def peer_of(to: int) -> Peer:
 class WorkerLoop:
     """The loop of one rank (see the module docstring)."""
 
-    def __init__(self, rank_spec: Any, nodes: dict[str, Any], mesh: Mesh) -> None:
+    def __init__(self, rank_spec: Any, nodes: dict[str, Any], mesh: Mesh, device: str) -> None:
         from wgc_runtime.core.executor import RankExecutor
 
         self.rank = rank_spec.rank
@@ -54,7 +54,11 @@ class WorkerLoop:
         self.local: deque[m.Message] = deque()
         self.out: list[tuple[int, m.Message]] = []
         self.executor = RankExecutor(
-            rank_spec, nodes, self._outbox, max_batch=rank_spec.batching.max_batch
+            rank_spec,
+            nodes,
+            self._outbox,
+            max_batch=rank_spec.batching.max_batch,
+            device=device,
         )
         self.running = True
 
@@ -154,7 +158,10 @@ def worker_main(boot: dict[str, Any]) -> None:
 
             nodes = loading.load_nodes(spec, boot.get("device"), progress)
             mesh.set_peers(wait_for_peers(mesh, time.monotonic() + 60).table)
-            loop = WorkerLoop(spec, nodes, mesh)
+            device = loading.resolve_device(boot.get("device") or spec.device)
+            loop = WorkerLoop(spec, nodes, mesh, device)
+            report = loop.executor.prepare_captures(progress)
+            progress(report.summary())
         except child.Stop:
             raise
         except BaseException as exc:

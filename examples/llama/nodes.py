@@ -1,0 +1,161 @@
+"""The Llama example's node: `Decoder`, a `LlamaDecoder` over the runtime's paged KV pool.
+
+Written against the node API only (`wgc_runtime.contract.node`, `wgc_runtime.contract.capture`)
+and the components it runs (`wgc_runtime.components`):
+
+- **Weights.** Seeded random weights at the sizes the ``.walk`` declares (``config seed``), or
+  a Hugging Face Llama/Qwen2 safetensors folder (``config checkpoint``), whose ``config.json``
+  must agree with the declared sizes (they also size the KV pool).
+- **`forward`**: every ready call of one walk, as ONE ragged batch: prefill calls append their
+  prompt, decode calls their previous token, to the request's sequence in the pool
+  (``ctx.kv.pool``, key ``ctx.kv.request``); each gets the greedy next token and whether it is
+  ``eos``. Requests join and leave the batch between iterations (the executor batches the
+  ready calls of a loop across requests, up to ``batching.max_batch``).
+- **`static_step`**: the decode step as a captured unit (`DecoderEngine.decode_unit`: fixed
+  buffers per batch bucket, padding rows writing to the runtime's padding page); on a GPU it
+  is replayed as a CUDA graph, on the CPU compiled with inductor or run eagerly, as the
+  placement's ``batching.backend`` says. ``prepare`` appends each row's token slot to its
+  sequence and writes the row's slot, position, length and page table.
+
+Greedy decoding is deterministic, so a request's tokens are the same batched or alone,
+captured or not, and in the reference interpreter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+
+from wgc_runtime.components.config import DecoderConfig
+from wgc_runtime.components.decode_engine import DecoderEngine
+from wgc_runtime.components.decoder import LlamaDecoder
+from wgc_runtime.contract.capture import CapturedCall, StaticPort, StaticStep
+from wgc_runtime.contract.node import DTYPE_NAMES, KvCache, Node, NodeContext, NodeError, Work
+
+
+def decoder_config(config: Mapping[str, Any]) -> DecoderConfig:
+    """The decoder's sizes from the node's ``config`` values."""
+    return DecoderConfig(
+        vocab_size=int(config["vocab"]),
+        hidden_size=int(config["hidden"]),
+        intermediate_size=int(config["intermediate"]),
+        num_layers=int(config["layers"]),
+        num_heads=int(config["heads"]),
+        num_kv_heads=int(config["kv_heads"]),
+        head_dim=int(config["head_dim"]),
+    )
+
+
+def build_model(config: Mapping[str, Any], device: str | torch.device) -> LlamaDecoder:
+    """Random weights seeded by ``config seed``, or the checkpoint ``config checkpoint``."""
+    cfg = decoder_config(config)
+    path = str(config.get("checkpoint") or "")
+    if path:
+        model = LlamaDecoder.from_pretrained(path, device=device)
+        got = model.config
+        want = (cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, cfg.vocab_size)
+        have = (got.num_layers, got.num_kv_heads, got.head_dim, got.vocab_size)
+        if want != have:
+            raise NodeError(
+                f"checkpoint `{path}` has (layers, kv_heads, head_dim, vocab) {have}, the .walk "
+                f"declares {want}: set the node's config to the checkpoint's sizes"
+            )
+        return model
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(int(config.get("seed", 0)))
+        model = LlamaDecoder(cfg)
+        for p in model.parameters():
+            torch.nn.init.normal_(p, std=0.5 / cfg.hidden_size**0.5)
+    return model.to(device).eval()
+
+
+class Decoder(Node):
+    """A Llama decoder on the paged pool (see the module docstring)."""
+
+    def __init__(self, ctx: NodeContext) -> None:
+        super().__init__(ctx)
+        self.model = build_model(self.config, self.device)
+        self.eos = int(self.config.get("eos", -1))
+        self.kv_tokens = int(self.config["kv_tokens"])
+        self._engine: DecoderEngine | None = None
+
+    def engine(self, kv: KvCache | None) -> DecoderEngine:
+        """The `DecoderEngine` over this rank's pool for the node (built on first use)."""
+        if kv is None:
+            raise NodeError(f"node `{self.name}` is a kv_cache node but got no KV cache")
+        if self._engine is None or self._engine.pool is not kv.pool:
+            backend = kv.backend(self.model.config.num_heads)
+            self._engine = DecoderEngine(self.model, kv.pool, backend)
+        return self._engine
+
+    @torch.inference_mode()
+    def forward(self, batch: Sequence[Work]) -> list[dict[str, torch.Tensor]]:
+        engine = self.engine(batch[0].ctx.kv)
+        seqs, tokens = [], []
+        for w in batch:
+            kv = w.ctx.kv
+            assert kv is not None  # `engine` checked the node is a kv-cache node
+            x = w.inputs.get("prompt")
+            x = w.inputs["token"] if x is None else x
+            if x is None or x.numel() == 0:
+                raise NodeError(f"node `{self.name}`: an empty prompt has nothing to decode")
+            self._check_room(kv, int(x.numel()))
+            seqs.append((kv.request, kv.labels[0]))
+            tokens.append(x.reshape(-1).to(torch.long))
+        nxt = engine.forward(seqs, tokens).argmax(-1).cpu()
+        return [self._result(w, int(t)) for w, t in zip(batch, nxt, strict=True)]
+
+    def _result(self, w: Work, token: int) -> dict[str, torch.Tensor]:
+        out = {"new_token": torch.tensor([token], dtype=torch.int64)}
+        if "stop" in w.ctx.writes:
+            out["stop"] = torch.tensor(token == self.eos)
+        return out
+
+    def _check_room(self, kv: KvCache, new: int) -> None:
+        have = kv.length()
+        if have + new > self.kv_tokens:
+            raise NodeError(
+                f"node `{self.name}`: request `{kv.request}` would hold {have + new} tokens, more "
+                f"than `config kv_tokens = {self.kv_tokens}` (what admission promised it)"
+            )
+
+    # ------------------------------------------------------------------ the captured step
+    def static_step(self, call: CapturedCall) -> StaticStep | None:
+        if set(call.inputs) != {"token"} or call.kv is None:
+            return None  # only the decode step (one token per request) is static
+        engine = self.engine(call.kv)
+        width = engine.width_for(self.kv_tokens)
+        bufs = engine.decode_buffers(width)  # allocates the padding page, builds rope tables
+        extra = {name: StaticPort(b.dims, DTYPE_NAMES[b.dtype], b.pad) for name, b in bufs.items()}
+        del extra["tokens"]  # the `token` port
+        pad_page = int(bufs["block_tables"].pad)
+        eos = self.eos
+
+        def fn(ports: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+            inputs = dict(ports)
+            inputs["tokens"] = ports["token"].reshape(-1)
+            out = unit(inputs)
+            nxt = out["next_token"]
+            return {"new_token": nxt.reshape(-1, 1), "stop": nxt == eos}
+
+        def prepare(w: Work) -> dict[str, torch.Tensor]:
+            """Append the row's token slot to its sequence; its slot, position, length and
+            page table (padded with the padding page)."""
+            kv = w.ctx.kv
+            assert kv is not None
+            self._check_room(kv, 1)
+            pool, label = engine.pool, kv.labels[0]
+            (slot,) = pool.append_slots(kv.request, label, 1)
+            length = pool.seq_len(kv.request, label)
+            table = pool.page_table(kv.request, label)
+            return {
+                "positions": length - 1,
+                "slots": slot,
+                "kv_lens": length,
+                "block_tables": table + [pad_page] * (width - len(table)),
+            }
+
+        unit = engine.unit_for(call.backend)
+        return StaticStep(fn=fn, extra=extra, prepare=prepare)

@@ -1,0 +1,273 @@
+"""Captured steps: the plan's capture list, turned into graph runners at worker start.
+
+For every call of a `CaptureSpec` on this rank whose node offers a `StaticStep`
+(`Node.static_step`, `wgc_runtime.contract.capture`), `CapturedSteps.build` makes a
+`GraphRunner` over the step with the call's static port types and the plan's batch buckets,
+and captures it (CUDA graphs on a GPU; ``torch.compile`` per bucket with ``batching.backend:
+inductor``; the same static buffers run eagerly otherwise). A loop body with several calls on
+this rank gets one runner per call: the executor runs a body call by call (each call's batch
+forms from the requests whose inputs are ready), so the calls are captured one graph each.
+
+`CapturedSteps.run` is the executor's path for a batch of such a call: stack the requests'
+port values, let the step fill its extra buffers (`StaticStep.prepare`), run at the smallest
+bucket that holds the batch, and split the outputs back per request. Values that do not have
+the declared static shapes (or a bare signal) make the batch run the node's `forward`
+(counted in ``fallbacks``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import torch
+
+from wgc_runtime.contract.capture import CapturedCall, StaticStep
+from wgc_runtime.contract.kinds import CaptureBackend
+from wgc_runtime.contract.node import DTYPES, Node, NodeError, Work
+from wgc_runtime.contract.spec import CallSpec, CaptureSpec, PieceSpec, RankSpec, TypeSpec
+from wgc_runtime.engines.capture import GraphRunner, StaticBuffer, body_unit
+from wgc_runtime.engines.kv_pool import PAD_REQUEST
+from wgc_runtime.engines.kv_pools import KvPools
+
+Progress = Callable[[str], None]
+
+
+@dataclass(slots=True)
+class CapturedUnit:
+    """One call's runner and what it needs to fill it."""
+
+    walk: str
+    call: CallSpec
+    step: StaticStep
+    runner: GraphRunner
+    inputs: dict[str, TypeSpec]  # port -> static type
+    out_types: dict[str, TypeSpec]
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        return tuple(self.out_types)
+
+    def key(self, port: str) -> str:
+        return f"{self.call.id}#{port}"
+
+
+@dataclass(frozen=True, slots=True)
+class CaptureReport:
+    """What `CapturedSteps.build` did: per unit ``walk:call node``, its buckets and seconds;
+    the units not captured with why."""
+
+    backend: str
+    units: tuple[tuple[str, tuple[int, ...], float], ...] = ()
+    skipped: tuple[tuple[str, str], ...] = ()
+    seconds: float = 0.0
+
+    def summary(self) -> str:
+        if not self.units:
+            return f"no captured steps ({len(self.skipped)} capturable call(s) run eagerly)"
+        buckets = sum(len(b) for _, b, _ in self.units)
+        return (
+            f"captured {len(self.units)} step(s) x {buckets // len(self.units)} bucket(s) "
+            f"({self.backend}) in {self.seconds:.2f} s"
+        )
+
+
+def runner_backend(backend: CaptureBackend | str, device: str) -> str:
+    """The `GraphRunner` backend for the placement's ``batching.backend`` on ``device``."""
+    if backend == CaptureBackend.AUTO:
+        return "cuda_graph" if torch.device(device).type == "cuda" else "eager"
+    if backend == CaptureBackend.CUDA_GRAPH and torch.device(device).type != "cuda":
+        return "eager"  # a `--device cpu` run of a GPU plan: the same buffers, run eagerly
+    return str(backend)
+
+
+class CapturedSteps:
+    """The rank's captured calls (see the module docstring)."""
+
+    def __init__(
+        self,
+        rank_spec: RankSpec,
+        nodes: Mapping[str, Node],
+        kv: KvPools,
+        device: str = "cpu",
+    ) -> None:
+        self.spec = rank_spec
+        self.nodes = nodes
+        self.kv = kv
+        self.device = device
+        self.backend = runner_backend(rank_spec.batching.backend, device)
+        # (walk, call) -> its units: one per shape bucket of the capture list (usually one)
+        self.units: dict[tuple[str, int], list[CapturedUnit]] = {}
+        self.report = CaptureReport(self.backend)
+        self.runs = 0  # batches run through a unit
+        self.rows = 0  # calls run through a unit
+        self.fallbacks = 0  # batches that ran `forward` (values not of the static types)
+        self.batch_sizes: Counter[int] = Counter()
+
+    # ------------------------------------------------------------------ worker start
+    def build(self, progress: Progress | None = None) -> CaptureReport:
+        """Make and capture a runner for every capturable call whose node offers a step."""
+        pieces = {p.walk: p for p in self.spec.pieces}
+        done, skipped = [], []
+        t_all = time.perf_counter()
+        for cap in self.spec.captures:
+            piece = pieces.get(cap.walk)
+            if piece is None:
+                continue
+            for call_id in cap.calls:
+                call = piece.call(call_id)
+                if call is None or call.node not in self.nodes:
+                    continue
+                label = f"{cap.walk}:{call_id} {call.node}"
+                if cap.shape:
+                    label += " at " + ", ".join(f"{k}={v}" for k, v in cap.shape)
+                if progress is not None:
+                    progress(f"capturing {label} at batch {list(cap.buckets)} ({self.backend})")
+                t0 = time.perf_counter()
+                try:
+                    unit = self._unit(cap, piece, call)
+                except Exception as exc:  # a step that cannot be captured runs `forward`
+                    skipped.append((label, f"{type(exc).__name__}: {exc}"))
+                    continue
+                if unit is None:
+                    skipped.append((label, "the node offers no static step"))
+                    continue
+                self.units.setdefault((cap.walk, call_id), []).append(unit)
+                done.append((label, tuple(unit.runner.buckets), time.perf_counter() - t0))
+        self.report = CaptureReport(
+            self.backend, tuple(done), tuple(skipped), time.perf_counter() - t_all
+        )
+        return self.report
+
+    def _unit(self, cap: CaptureSpec, piece: PieceSpec, call: CallSpec) -> CapturedUnit | None:
+        types = dict(cap.ports)
+        ins = {p.port: types.get(f"{call.id}#{p.port}") for p in call.inputs}
+        outs = {p.port: types.get(f"{call.id}#{p.port}") for p in call.outputs}
+        if any(t is None for t in (*ins.values(), *outs.values())):
+            return None
+        node = self.nodes[call.node]
+        kv = self.kv.handle(call.node, PAD_REQUEST) if self.kv.has(call.node) else None
+        asked = CapturedCall(
+            walk=cap.walk,
+            call=call.id,
+            loop=cap.loop,
+            inputs=ins,
+            outputs=outs,
+            buckets=tuple(cap.buckets),
+            device=self.device,
+            backend=self.backend,
+            kv=kv,
+        )
+        step = node.static_step(asked)
+        if step is None:
+            return None
+        prefix = f"{call.id}#"
+        ports = tuple(p for p in cap.ports if p[0].startswith(prefix))
+        sub = replace(cap, calls=(call.id,), ports=ports)
+        extra = {
+            name: StaticBuffer(tuple(sp.dims), DTYPES[sp.dtype], sp.pad)
+            for name, sp in step.extra.items()
+        }
+        fn = step.fn
+        body = body_unit(sub, piece, lambda _call, ports: fn(ports), extra)
+        # no carries: the executor passes every input of every run (rows join and leave)
+        runner = GraphRunner(
+            body.fn,
+            body.inputs,
+            sub.buckets,
+            device=self.device,
+            name=f"{cap.walk}:{call.id}",
+            backend=self.backend,
+        )
+        runner.capture()
+        return CapturedUnit(
+            walk=cap.walk,
+            call=call,
+            step=step,
+            runner=runner,
+            inputs={k: v for k, v in ins.items() if v is not None},
+            out_types={k: v for k, v in outs.items() if v is not None},
+        )
+
+    # ------------------------------------------------------------------ serving
+    def unit(self, walk: str, call: int, works: Sequence[Work] = ()) -> CapturedUnit | None:
+        """The unit of the call whose input shapes the batch's values have (the first, for a
+        call with one unit), or None."""
+        units = self.units.get((walk, call)) if self.units else None
+        if not units:
+            return None
+        if len(units) == 1 or not works:
+            return units[0]
+        first = works[0].inputs
+        for u in units:
+            if all(
+                isinstance(v := first.get(p), torch.Tensor) and v.shape == tuple(t.dims)
+                for p, t in u.inputs.items()
+            ):
+                return u
+        return None
+
+    def run(self, unit: CapturedUnit, works: Sequence[Work]) -> list[Any] | None:
+        """One result (or exception) per work, or None when the batch does not fit the unit
+        (then the caller runs `forward`)."""
+        values: dict[str, list[torch.Tensor]] = {}
+        for port, t in unit.inputs.items():
+            dims, dtype = tuple(t.dims), DTYPES[t.dtype]
+            column = values[port] = []
+            for w in works:
+                v = w.inputs.get(port)
+                if not isinstance(v, torch.Tensor) or v.dtype is not dtype or v.shape != dims:
+                    self.fallbacks += 1
+                    return None
+                column.append(v)
+        results: list[Any] = [None] * len(works)
+        rows: list[int] = []  # the works that run
+        extras: list[Mapping[str, Any]] = []
+        for i, w in enumerate(works):
+            try:
+                extras.append(unit.step.prepare(w) if unit.step.prepare is not None else {})
+                rows.append(i)
+            except Exception as exc:  # fails this request only
+                results[i] = exc
+        if not rows:
+            return results
+        inputs = {
+            unit.key(port): torch.stack([column[i] for i in rows])
+            for port, column in values.items()
+        }
+        for name in extras[0]:
+            column = [e[name] for e in extras]
+            if isinstance(column[0], torch.Tensor):
+                inputs[name] = torch.stack(column)
+            else:  # numbers or lists of numbers: one tensor for the batch
+                inputs[name] = torch.tensor(column, dtype=unit.runner.specs[name].dtype)
+        outs = unit.runner.run(inputs, len(rows))
+        got = {port: outs[unit.key(port)] for port in unit.outputs}
+        self._check(unit, got, len(rows))
+        if unit.step.finish is not None:
+            unit.step.finish([works[i] for i in rows], got)
+        self.runs += 1
+        self.rows += len(rows)
+        self.batch_sizes[len(rows)] += 1
+        # one copy of each output (the runner's buffers are reused), split into row views
+        split = {port: t.clone().unbind(0) for port, t in got.items()}
+        for j, i in enumerate(rows):
+            results[i] = {port: split[port][j] for port in unit.outputs}
+        return results
+
+    @staticmethod
+    def _check(unit: CapturedUnit, got: Mapping[str, torch.Tensor], batch: int) -> None:
+        """The step's outputs against the call's static types, once for the batch (then the
+        executor does not check each row)."""
+        for port, t in unit.out_types.items():
+            value = got.get(port)
+            want = (batch, *t.dims)
+            if value is None or value.dtype is not DTYPES[t.dtype] or value.shape != want:
+                shown = "nothing" if value is None else f"{value.dtype} {list(value.shape)}"
+                raise NodeError(
+                    f"node `{unit.call.node}`'s captured step returned {shown} for `{port}`, "
+                    f"expected {t.dtype}{list(want)}"
+                )
