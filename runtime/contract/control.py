@@ -16,6 +16,9 @@ message                from -> to                 meaning
 `StartFailed`          child -> launcher          could not start (``error`` says why)
 `Shutdown`             launcher -> child          leave the loop and exit
 `RankDied`             launcher -> conductor      a worker process is gone
+`GetUsage`             launcher -> child          report what you hold
+`Usage`                child -> launcher          live requests, KV pages held or promised,
+                                                  frames dropped (`GetUsage`'s answer)
 `ArenaFree`            any -> arena block owner   the receiver is done with these blocks
 =====================  =========================  ==============================================
 
@@ -77,8 +80,27 @@ class Shutdown(Message, frozen=True, tag=46):
 
 
 class RankDied(Message, frozen=True, tag=47):
+    """A worker died; ``restarting``: the launcher is starting it again (else the run ends)."""
+
     who: str
     reason: str
+    restarting: bool = False
+
+
+class GetUsage(Message, frozen=True, tag=49):
+    """Ask a child for its `Usage`."""
+
+
+class Usage(Message, frozen=True, tag=50):
+    """What a child holds now: live requests, KV pages per pool (a rank: pages in use; the
+    conductor: pages promised by admission), and bad traffic its sockets dropped (frames, peers
+    cut off)."""
+
+    who: PeerName
+    requests: int = 0
+    kv_pages: tuple[tuple[str, int], ...] = ()
+    dropped: int = 0
+    cut_off: int = 0
 
 
 class ArenaFree(Message, frozen=True, tag=48):
@@ -161,7 +183,18 @@ class WalkTrace(Message, frozen=True, tag=69):
     seconds: float = 0.0
 
 
-LAUNCHER = (Hello, Peers, Progress, Ready, StartFailed, Shutdown, RankDied, ArenaFree)
+LAUNCHER = (
+    Hello,
+    Peers,
+    Progress,
+    Ready,
+    StartFailed,
+    Shutdown,
+    RankDied,
+    GetUsage,
+    Usage,
+    ArenaFree,
+)
 INBOX = (*CORE, *LAUNCHER)  # what a rank's or the conductor's inbox accepts
 CLIENT_IN = (Submit, Cancel, Ping, GetStats)  # what the conductor's client port accepts
 CLIENT_OUT = (Accepted, Output, Alive, Finished, Pong, Stats, WalkTrace)  # what a client accepts

@@ -24,9 +24,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 from wgc_runtime.contract.conductor import ConductorSpec
-from wgc_runtime.contract.node import Node, NodeContext
 from wgc_runtime.contract.spec import (
     CaptureSpec,
     NodeSpec,
@@ -34,6 +34,9 @@ from wgc_runtime.contract.spec import (
     SpecVersionError,
     check_spec_version,
 )
+
+if TYPE_CHECKING:  # the node API imports torch: the launcher loads the conductor's spec only
+    from wgc_runtime.contract.node import Node, NodeContext
 
 _VERSION_LINE = re.compile(r"^SPEC_VERSION = (\d+)\b", re.MULTILINE)
 
@@ -137,6 +140,8 @@ def node_captures(rank: RankSpec, node: str) -> tuple[CaptureSpec, ...]:
 
 
 def node_context(rank: RankSpec, spec: NodeSpec, device: str | None = None) -> NodeContext:
+    from wgc_runtime.contract.node import NodeContext
+
     tp_rank = spec.ranks.index(rank.rank) if rank.rank in spec.ranks else 0
     return NodeContext(
         name=spec.name,
@@ -157,6 +162,8 @@ def node_context(rank: RankSpec, spec: NodeSpec, device: str | None = None) -> N
 
 
 def node_class(spec: NodeSpec) -> type[Node]:
+    from wgc_runtime.contract.node import Node
+
     module, _, cls = spec.impl.partition(":")
     if not module or not cls:
         raise DeploymentError(f"node `{spec.name}`: impl `{spec.impl}` is not `module:Class`")

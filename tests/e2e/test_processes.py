@@ -75,7 +75,7 @@ def start(plan_dir, **kw) -> Cluster:
 
 def stop(cluster: Cluster) -> None:
     pids = [p.pid for p in cluster.procs.values()]
-    arena = cluster.arena.name if cluster.arena else None
+    arena = cluster.segment.name if cluster.segment else None
     cluster.stop()
     for pid in pids:  # no orphans
         with pytest.raises(ProcessLookupError):

@@ -30,7 +30,7 @@ SAMPLES: list[m.Message] = [
     m.Value("r1", 3, "chain", 7, "x", Edge.INTERNAL, None, (), True, None),
     m.Until("r1", 3, "chain", "steps", (1, 2), 5, True),
     m.StreamItem("r1", "tokens", 9, 0, "text data"),
-    m.StreamAck("r1", "tokens", 9),
+    m.StreamAck("r1", "tokens", 9, 1),
     m.StatePart("r1", 3, "LLM", "int:x", 0, 5),
     m.StateEnd("r1", 3, "LLM", 0, 2),
     m.WalkDone("r1", 3, "chain", 1),
@@ -45,6 +45,8 @@ SAMPLES: list[m.Message] = [
     c.StartFailed(0, "ImportError: x"),
     c.Shutdown(),
     c.RankDied("rank 1", "killed"),
+    c.GetUsage(),
+    c.Usage(1, 2, (("LLM", 3),), 4, 1),
     c.ArenaFree(((64, 3), (128, 4))),
 ]
 INBOX = Codec(c.INBOX)

@@ -90,6 +90,7 @@ class ConductorCore:
         self.queue_timeout_s = queue_timeout_s
         cap = max_concurrent_requests or spec.max_concurrent_requests
         self.max_concurrent = max(1, int(cap))
+        self._cap = 0  # the cap while admission is held (`hold_admission`)
         self.walks = {w.name: w for w in spec.walks}
         self.active: dict[str, RequestRun] = {}
         self.queue: OrderedDict[str, tuple[Request, float]] = OrderedDict()
@@ -119,6 +120,17 @@ class ConductorCore:
         req = self.active.get(request_id)
         if req is not None:
             self._end(req, Abort(FailKind.CANCELLED, "request cancelled by the client"))
+
+    def hold_admission(self, held: bool) -> None:
+        """While held no request starts: new ones queue (with the queue's deadline) and every
+        queued one waits; releasing admits the queue again (the host holds admission while a
+        rank restarts)."""
+        if held:
+            self._cap = self._cap or self.max_concurrent
+            self.max_concurrent = 0
+        elif self._cap:
+            self.max_concurrent, self._cap = self._cap, 0
+            self._admit()
 
     def running(self) -> list[str]:
         return list(self.active)

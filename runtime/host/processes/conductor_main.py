@@ -17,10 +17,21 @@ an internal id when its id was used before (an ended id may be reused). `GetStat
 counters of `wgc_runtime.core.conductor.stats` (walk latencies, outcomes, queue depth); a
 ``trace`` request also gets a `WalkTrace` per walk start and finish.
 
-**A rank died** (`RankDied` from the launcher, which watches the processes): every running and
-queued request fails at once with "rank N died (...)" (kind ``internal``), and every later
-request is refused with the same message; the launcher then stops the run. Workers are not
-restarted.
+**A rank died** (`RankDied` from the launcher's supervisor, which watches the processes):
+
+* when the supervisor restarts it (``restarting``), only the requests that rank held fail ("rank
+  N died (...)", kind ``internal``; `recovery.RankWatch` knows who holds what), the others go on,
+  and admission is held: new requests queue until the rank is back (the supervisor's `Peers`
+  update, which this process relays to every rank before anything else, then `Ready`); a
+  request that needs the rank while it is down fails then;
+* otherwise (no restart budget) every running and queued request fails at once and every later
+  request is refused with the same message; the launcher then stops the run.
+
+**A client that went away** (a reply or keep-alive to it fails: `ClientPort.send`) has every
+request it left cancelled at once, which releases them on every rank (slots, KV pages,
+buffers). An exception while handling one message (a bug, or a message that validates but makes
+no sense) is logged and fails that message's request; it never ends the process. `GetUsage`
+from the launcher answers `Usage` (live requests, KV pages promised per pool, frames dropped).
 """
 
 from __future__ import annotations
@@ -41,8 +52,17 @@ from wgc_runtime.core.conductor.door import describe
 from wgc_runtime.host import loading
 from wgc_runtime.host.admission import RequestIds, admit
 from wgc_runtime.host.processes import child
-from wgc_runtime.host.processes.worker_main import batches, peer_of, run_profiled, wait_for_peers
+from wgc_runtime.host.processes.recovery import RankWatch
+from wgc_runtime.host.processes.worker_main import (
+    Trouble,
+    batches,
+    launcher_address,
+    peer_of,
+    run_profiled,
+    wait_for_peers,
+)
 from wgc_runtime.host.transport.arena import Arena
+from wgc_runtime.host.transport.keys import Keys
 from wgc_runtime.host.transport.sockets import ClientPort, Mesh
 
 POLL_MS = 20
@@ -70,7 +90,9 @@ class ConductorLoop:
         self.out: list[tuple[int, m.Message]] = []
         self.clients: dict[str, bytes] = {}  # (internal) request id -> client identity
         self.ids = RequestIds()
-        self.dead: str | None = None
+        self.dead: str | None = None  # the run is stopping (a rank died for good)
+        self.watch = RankWatch(self.spec)
+        self.trouble = Trouble("the conductor")
         self.running = True
         self._last_keepalive = 0.0
         self.poller = zmq.Poller()
@@ -83,6 +105,12 @@ class ConductorLoop:
     # ---------------------------------------------------------------- clients
 
     def on_client(self, ident: bytes, msg: m.Message) -> None:
+        try:
+            self._on_client(ident, msg)
+        except Exception as exc:  # one odd message must not end the conductor
+            self.trouble.report(f"a {type(msg).__name__} from a client", exc)
+
+    def _on_client(self, ident: bytes, msg: m.Message) -> None:
         if isinstance(msg, c.Ping):
             self.port.send(ident, [c.Pong()])
         elif isinstance(msg, c.Submit):
@@ -145,13 +173,62 @@ class ConductorLoop:
     # ---------------------------------------------------------------- ranks
 
     def on_inbox(self, msg: m.Message) -> None:
+        try:
+            self._on_inbox(msg)
+        except Exception as exc:  # one odd message must not end the conductor
+            self.trouble.report(f"a {type(msg).__name__}", exc)
+            self._fail(getattr(msg, "request", None), f"the conductor could not handle it: {exc}")
+
+    def _on_inbox(self, msg: m.Message) -> None:
         if isinstance(msg, c.Shutdown):
             self.running = False
         elif isinstance(msg, c.RankDied):
-            self.rank_died(msg.reason or f"{msg.who} died")
+            if msg.restarting:
+                self.rank_down(msg.who, msg.reason or f"{msg.who} died")
+            else:
+                self.rank_died(msg.reason or f"{msg.who} died")
+        elif isinstance(msg, c.Peers):  # a restarted rank's new address: theirs first, then ours
+            for r in range(self.spec.world_size):
+                if r not in self.watch.down:
+                    self.mesh.send(r, [msg])
+            self.mesh.set_peers(msg.table)
+        elif isinstance(msg, c.Ready):
+            if isinstance(msg.who, int) and self.watch.up(msg.who):
+                self.core.hold_admission(False)
+        elif isinstance(msg, c.GetUsage):
+            self.mesh.send("launcher", [self.usage()])
         elif not isinstance(msg, c.LAUNCHER):
             self.stats.received(msg)
             self.core.deliver(msg)
+
+    def _fail(self, request: str | None, message: str) -> None:
+        if request and request in self.core.active:
+            self.core.deliver(m.Failed(request, FailKind.INTERNAL, message))
+
+    def usage(self) -> c.Usage:
+        core = self.core
+        pools = tuple((f"{node}@{list(ranks)}", n) for (node, ranks), n in core.kv_used.items())
+        return c.Usage(
+            "conductor",
+            len(core.active) + len(core.queue),
+            pools,
+            self.mesh.guard.dropped + self.port.guard.dropped,
+            self.mesh.guard.cut_offs + self.port.guard.cut_offs,
+        )
+
+    def rank_down(self, who: str, reason: str) -> None:
+        """A rank died and is being restarted: fail what it held, hold admission."""
+        rank = int(who.split()[-1])
+        self.core.hold_admission(True)
+        message = f"{reason}; the request cannot finish (the rank is restarting)"
+        for rid in self.watch.on_rank_died(rank, reason, self.core.running()):
+            self.core.deliver(m.Failed(rid, FailKind.INTERNAL, message))
+
+    def client_gone(self, ident: bytes) -> None:
+        """A client went away: cancel every request it left (released on every rank)."""
+        for internal in [i for i, who in self.clients.items() if who == ident]:
+            self.clients.pop(internal, None)
+            self.core.cancel(internal)
 
     def rank_died(self, reason: str) -> None:
         """Fail every running and queued request: the deployment is broken."""
@@ -179,11 +256,15 @@ class ConductorLoop:
                     if isinstance(msg, m.Finished):
                         self.clients.pop(internal, None)
                         self.ids.close(internal)
+                        self.watch.ended(internal)
                     if ident is not None:
                         if rid != internal:  # the client knows its own id
                             msg = msgspec.structs.replace(msg, request=rid)
                         to_clients.setdefault(ident, []).append(msg)
+                elif self.watch.needs_down(to) is not None:
+                    self._needs_down(to, msg)
                 else:
+                    self.watch.sent(to, msg)
                     to_ranks.append((to, msg))
             for ev in self.stats.take_events():
                 ident = self.clients.get(ev.request)
@@ -192,7 +273,8 @@ class ConductorLoop:
                     trace = c.WalkTrace(rid, ev.flow, ev.walk, ev.done, ev.seconds)
                     to_clients.setdefault(ident, []).append(trace)
             for ident, msgs in to_clients.items():
-                self.port.send(ident, msgs)
+                if not self.port.send(ident, msgs):
+                    self.client_gone(ident)
             for to, msgs in batches(to_ranks).items() if to_ranks else ():
                 if self.dead is not None:
                     break  # nothing more goes to the ranks of a broken run
@@ -200,6 +282,13 @@ class ConductorLoop:
                     self.mesh.send(peer_of(to), msgs)
                 except Exception as exc:
                     self.rank_died(f"rank {to} cannot be reached ({exc})")
+
+    def _needs_down(self, rank: int, msg: m.Message) -> None:
+        """A message for a rank that is down: its request fails (a release is moot: the rank
+        comes back empty)."""
+        if not isinstance(msg, m.Release):
+            why = self.watch.needs_down(rank)
+            self._fail(getattr(msg, "request", None), f"rank {rank} is restarting ({why})")
 
     def keepalive(self, now: float) -> None:
         if now - self._last_keepalive < KEEPALIVE_S:
@@ -209,7 +298,8 @@ class ConductorLoop:
         for internal, ident in self.clients.items():
             by_client.setdefault(ident, []).append(c.Alive(self.ids.client(internal)))
         for ident, msgs in by_client.items():
-            self.port.send(ident, msgs)
+            if not self.port.send(ident, msgs):
+                self.client_gone(ident)
 
     def run(self) -> None:
         while self.running:
@@ -234,6 +324,7 @@ def conductor_main(boot: dict[str, Any]) -> None:
     try:
         a = boot["arena"]
         arena = Arena.attach(a["name"], a["slots"], a["region"], slot=int(boot["world"]))
+        keys = Keys.of_boot(boot.get("keys"))
         mesh = Mesh(
             "conductor",
             host=boot["host"],
@@ -241,9 +332,10 @@ def conductor_main(boot: dict[str, Any]) -> None:
             arena=arena,
             secret=boot["secret"],
             ipc_dir=boot["ipc_dir"],
+            keys=keys,
         )
-        port = ClientPort(bind=boot["bind"])
-        mesh.connect("launcher", boot["launcher"])
+        port = ClientPort(bind=boot["bind"], keys=keys)
+        mesh.connect("launcher", *launcher_address(boot))
         hello = c.Hello("conductor", mesh.address, boot["host"], mesh.ipc_address, port.address)
         mesh.send("launcher", [hello])
         loop: ConductorLoop | None = None

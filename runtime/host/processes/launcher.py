@@ -1,35 +1,43 @@
-"""Start a compiled plan as processes: one conductor and one worker per rank, and watch them.
+"""Start a compiled plan as processes: one conductor and one worker per rank, and keep them up.
 
 `Cluster(plan_dir).start()`:
 
-1. creates the host's shared-memory arena (one region per rank and one for the conductor), the
-   deployment's secret (every message between its processes carries it, see
-   `wgc_runtime.host.transport.sockets`) and a private folder (mode 0700) for the processes'
-   ``ipc://`` sockets, and binds the launcher's own inbox;
-2. spawns the conductor and every worker with ``multiprocessing.get_context("spawn")`` (never
-   fork: torch may already be imported) as daemonic children; each binds its inbox and says
-   hello; the launcher sends everybody the address table;
+1. creates the host's shared-memory segment (one arena region per rank and one for the
+   conductor), the deployment's secret (every message between its processes carries it, see
+   `wgc_runtime.host.transport.sockets`), its CURVE keys when the placement names hosts (or
+   ``curve=True``; `wgc_runtime.host.transport.keys`) and a private folder (mode 0700) for the
+   processes' ``ipc://`` sockets, and binds the launcher's own inbox;
+2. starts the conductor and every worker (`children`: spawned here with multiprocessing's
+   ``spawn`` context; the Ray launcher places workers on other machines); each binds its inbox
+   and says hello; the launcher sends everybody the address table;
 3. shows progress while workers import their nodes and warm up, and waits (with a deadline)
    until all are ready. A child that dies or fails to load ends the start with its message.
+   The ready line says where the time went: before the launcher started (the CLI and the
+   compile), until the slowest process was up (interpreter and imports: torch), and loading
+   (nodes, captured steps); every process's own times follow.
 
-While it serves, a monitor thread waits on the children's sentinels. **A worker that dies is not
-restarted**: the launcher tells the conductor at once (so every in-flight request fails with
-"rank N died" well within 5 s), records `Cluster.failure`, and the run ends non-zero
-(`wgc run` reports which rank died).
+**The launcher does not import torch** (nor numpy): it speaks the tensor-free launcher protocol
+(`control_codec`) and creates the segment without mapping it (`segment`), so its own start costs
+no torch import; the conductor and the workers import it.
+
+While it serves, the supervisor (`supervisor`, a thread) watches the children: a worker that dies
+is restarted within the restart budget (``restarts`` per rank within ``restart_window_s``; 0, the
+default for a library caller and for ``wgc run``: never), and only the requests it held fail;
+`health` says ``degraded`` meanwhile. A conductor that dies, or a worker past the budget, is a
+final failure: `Cluster.failure` records it and `wait` returns it (``wgc run`` and ``wgc serve``
+then stop and exit non-zero, naming the process).
 
 `stop()` (also from ``finally``, ``atexit``, Ctrl-C and SIGTERM) asks every child to exit,
-terminates and then kills stragglers, and unlinks the arena: no orphan processes, nothing left
+terminates and then kills stragglers, and unlinks the segment: no orphan processes, nothing left
 in ``/dev/shm``. Children also die with the launcher if it is killed outright (a parent-death
 signal and a watchdog thread, see `child.die_with_parent`), and multiprocessing's resource
-tracker unlinks the arena then.
+tracker unlinks the segment then.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
-import multiprocessing
-import multiprocessing.connection
 import os
 import shutil
 import signal
@@ -39,24 +47,29 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from multiprocessing.process import BaseProcess
 from typing import Any
-
-import zmq
 
 from wgc_runtime.contract import control as c
 from wgc_runtime.host.loading import DeploymentError, load_conductor
-from wgc_runtime.host.transport.arena import Arena, region_size
-from wgc_runtime.host.transport.codec import Codec
-from wgc_runtime.host.transport.sockets import Mesh, bind_host, new_secret
+from wgc_runtime.host.processes import entry
+from wgc_runtime.host.processes.children import Child, LocalChild, stop_children
+from wgc_runtime.host.processes.supervisor import RestartBudget, Supervisor, UsageQuery
+from wgc_runtime.host.transport.control_codec import ControlCodec
+from wgc_runtime.host.transport.keys import Keys
+from wgc_runtime.host.transport.segment import Segment, region_size
+from wgc_runtime.host.transport.sockets import Mesh, bind_address, named_hosts, new_secret
 
 Progress = Callable[[str], None]
+
+# what children send the launcher
+LAUNCHER_IN = (c.Hello, c.Progress, c.Ready, c.StartFailed, c.Usage)
 
 
 @dataclass(frozen=True, slots=True)
 class ChildDied:
     who: str  # "rank 1" or "conductor"
     exitcode: int | None
+    note: str = ""  # why it is final (a spent restart budget), if it is
 
     def __str__(self) -> str:
         code = self.exitcode
@@ -67,15 +80,41 @@ class ChildDied:
                 how = f"killed by signal {-code}"
         else:
             how = f"exit code {code}"
-        return f"{self.who} died ({how})"
+        return f"{self.who} died ({how})" + (f"; {self.note}" if self.note else "")
+
+
+@dataclass(frozen=True, slots=True)
+class Health:
+    """``status``: ``ok`` (every process up), ``degraded`` (a worker is being restarted) or
+    ``down`` (a final failure, or not started)."""
+
+    status: str
+    restarting: tuple[str, ...] = ()
+    restarts: int = 0
+    failure: str | None = None
 
 
 def _stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
+def process_age() -> float | None:
+    """Seconds since this process started (Linux), or None."""
+    try:
+        with open("/proc/self/stat", encoding="ascii") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        with open("/proc/uptime", encoding="ascii") as f:
+            uptime = float(f.read().split()[0])
+        return uptime - int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 class Cluster:
-    """The processes of one run of the plan in ``plan_dir`` (see the module docstring)."""
+    """The processes of one run of the plan in ``plan_dir`` (see the module docstring).
+
+    ``curve``: CURVE on every socket (None: when the placement names hosts); ``listen``: the
+    interface every socket binds (``0.0.0.0`` only when asked; None: `bind_address`'s rule)."""
 
     def __init__(
         self,
@@ -87,27 +126,39 @@ class Cluster:
         threads: int | None = 1,
         device: str | None = None,
         config: dict[str, Any] | None = None,
+        restarts: int = 0,
+        restart_window_s: float = 600.0,
+        curve: bool | None = None,
+        listen: str | None = None,
     ) -> None:
         self.plan_dir = os.fspath(plan_dir)
         self.spec = load_conductor(self.plan_dir)
         self.world = self.spec.world_size
+        self.hosts = tuple(self.spec.hosts) or ("127.0.0.1",) * self.world
         self.progress = progress or (lambda line: None)
         self.ready_timeout = ready_timeout
         self.arena_bytes = arena_bytes
         self.threads = threads
         self.device = device  # overrides every rank's device (tests, debugging)
         self.config = dict(config or {})  # extra settings for the conductor (tests)
-        self.arena: Arena | None = None
+        self.curve = named_hosts(self.hosts) if curve is None else curve
+        self.listen = listen
+        self.budget = RestartBudget(restarts, restart_window_s)
+        self.segment: Segment | None = None
         self.mesh: Mesh | None = None
         self.secret = b""
+        self.keys: Keys | None = None
         self.ipc_dir: str | None = None
-        self.procs: dict[str, BaseProcess] = {}
-        self.pids: dict[str, int] = {}
+        self.procs: dict[str, Child] = {}
+        self.table: dict[str, c.PeerEntry] = {}
         self.client_address: str | None = None
         self.failure: ChildDied | None = None
+        self.restart_times: list[float] = []  # seconds from a worker's death to its `Ready`
+        self.timings: dict[str, float] = {}  # where start-up went (see `start`)
+        self._boot: dict[str, Any] = {}
+        self._degraded: set[str] = set()
         self._stopping = False
-        self._monitor: threading.Thread | None = None
-        self._conductor_address: str | None = None
+        self._supervisor: Supervisor | None = None
 
     # ------------------------------------------------------------------ start
 
@@ -122,137 +173,155 @@ class Cluster:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
+    @property
+    def conductor_host(self) -> str:
+        return self.hosts[0]
+
+    def host_of(self, rank: int) -> str:
+        return self.hosts[rank] if rank < len(self.hosts) else self.hosts[0]
+
     def start(self) -> Cluster:
         atexit.register(self.stop)
-        hosts = self.spec.hosts or ("127.0.0.1",) * self.world
-        bind = bind_host(hosts, hosts[0])
+        before = process_age()
+        t0 = time.monotonic()
         slots = self.world + 1  # one region per rank, one for the conductor
         region = region_size(slots, self.arena_bytes or region_size(slots))
-        self.arena = Arena.create(slots, region, tag=self.spec.model[:16])
+        self.segment = Segment(slots, region, tag=self.spec.model[:16])
         self.secret = new_secret()
+        self.keys = Keys.generate() if self.curve else None
         self.ipc_dir = tempfile.mkdtemp(prefix="wgc-")  # mode 0700: only this user's processes
+        own = self.conductor_host
         self.mesh = Mesh(
-            "launcher", host=hosts[0], bind=bind, secret=self.secret, ipc_dir=self.ipc_dir
+            "launcher",
+            host=own,
+            bind=bind_address(own, self.hosts, self.listen),
+            secret=self.secret,
+            ipc_dir=self.ipc_dir,
+            keys=self.keys,
+            codec=ControlCodec(LAUNCHER_IN),
         )
-        ctx = multiprocessing.get_context("spawn")
-        t0 = time.monotonic()
-        boot = {
+        self._boot = {
             "parent": os.getpid(),
             "launcher": self.mesh.address,
+            "launcher_ipc": self.mesh.ipc_address,
+            "launcher_host": own,
             "plan_dir": self.plan_dir,
-            "arena": self.arena.spec(),
-            "bind": bind,
+            "arena": self.segment.spec(),
             "secret": self.secret,  # through the spawn pipe, never over a socket
+            "keys": self.keys.boot() if self.keys else None,
             "ipc_dir": self.ipc_dir,
             "world": self.world,
             "threads": self.threads,
             "device": self.device,
             "config": self.config,
         }
-        from wgc_runtime.host.processes.conductor_main import conductor_main
-        from wgc_runtime.host.processes.worker_main import worker_main
-
-        children: list[tuple[str, Any, dict[str, Any]]] = [
-            ("conductor", conductor_main, {**boot, "host": hosts[0]})
-        ]
+        self._spawn_conductor()
         for r in range(self.world):
-            host = hosts[r] if r < len(hosts) else hosts[0]
-            children.append((f"rank {r}", worker_main, {**boot, "rank": r, "host": host}))
-        for who, target, child_boot in children:
-            proc = ctx.Process(
-                target=target, args=(child_boot,), name=f"wgc-{who.replace(' ', '')}", daemon=True
-            )
-            proc.start()
-            self.procs[who] = proc
-            self.pids[who] = proc.pid or -1
+            self._spawn_worker(r)
+        spawned = time.monotonic()
         self.progress(
             f"wgc: starting {self.spec.model} @ {self.spec.placement}: conductor + "
             f"{self.world} worker{'s' if self.world != 1 else ''}"
         )
-        self._handshake(t0)
-        self.progress(f"wgc: ready in {time.monotonic() - t0:.1f} s")
-        self._monitor = threading.Thread(target=self._watch, name="wgc-monitor", daemon=True)
-        self._monitor.start()
+        up, loaded = self._handshake(t0)
+        total = time.monotonic() - t0
+        self.timings = {
+            "before_launcher": before or 0.0,
+            "spawn": spawned - t0,
+            "up": max(up.values(), default=0.0),
+            "loaded": max(loaded.values(), default=0.0),
+            "ready": total,
+        }
+        self.progress(f"wgc: ready in {total:.1f} s ({self._where_time_went(up, loaded)})")
+        self._supervisor = Supervisor(self, self.budget)
+        self._supervisor.thread.start()  # it owns the mesh from here on
         return self
 
-    def _handshake(self, t0: float) -> None:
+    def _where_time_went(self, up: dict[str, float], loaded: dict[str, float]) -> str:
+        parts = []
+        before = self.timings["before_launcher"]
+        if before:
+            parts.append(f"{before:.1f} s before it: the CLI and the compile")
+        slowest = max(up, key=lambda k: up[k], default=None)
+        if slowest is not None:
+            parts.append(
+                f"processes up after {up[slowest]:.1f} s (interpreter and imports, torch; "
+                f"slowest: {slowest})"
+            )
+        last = max(loaded, key=lambda k: loaded[k], default=None)
+        if last is not None:
+            parts.append(f"loaded after {loaded[last]:.1f} s (nodes and captures; last: {last})")
+        return "; ".join(parts)
+
+    def _child_boot(self, who: str, host: str) -> dict[str, Any]:
+        bind = bind_address(host, self.hosts, self.listen)
+        return {**self._boot, "who": who, "host": host, "bind": bind}
+
+    def _spawn_conductor(self) -> None:
+        boot = self._child_boot("conductor", self.conductor_host)
+        self.procs["conductor"] = LocalChild(entry.conductor, boot, "wgc-conductor")
+
+    def _spawn_worker(self, rank: int) -> None:
+        """Start (or start again) rank ``rank``'s worker."""
+        boot = {**self._child_boot(f"rank {rank}", self.host_of(rank)), "rank": rank}
+        self.procs[f"rank {rank}"] = LocalChild(entry.worker, boot, f"wgc-rank{rank}")
+
+    def _handshake(self, t0: float) -> tuple[dict[str, float], dict[str, float]]:
+        """Wait until every child is ready; when each was up (said hello) and loaded."""
         assert self.mesh is not None
         deadline = t0 + self.ready_timeout
-        table: dict[str, c.PeerEntry] = {}
-        ready: set[str] = set()
+        up: dict[str, float] = {}
+        loaded: dict[str, float] = {}
         sent_peers = False
-        while len(ready) < len(self.procs):
-            self._check_alive(starting=True)
+        while len(loaded) < len(self.procs):
+            self._check_alive()
             if time.monotonic() > deadline:
-                waiting = ", ".join(sorted(set(self.procs) - ready))
+                waiting = ", ".join(sorted(set(self.procs) - set(loaded)))
                 raise DeploymentError(
                     f"not ready after {self.ready_timeout:.0f} s (still waiting for {waiting})"
                 )
             for msg in self.mesh.poll(100):
                 if isinstance(msg, c.Hello):
-                    entry = c.PeerEntry(msg.who, msg.address, msg.host, msg.ipc)
-                    table[_who(msg.who)] = entry
+                    who = self._who(msg.who)
+                    up[who] = time.monotonic() - t0
+                    self.table[who] = c.PeerEntry(msg.who, msg.address, msg.host, msg.ipc)
                     self.mesh.connect(msg.who, msg.address, msg.host, msg.ipc)
                     if msg.client:
                         self.client_address = msg.client
-                        self._conductor_address = msg.address
                 elif isinstance(msg, c.Progress):
-                    self.progress(f"  {_who(msg.who)}: {msg.text}")
+                    self.progress(f"  {self._who(msg.who)}: {msg.text}")
                 elif isinstance(msg, c.Ready):
-                    ready.add(_who(msg.who))
-                    self.progress(f"  {_who(msg.who)}: ready ({msg.seconds:.1f} s)")
+                    who = self._who(msg.who)
+                    loaded[who] = time.monotonic() - t0
+                    self.progress(
+                        f"  {who}: ready (up after {up.get(who, 0.0):.1f} s, then loaded in "
+                        f"{msg.seconds:.1f} s)"
+                    )
                 elif isinstance(msg, c.StartFailed):
-                    raise DeploymentError(f"{_who(msg.who)} failed to start: {msg.error}")
-            if not sent_peers and len(table) == len(self.procs):
-                peers = c.Peers(tuple(table.values()))
-                for entry in table.values():
+                    raise DeploymentError(f"{self._who(msg.who)} failed to start: {msg.error}")
+            if not sent_peers and len(self.table) == len(self.procs):
+                peers = c.Peers(tuple(self.table.values()))
+                for entry in self.table.values():
                     self.mesh.send(entry.who, [peers])
                 sent_peers = True
+        return up, loaded
 
-    def _check_alive(self, starting: bool = False) -> None:
+    def _check_alive(self) -> None:
         for who, proc in self.procs.items():
             if proc.exitcode is not None:
-                died = ChildDied(who, proc.exitcode)
-                if starting:
-                    raise DeploymentError(f"{died} while starting")
-                self.failure = self.failure or died
+                raise DeploymentError(f"{ChildDied(who, proc.exitcode)} while starting")
 
     # ------------------------------------------------------------------ serving
 
-    def _watch(self) -> None:
-        """Wait on the children's sentinels; tell the conductor when a worker dies."""
-        codec = Codec()
-        # connected up front (the mesh's sockets belong to the main thread): a death notice must
-        # not wait for a connection, and the socket lingers so closing it cannot drop the notice
-        sock = zmq.Context.instance().socket(zmq.PUSH)
-        sock.setsockopt(zmq.LINGER, 2000)
-        sock.setsockopt(zmq.SNDTIMEO, 1000)
-        if self._conductor_address:
-            sock.connect(self._conductor_address)
-        try:
-            while not self._stopping:
-                sentinels: dict[int, str] = {p.sentinel: who for who, p in self.procs.items()}
-                done = multiprocessing.connection.wait(list(sentinels), timeout=0.2)
-                if self._stopping:
-                    return
-                for s in done:
-                    who = sentinels[s]  # pyright: ignore[reportArgumentType]  (a sentinel is an int)
-                    self.procs[who].join(1.0)  # reap it, so its exit code is known
-                    died = ChildDied(who, self.procs[who].exitcode)
-                    if self.failure is None:
-                        self.failure = died
-                        self.progress(f"wgc: error: {died}")
-                    if who != "conductor" and self._conductor_address:
-                        frames = codec.encode([c.RankDied(who, str(died))])
-                        with contextlib.suppress(zmq.ZMQError):
-                            sock.send_multipart([self.secret, *frames])
-                if self.failure is not None:
-                    return
-        finally:
-            sock.close()
+    def _fail(self, died: ChildDied) -> None:
+        """A final failure (called by the supervisor)."""
+        if self.failure is None:
+            self.failure = died
+            self.progress(f"wgc: error: {died}")
 
     def wait(self, timeout: float | None = None) -> ChildDied | None:
-        """Block until a child dies (its `ChildDied`) or ``timeout`` passes (None)."""
+        """Block until the run fails for good (its `ChildDied`) or ``timeout`` passes (None). A
+        worker the supervisor restarts is not a failure."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while self.failure is None and not self._stopping:
             if deadline is not None and time.monotonic() >= deadline:
@@ -260,57 +329,77 @@ class Cluster:
             time.sleep(0.05)
         return self.failure
 
+    def health(self) -> Health:
+        if self.failure is not None or self._stopping or self._supervisor is None:
+            why = str(self.failure) if self.failure else None
+            return Health("down", restarts=len(self.restart_times), failure=why)
+        restarting = tuple(sorted(self._degraded))
+        status = "degraded" if restarting else "ok"
+        return Health(status, restarting, len(self.restart_times))
+
+    def alive(self) -> dict[str, bool]:
+        """Process -> whether it is up and serving (a worker being restarted is not yet)."""
+        return {
+            who: p.exitcode is None and who not in self._degraded
+            for who, p in list(self.procs.items())
+        }
+
+    def usage(self, timeout: float = 5.0) -> dict[str, c.Usage]:
+        """Every live process's `Usage` (what it holds now), as far as they answer in time."""
+        if self._supervisor is None or self._stopping:
+            return {}
+        q = UsageQuery()
+        self._supervisor.queries.put(q)
+        q.done.wait(timeout)
+        return dict(q.answers)
+
     def kill(self, who: str, sig: int = signal.SIGKILL) -> None:
         """Send ``sig`` to one child (tests: ``kill("rank 1")``)."""
-        os.kill(self.pids[who], sig)
+        self.procs[who].send_signal(sig)
+
+    @property
+    def pids(self) -> dict[str, int]:
+        return {who: p.pid for who, p in self.procs.items()}
+
+    @staticmethod
+    def _who(raw: Any) -> str:
+        return "conductor" if raw == "conductor" else f"rank {raw}"
+
+    @staticmethod
+    def _peer(who: str) -> int | str:
+        return "conductor" if who == "conductor" else int(who.split()[1])
 
     # ------------------------------------------------------------------ stop
 
     def stop(self, grace: float = 3.0) -> None:
-        """Stop every child and free the arena; idempotent and safe from any state."""
-        if self._stopping and not self.procs and self.arena is None:
+        """Stop every child and free the segment; idempotent and safe from any state."""
+        if self._stopping and not self.procs and self.segment is None:
             return
         self._stopping = True
         with contextlib.suppress(Exception):
             atexit.unregister(self.stop)
+        sup = self._supervisor
+        if sup is not None and sup.thread is not threading.current_thread():
+            sup.thread.join(2.0)  # it leaves within a poll once `_stopping` is set
         try:
             if self.mesh is not None:
                 for who, proc in self.procs.items():
-                    if proc.exitcode is None and _peer_of(who) in self.mesh.peers:
+                    peer = self._peer(who)
+                    if proc.exitcode is None and peer in self.mesh.peers:
                         with contextlib.suppress(Exception):
-                            self.mesh.send(_peer_of(who), [c.Shutdown()])
-            deadline = time.monotonic() + grace
-            for proc in self.procs.values():
-                proc.join(max(0.0, deadline - time.monotonic()))
-            for proc in self.procs.values():
-                if proc.exitcode is None:
-                    proc.terminate()
-            for proc in self.procs.values():
-                proc.join(1.0)
-                if proc.exitcode is None:
-                    proc.kill()
-                    proc.join(1.0)
+                            self.mesh.send(peer, [c.Shutdown()])
+            stop_children(list(self.procs.values()), grace)
         finally:
             self.procs = {}
-            if self._monitor is not None and self._monitor is not threading.current_thread():
-                self._monitor.join(1.0)
             if self.mesh is not None:
                 self.mesh.close()
                 self.mesh = None
-            if self.arena is not None:
-                self.arena.close()
-                self.arena = None
+            if self.segment is not None:
+                self.segment.close()
+                self.segment = None
             if self.ipc_dir is not None:
                 shutil.rmtree(self.ipc_dir, ignore_errors=True)
                 self.ipc_dir = None
-
-
-def _who(raw: Any) -> str:
-    return "conductor" if raw == "conductor" else f"rank {raw}"
-
-
-def _peer_of(who: str) -> int | str:
-    return "conductor" if who == "conductor" else int(who.split()[1])
 
 
 @contextlib.contextmanager

@@ -14,8 +14,14 @@ nodes on the rank's device (reporting `Progress`), learn the `Peers`, report `Re
    are dropped by the transport); tell arena owners which blocks this rank is done with.
 
 It leaves on `Shutdown` from the launcher or SIGTERM, and dies with the launcher. A failure while
-starting is reported to the launcher (`StartFailed`) with its message; an exception escaping the
-executor ends the process with its traceback on stderr (the launcher then fails the run).
+starting is reported to the launcher (`StartFailed`) with its message. **An exception while
+delivering one message** (a message that validates but makes no sense here, or a bug) is logged
+(`Trouble`: once per kind of message per minute, with its traceback the first time) and fails
+that message's request; the process goes on. An exception escaping ``executor.step()`` ends the
+process with its traceback on stderr; the launcher's supervisor then restarts the rank (or
+fails the run when it has no restart budget). `Peers` at any time rewires the mesh (a restarted
+peer's new address, relayed by the conductor); `GetUsage` answers `Usage` (live requests, KV
+pages in use per pool, frames dropped).
 """
 
 from __future__ import annotations
@@ -30,13 +36,39 @@ from typing import Any
 
 from wgc_runtime.contract import control as c
 from wgc_runtime.contract import messages as m
+from wgc_runtime.contract.kinds import FailKind
 from wgc_runtime.host import loading
 from wgc_runtime.host.processes import child
 from wgc_runtime.host.transport.arena import Arena
+from wgc_runtime.host.transport.keys import Keys
 from wgc_runtime.host.transport.sockets import Mesh, Peer
 from wgc_runtime.host.transport.tuning import TUNING
 
 IDLE_POLL_MS = 20
+TROUBLE_EVERY_S = 60.0
+
+
+class Trouble:
+    """Exceptions a process survived, logged once per kind per minute (the first with its
+    traceback): a flood of one bad message cannot flood stderr."""
+
+    def __init__(self, who: str, every_s: float = TROUBLE_EVERY_S) -> None:
+        self.who = who
+        self.every_s = every_s
+        self.count = 0
+        self._last: dict[str, float] = {}
+        self._seen: set[str] = set()
+
+    def report(self, what: str, exc: BaseException) -> None:
+        self.count += 1
+        now = time.monotonic()
+        if now - self._last.get(what, -1e18) < self.every_s:
+            return
+        self._last[what] = now
+        print(f"wgc: {self.who} could not handle {what}: {exc!r}", file=sys.stderr, flush=True)
+        if what not in self._seen and len(self._seen) < 64:
+            self._seen.add(what)
+            traceback.print_exception(exc, file=sys.stderr)
 
 
 def peer_of(to: int) -> Peer:
@@ -61,6 +93,7 @@ class WorkerLoop:
             device=device,
         )
         self.running = True
+        self.trouble = Trouble(f"rank {self.rank}")
 
     def _outbox(self, to: int, msg: m.Message) -> None:
         if to == self.rank:
@@ -74,18 +107,40 @@ class WorkerLoop:
             self.mesh.send(peer_of(to), msgs)
 
     def handle(self, msg: m.Message) -> None:
-        if msg.__class__ is c.Shutdown:
+        cls = msg.__class__
+        if cls is c.Shutdown:
             self.running = False
+        elif cls is c.Peers:
+            self.mesh.set_peers(msg.table)  # pyright: ignore[reportAttributeAccessIssue]
+        elif cls is c.GetUsage:
+            self.mesh.send("launcher", [self.usage()])
         elif not isinstance(msg, c.LAUNCHER):
+            self.deliver(msg)
+
+    def deliver(self, msg: m.Message) -> None:
+        try:
             self.executor.deliver(msg)
+        except Exception as exc:  # one odd message fails its request, never the process
+            self.trouble.report(f"a {type(msg).__name__}", exc)
+            request = getattr(msg, "request", None)
+            if isinstance(request, str) and request:
+                why = f"rank {self.rank} could not handle a {type(msg).__name__}: {exc}"
+                self._outbox(m.CONDUCTOR, m.Failed(request, FailKind.INTERNAL, why, rank=self.rank))
+                self.executor.release(request)
+
+    def usage(self) -> c.Usage:
+        guard = self.mesh.guard
+        pages = tuple(sorted(self.executor.kv.used_pages().items()))
+        return c.Usage(self.rank, len(self.executor.requests), pages, guard.dropped, guard.cut_offs)
 
     def run(self) -> None:
         executor, local, mesh = self.executor, self.local, self.mesh
         while self.running:
             busy = bool(executor.step())
             while local:
-                executor.deliver(local.popleft())
+                self.deliver(local.popleft())
                 busy = True
+            executor.end_turn()  # the turn's stream credits back, one ack per producer
             if self.out:
                 self.flush()
             for msg in mesh.poll(0 if busy else IDLE_POLL_MS):
@@ -117,6 +172,11 @@ def run_profiled(run: Callable[[], None], who: str) -> None:
         profiler.dump_stats(f"{TUNING.profile}.{who}.prof")
 
 
+def launcher_address(boot: dict[str, Any]) -> tuple[str, str, str | None]:
+    """Where the launcher listens: (address, host, ipc address)."""
+    return boot["launcher"], boot.get("launcher_host", "127.0.0.1"), boot.get("launcher_ipc")
+
+
 def wait_for_peers(mesh: Mesh, deadline: float) -> c.Peers:
     """The launcher's `Peers` table (runtime messages cannot arrive before it: nobody knows
     this process's address yet); `Shutdown` meanwhile stops the process."""
@@ -136,17 +196,19 @@ def worker_main(boot: dict[str, Any]) -> None:
     arena = mesh = None
     code = 0
     try:
-        a = boot["arena"]
-        arena = Arena.attach(a["name"], a["slots"], a["region"], slot=rank)
+        a = boot.get("arena")  # none on a host the launcher does not share
+        if a is not None:
+            arena = Arena.attach(a["name"], a["slots"], a["region"], slot=rank)
         mesh = Mesh(
             rank,
             host=boot["host"],
             bind=boot["bind"],
             arena=arena,
             secret=boot["secret"],
-            ipc_dir=boot["ipc_dir"],
+            ipc_dir=boot.get("ipc_dir"),
+            keys=Keys.of_boot(boot.get("keys")),
         )
-        mesh.connect("launcher", boot["launcher"])
+        mesh.connect("launcher", *launcher_address(boot))
         hello = c.Hello(rank, mesh.address, boot["host"], mesh.ipc_address)
         mesh.send("launcher", [hello])
         loop: WorkerLoop | None = None

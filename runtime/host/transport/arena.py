@@ -28,8 +28,6 @@ import atexit
 import bisect
 import collections
 import contextlib
-import os
-import secrets
 import weakref
 from dataclasses import dataclass
 from multiprocessing import shared_memory
@@ -38,38 +36,29 @@ from typing import Any
 import numpy as np
 import torch
 
+from wgc_runtime.host.transport.segment import (  # the torch-free part, also the launcher's
+    ALIGN,
+    DEFAULT_REGION,
+    PREFIX,
+    leaked_segments,
+    region_size,
+    segment_name,
+)
 from wgc_runtime.host.transport.tensors import DTYPES, CodecError, tensor_bytes, tensor_meta
 
-ALIGN = 64
-PREFIX = "wgc-"  # every segment this runtime creates starts with it (see `leaked_segments`)
-DEFAULT_REGION = 256 << 20  # sparse: pages are committed only when written
+__all__ = [
+    "ALIGN",
+    "DEFAULT_REGION",
+    "PREFIX",
+    "Allocator",
+    "Arena",
+    "ArenaFull",
+    "leaked_segments",
+    "region_size",
+    "segment_name",
+]
+
 MIN_INLINE_BYTES = 64 << 10  # smaller tensors go inline (a frame copy beats a release round trip)
-
-
-def segment_name(tag: str = "") -> str:
-    """A unique segment name for this run: ``wgc-<pid>-<random>[-tag]``."""
-    name = f"{PREFIX}{os.getpid()}-{secrets.token_hex(4)}"
-    return f"{name}-{tag}" if tag else name
-
-
-def leaked_segments(prefix: str = PREFIX) -> set[str]:
-    """Names in ``/dev/shm`` that start with ``prefix`` (empty where /dev/shm does not exist)."""
-    try:
-        return {n for n in os.listdir("/dev/shm") if n.startswith(prefix)}
-    except FileNotFoundError:
-        return set()
-
-
-def region_size(slots: int, wanted: int = DEFAULT_REGION) -> int:
-    """``wanted`` bytes per region, capped so the whole segment fits in half of the free space
-    of ``/dev/shm`` (a container's small /dev/shm would otherwise SIGBUS on first touch)."""
-    try:
-        st = os.statvfs("/dev/shm")
-        free = st.f_bavail * st.f_frsize
-    except (FileNotFoundError, OSError):
-        return wanted
-    cap = (free // 2) // max(slots, 1)
-    return max(ALIGN, min(wanted, cap) // ALIGN * ALIGN)
 
 
 class ArenaFull(Exception):

@@ -7,17 +7,26 @@ process never waits for a reply on a socket, it polls its inbox with a deadline.
 table (`Mesh.set_peers`). Clients talk to the conductor over a separate ``ROUTER`` socket
 (`ClientPort`), so a reply finds the client that asked.
 
-Sockets bind to ``127.0.0.1`` unless the placement names hosts (then to the process's host).
-Every inbox also binds a filesystem ``ipc://`` socket in a private folder (mode 0700: the
-launcher's, removed when the run ends): peers on the same host connect there (Unix domain
-sockets skip the TCP stack), peers on other hosts over TCP (`Tuning.ipc` turns it off).
+**Where sockets listen** (`bind_address`): on ``127.0.0.1`` when no host is named, and then a
+process's inbox listens *only* on a filesystem ``ipc://`` socket in a private folder (mode 0700:
+the launcher's, removed when the run ends), which no other user can open; the conductor's client
+port is the one TCP port. When the placement names hosts, every socket listens on its own host's
+address (resolved to an interface address; never every interface unless asked with ``listen``),
+peers on the same host still connect over ``ipc://`` (Unix domain sockets skip the TCP stack),
+peers on other hosts over TCP, and the deployment's ZeroMQ CURVE keys
+(`wgc_runtime.host.transport.keys`) encrypt and authenticate every connection: a peer without
+the deployment's keys cannot finish the handshake. `Tuning.ipc` off (``WGC_IPC=0``) makes
+loopback inboxes listen on TCP again.
 
 **Only the deployment steers the deployment.** Every message a mesh sends starts with the
 deployment's secret (32 random bytes the launcher hands its children when it spawns them, never
 over a socket); an inbox drops, counts and reports any message without it, so a process that can
 reach a TCP port (any local user, anyone on the network when hosts are named) can neither stop
 the run nor inject data. Clients are not part of the deployment: the conductor's client port
-(`ClientPort`) accepts client messages only (`Submit`, `Cancel`, `Ping`).
+(`ClientPort`) accepts client messages only (`Submit`, `Cancel`, `Ping`, `GetStats`), needs the
+deployment's *client* key when CURVE is on, cuts off a client (by its routing id) that keeps
+sending garbage, and knows when a client has gone (a send to it fails: `ClientPort.send`; ZMTP
+heartbeats find a client whose host vanished), so the conductor can cancel what it left.
 
 **One wire format** (`wgc_runtime.host.transport.codec`): every send is a batch of typed
 messages (`wgc_runtime.contract.messages` and `.control`: core, launcher and transport messages
@@ -26,9 +35,13 @@ frame; small tensors inline in it). Sends try ``NOBLOCK`` first and fall back to
 blocking send only when the peer's queue is full. Receiving, the header is copied (cheaper than a
 ``zmq.Frame`` for a few dozen bytes), any tensor frames are taken zero-copy, and the batch is
 decoded with validation into the message types an inbox accepts (`control.INBOX`). **A frame
-that does not decode is dropped** (and counted, with a line on stderr for the first few): one bad
-packet must not stop a process. `Mesh.wait` may busy-poll for a short window after activity
-(`Tuning.busy_poll_us`) before it sleeps.
+that does not decode is dropped**, whatever is wrong with it (every exception of the decoder is
+caught): one bad packet must not stop a process. Bad frames are counted, logged once per peer per
+minute, and a peer that keeps sending messages without the secret is cut off (`PeerGuard`,
+`wgc_runtime.host.transport.guard`; its connections are shut down, `cutoff`); a message that
+carries the secret is never cut off, so a stranger cannot lock a process of the deployment out.
+`Mesh.wait` may busy-poll for a short window after activity (`Tuning.busy_poll_us`) before it
+sleeps.
 
 **How a tensor travels** (`Mesh.send`), by where the receiver is:
 
@@ -46,26 +59,35 @@ from __future__ import annotations
 
 import contextlib
 import hmac
+import ipaddress
 import os
 import secrets
+import socket
 import sys
 import tempfile
 import time
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import zmq
 
 from wgc_runtime.contract.control import CLIENT_IN, CLIENT_OUT, INBOX, ArenaFree, PeerEntry
 from wgc_runtime.contract.messages import Message
-from wgc_runtime.host.transport.arena import Arena
-from wgc_runtime.host.transport.codec import Codec, CodecError
+from wgc_runtime.host.transport import cutoff
+from wgc_runtime.host.transport.guard import PeerGuard
+from wgc_runtime.host.transport.keys import CLIENT_DOMAIN, INBOX_DOMAIN, Keys
 from wgc_runtime.host.transport.tuning import TUNING, Tuning
 
+if TYPE_CHECKING:
+    from wgc_runtime.host.transport.arena import Arena
+
 LOOPBACK = {"127.0.0.1", "localhost", "::1", ""}
+WILDCARD = {"0.0.0.0", "*", "::"}
 SEND_TIMEOUT_MS = 5000
 HWM = 100_000
-REPORT_BAD_FRAMES = 5  # lines on stderr about undecodable frames, per socket (then only counted)
+HEARTBEAT_MS = 2000  # ZMTP pings on the client port: a client whose host vanished is dropped
+HEARTBEAT_TIMEOUT_MS = 6000
+RECUT_S = 1.0  # a cut-off peer that reconnected is looked for again at most this often
 
 Peer = int | str  # a rank, "conductor" or "launcher"
 
@@ -78,9 +100,44 @@ class TransportError(RuntimeError):
     """A peer cannot be reached (its queue is full past the send deadline, or it is gone)."""
 
 
-def bind_host(hosts: Iterable[str], own: str) -> str:
-    """The address to bind: loopback when every host is loopback, else this process's host."""
-    return "127.0.0.1" if all(h in LOOPBACK for h in hosts) else own
+class FrameCodec(Protocol):
+    """What a mesh encodes and decodes with (`codec.Codec`; the launcher's is tensor-free)."""
+
+    def encode(self, msg: Any, place: Any = None) -> list[Any]: ...
+
+    def decode(self, frames: Sequence[Any], resolve: Any = None) -> Any: ...
+
+
+def is_loopback(host: str) -> bool:
+    return host in LOOPBACK
+
+
+def named_hosts(hosts: Iterable[str]) -> bool:
+    """Whether a placement's hosts name any machine but this one's loopback."""
+    return not all(is_loopback(h) for h in hosts)
+
+
+def bind_address(own: str, hosts: Iterable[str], listen: str | None = None) -> str:
+    """The interface a process on host ``own`` binds: ``listen`` when given (``0.0.0.0`` is the
+    only way to get every interface), loopback when no host is named, else ``own`` resolved to
+    an address (ZeroMQ binds addresses and interface names, not host names)."""
+    if listen:
+        return "0.0.0.0" if listen in WILDCARD else _resolve(listen)
+    if not named_hosts(hosts):
+        return "127.0.0.1"
+    return _resolve(own)
+
+
+def _resolve(host: str) -> str:
+    try:
+        ipaddress.ip_address(host)
+        return host
+    except ValueError:
+        pass
+    try:
+        return socket.gethostbyname(host)
+    except OSError as exc:
+        raise TransportError(f"cannot bind to host `{host}`: {exc}") from None
 
 
 def _tune(sock: zmq.Socket, send: bool) -> None:
@@ -92,12 +149,30 @@ def _tune(sock: zmq.Socket, send: bool) -> None:
         sock.setsockopt(zmq.RCVHWM, HWM)
 
 
+def _peer_name(frame: Any) -> str:
+    """The sender of a received ``zmq.Frame``, as ZeroMQ names it (``Peer-Address``)."""
+    try:
+        return str(frame.get("Peer-Address")) or "a local peer"
+    except (zmq.ZMQError, AttributeError, UnicodeDecodeError):
+        return "an unknown peer"
+
+
+def _default_codec(accepts: Sequence[type]) -> FrameCodec:
+    from wgc_runtime.host.transport.codec import Codec  # torch: not for the launcher
+
+    return Codec(accepts)
+
+
 class Mesh:
     """One process's sockets: its inbox and its outgoing pipes to peers.
 
-    ``me`` names this process; ``host`` is its host; ``arena`` (optional) is this process's
-    handle on the host's shared-memory arena; ``hosts`` maps peers to their hosts (filled by
-    `set_peers`); ``tuning`` defaults to the environment's (`wgc_runtime.host.transport.tuning`).
+    ``me`` names this process; ``host`` is its host; ``bind`` the interface it listens on
+    (`bind_address`); ``arena`` (optional) is this process's handle on the host's shared-memory
+    arena; ``hosts`` maps peers to their hosts (filled by `set_peers`); ``tuning`` defaults to
+    the environment's (`wgc_runtime.host.transport.tuning`); ``keys``: the deployment's CURVE
+    keys (None: no CURVE); ``tcp``: whether the inbox also listens on TCP (None: unless it is on
+    loopback and has its ``ipc`` socket); ``codec``: what it encodes and decodes with (default:
+    the full wire format with tensors).
     """
 
     def __init__(
@@ -110,47 +185,78 @@ class Mesh:
         tuning: Tuning | None = None,
         secret: bytes | None = None,
         ipc_dir: str | None = None,
+        keys: Keys | None = None,
+        tcp: bool | None = None,
+        codec: FrameCodec | None = None,
     ) -> None:
         self.me = me
         self.host = host
         self.arena = arena
         self.tuning = tuning or TUNING
         self.ctx = ctx or zmq.Context.instance()
+        self.keys = keys
         # the deployment's secret: the first frame of every message, checked on receipt
         self.secret = secret if secret is not None else new_secret()
         self.inbox = self.ctx.socket(zmq.PULL)
         _tune(self.inbox, send=False)
-        port = self.inbox.bind_to_random_port(f"tcp://{bind}")
-        self.address = f"tcp://{bind if bind != '0.0.0.0' else host}:{port}"
+        if keys is not None:
+            keys.serve(self.inbox, INBOX_DOMAIN)
         self._ipc = _IpcPath(me, ipc_dir) if self.tuning.ipc else None
         self.ipc_address = self._ipc.bind(self.inbox) if self._ipc is not None else None
+        if tcp is None:
+            tcp = self.ipc_address is None or not is_loopback(bind)
+        if tcp:
+            port = self.inbox.bind_to_random_port(f"tcp://{bind}")
+            self.tcp_address: str | None = f"tcp://{bind}:{port}"
+            self.address = f"tcp://{bind if bind not in WILDCARD else host}:{port}"
+        else:
+            assert self.ipc_address is not None
+            self.tcp_address = None
+            self.address = self.ipc_address
         self.peers: dict[Peer, str] = {}
         self.hosts: dict[Peer, str] = {}
         self.ipc: dict[Peer, str] = {}
         self._out: dict[Peer, zmq.Socket] = {}
         self.poller = zmq.Poller()
         self.poller.register(self.inbox, _POLLIN)
-        self.rejected = 0  # frames that did not decode (dropped)
+        self.rejected = 0  # frames with the secret that did not decode (dropped)
         self.unauthenticated = 0  # messages without the deployment's secret (dropped)
+        self.guard = PeerGuard(_name(me))
+        self._recut: dict[str, float] = {}  # cut-off peer -> when its connections were last cut
         self._pending: list[Message] = []
-        self._codec = Codec(INBOX)
+        self._codec = codec or _default_codec(INBOX)
         self._resolve = arena.view if arena is not None else None
         self._last_active = 0.0  # perf_counter of the last send or receive (busy-poll window)
+
+    @property
+    def endpoints(self) -> list[str]:
+        """Every address the inbox listens on."""
+        return [a for a in (self.tcp_address, self.ipc_address) if a]
 
     # -------------------------------------------------------------- wiring
 
     def set_peers(self, table: Sequence[PeerEntry]) -> None:
-        """Everybody's addresses (the launcher's `Peers` table)."""
+        """Everybody's addresses (the launcher's `Peers` table; again after a restart)."""
         for entry in table:
             self.connect(entry.who, entry.address, entry.host, entry.ipc)
 
     def connect(
         self, peer: Peer, address: str, host: str = "127.0.0.1", ipc: str | None = None
     ) -> None:
+        """Where ``peer`` listens; a peer that moved (a restarted worker) gets a new socket (what
+        was queued for its old self is dropped)."""
+        if self.peers.get(peer) not in (None, address) or (
+            peer in self.ipc and self.ipc[peer] != ipc
+        ):
+            old = self._out.pop(peer, None)
+            if old is not None:
+                old.close(0)
         self.peers[peer] = address
         self.hosts[peer] = host
         if ipc:
             self.ipc[peer] = ipc
+        else:
+            self.ipc.pop(peer, None)
 
     def _socket(self, peer: Peer) -> zmq.Socket:
         sock = self._out.get(peer)
@@ -163,6 +269,8 @@ class Mesh:
                 address = self.ipc[peer]
             sock = self.ctx.socket(zmq.PUSH)
             _tune(sock, send=True)
+            if self.keys is not None:
+                self.keys.peer.apply(sock)
             sock.connect(address)
             self._out[peer] = sock
         return sock
@@ -247,12 +355,18 @@ class Mesh:
         inbox = self.inbox
         get = inbox.get
         secret = self.secret
+        wary = self.guard.wary()  # after a bad frame, learn who sends each message
         while get(_EVENTS) & _POLLIN:
-            token = inbox.recv(_NOBLOCK)
+            first: Any = None
+            if wary:
+                first = inbox.recv(_NOBLOCK, copy=False)
+                token = first.bytes
+            else:
+                token = inbox.recv(_NOBLOCK)
             if not get(_RCVMORE) or not hmac.compare_digest(token, secret):
-                while get(_RCVMORE):  # drop the rest of the message unread
-                    inbox.recv(copy=False)
-                self._unauthenticated()
+                peer = self._drain(first)
+                self._unauthenticated(peer)
+                wary = True
                 continue
             head = inbox.recv(_NOBLOCK)  # a copy: cheaper than a zmq.Frame for a header
             frames: list[Any] = [head]
@@ -260,8 +374,9 @@ class Mesh:
                 frames.append(inbox.recv(copy=False))
             try:
                 batch = self._codec.decode(frames, self._resolve)
-            except CodecError as exc:
-                self._reject(exc)
+            except Exception as exc:  # whatever a frame does to the decoder, the process goes on
+                self._reject(exc, _peer_name(first) if first is not None else "a deployment peer")
+                wary = True
                 continue
             for msg in batch:
                 if msg.__class__ is ArenaFree:
@@ -272,19 +387,41 @@ class Mesh:
                     out.append(msg)
         self._last_active = time.perf_counter()
 
-    def _unauthenticated(self) -> None:
-        self.unauthenticated += 1
-        if self.unauthenticated <= REPORT_BAD_FRAMES:
-            print(
-                f"wgc: {_name(self.me)} dropped a message without the deployment's secret",
-                file=sys.stderr,
-                flush=True,
-            )
+    def _drain(self, first: Any) -> str:
+        """Drop the rest of a message unread; who sent it (as far as its frames tell)."""
+        name = _peer_name(first) if first is not None else None
+        while self.inbox.get(_RCVMORE):
+            frame = self.inbox.recv(copy=False)
+            if name is None:
+                name = _peer_name(frame)
+        return name or "an unknown peer"
 
-    def _reject(self, exc: CodecError) -> None:
+    def _unauthenticated(self, peer: str) -> None:
+        self.unauthenticated += 1
+        if self.guard.bad(peer, "a message without the deployment's secret") or (
+            self.guard.is_cut(peer)
+        ):
+            self._cut(peer)
+
+    def _cut(self, peer: str) -> None:
+        """Shut down the connections of a cut-off peer (again, if it reconnected)."""
+        now = time.monotonic()
+        if now - self._recut.get(peer, -1e18) < RECUT_S:
+            return
+        self._recut[peer] = now
+        if len(self._recut) > 1024:
+            self._recut.pop(next(iter(self._recut)))
+        if cutoff.peer_pid(peer) is None and peer in self._deployment_hosts():
+            return  # a TCP address a process of the deployment shares: ignored, not cut
+        cutoff.shut_down(self.endpoints, peer)
+
+    def _deployment_hosts(self) -> set[str]:
+        hosts = {self.host, *self.hosts.values()}
+        return hosts | (LOOPBACK if any(is_loopback(h) for h in hosts) else set())
+
+    def _reject(self, exc: BaseException, peer: str) -> None:
         self.rejected += 1
-        if self.rejected <= REPORT_BAD_FRAMES:
-            print(f"wgc: {_name(self.me)} dropped a frame: {exc}", file=sys.stderr, flush=True)
+        self.guard.bad(peer, f"{type(exc).__name__}: {exc}", may_cut=False)
 
     def recv(self, timeout_s: float) -> Message | None:
         """One message within ``timeout_s`` (None if none arrived); the rest stay queued here."""
@@ -306,39 +443,55 @@ class Mesh:
 
 
 class ClientPort:
-    """The conductor's socket for clients (``ROUTER``): messages carry the client's identity."""
+    """The conductor's socket for clients (``ROUTER``): messages carry the client's identity.
 
-    def __init__(self, bind: str = "127.0.0.1", ctx: zmq.Context | None = None) -> None:
+    ``keys``: the deployment's CURVE keys (clients then need its client key)."""
+
+    def __init__(
+        self, bind: str = "127.0.0.1", ctx: zmq.Context | None = None, keys: Keys | None = None
+    ) -> None:
         self.ctx = ctx or zmq.Context.instance()
         self.sock = self.ctx.socket(zmq.ROUTER)
         _tune(self.sock, send=True)
-        self.sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        self.sock.setsockopt(zmq.ROUTER_MANDATORY, 1)  # a send to a client that left fails
+        self.sock.setsockopt(zmq.HEARTBEAT_IVL, HEARTBEAT_MS)
+        self.sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, HEARTBEAT_TIMEOUT_MS)
+        if keys is not None:
+            keys.serve(self.sock, CLIENT_DOMAIN)
         port = self.sock.bind_to_random_port(f"tcp://{bind}")
         self.address = f"tcp://{bind}:{port}"
-        self._codec = Codec(CLIENT_IN)
-        self._out = Codec(CLIENT_OUT)
+        self._codec = _default_codec(CLIENT_IN)
+        self._out = _default_codec(CLIENT_OUT)
         self.rejected = 0
+        self.ignored = 0  # frames from cut-off clients, dropped unread
+        self.guard = PeerGuard("the client port")
 
     def recv_all(self) -> list[tuple[bytes, Message]]:
         """Every client message queued now, with its client's identity (frames that do not
-        decode as client messages are dropped)."""
+        decode as client messages are dropped; so is everything from a cut-off client)."""
         out = []
         sock = self.sock
         while sock.get(_EVENTS) & _POLLIN:  # no zmq.Again exception per call
             frames = sock.recv_multipart(_NOBLOCK, copy=False)
             ident = frames[0].bytes
+            name = client_name(ident)
+            if self.guard.is_cut(name):
+                self.ignored += 1
+                continue
             try:
                 batch = self._codec.decode(frames[1:])
-            except CodecError as exc:
+            except Exception as exc:  # whatever a frame does to the decoder, the port goes on
                 self.rejected += 1
-                if self.rejected <= REPORT_BAD_FRAMES:
-                    print(f"wgc: the client port dropped a frame: {exc}", file=sys.stderr)
+                self.guard.bad(name, f"{type(exc).__name__}: {exc}")
                 continue
             out.extend((ident, msg) for msg in batch)
         return out
 
     def send(self, ident: bytes, msgs: Sequence[Message]) -> bool:
-        """False when the client is gone (its messages are dropped)."""
+        """False when the client is gone (or cut off, or not reading: its queue is full); its
+        messages are dropped."""
+        if self.guard.is_cut(client_name(ident)):
+            return False
         try:
             self.sock.send_multipart([ident, *self._out.encode(list(msgs))], copy=False)
             return True
@@ -347,6 +500,12 @@ class ClientPort:
 
     def close(self) -> None:
         self.sock.close(0)
+
+
+def client_name(ident: bytes) -> str:
+    """A client's routing id as it appears in log lines (printable, bounded)."""
+    text = ident[:64].decode("ascii", "replace")
+    return f"client {text}" if text.isprintable() else f"client 0x{ident[:32].hex()}"
 
 
 def new_secret() -> bytes:

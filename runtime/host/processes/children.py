@@ -1,0 +1,77 @@
+"""The launcher's handle on one child process, however it was started.
+
+`Child` is what the launcher and its supervisor need of a process: its pid, whether and how it
+ended (``exitcode``: None while it runs, negative for a signal, as multiprocessing reports it), a
+file descriptor that becomes readable when it ends (``sentinel``, so the supervisor can wait on
+it together with its inbox; None where there is none and the supervisor polls ``exitcode``),
+signals, and joining. `LocalChild` is a process this launcher spawned with multiprocessing's
+``spawn`` context (never fork: torch may already be imported where the launcher runs); the Ray
+launcher has its own (`wgc_runtime.host.processes.ray_launcher`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import signal
+from collections.abc import Callable
+from multiprocessing.process import BaseProcess
+from typing import Any, Protocol
+
+
+class Child(Protocol):
+    pid: int
+
+    @property
+    def exitcode(self) -> int | None: ...
+
+    @property
+    def sentinel(self) -> int | None: ...
+
+    def send_signal(self, sig: int) -> None: ...
+
+    def join(self, timeout: float) -> None: ...
+
+
+class LocalChild:
+    """A child spawned here (see the module docstring)."""
+
+    def __init__(self, target: Callable[[dict[str, Any]], None], boot: dict[str, Any], name: str):
+        ctx = multiprocessing.get_context("spawn")
+        self.proc: BaseProcess = ctx.Process(target=target, args=(boot,), name=name, daemon=True)
+        self.proc.start()
+        self.pid = self.proc.pid or -1
+
+    @property
+    def exitcode(self) -> int | None:
+        return self.proc.exitcode
+
+    @property
+    def sentinel(self) -> int | None:
+        return self.proc.sentinel
+
+    def send_signal(self, sig: int) -> None:
+        if self.proc.exitcode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, sig)
+
+    def join(self, timeout: float) -> None:
+        self.proc.join(timeout)
+
+
+def stop_children(children: list[Child], grace: float) -> None:
+    """Wait up to ``grace`` seconds for ``children`` to leave, then SIGTERM, then SIGKILL."""
+    import time
+
+    deadline = time.monotonic() + grace
+    for child in children:
+        child.join(max(0.0, deadline - time.monotonic()))
+    for child in children:
+        if child.exitcode is None:
+            child.send_signal(signal.SIGTERM)
+    for child in children:
+        child.join(1.0)
+        if child.exitcode is None:
+            child.send_signal(signal.SIGKILL)
+            child.join(1.0)
