@@ -32,7 +32,7 @@ message                 from -> to          meaning
                                             walk input to ``dests``
 `Until`                 rank -> rank        the stop value of iteration i of a loop
 `StreamItem`            rank -> owner rank  one produced stream item
-`StreamAck`             owner -> rank       the item was accepted: the producer may go on
+`StreamAck`             owner -> rank       ``count`` items were accepted: credits back
 `StreamDone`            conductor -> owner  the stream's producer is done for the request
 `StreamAbandon`         conductor -> owner  no consumer is left: accept and drop items
 `ChunkReady`            owner -> conductor  chunk ``index`` of a stream can be taken
@@ -197,8 +197,9 @@ class Until(Message, frozen=True, tag=9):
 
 
 class StreamItem(Message, frozen=True, tag=10):
-    """One item for stream ``stream``; the owner answers `StreamAck` with ``seq`` once the item
-    is in the buffer (at once, or after a consumer made room)."""
+    """One item for stream ``stream``, sent on a credit; once the item is in the buffer (at once,
+    or after a consumer made room) the owner gives the credit back (`StreamAck`). ``seq``
+    numbers the sender's items (the order they are accepted in)."""
 
     DATA: ClassVar[bool] = True
     request: str
@@ -209,9 +210,13 @@ class StreamItem(Message, frozen=True, tag=10):
 
 
 class StreamAck(Message, frozen=True, tag=11):
+    """The owner ``rank`` of ``stream`` accepted ``count`` more of this producer's items for
+    ``request``: that many credits back (one ack per turn, not per item)."""
+
     request: str
     stream: str
-    seq: int
+    count: int
+    rank: int
 
 
 class StatePart(Message, frozen=True, tag=12):

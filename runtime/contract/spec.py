@@ -62,7 +62,7 @@ from wgc_runtime.contract.kinds import (
     SourceKind,
 )
 
-SPEC_VERSION = 5
+SPEC_VERSION = 6
 """The version of these records that generated modules and ``plan.json`` are written for."""
 
 ITEMSIZE = {"bool": 1, "u8": 1, "i32": 4, "i64": 8, "f16": 2, "bf16": 2, "f32": 4}
@@ -140,6 +140,9 @@ class Dest:
     ranks: tuple[int, ...] = ()
     carried: bool = False  # delivered at the next iteration of ``loop`` (never after the last)
     channel: str | None = None  # ``client``: the emitted channel's name
+    # ``stream`` on another rank: items the producer may send before their acknowledgements
+    # (the owner's buffer capacity); 0: each waits for the previous one's
+    credits: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -181,6 +181,9 @@ class LocalCluster:
             if ex.step():
                 moved = True
                 self._drain()
+        for ex in self.ranks.values():
+            ex.end_turn()  # the turn's stream credits back, one ack per producer
+        moved = moved or bool(self.queue)
         self.conductor.tick()
         return moved
 

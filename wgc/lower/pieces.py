@@ -28,6 +28,7 @@ from wgc.diagnostics.diagnostic import Span
 from wgc.ir.model import Model
 from wgc.ir.walk import Block, Edge, EdgeKind, Emit, End, EndKind, Loop, Par, Persist, Walk
 from wgc.lower import index
+from wgc.lower.streams import stream_capacity
 from wgc.lower.typespec import type_spec
 from wgc_runtime.contract.conductor import WalkInputSpec
 from wgc_runtime.contract.kinds import DestKind, InputMode, SourceKind
@@ -447,7 +448,11 @@ class WalkLowerer:
             return Dest(kind=DestKind.PERSIST, edge=edge, name=d.name, loop=loop, carried=carried)
         if d.kind is EndKind.STREAM:
             owner = self.stream_owner.get(d.name or "")
-            return Dest(kind=DestKind.STREAM, edge=edge, rank=owner, name=d.name, loop=loop)
+            stream = next((s for s in self.model.streams if s.name == d.name), None)
+            credits = stream_capacity(stream) if stream is not None else 0
+            return Dest(
+                kind=DestKind.STREAM, edge=edge, rank=owner, name=d.name, loop=loop, credits=credits
+            )
         ranks = self.loop_ranks.get(d.name or "", ())
         return Dest(kind=DestKind.UNTIL, edge=edge, name=d.name, loop=d.name, ranks=ranks)
 

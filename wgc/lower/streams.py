@@ -19,6 +19,12 @@ from wgc_runtime.contract.spec import StreamSpec
 CHUNKS_BUFFERED = 4
 
 
+def stream_capacity(s: Stream) -> int:
+    """Items the owner's buffer holds (`StreamSpec.capacity`): `CHUNKS_BUFFERED` full chunks.
+    A producer on another rank may send that many ahead of acknowledgements (`Dest.credits`)."""
+    return CHUNKS_BUFFERED * chunk_items(s)
+
+
 def chunk_items(s: Stream) -> int:
     """Items in one full chunk of the stream's policy."""
     p = s.policy
@@ -114,7 +120,7 @@ def stream_plans(
                 final=FinalMode(s.final.value),
                 after_done=s.after_done_continue,
                 item=type_spec(port.type if port else None),
-                capacity=CHUNKS_BUFFERED * chunk_items(s),
+                capacity=stream_capacity(s),
                 done_after_flows=tuple(f.name for f in model.flows if f.name in flows),
                 consumer_flows=consumer_flows(model, s, calls, reaching),
                 source=source(s.span),

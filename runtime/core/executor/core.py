@@ -117,6 +117,8 @@ class RankExecutor:
     _push_blocked = streams._push_blocked
     _unpark = streams._unpark
     _push_all = streams._push_all
+    _send_item = streams._send_item
+    end_turn = streams.end_turn
     # handoff
     _targets = handoff._targets
     _on_copy_kv = handoff._on_copy_kv
@@ -155,6 +157,7 @@ class RankExecutor:
         self._dirty: dict[tuple[int, int], WalkRun] = {}  # (id(walk run), unit) -> walk run
         self._ready: OrderedDict[tuple[str, int], deque[Inst]] = OrderedDict()
         self._seq = 0
+        self._acks: dict[tuple[str, str, int], int] = {}  # credits to give back (`end_turn`)
         self._handlers: dict[type, Callable[[Any], None]] = {
             StartWalk: self._on_start,
             Value: self._on_value,
@@ -266,6 +269,9 @@ class RankExecutor:
             self._walk_done(w)
 
     def _walk_done(self, w: WalkRun) -> None:
+        if w.unacked:  # stream items still on their way: report once they are accepted
+            w.done_pending = True
+            return
         req = w.req
         req.walks.pop(w.walk_id, None)
         req.finished_walks.add(w.walk_id)

@@ -81,7 +81,7 @@ def _route(self: RankExecutor, w: WalkRun, call: Unit, it, outputs: dict[str, An
     streams = frozenset(d.name or "" for d, _ in pushes)
 
     def start() -> None:
-        self._push_all(w.req, pushes, finish)
+        self._push_all(w, pushes, finish)
 
     if self._push_blocked(w, key, streams):
         w.parked.append((key, streams, start))

@@ -146,6 +146,10 @@ class WalkRun:
     # pushing (order key -> streams), and pushes parked behind an earlier one
     pushing: dict[tuple[int, ...], frozenset[str]] = field(default_factory=dict)
     parked: list = field(default_factory=list)
+    # stream items sent to another rank and not yet acknowledged; a walk whose units are done
+    # reports `WalkDone` when they are (``done_pending`` until then)
+    unacked: int = 0
+    done_pending: bool = False
 
 
 @dataclass(eq=False)
@@ -159,7 +163,11 @@ class RequestState:
     # owner side: items waiting for room, (seq, src rank, item, continuation or None)
     stream_pending: dict[str, deque] = field(default_factory=dict)
     notified: dict[str, int] = field(default_factory=dict)
-    acks: dict[int, Callable[[], None]] = field(default_factory=dict)  # producer side
+    # producer side, per (stream, owner rank): credits left, pushes waiting for one (walk run,
+    # item, continuation), and the walk runs of the items in flight, oldest first
+    credits: dict[tuple[str, int], int] = field(default_factory=dict)
+    blocked: dict[tuple[str, int], deque] = field(default_factory=dict)
+    in_flight: dict[tuple[str, int], deque] = field(default_factory=dict)
     # node states arriving from another group: (walk id, node, src rank) -> parts, and the
     # part count once `StateEnd` said it
     incoming: dict[tuple[int, str, int], dict[str, Any]] = field(default_factory=dict)

@@ -4,8 +4,20 @@ Producer values go to the owner rank's `StreamBuffer` (one per request and strea
 one walk instance go in statement order, as the interpreter pushes them: a producer instance
 pushes once no earlier producer instance of the stream (by call id, loops' iterations in turn:
 `PieceIndex.order_key`) is waiting, running or still to come in a loop that has not ended; until
-then its push is parked. The producing call's remaining destinations wait until the item is
-accepted (back-pressure: a full buffer stalls that call's downstream push, never drops an item).
+then its push is parked.
+
+**Credits.** On the owner's rank a push is accepted at once while the buffer has room; the
+producing call's remaining destinations wait until it is (back-pressure: a full buffer stalls
+that call's downstream push, never drops an item). A producer on another rank holds credits per
+(request, stream): as many items as the owner's buffer holds (`Dest.credits`). It sends an item
+and goes on at once while it has a credit, and waits for one otherwise; the owner gives credits
+back as it accepts items, in one `StreamAck` per (request, stream, producer rank) per turn
+(`RankExecutor.end_turn`), so a decode step never waits for a round trip. Items in flight to an
+owner are bounded by the credits, so memory stays bounded. A walk instance reports `WalkDone`
+only once every item it sent is acknowledged: the conductor's `StreamDone` (which follows the
+producer walks' `WalkDone`) can never overtake an item still on its way, and the final chunk
+is planned after every item.
+
 The owner tells the conductor each time a chunk becomes ready (`ChunkReady`, with its exact
 ``final`` flag), and takes chunks for consumer calls, for `SkipChunk` and never otherwise.
 """
@@ -61,14 +73,29 @@ def _buffer(self: RankExecutor, req: RequestState, name: str) -> StreamBuffer:
     return buf
 
 
-def _push(self: RankExecutor, req: RequestState, d: Dest, v: Any, cont: Callable[[], None]) -> None:
-    name = d.name or ""
+def _push(self: RankExecutor, w: WalkRun, d: Dest, v: Any, cont: Callable[[], None]) -> None:
+    req, name = w.req, d.name or ""
     if d.rank is None or d.rank == self.rank:
         self._enqueue_item(req, name, (0, self.rank, v, cont))
         return
+    key = (name, d.rank)
+    credit = req.credits.setdefault(key, max(1, d.credits))
+    blocked = req.blocked.get(key)
+    if credit > 0 and not blocked:
+        self._send_item(w, key, v)
+        cont()
+    else:
+        req.blocked.setdefault(key, deque()).append((w, v, cont))
+
+
+def _send_item(self: RankExecutor, w: WalkRun, key: tuple[str, int], v: Any) -> None:
+    """Spend a credit on one item of ``w`` to the owner ``key[1]``."""
+    req = w.req
+    req.credits[key] -= 1
+    req.in_flight.setdefault(key, deque()).append(w)
+    w.unacked += 1
     self._seq += 1
-    req.acks[self._seq] = cont
-    self.outbox(d.rank, StreamItem(req.id, name, self._seq, self.rank, v))
+    self.outbox(key[1], StreamItem(req.id, key[0], self._seq, self.rank, v))
 
 
 def _on_stream_item(self: RankExecutor, m: StreamItem) -> None:
@@ -76,13 +103,35 @@ def _on_stream_item(self: RankExecutor, m: StreamItem) -> None:
 
 
 def _on_stream_ack(self: RankExecutor, m: StreamAck) -> None:
+    """``m.count`` items to the owner ``m.rank`` were accepted: their credits come back, their
+    walks may report, and pushes waiting for a credit go."""
     req = self.requests.get(m.request)
-    cont = req.acks.pop(m.seq, None) if req else None
-    if cont is not None:
-        try:
+    if req is None:
+        return
+    key = (m.stream, m.rank)
+    flying = req.in_flight.get(key, deque())
+    for _ in range(min(m.count, len(flying))):
+        w = flying.popleft()
+        w.unacked -= 1
+        if w.unacked == 0 and w.done_pending:
+            self._walk_done(w)
+    req.credits[key] = req.credits.get(key, 0) + m.count
+    blocked = req.blocked.get(key)
+    try:
+        while blocked and req.credits[key] > 0 and req.id in self.requests:
+            w, v, cont = blocked.popleft()
+            self._send_item(w, key, v)
             cont()
-        except RequestAbort as exc:
-            self._fail(m.request, exc)
+    except RequestAbort as exc:
+        self._fail(m.request, exc)
+
+
+def end_turn(self: RankExecutor) -> None:
+    """Send the credits this turn gave back: one `StreamAck` per (request, stream, producer)."""
+    acks, self._acks = self._acks, {}
+    for (request, stream, src), n in acks.items():
+        if request in self.requests:
+            self.outbox(src, StreamAck(request, stream, n, self.rank))
 
 
 def _enqueue_item(self: RankExecutor, req: RequestState, name: str, entry) -> None:
@@ -97,15 +146,16 @@ def _stream_changed(self: RankExecutor, req: RequestState, name: str) -> None:
     buf = self._buffer(req, name)
     pending = req.stream_pending.get(name)
     while pending and buf.can_push():
-        seq, src, item, cont = pending.popleft()
+        _seq, src, item, cont = pending.popleft()
         try:
             buf.push(item)
         except StreamError as exc:
             raise RequestAbort(FailKind.STREAM, str(exc)) from exc
         if cont is not None:
             cont()
-        else:
-            self.outbox(src, StreamAck(req.id, name, seq))
+        else:  # a credit back to the producer, with this turn's others (`end_turn`)
+            ack = (req.id, name, src)
+            self._acks[ack] = self._acks.get(ack, 0) + 1
         if req.id not in self.requests:
             return
     if not buf.final_taken and buf.ready() and req.notified.get(name, -1) < buf.taken:
@@ -177,12 +227,10 @@ def _unpark(self: RankExecutor, w: WalkRun) -> None:
             return
 
 
-def _push_all(
-    self: RankExecutor, req: RequestState, pushes: list, finish: Callable[[], None]
-) -> None:
+def _push_all(self: RankExecutor, w: WalkRun, pushes: list, finish: Callable[[], None]) -> None:
     # one call's items go in its port order, each after the previous one was accepted
     if not pushes:
         finish()
         return
     (d, v), more = pushes[0], pushes[1:]
-    self._push(req, d, v, lambda: self._push_all(req, more, finish))
+    self._push(w, d, v, lambda: self._push_all(w, more, finish))
