@@ -9,6 +9,7 @@ examples/ fails CI: remove the dead code instead of adding it here.
 # node implementations: the runtime imports them by the `impl "module:Class"` of a .walk file
 VitEncoder, VaeEncoder, CombineCfg, VaeDecoder, SnacDecoder, AudioEncoder, VisionEncoder
 Thinker, Talker, Code2Wav, VideoEncoder, Predictor, RolloutPredictor, AcPredictorMpc, MpcScorer
+TextEncoder, Dit, Solver, Frontend, Encoder, Decoder  # wan22, whisper
 
 # enum members the contract defines for every value the compiler can lower
 FLOAT, STR, TORCH, TRITON, FLASHINFER, EAGER, INDUCTOR
@@ -33,3 +34,6 @@ pytest_addoption, pytestmark, _cwd, _no_leaks, _at_root, _in_root
 
 # `wgc check --imports` UI tests: node classes named by `impl` strings, port lists read by name
 Lazy, Plain, Renamed, _.INPUTS, _.OUTPUTS
+
+# pyzmq's ThreadAuthenticator calls a credentials provider's `callback(domain, key)` by name
+_.callback

@@ -13,10 +13,20 @@ state on every rank.
 
 **No request hangs silently.** The client watches its connection (a ZeroMQ socket monitor):
 when the conductor's process goes away, every live request fails at once with a `RequestFailed`
-saying so (kind ``internal``). The conductor also sends a keep-alive for every live request about
-once a second; a stream that hears nothing for ``idle_timeout`` seconds raises `RequestTimeout`
-(the conductor is wedged, or unreachable), and ``deadline`` (seconds, optional) bounds the whole
-request: when it passes the client cancels the request and raises `RequestTimeout`.
+saying so (kind ``internal``), and so does a conductor that refuses the connection (a CURVE
+deployment, and no key or the wrong one). The conductor also sends a keep-alive for every live
+request about once a second; a stream that hears nothing for ``idle_timeout`` seconds raises
+`RequestTimeout` (the conductor is wedged, or unreachable), and ``deadline`` (seconds, optional)
+bounds the whole request: when it passes the client cancels the request and raises
+`RequestTimeout`.
+
+**A deployment with CURVE** (hosts named, or ``curve`` asked for) needs its client key:
+``Client(address, key=ClientKey.load(path))`` (``wgc serve`` prints the path of the key file; a
+path may be given instead of a `ClientKey`). **A client that goes away** (closed, garbage
+collected, its process killed) has its unfinished requests cancelled by the conductor, which sees
+the connection go; `close` also cancels them explicitly.
+
+The client imports torch only when a tensor arrives or is sent (outputs are torch tensors).
 
 Wire protocol: the typed client messages of `wgc_runtime.contract.control` (the one wire format,
 `wgc_runtime.host.transport.codec`; tensors as frames) over a ``DEALER`` socket to the
@@ -33,18 +43,25 @@ import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import torch
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from wgc_runtime.contract import control as c
 from wgc_runtime.contract import messages as m
-from wgc_runtime.host.transport.codec import Codec, CodecError
+from wgc_runtime.host.transport.keys import ClientKey
+
+if TYPE_CHECKING:
+    import torch
 
 IDLE_TIMEOUT = 15.0
+_WATCHED = (
+    zmq.EVENT_DISCONNECTED
+    | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
+    | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+    | zmq.EVENT_HANDSHAKE_FAILED_AUTH
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +120,10 @@ def segment_wire(seg: Any) -> c.InputSegment:
 
 
 def _plain(v: Any) -> Any:
-    if isinstance(v, np.ndarray):
+    if type(v).__module__ == "numpy" and hasattr(v, "dtype"):  # an array: sent as a tensor
+        import numpy as np
+        import torch
+
         return torch.from_numpy(np.ascontiguousarray(v))
     return v
 
@@ -142,7 +162,14 @@ class Stream:
 class Client:
     """A connection to a conductor's client address (``tcp://host:port``)."""
 
-    def __init__(self, address: str, idle_timeout: float = IDLE_TIMEOUT) -> None:
+    def __init__(
+        self,
+        address: str,
+        idle_timeout: float = IDLE_TIMEOUT,
+        key: ClientKey | str | os.PathLike | None = None,
+    ) -> None:
+        from wgc_runtime.host.transport.codec import Codec  # torch, once a client exists
+
         self.address = address
         self.idle_timeout = idle_timeout
         self.ctx = zmq.Context.instance()
@@ -150,8 +177,11 @@ class Client:
         self.sock.setsockopt(zmq.LINGER, 0)
         self.sock.setsockopt(zmq.SNDTIMEO, 5000)
         self.sock.setsockopt(zmq.IDENTITY, f"client-{os.getpid()}-{uuid.uuid4().hex[:8]}".encode())
-        # connection events: a dropped connection means the conductor is gone
-        self._monitor = self.sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+        if key is not None:
+            (key if isinstance(key, ClientKey) else ClientKey.load(key)).apply(self.sock)
+        # connection events: a dropped connection means the conductor is gone; a failed
+        # handshake, that it refuses this client (a CURVE deployment: no key, or another one)
+        self._monitor = self.sock.get_monitor_socket(_WATCHED)
         self._poller = zmq.Poller()
         self._poller.register(self.sock, zmq.POLLIN)
         self._poller.register(self._monitor, zmq.POLLIN)
@@ -223,7 +253,7 @@ class Client:
     def _recv(self) -> list[m.Message]:
         try:
             return self._codec.decode(self.sock.recv_multipart(copy=False))
-        except CodecError:
+        except Exception:
             return []  # not a reply the protocol knows: dropped
 
     def _pump(self, waiting: Stream) -> None:
@@ -259,13 +289,19 @@ class Client:
                 self._handle(stream, msg)
 
     def _connection_event(self) -> None:
-        event = recv_monitor_message(self._monitor)
-        if event["event"] != zmq.EVENT_DISCONNECTED:
+        event = recv_monitor_message(self._monitor)["event"]
+        if event == zmq.EVENT_DISCONNECTED:
+            why = (
+                f"lost the connection to the conductor at {self.address}: it stopped or crashed, "
+                "and the request cannot finish"
+            )
+        elif event & _WATCHED:
+            why = (
+                f"the conductor at {self.address} refused the connection (its deployment uses "
+                "CURVE: give the client key `wgc serve` printed, `Client(address, key=PATH)`)"
+            )
+        else:
             return
-        why = (
-            f"lost the connection to the conductor at {self.address}: it stopped or crashed, "
-            "and the request cannot finish"
-        )
         for stream in list(self.streams.values()):
             if not stream.done:
                 stream.error = ErrorInfo("internal", why)

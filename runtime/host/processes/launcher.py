@@ -55,9 +55,15 @@ from wgc_runtime.host.processes import entry
 from wgc_runtime.host.processes.children import Child, LocalChild, stop_children
 from wgc_runtime.host.processes.supervisor import RestartBudget, Supervisor, UsageQuery
 from wgc_runtime.host.transport.control_codec import ControlCodec
-from wgc_runtime.host.transport.keys import Keys
+from wgc_runtime.host.transport.keys import Authenticator, ClientKey, Keys
 from wgc_runtime.host.transport.segment import Segment, region_size
-from wgc_runtime.host.transport.sockets import Mesh, bind_address, named_hosts, new_secret
+from wgc_runtime.host.transport.sockets import (
+    Mesh,
+    bind_address,
+    is_loopback,
+    named_hosts,
+    new_secret,
+)
 
 Progress = Callable[[str], None]
 
@@ -113,8 +119,9 @@ def process_age() -> float | None:
 class Cluster:
     """The processes of one run of the plan in ``plan_dir`` (see the module docstring).
 
-    ``curve``: CURVE on every socket (None: when the placement names hosts); ``listen``: the
-    interface every socket binds (``0.0.0.0`` only when asked; None: `bind_address`'s rule)."""
+    ``curve``: CURVE on every socket (None: when the placement names hosts or ``listen`` is not
+    loopback); ``listen``: the interface every socket binds (``0.0.0.0`` only when asked; None:
+    `bind_address`'s rule). With CURVE, clients need `client_key`."""
 
     def __init__(
         self,
@@ -141,7 +148,8 @@ class Cluster:
         self.threads = threads
         self.device = device  # overrides every rank's device (tests, debugging)
         self.config = dict(config or {})  # extra settings for the conductor (tests)
-        self.curve = named_hosts(self.hosts) if curve is None else curve
+        wide = listen is not None and not is_loopback(listen)  # reachable from elsewhere
+        self.curve = (named_hosts(self.hosts) or wide) if curve is None else curve
         self.listen = listen
         self.budget = RestartBudget(restarts, restart_window_s)
         self.segment: Segment | None = None
@@ -353,6 +361,12 @@ class Cluster:
         q.done.wait(timeout)
         return dict(q.answers)
 
+    @property
+    def client_key(self) -> ClientKey | None:
+        """What a client needs to connect (`Client(address, key=...)`; `ClientKey.save` writes
+        it for another process); None when the deployment has no CURVE (set by `start`)."""
+        return self.keys.client if self.keys is not None else None
+
     def kill(self, who: str, sig: int = signal.SIGKILL) -> None:
         """Send ``sig`` to one child (tests: ``kill("rank 1")``)."""
         self.procs[who].send_signal(sig)
@@ -393,6 +407,8 @@ class Cluster:
             self.procs = {}
             if self.mesh is not None:
                 self.mesh.close()
+                if self.keys is not None:  # another deployment may start in this process
+                    Authenticator.release(self.mesh.ctx)
                 self.mesh = None
             if self.segment is not None:
                 self.segment.close()

@@ -139,10 +139,10 @@ class Supervisor:
             self._tell_conductor(c.RankDied(who, str(died), False))
             cluster._fail(spent if self.budget.limit else died)
             return
+        cluster._degraded.add(who)  # before anyone hears of it
+        self.restarting[who] = _Restart(now, now + cluster.ready_timeout)
         self._tell_conductor(c.RankDied(who, str(died), True))
         cluster.progress(f"wgc: {died}; restarting it")
-        cluster._degraded.add(who)
-        self.restarting[who] = _Restart(now, now + cluster.ready_timeout)
         try:
             cluster._spawn_worker(int(who.split()[1]))
         except Exception as exc:

@@ -164,12 +164,13 @@ class Authenticator:
         return auth.refused if auth is not None else 0
 
     @staticmethod
-    def stop_all() -> None:
-        """Stop every handler (a process that leaves; tests)."""
+    def release(ctx: zmq.Context) -> None:
+        """Stop the context's handler, if it has one (its deployment ended: the launcher's
+        `Cluster.stop`, so that the process can start another deployment)."""
         with _CREATE:
-            for auth in _BY_CONTEXT.values():
-                auth._thread.stop()
-            _BY_CONTEXT.clear()
+            auth = _BY_CONTEXT.pop(id(ctx), None)
+        if auth is not None:
+            auth._thread.stop()
 
 
 # ZeroMQ has one ZAP endpoint per context, so one handler per context: id(context) -> handler

@@ -125,6 +125,11 @@ def bind_address(own: str, hosts: Iterable[str], listen: str | None = None) -> s
         return "0.0.0.0" if listen in WILDCARD else _resolve(listen)
     if not named_hosts(hosts):
         return "127.0.0.1"
+    if own in WILDCARD:
+        raise TransportError(
+            f"`{own}` is not a host: name the machine a rank runs on (to listen on every "
+            "interface, ask for it with `listen`)"
+        )
     return _resolve(own)
 
 

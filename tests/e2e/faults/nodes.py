@@ -3,7 +3,9 @@
 Request options drive them: ``fail`` (`Source` raises), ``die`` (`Step` kills its own worker
 process with SIGKILL), ``steps`` (the loop's length), ``delay_ms`` (sleep per step) and
 ``marker_dir`` (every node writes ``<node>-released-<request>`` there when the runtime releases
-the request, so a test can see that state was released on every rank).
+the request, so a test can see that state was released on every rank). `Step` appends one K/V
+token per step to its request's cache in the runtime's paged pool (``ctx.kv``), so a test can
+see pages held while a request runs and freed when it ends.
 """
 
 from __future__ import annotations
@@ -50,6 +52,9 @@ class Step(_Marking):
         delay = int(ctx.options.get("delay_ms", 0))
         if delay:
             time.sleep(delay / 1000)
+        if ctx.kv is not None:
+            k = inputs["y"].reshape(1, 1, 1, 4)
+            ctx.kv.append(k, k)
         n = ctx.state["n"] = ctx.state.get("n", 0) + 1
         stop = n >= int(ctx.options.get("steps", 3))
         return {"y": inputs["y"] * 2, "stop": torch.tensor(stop)}
