@@ -9,6 +9,12 @@ examples/ fails CI: remove the dead code instead of adding it here.
 # node implementations: the runtime imports them by the `impl "module:Class"` of a .walk file
 VitEncoder, VaeEncoder, CombineCfg, VaeDecoder, SnacDecoder, AudioEncoder, VisionEncoder
 Thinker, Talker, Code2Wav, VideoEncoder, Predictor, RolloutPredictor, AcPredictorMpc, MpcScorer
+ChunkSelector
+
+# checkpoint names and config fields the real models carry: V-JEPA 2-AC's predictor holds an
+# extrinsics encoder it never uses here (its checkpoints load strictly); BAGEL's config's shift
+_.extrinsics_encoder
+_.timestep_shift
 TextEncoder, Dit, Solver, Frontend, Encoder, Decoder  # wan22, whisper
 
 # enum members the contract defines for every value the compiler can lower

@@ -3,7 +3,7 @@
 Every toy computes its outputs from its inputs and the request with tiny torch ops (hashes,
 averages, fixed linear maps); randomness is seeded from the request, so the reference
 interpreter and the compiled runtime produce identical outputs. Kv-cache toys keep their context
-in the runtime's paged KV cache (`ctx.kv`: `kv_rows` appends, `kv_summary` / `kv_read` attend),
+in the runtime's paged KV cache (`ctx.kv`: `kv_rows` appends, `kv_summary` attends),
 so every example exercises the KV engine the way a real model does. The model issues replace
 them with real tiny models.
 """
@@ -104,10 +104,3 @@ def kv_summary(kv: KvCache, x: torch.Tensor, salt: int, label: str | None = None
         return digest("empty", kv.length(label))
     last = x[-1:] if x.dim() > 0 else x
     return digest(kv.attend(kv_query(last, kv, salt), label=label))
-
-
-def kv_read(kv: KvCache, x: torch.Tensor, salt: int, label: str | None = None) -> torch.Tensor:
-    """What queries from the rows of ``x`` (not in the cache) read from ``label``: one f32
-    value per row, ``[rows, 1]`` (zeros for an empty label)."""
-    out = kv.attend(kv_query(x, kv, salt), label=label, causal=False)
-    return out.reshape(out.shape[0], -1).mean(1, keepdim=True)

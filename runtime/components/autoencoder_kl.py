@@ -61,10 +61,6 @@ class VaeConfig:
             "use_post_quant_conv": False,
         }
 
-    @property
-    def downsample(self) -> int:
-        return 2 ** (len(self.block_out_channels) - 1)
-
 
 def _norm(groups: int, ch: int) -> nn.GroupNorm:
     return nn.GroupNorm(groups, ch, eps=1e-6)

@@ -89,10 +89,6 @@ class BagelConfig:
     def patch_latent_dim(self) -> int:
         return self.latent_patch_size**2 * self.vae.latent_channels
 
-    @property
-    def latent_downsample(self) -> int:
-        return self.vae.downsample * self.latent_patch_size
-
 
 # ---------------------------------------------------------------------------- fixed embeddings
 def sincos_2d(dim: int, side: int) -> torch.Tensor:
