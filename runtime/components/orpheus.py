@@ -118,18 +118,19 @@ class OrpheusTokens:
         return lo, lo + self.codebook_size - 1
 
 
-def audio_mask(logits: torch.Tensor, tokens: OrpheusTokens, positions: list[int]) -> torch.Tensor:
+def audio_mask(
+    logits: torch.Tensor, tokens: OrpheusTokens, positions: list[int] | torch.Tensor
+) -> torch.Tensor:
     """``logits`` ``[batch, vocab]`` with everything but row ``b``'s `OrpheusTokens.allowed`
     range at ``positions[b]`` set to ``-inf``, and ``end_of_speech`` kept at frame boundaries
-    after the first frame (constrained audio decoding, an option)."""
-    out = torch.full_like(logits, float("-inf"))
-    eos = tokens.end_of_speech
-    for b, p in enumerate(positions):
-        lo, hi = tokens.allowed(p)
-        out[b, lo:hi] = logits[b, lo:hi]
-        if p and p % FRAME == 0:
-            out[b, eos] = logits[b, eos]
-    return out
+    after the first frame (constrained audio decoding, an option). Tensor ops only (no host
+    reads): ``positions`` may be a tensor on the logits' device, so a captured step can mask."""
+    pos = torch.as_tensor(positions, device=logits.device).reshape(-1, 1)
+    ids = torch.arange(logits.shape[-1], device=logits.device)[None]
+    lo = tokens.audio_offset + (pos % FRAME) * tokens.codebook_size + 1
+    keep = (ids >= lo) & (ids < lo + tokens.codebook_size - 1)
+    keep |= (ids == tokens.end_of_speech) & (pos > 0) & (pos % FRAME == 0)
+    return logits.masked_fill(~keep, float("-inf"))
 
 
 def window_codes(window: torch.Tensor, tokens: OrpheusTokens) -> list[torch.Tensor] | None:

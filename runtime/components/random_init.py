@@ -5,13 +5,15 @@ weights (and the reference interpreter the same as the runtime)."""
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 import torch
 from torch import nn
 
+M = TypeVar("M", bound=nn.Module)
 
-def init_seeded(
-    module: nn.Module, seed: int, gain: float = 1.0, keep: tuple[str, ...] = ()
-) -> nn.Module:
+
+def init_seeded(module: M, seed: int, gain: float = 1.0, keep: tuple[str, ...] = ()) -> M:
     """Draw ``module``'s parameters from ``seed`` (the global RNG is left as it was); names
     containing any of ``keep`` keep their value (fixed tables such as sine-cosine positions)."""
     with torch.random.fork_rng(devices=[]), torch.no_grad():

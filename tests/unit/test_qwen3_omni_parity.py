@@ -88,7 +88,8 @@ def test_both_checkpoint_layouts_load_alike(ckpt, tmp_path, thinker, talker):
         other = cls.from_pretrained(runtime)
         want = ours.state_dict()
         assert all(torch.equal(v, want[k]) for k, v in other.state_dict().items())
-    assert torch.equal(talker.tts, model.thinker.get_input_embeddings().weight[[250, 251, 249]])
+    specials = [T["tts_bos"], T["tts_eos"], T["tts_pad"]]
+    assert torch.equal(talker.tts, model.thinker.get_input_embeddings().weight[specials])
 
 
 def test_incomplete_experts_are_refused():
@@ -266,7 +267,7 @@ def test_talker_greedy_run_matches_generate(ckpt, talker, talker_inputs):
         logits, hidden = engine.forward(SEQ, [embed + text])
     assert err <= TOL
     assert torch.equal(torch.stack(codes), want_codes)
-    assert len(codes) == frames  # random weights never say end-of-speech this early
+    assert len(codes) >= 5  # a run of several frames, to its end-of-speech or the cap
 
 
 # ---------------------------------------------------------------- Code2Wav
@@ -281,6 +282,6 @@ def test_code2wav_matches(ckpt):
         want = model.code2wav(codes)
         chunked = model.code2wav.chunked_decode(codes[:1], chunk_size=25, left_context_size=25)
     assert _err(ours(codes), want) <= TOL
-    assert want.shape[-1] == ours.samples(60) == 60 * 16 - 6
+    assert want.shape[-1] == ours.samples(60) == 60 * 1920 - 555  # as the released model
     assert _err(ours.chunked_decode(codes[0].T), chunked[0, 0]) <= TOL
     assert want.std().item() > 0.05 and (want.abs() >= 1).float().mean().item() < 0.05

@@ -3,14 +3,16 @@ it, one parameter change away. Each is what the reference implementation takes: 
 ``LlamaConfig`` fields (``config.json`` of ``canopylabs/orpheus-3b-0.1-ft``), ``snac.SNAC``'s
 arguments (``config.json`` of ``hubertsiuzdak/snac_24khz``) and the token ranges.
 
-What shrinks and why: the text vocabulary (``tokeniser_length`` 128256 → 256, its specials at
-the same offsets from the end: ``begin_of_text`` is the first of the last 256 ids in the real
-model, here 240 of the last 16) and the SNAC codebooks (4096 → 64 codes) set the LM's
-vocabulary (``audio_offset + 7 · codebook_size + 2``: 156940 → 716); the LM shrinks to 2 layers
-of width 64; SNAC to 4 decoder blocks of rate 2 (hop 16, so ``samples_per_frame`` 4 · 16 = 64,
-the ``.walk`` file's tiny ``samples_per_frame``) and width 64. The structure — Llama 3 rotary
-scaling, tied embeddings, 7 tokens per frame over 3 codebooks of strides 4, 2, 1, noise blocks,
-depthwise convolutions — is the real one.
+What shrinks and why: the text vocabulary (``tokeniser_length`` 128256 → 512: the shipped tiny
+byte-level BPE, `tiny_tokenizers`, its specials at the same offsets from the end:
+``begin_of_text`` is the first of the last 256 ids in the real model, here 496, the first of
+the last 16, and ``<|eot_id|>`` nine after it) and the SNAC codebooks (4096 → 64 codes) set
+the LM's vocabulary (``audio_offset + 7 · codebook_size + 2``: 156940 → 972); the LM shrinks to
+2 layers of width 64; SNAC's widths to 64 (decoder) and 4 (encoder). The structure — Llama 3
+rotary scaling, tied embeddings, 7 tokens per frame over 3 codebooks of strides 4, 2, 1, noise
+blocks, depthwise convolutions, and SNAC's rates (hop 512 = 8·8·4·2, so ``samples_per_frame`` =
+2048 as in the real model: the tiny model's audio lasts as long as the real one's) — is the
+real one.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from wgc_runtime.components.snac import SnacConfig
 
 REAL_TOKENS = OrpheusTokens()
 TINY_TOKENS = OrpheusTokens(
-    tokeniser_length=256, codebook_size=64, begin_of_text=240, end_of_text=249
+    tokeniser_length=512, codebook_size=64, begin_of_text=496, end_of_text=505
 )
 
 _ROPE = {
@@ -53,7 +55,7 @@ REAL_LM: dict[str, Any] = {
 
 TINY_LM: dict[str, Any] = {
     **REAL_LM,
-    "vocab_size": TINY_TOKENS.vocab_size,  # 716
+    "vocab_size": TINY_TOKENS.vocab_size,  # 972
     "hidden_size": 64,
     "intermediate_size": 128,
     "num_hidden_layers": 2,
@@ -68,8 +70,6 @@ TINY_LM: dict[str, Any] = {
 REAL_SNAC = SnacConfig()
 TINY_SNAC = SnacConfig(
     encoder_dim=4,
-    encoder_rates=(2, 2, 2, 2),
     decoder_dim=64,
-    decoder_rates=(2, 2, 2, 2),
     codebook_size=TINY_TOKENS.codebook_size,
 )

@@ -5,17 +5,18 @@ reads either.
 
 What shrinks: widths (Thinker 2048 → 64, Talker and code predictor 1024 → 32, Code2Wav 1024 →
 32), depths (48 / 20 / 5 / 8 layers → 2 each), experts (128 → 8 top-2 in the Thinker, 128 → 4
-top-2 + shared in the Talker), the text vocabulary (152064 → 256, the special ids moved to its
-top), the codebooks (2048 → 32 codes; the Talker's vocabulary keeps its 1024 special ids above
-the codes, as the real 3072 = 2048 + 1024 does, so HF's own suppression rule still holds), the
-audio encoder (32 layers of 1280 → 1 of 32, 128 → 16 mel bins, attention windows of 8 → 2
-chunks; a chunk stays 100 mel frames, ``n_window`` 50, because HF's length formula counts 13
-frames per full chunk whatever the config says) and Code2Wav's upsampling (8·5·4·3·2·2 =
-1920 → 2·2·2·2 = 16 samples per codec frame, the ``.walk`` file's tiny ``samples_per_frame``).
-Kept as in the real model: 16 code groups, MoE in every layer, q/k norms, the accept layer
-halfway down the Thinker, the shared expert, Code2Wav's sliding-window transformer (its window
-shrinks 72 → 8 so that the tests reach it), the interleaved M-RoPE sections (scaled to the
-head size).
+top-2 + shared in the Talker), the text vocabulary (152064 → 512: the shipped tiny byte-level
+BPE, `tiny_tokenizers`, its special ids at the top), the codebooks (2048 → 32 codes; the
+Talker's vocabulary keeps its 1024 special ids above the codes, as the real 3072 = 2048 + 1024
+does, so HF's own suppression rule still holds), the audio encoder (32 layers of 1280 → 1 of
+32, 128 → 16 mel bins, attention windows of 8 → 2 chunks; a chunk stays 100 mel frames,
+``n_window`` 50, because HF's length formula counts 13 frames per full chunk whatever the
+config says) and Code2Wav's widths (its decoder 1536 → 32 channels). Kept as in the real
+model: Code2Wav's upsampling (8·5·4·3·2·2 = 1920 samples per codec frame, 24 kHz at 12.5
+frames a second, so the tiny model's audio lasts as long as the real one's for the same
+frames), 16 code groups, MoE in every layer, q/k norms, the accept layer halfway down the
+Thinker, the shared expert, Code2Wav's sliding-window transformer (its window shrinks 72 → 8 so
+that the tests reach it), the interleaved M-RoPE sections (scaled to the head size).
 """
 
 from __future__ import annotations
@@ -162,24 +163,26 @@ REAL: dict[str, Any] = {
     },
 }
 
-_TINY_VOCAB = 256
-# the special ids at the top of the tiny vocabulary; role words and "\n" near the bottom
+_TINY_VOCAB = 512
+# the ids of the shipped tiny tokenizer (`tiny_tokenizers`, `qwen3_omni_tokenizer.json`): its
+# specials at the top of the vocabulary, the role words and "\n" trained BPE tokens
 _IDS = {
-    "im_start": 244,
-    "im_end": 245,
-    "audio": 246,
-    "audio_start": 247,
-    "tts_pad": 249,
-    "tts_bos": 250,
-    "tts_eos": 251,
-    "image": 252,
-    "video": 253,
-    "vision_start": 254,
-    "user": 10,
-    "assistant": 11,
-    "system": 12,
+    "im_start": 497,
+    "im_end": 498,
+    "audio_start": 499,
+    "audio_end": 500,
+    "audio": 501,
+    "tts_pad": 502,
+    "tts_bos": 503,
+    "tts_eos": 504,
+    "image": 505,
+    "video": 506,
+    "vision_start": 507,
+    "user": 320,
+    "assistant": 375,
+    "system": 389,
 }
-NEWLINE = 13  # "\n" of the tiny vocabulary (the chat template's `<|im_start|>assistant\n`)
+NEWLINE = 198  # "\n" of the tiny vocabulary (the chat template's `<|im_start|>assistant\n`)
 _CODES = 32  # codebook size
 
 _MM = {
@@ -283,7 +286,7 @@ TINY: dict[str, Any] = _merge(
             "num_attention_heads": 4,
             "num_key_value_heads": 4,
             "sliding_window": 8,
-            "upsample_rates": [2, 2],
+            "upsample_rates": [8, 5, 4, 3],
             "upsampling_ratios": [2, 2],
             "decoder_dim": 32,
         },

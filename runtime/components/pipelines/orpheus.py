@@ -28,7 +28,7 @@ def run(
 ) -> Speech:
     """One request from prompt ids (`OrpheusTokens.prompt`) to the waveform."""
     tokens = vocoder.tokens
-    gen, noise = opts.generator(0), opts.generator(2)
+    gen = opts.generator(0)
     seq = [(request, "main")]
     history = torch.tensor(prompt, dtype=torch.long)
     logits = engine.prefill(seq, [history])
@@ -42,7 +42,8 @@ def run(
             stream.append(int(tok[0]))
             history = torch.cat((history, tok))
             if len(stream) >= WINDOW and (len(stream) - WINDOW) % FRAME == 0:
-                audio = vocoder.window(torch.tensor(stream[-WINDOW:]), noise)
+                k = (len(stream) - WINDOW) // FRAME
+                audio = vocoder.window(torch.tensor(stream[-WINDOW:]), opts.noise(k))
                 if audio is not None:
                     chunks.append(audio)
             if stream[-1] == tokens.end_of_speech or len(stream) >= opts.max_new_tokens:

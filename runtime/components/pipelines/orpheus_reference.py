@@ -5,7 +5,7 @@ decoder's rules over the tokens (canopyai/Orpheus-TTS ``orpheus_tts/decoder.py``
 
 The tokens are chosen with `wgc_runtime.components.sampling` (HF ``generate``'s processing) so
 that sampling with a seed is comparable; the noise of SNAC's noise blocks comes from torch's
-global generator, seeded with ``seed + 2`` before the first window (`SpeechOptions`).
+global generator, seeded before each window (`SpeechOptions.noise_seed`).
 """
 
 from __future__ import annotations
@@ -50,9 +50,10 @@ def _turn_token_into_id(token: int, index: int, tokens: OrpheusTokens) -> int | 
 
 
 @torch.inference_mode()
-def vocode(snac: Any, generated: list[int], tokens: OrpheusTokens, seed: int) -> list[torch.Tensor]:
+def vocode(
+    snac: Any, generated: list[int], tokens: OrpheusTokens, opts: SpeechOptions
+) -> list[torch.Tensor]:
     """``tokens_decoder``: the audio chunks the reference streams for ``generated``."""
-    torch.manual_seed(seed)
     spf = snac.hop_length * snac.vq_strides[0]
     buffer: list[int] = []
     chunks: list[torch.Tensor] = []
@@ -73,6 +74,7 @@ def vocode(snac: Any, generated: list[int], tokens: OrpheusTokens, seed: int) ->
             if any(c >= tokens.codebook_size for c in c0 + c1 + c2):
                 continue
             codes = [torch.tensor([c]) for c in (c0, c1, c2)]
+            torch.manual_seed(opts.noise_seed((len(buffer) - WINDOW) // FRAME))
             chunks.append(snac.decode(codes)[0, 0, spf : 2 * spf].float())
     return chunks
 
@@ -86,6 +88,6 @@ def run(
 ) -> Speech:
     """One request from prompt ids to the waveform, the reference way."""
     generated = generate(lm, prompt, tokens, opts)
-    chunks = vocode(snac, generated, tokens, opts.seed + 2)
+    chunks = vocode(snac, generated, tokens, opts)
     audio = torch.cat(chunks) if chunks else torch.zeros(0)
     return Speech(generated, audio, [c.numel() for c in chunks])

@@ -3,10 +3,13 @@
 
 Randomness: greedy by default. With sampling, each model that samples draws from its own
 `torch.Generator` seeded from ``seed`` (the Orpheus LM / the Thinker: ``seed``; the Talker and
-its code predictor: ``seed + 1``), and a vocoder's noise from ``seed + 2`` (SNAC's noise
-blocks; the reference seeds torch's global generator with it, which is where the `snac`
-package draws). Separate generators keep the draws the same whether the models run one after
-the other (the references) or interleaved (the component pipelines, as the streams run them).
+its code predictor: ``seed + 1``), and SNAC's noise blocks, for the audio window ``k`` (the one
+starting at frame ``k``), from ``seed + 2 + k`` (`SpeechOptions.noise`; the reference seeds
+torch's global generator with it before each window, which is where the `snac` package
+draws). Separate generators keep the draws the same whether the models run one after the
+other (the references), interleaved (the component pipelines, as the streams run them) or
+batched with other requests (the example nodes); one per window lets windows decode in any
+order.
 """
 
 from __future__ import annotations
@@ -30,6 +33,13 @@ class SpeechOptions:
 
     def generator(self, offset: int) -> torch.Generator:
         return torch.Generator().manual_seed(self.seed + offset)
+
+    def noise_seed(self, window: int) -> int:
+        """The seed of SNAC's noise for audio window ``window`` (module docstring)."""
+        return self.seed + 2 + window
+
+    def noise(self, window: int) -> torch.Generator:
+        return torch.Generator().manual_seed(self.noise_seed(window))
 
 
 DEFAULT = SpeechOptions()

@@ -1,0 +1,80 @@
+"""The tiny byte-level BPE tokenizers the speech examples ship (`tiny_tokenizers`): the script
+trains them back byte for byte, the tiny configs carry their ids, and `TextCodec` turns every
+id back into the exact bytes it stands for (so text streamed a token at a time is the text)."""
+
+from __future__ import annotations
+
+import pytest
+
+from wgc_runtime.components.configs import orpheus as orpheus_cfg
+from wgc_runtime.components.configs import qwen3_omni as omni_cfg
+from wgc_runtime.components.configs import tiny_tokenizers as tiny
+from wgc_runtime.components.tokenizer import TextCodec
+
+FAMILIES = tuple(tiny.FILES)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_script_trains_the_shipped_file_back(family: str) -> None:
+    shipped = tiny.path_of(family).read_text(encoding="utf-8")
+    assert tiny.build(family).to_str() == shipped
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_vocabulary_is_512_ids_with_the_specials_at_the_top(family: str) -> None:
+    codec = TextCodec.from_file(tiny.path_of(family))
+    assert codec.vocab_size == tiny.SIZE == 512
+    specials = tiny.FILES[family]
+    assert [codec.token_id(s) for s in specials] == list(range(tiny.REGULAR, tiny.SIZE))
+
+
+def test_the_tiny_orpheus_config_has_the_tokenizers_ids() -> None:
+    codec = TextCodec.from_file(tiny.path_of("orpheus"))
+    t = orpheus_cfg.TINY_TOKENS
+    assert t.tokeniser_length == codec.vocab_size
+    assert t.begin_of_text == codec.token_id("<|begin_of_text|>")
+    assert t.end_of_text == codec.token_id("<|eot_id|>")  # Orpheus's "end of text": 128009
+
+
+def test_the_tiny_qwen3_omni_config_has_the_tokenizers_ids() -> None:
+    codec = TextCodec.from_file(tiny.path_of("qwen3_omni"))
+    ids = omni_cfg.TINY_TOKENS
+    cfg = omni_cfg.TINY
+    assert cfg["thinker_config"]["text_config"]["vocab_size"] == codec.vocab_size
+    named = {
+        "im_start": "<|im_start|>",
+        "im_end": "<|im_end|>",
+        "audio_start": "<|audio_start|>",
+        "audio_end": "<|audio_end|>",
+        "audio": "<|audio_pad|>",
+        "tts_pad": "<|tts_pad|>",
+        "tts_bos": "<|tts_bos|>",
+        "tts_eos": "<|tts_eos|>",
+        "image": "<|image_pad|>",
+        "video": "<|video_pad|>",
+        "vision_start": "<|vision_start|>",
+    }
+    assert {k: codec.token_id(v) for k, v in named.items()} == {k: ids[k] for k in named}
+    # the chat template's role words and newline are single tokens, as in Qwen's vocabulary
+    words = {"user": "user", "assistant": "assistant", "system": "system"}
+    assert {k: codec.encode(v) for k, v in words.items()} == {k: [ids[k]] for k in words}
+    assert codec.encode("\n") == [omni_cfg.NEWLINE]
+
+
+@pytest.mark.parametrize(
+    "text", ["hello there", "tara: héllo, wörld!", "你好 🙂 ok", "user\nassistant\n"]
+)
+def test_each_tokens_bytes_make_the_text_back(text: str) -> None:
+    codec = TextCodec.from_file(tiny.path_of("qwen3_omni"))
+    ids = codec.encode(text)
+    assert b"".join(codec.piece(i) for i in ids) == text.encode("utf-8")
+    assert codec.decode(ids) == codec.tokenizer.decode(ids) == text
+    assert any(len(codec.piece(i)) > 1 for i in ids)  # merges, not just bytes
+
+
+def test_special_tokens_and_ids_past_the_vocabulary_stand_for_no_text() -> None:
+    codec = TextCodec.from_file(tiny.path_of("qwen3_omni"))
+    assert codec.piece(codec.token_id("<|im_end|>")) == b""
+    assert codec.piece(codec.vocab_size + 5) == b"" and codec.piece(-1) == b""
+    with pytest.raises(KeyError, match="is not a token"):
+        codec.token_id("<|nope|>")
