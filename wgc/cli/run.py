@@ -9,7 +9,11 @@ VALUE is text, or a file: ``.png``/``.jpg`` images (through PIL when installed),
 (JSON-ish: ints, floats, true/false, else a string), ``-o OUTDIR``. Every emitted output is
 written as it arrives: audio is appended to ``OUTDIR/<modality>.wav`` (16-bit PCM at the
 emitting node's ``sample_rate`` config, else 24 kHz), images go to ``<modality>_NNN.png``, text
-streams to stdout (and ``<modality>.txt``), anything else to ``<modality>_NNN.npy``. Exits 0 when
+streams to stdout (and ``<modality>.txt``; byte outputs through an incremental UTF-8 decoder),
+anything else to ``<modality>_NNN.npy``. While the workers start, a progress bar (on a
+terminal) follows their weights loading and capture (`wgc.cli.progress`); at the end each
+audio output's length, first-audio latency, real-time factor and any clipped samples are
+reported (`wgc.cli.speech_stats`). Exits 0 when
 the request finished, 1 when it failed (the error names node, walk and message) or a worker
 died (the message names the rank; workers are not restarted).
 
@@ -28,6 +32,7 @@ sockets, no processes): handy for debugging.
 
 from __future__ import annotations
 
+import codecs
 import json
 import shutil
 import struct
@@ -44,6 +49,7 @@ import click
 
 from wgc.cli.door import at_the_door
 from wgc.cli.errors import EXIT_OK, EXIT_USER, UserError
+from wgc.cli.speech_stats import RequestStats
 from wgc.config import Env
 
 DEFAULT_SAMPLE_RATE = 24_000
@@ -222,10 +228,18 @@ def pcm16(samples):
 class OutputWriter:
     """Writes each emitted output as it arrives (see the module docstring)."""
 
-    def __init__(self, out_dir: Path | None, sample_rates: dict[str, int], echo=click.echo) -> None:
+    def __init__(
+        self,
+        out_dir: Path | None,
+        sample_rates: dict[str, int],
+        echo=click.echo,
+        stats: RequestStats | None = None,
+    ) -> None:
         self.out_dir = out_dir
         self.sample_rates = sample_rates
         self.echo = echo
+        self.stats = stats or RequestStats()
+        self.utf8: dict[str, Any] = {}  # modality -> incremental decoder of byte outputs
         self.counts: dict[str, int] = {}
         self.wavs: dict[str, tuple[wave.Wave_write, int]] = {}
         self.texts: dict[str, Any] = {}
@@ -270,7 +284,14 @@ class OutputWriter:
                 np.save(path, x, allow_pickle=False)
 
     def _text(self, modality: str, value: Any) -> None:
-        text = decode_text(value)
+        raw = text_bytes(value)
+        if raw is None:
+            text = decode_text(value)
+        else:  # a character may be split over two outputs
+            decoder = self.utf8.setdefault(
+                modality, codecs.getincrementaldecoder("utf-8")(errors="replace")
+            )
+            text = decoder.decode(raw)
         sys.stdout.write(text)
         sys.stdout.flush()
         self.text_open = True
@@ -281,6 +302,8 @@ class OutputWriter:
             self.texts[modality].write(text)
 
     def _audio(self, modality: str, x) -> None:
+        rate = self.sample_rates.get(modality, DEFAULT_SAMPLE_RATE)
+        self.stats.add(modality, x, rate)
         path = self._path(f"{modality}.wav")
         if path is None:
             return
@@ -289,7 +312,7 @@ class OutputWriter:
             w = wave.open(str(path), "wb")  # noqa: SIM115 - open across writes, closed in close()
             w.setnchannels(frames.shape[1])
             w.setsampwidth(2)
-            w.setframerate(self.sample_rates.get(modality, DEFAULT_SAMPLE_RATE))
+            w.setframerate(rate)
             self.wavs[modality] = (w, frames.shape[1])
         w, channels = self.wavs[modality]
         if frames.shape[1] != channels:
@@ -297,6 +320,12 @@ class OutputWriter:
         w.writeframes(frames.tobytes())
 
     def close(self) -> None:
+        for modality, decoder in self.utf8.items():
+            if tail := decoder.decode(b"", final=True):  # a character cut off at the end
+                sys.stdout.write(tail)
+                if modality in self.texts:
+                    self.texts[modality].write(tail)
+        self.utf8.clear()
         for w, _ in self.wavs.values():
             w.close()
         for f in self.texts.values():
@@ -318,6 +347,16 @@ def kind_of(modality: str) -> str:
     if m.startswith("text"):
         return "text"
     return "array"
+
+
+def text_bytes(value: Any) -> bytes | None:
+    """A text output of byte ids (a node that emits its text's UTF-8 bytes), else None."""
+    if not hasattr(value, "dtype") or isinstance(value, str):
+        return None
+    x = to_numpy(value).reshape(-1)
+    if x.dtype.kind in "iu" and ((x >= 0) & (x < 256)).all():
+        return bytes(int(v) for v in x)
+    return None
 
 
 def decode_text(value: Any) -> str:
@@ -396,19 +435,30 @@ def prepare(target: str, placement: str | None, sets: tuple[str, ...], keep: Pat
 
 
 def _stream_processes(
-    plan_dir: str, inputs, want, options, ready_timeout: float, deadline: float | None, seed
+    plan_dir: str,
+    inputs,
+    want,
+    options,
+    ready_timeout: float,
+    deadline: float | None,
+    seed,
+    submitted=lambda: None,
 ) -> Iterator[Any]:
+    from wgc.cli.progress import StartupProgress, startup_steps
     from wgc_runtime.host.client import Client
     from wgc_runtime.host.processes.launcher import Cluster, terminate_as_interrupt
 
     strict = {"strict": True}  # the door's (checked here already; the conductor checks again)
+    progress = StartupProgress(startup_steps(plan_dir))
     with (
         terminate_as_interrupt(),
-        Cluster(plan_dir, ready_timeout=ready_timeout, config=strict) as cluster,
+        Cluster(plan_dir, progress=progress, ready_timeout=ready_timeout, config=strict) as cluster,
     ):
+        progress.close()
         assert cluster.client_address is not None
         with Client(cluster.client_address) as client:
             stream = client.submit(inputs, want, options, deadline, seed=seed)
+            submitted()
             try:
                 yield from stream
             except Exception:
@@ -419,7 +469,7 @@ def _stream_processes(
                 raise WorkerDied(str(cluster.failure))
 
 
-def _stream_local(plan_dir: str, inputs, want, options, seed) -> Iterator[Any]:
+def _stream_local(plan_dir: str, inputs, want, options, seed, submitted=lambda: None):
     from wgc_runtime.contract.flow import Segment
     from wgc_runtime.host.client import ErrorInfo, Output, RequestFailed
     from wgc_runtime.host.loading import ensure_import_root
@@ -430,6 +480,7 @@ def _stream_local(plan_dir: str, inputs, want, options, seed) -> Iterator[Any]:
     cluster = LocalCluster(plan_dir, strict=True)
     segments = [Segment(m, d, tuple(f.items())) for m, d, f in inputs]
     handle = cluster.submit(cluster.request(segments, want, options), seed=seed)
+    submitted()
     for item in handle:
         meta = item.meta
         yield Output(
@@ -566,15 +617,18 @@ def _one_shot(
     segments = [read_input(name, value) for name, value in _pairs(inputs, "--input")]
     opts = {name: parse_value(value) for name, value in _pairs(options, "--option")}
     want, opts = at_the_door(plan, segments, want, opts, seed)
-    writer = OutputWriter(Path(output) if output else None, sample_rates(plan))
+    stats = RequestStats()
+    writer = OutputWriter(Path(output) if output else None, sample_rates(plan), stats=stats)
     t0 = time.monotonic()
     n = 0
     code = EXIT_OK
     try:
         events = (
-            _stream_local(plan, segments, want, opts, seed)
+            _stream_local(plan, segments, want, opts, seed, stats.submit)
             if local
-            else _stream_processes(plan, segments, want, opts, ready_timeout, timeout, seed)
+            else _stream_processes(
+                plan, segments, want, opts, ready_timeout, timeout, seed, stats.submit
+            )
         )
         for out in events:
             writer.write(out.modality, out.value)
@@ -602,4 +656,6 @@ def _one_shot(
             f"wgc: {n} output{'s' if n != 1 else ''} in {time.monotonic() - t0:.1f} s -> {files}",
             err=True,
         )
+        for line in stats.lines():
+            click.echo(line, err=True)
     return code
