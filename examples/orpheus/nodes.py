@@ -1,42 +1,352 @@
-"""Toy Orpheus nodes (deterministic stand-ins until the model issue brings real tiny models).
+"""Orpheus's nodes: the Llama LM that speaks in SNAC codec tokens, and the SNAC window vocoder.
 
-- `LLM`: a kv-cache node on the runtime's paged pool: the prefill appends the prompt's keys and
-  values and the first audio token is a hash of what its last position attends to; each decode
-  step appends the previous token and does the same, and says `stop` after `eos_after` tokens
-  (request option, toy only; default 34, so prefill + decode make 35 tokens: 2 full windows).
-  Every token is streamed to the SNAC decoder.
-- `SnacDecoder`: a fixed linear map from a 28-token window to one frame of audio.
+Written against the node API (`wgc_runtime.contract.node`, `wgc_runtime.contract.capture`)
+over wgc's components (`wgc_runtime.components`: `LlamaDecoder` / `DecoderEngine`, `orpheus`,
+`snac`, `sampling`):
+
+- **`LLM`**: a `LlamaDecoder` over the runtime's paged pool (``ctx.kv.pool``). `forward` runs
+  every ready call of a walk as ONE ragged batch: a prefill call turns its text segment into
+  Orpheus's prompt (``"{voice}: {text}"`` between its special tokens, `OrpheusTokens.prompt`,
+  tokenized by the checkpoint's tokenizer or the shipped tiny BPE); a decode call appends its
+  previous token. Each gets its next token, chosen as HF ``generate`` would (greedy, or the
+  request's ``temperature`` / ``top_p`` / ``repetition_penalty``, seeded per request), among
+  the audio tokens of its position only when ``config audio_only`` (`audio_mask`), and
+  ``stop`` at ``end_of_speech`` or after ``option max_tokens`` tokens. `static_step` is the
+  decode step as a captured unit (`DecoderEngine.decode_unit`, masked and greedy in the
+  graph); rows of requests that sample are re-chosen from its logits in ``finish``.
+- **`SnacDecoder`**: one ``sliding(28, 7)`` window of LM tokens → the 2048 samples of its
+  second frame (`OrpheusVocoder.window`), or no samples for a window with a token that is not
+  an audio code (as the reference's range check). Each window decodes alone, with SNAC's noise
+  drawn from its own generator (`examples._speech`), so its audio is the same whatever else
+  ran in its batch.
+
+Weights: a Hugging Face Llama checkpoint folder (``config checkpoint``; its ``config.json``
+must agree with the ``.walk`` sizes, which size the KV pool) and a SNAC folder (``config
+checkpoint`` of the vocoder: the package's ``config.json`` and a safetensors state dict), or
+seeded random weights at the declared sizes.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from typing import Any
+
 import torch
 
-from examples._toy import eos_after, fixed_matrix, kv_rows, kv_summary
-from wgc_runtime.contract.node import Node
+from examples._speech import (
+    NOISE,
+    TOKENS,
+    RequestGenerator,
+    check_sizes,
+    forward_alone,
+    inference,
+    normal_tensors,
+    plain,
+    prompt_text,
+    sampling,
+    speech_seed,
+    text_codec,
+    weights_dtype,
+    widen_,
+)
+from wgc_runtime.components.config import DecoderConfig
+from wgc_runtime.components.decode_engine import DecoderEngine
+from wgc_runtime.components.decoder import LlamaDecoder
+from wgc_runtime.components.orpheus import OrpheusTokens, OrpheusVocoder, audio_mask
+from wgc_runtime.components.sampling import choose
+from wgc_runtime.components.snac import SnacConfig
+from wgc_runtime.components.snac import SnacDecoder as Snac
+from wgc_runtime.components.tokenizer import TextCodec
+from wgc_runtime.contract.capture import CapturedCall, StaticPort, StaticStep
+from wgc_runtime.contract.node import DTYPE_NAMES, KvCache, Node, NodeContext, NodeError, Work
 
-VOCAB = 4096
+
+def orpheus_tokens(config: Mapping[str, Any]) -> OrpheusTokens:
+    return OrpheusTokens(
+        tokeniser_length=int(config["text_vocab"]),
+        codebook_size=int(config["codebook"]),
+        begin_of_text=int(config["bos"]),
+        end_of_text=int(config["eot"]),
+    )
+
+
+def prompt_ids(codec: TextCodec, tokens: OrpheusTokens, voice: str, text: str) -> list[int]:
+    """Orpheus's prompt for ``text`` in ``voice``: ``"{voice}: {text}"`` between its special
+    tokens (`OrpheusTokens.prompt`)."""
+    return tokens.prompt(codec.encode(f"{voice}: {text}"))
+
+
+def build_lm(config: Mapping[str, Any], device: torch.device) -> LlamaDecoder:
+    """The checkpoint ``config checkpoint``, else seeded random weights at the ``.walk``
+    sizes (Llama 3 rotary scaling and tied embeddings, as Orpheus 3B)."""
+    want = {k: int(config[k]) for k in ("vocab", "layers", "kv_heads", "head_dim")}
+    path = str(config.get("checkpoint") or "")
+    if path:
+        model = LlamaDecoder.from_pretrained(path, device=device)
+        c = model.config
+        have = dict(
+            vocab=c.vocab_size, layers=c.num_layers, kv_heads=c.num_kv_heads, head_dim=c.head_dim
+        )
+        check_sizes("LLM", f"checkpoint `{path}`", want, have)
+        return model
+    cfg = DecoderConfig(
+        vocab_size=want["vocab"],
+        hidden_size=int(config["hidden"]),
+        intermediate_size=int(config["intermediate"]),
+        num_layers=want["layers"],
+        num_heads=int(config["heads"]),
+        num_kv_heads=want["kv_heads"],
+        head_dim=want["head_dim"],
+        rms_norm_eps=1e-5,
+        rope_theta=500000.0,
+        rope_type="llama3",
+        rope_factor=32.0,
+        tie_word_embeddings=True,
+        max_position_embeddings=131072,
+    )
+    with torch.random.fork_rng(devices=[]):  # the draws of the layers' own init
+        model = widen_(LlamaDecoder(cfg), int(config.get("seed", 0)))
+    with torch.no_grad():  # a random model would end its speech at any frame boundary
+        model.model.embed_tokens.weight[orpheus_tokens(config).end_of_speech].zero_()
+    return model.to(device)
+
+
+@torch.no_grad()
+def seeded_snac(cfg: SnacConfig, seed: int) -> Snac:
+    """SNAC with seeded random weights as the `snac` package draws them (PyTorch's default
+    uniform convolutions, weight norms at the drawn norms, unit Snake slopes), norms and
+    slopes perturbed so they matter, and the output convolution halved: a random decoder's
+    audio then swings within (-1, 1) without saturating its ``tanh``."""
+    with torch.random.fork_rng(devices=[]):  # the draws of the layers' own init
+        model = Snac(cfg).eval()
+    g = torch.Generator().manual_seed(seed)
+    params = dict(model.named_parameters())
+    bounds: dict[str, float] = {}
+    for name, p in params.items():
+        if name.endswith("original1"):
+            bound = p[0].numel() ** -0.5
+            p.copy_((torch.rand(p.shape, generator=g) * 2 - 1) * bound)
+            bounds[name.removesuffix("parametrizations.weight.original1")] = bound
+    for name, p in params.items():
+        noise = torch.randn(p.shape, generator=g)
+        if name.endswith("original0"):
+            v = params[name.removesuffix("0") + "1"]
+            p.copy_(v.flatten(1).norm(dim=1).reshape(p.shape) * (1 + 0.2 * noise))
+        elif name.endswith("alpha"):
+            p.copy_(1 + 0.2 * noise)
+        elif name.endswith("bias"):
+            bound = bounds.get(name.removesuffix("bias"), 0.0)
+            p.copy_((torch.rand(p.shape, generator=g) * 2 - 1) * bound)
+        elif name.endswith("codebook.weight"):
+            p.copy_(noise)
+    last = [n for n in params if n.endswith("original0")][-1]
+    params[last].mul_(0.5)
+    return model
 
 
 class LLM(Node):
-    def forward_one(self, inputs, ctx):
-        kv, st = ctx.kv, ctx.state
-        prefill = "text_inputs" in inputs
-        x = inputs["text_inputs"] if prefill else inputs["token"]
-        kv.append(*kv_rows(x, kv, salt=11))
-        token = self._token(kv_summary(kv, x, salt=12))
-        if prefill:
-            return {"new_token": token}
-        st["decoded"] = st.get("decoded", 0) + 1
-        return {"new_token": token, "stop": torch.tensor(st["decoded"] >= eos_after(ctx, 34))}
+    """Orpheus's LM on the paged pool (see the module docstring)."""
 
-    @staticmethod
-    def _token(h: int) -> torch.Tensor:
-        return torch.tensor([h % VOCAB], dtype=torch.int64)
+    def __init__(self, ctx: NodeContext) -> None:
+        super().__init__(ctx)
+        self.tokens = orpheus_tokens(self.config)
+        self.model = build_lm(self.config, self.device).to(weights_dtype(self.config, self.name))
+        self.text = text_codec(str(self.config.get("checkpoint") or ""), "orpheus")
+        self.audio_only = bool(self.config.get("audio_only", True))
+        self.kv_tokens = int(self.config["kv_tokens"])
+        self._engine: DecoderEngine | None = None
+        self._logits: dict[int, torch.Tensor] = {}  # the captured step's, per bucket
+
+    def engine(self, kv: KvCache | None) -> DecoderEngine:
+        if kv is None:
+            raise NodeError(f"node `{self.name}` is a kv_cache node but got no KV cache")
+        if self._engine is None or self._engine.pool is not kv.pool:
+            backend = kv.backend(self.model.config.num_heads)
+            self._engine = DecoderEngine(self.model, kv.pool, backend)
+        return self._engine
+
+    def forward_one(self, inputs, ctx):
+        return forward_alone(self, inputs, ctx)
+
+    # ------------------------------------------------------------------ the plain path
+    @inference
+    def forward(self, batch: Sequence[Work]) -> list[Any]:
+        engine = self.engine(batch[0].ctx.kv)
+        results: list[Any] = [None] * len(batch)
+        rows, seqs, feeds = [], [], []
+        for i, w in enumerate(batch):
+            try:
+                feed = self._feed(w)
+            except NodeError as exc:  # fails this request only
+                results[i] = exc
+                continue
+            kv = w.ctx.kv
+            assert kv is not None
+            rows.append(i)
+            seqs.append((kv.request, kv.labels[0]))
+            feeds.append(feed)
+        if not rows:
+            return results
+        logits = engine.forward(seqs, feeds)
+        for j, i in enumerate(rows):
+            w = batch[i]
+            masked = self._mask(logits[j : j + 1], w)
+            token = self._choose(w, masked, None)
+            results[i] = self._result(w, token)
+        return results
+
+    def _feed(self, w: Work) -> torch.Tensor:
+        """A prefill call's prompt (its history starts), or a decode call's token."""
+        kv = w.ctx.kv
+        assert kv is not None
+        st = w.ctx.state
+        text = w.inputs.get("text_inputs")
+        if "text_inputs" in w.inputs:
+            voice = str(w.ctx.options.get("voice", "tara"))
+            ids = prompt_ids(self.text, self.tokens, voice, prompt_text(text, self.name))
+            feed = torch.tensor(ids, dtype=torch.long)
+            st["history"], st["spoken"] = feed, 0
+        else:
+            token = w.inputs.get("token")
+            if token is None or "history" not in st:
+                raise NodeError(f"node `{self.name}`: a decode step before the prompt")
+            feed = token.reshape(-1).to(torch.long)
+        self._check_room(kv, int(feed.numel()))
+        return feed
+
+    def _mask(self, logits: torch.Tensor, w: Work) -> torch.Tensor:
+        if not self.audio_only:
+            return logits
+        return audio_mask(logits, self.tokens, [int(w.ctx.state["spoken"])])
+
+    def _choose(self, w: Work, masked: torch.Tensor, greedy: int | None) -> int:
+        """The request's next token from its (masked) logits ``[1, vocab]``; ``greedy``: the
+        captured step's argmax, kept when the request decodes plainly."""
+        st = w.ctx.state
+        params = sampling(w.ctx.options)
+        if greedy is not None and plain(params):
+            token = greedy
+        elif params.do_sample:
+            with RequestGenerator(st, "lm_generator", speech_seed(w.ctx) + TOKENS) as g:
+                token = int(choose(masked, params, [st["history"]], g)[0])
+        else:
+            token = int(choose(masked, params, [st["history"]])[0])
+        st["history"] = torch.cat((st["history"], torch.tensor([token])))
+        st["spoken"] = int(st["spoken"]) + 1
+        return token
+
+    def _result(self, w: Work, token: int) -> dict[str, torch.Tensor]:
+        out = {"new_token": torch.tensor([token], dtype=torch.int64)}
+        if "stop" in w.ctx.writes:
+            out["stop"] = torch.tensor(self._stops(w, token))
+        return out
+
+    def _stops(self, w: Work, token: int) -> bool:
+        limit = int(w.ctx.options.get("max_tokens", 0) or 0)
+        spoken = int(w.ctx.state["spoken"])
+        return token == self.tokens.end_of_speech or (limit > 0 and spoken >= limit)
+
+    def export_state(self, request_id: str, kept: dict[str, Any]) -> dict[str, torch.Tensor]:
+        return super().export_state(request_id, normal_tensors(kept))
+
+    def _check_room(self, kv: KvCache, new: int) -> None:
+        have = kv.length()
+        if have + new > self.kv_tokens:
+            raise NodeError(
+                f"node `{self.name}`: request `{kv.request}` would hold {have + new} tokens, more "
+                f"than `config kv_tokens = {self.kv_tokens}` (what admission promised it): ask "
+                "for fewer `max_tokens` or a shorter text"
+            )
+
+    # ------------------------------------------------------------------ the captured step
+    def static_step(self, call: CapturedCall) -> StaticStep | None:
+        if set(call.inputs) != {"token"} or call.kv is None:
+            return None  # only the decode step (one token per request) is static
+        engine = self.engine(call.kv)
+        width = engine.width_for(self.kv_tokens)
+        bufs = engine.decode_buffers(width)
+        extra = {name: StaticPort(b.dims, DTYPE_NAMES[b.dtype], b.pad) for name, b in bufs.items()}
+        del extra["tokens"]  # the `token` port
+        extra["spoken"] = StaticPort((), "i64", 0)  # each row's audio position (the mask)
+        pad_page = int(bufs["block_tables"].pad)
+        unit = engine.unit_for(call.backend)
+        tokens, audio_only, stash = self.tokens, self.audio_only, self._logits
+
+        def fn(ports: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+            inputs = dict(ports)
+            inputs["tokens"] = ports["token"].reshape(-1)
+            logits = unit(inputs)["logits"]
+            if audio_only:
+                logits = audio_mask(logits, tokens, ports["spoken"])
+            stash[logits.shape[0]] = logits  # a graph's output buffer: valid after replays
+            nxt = logits.argmax(-1)
+            return {"new_token": nxt.reshape(-1, 1), "stop": nxt == tokens.end_of_speech}
+
+        def prepare(w: Work) -> dict[str, Any]:
+            """Append the row's token slot to its sequence: its slot, position, length, page
+            table (padded with the padding page) and audio position."""
+            kv = w.ctx.kv
+            assert kv is not None
+            self._check_room(kv, 1)
+            pool, label = engine.pool, kv.labels[0]
+            (slot,) = pool.append_slots(kv.request, label, 1)
+            length = pool.seq_len(kv.request, label)
+            table = pool.page_table(kv.request, label)
+            return {
+                "positions": length - 1,
+                "slots": slot,
+                "kv_lens": length,
+                "block_tables": table + [pad_page] * (width - len(table)),
+                "spoken": int(w.ctx.state["spoken"]),
+            }
+
+        def finish(works: Sequence[Work], outputs: Mapping[str, torch.Tensor]) -> None:
+            """Per row: the request's choice (sampled rows re-chosen from the step's logits),
+            its history and its stop."""
+            n = len(works)
+            logits = stash[min(b for b in stash if b >= n)]
+            greedy = outputs["new_token"].reshape(-1).tolist()
+            for i, w in enumerate(works):
+                token = self._choose(w, logits[i : i + 1].float(), int(greedy[i]))
+                outputs["new_token"][i, 0] = token
+                outputs["stop"][i] = self._stops(w, token)
+
+        return StaticStep(fn=fn, extra=extra, prepare=prepare, finish=finish)
 
 
 class SnacDecoder(Node):
+    """The SNAC window vocoder (see the module docstring)."""
+
+    def __init__(self, ctx: NodeContext) -> None:
+        super().__init__(ctx)
+        path = str(self.config.get("checkpoint") or "")
+        if path:
+            snac = Snac.from_pretrained(path, device=str(self.device))
+        else:
+            cfg = SnacConfig(
+                decoder_dim=int(self.config["decoder_dim"]),
+                latent_dim=int(self.config["latent_dim"]),
+                codebook_size=int(self.config["codebook"]),
+            )
+            snac = seeded_snac(cfg, int(self.config.get("seed", 0))).to(self.device)
+        snac = snac.to(weights_dtype(self.config, self.name))
+        self.vocoder = OrpheusVocoder(snac, orpheus_tokens(self.config))
+        rate = int(self.config.get("sample_rate", snac.config.sampling_rate))
+        if rate != snac.config.sampling_rate:
+            raise NodeError(
+                f"node `{self.name}`: `config sample_rate = {rate}` but the SNAC model makes "
+                f"{snac.config.sampling_rate} Hz audio"
+            )
+
+    @inference
     def forward_one(self, inputs, ctx):
-        window = inputs["window"].float() / VOCAB
-        (samples,) = self.out_shape("audio")
-        return {"audio": torch.tanh(window @ fixed_matrix(window.shape[0], samples, salt=7))}
+        window = inputs["window"]
+        if window is None:
+            raise NodeError(f"node `{self.name}`: no window to decode")
+        info = ctx.chunks.get("window")
+        k = info.index if info is not None else 0
+        noise = torch.Generator().manual_seed(speech_seed(ctx) + NOISE + k)
+        audio = self.vocoder.window(window.to(self.device), noise)
+        if audio is None:  # a token that is no audio code: no samples, as the reference
+            return {"audio": torch.zeros(0)}
+        return {"audio": audio.float().cpu()}
