@@ -7,8 +7,8 @@
   go into label `main` (standing in for cross-attention); the start-of-transcript prompt
   (language, task, the optional text prompt: UTF-8 bytes) is appended and the first token is
   a hash of what it attends to; each decode step appends the previous token. It says `stop`
-  after `eos_after` tokens of the window (request option, toy only; default 12). The options it reads
-  (`timestamps`, `temperature`, `beams`) salt its tokens, so they change the transcript.
+  after `eos_after` tokens of the window (request option, toy only; default 12). The options it
+  reads (`timestamps`, `temperature`, `beams`) salt its tokens, so they change the transcript.
 """
 
 from __future__ import annotations

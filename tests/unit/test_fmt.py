@@ -197,6 +197,20 @@ def test_cli_rewrites_only_changed_files(tmp_path: Path) -> None:
     assert not [p for p in tmp_path.rglob("*") if p.name.startswith(".wgc-fmt-")]
 
 
+def test_cli_folder_formats_walk_files_only(tmp_path: Path) -> None:
+    """A model folder's `placements/*.yaml` are `wgc check`'s, not the formatter's: a folder
+    expands to its `.walk` files, and a placement file named alone matches nothing."""
+    (tmp_path / "m.walk").write_text("model m\n")
+    (tmp_path / "placements").mkdir()
+    yaml = tmp_path / "placements" / "cpu.yaml"
+    yaml.write_text("devices: [cpu]\n")
+    result = _run(["fmt", "--check", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert "1 file left unchanged" in result.output and "syntax" not in result.output
+    result = _run(["fmt", "--check", str(yaml)])
+    assert result.exit_code == 1 and "matches no `.walk` files" in result.output
+
+
 def test_cli_check_and_diff(tmp_path: Path) -> None:
     ugly = tmp_path / "u.walk"
     ugly.write_text("model  m")

@@ -14,14 +14,14 @@ import pytest
 
 from wgc.diagnostics.diagnostic import Span
 from wgc.driver import Driver
-from wgc.lower.lower import lower
 from wgc.lower.kv import pool_spec
+from wgc.lower.lower import lower
 from wgc.lower.params import needs_rebuild
 from wgc.lower.plan import Plan
 from wgc.lower.summary import cross_rank_summary
 from wgc.placement.model import Batching, Group, KvCache, Named, ParamOverride, Placement
 from wgc.placement.params import apply_overrides
-from wgc_runtime.contract.spec import SPEC_VERSION, Dest, KvCacheSpec, NodeSpec
+from wgc_runtime.contract.spec import SPEC_VERSION, Dest, KvCacheSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "examples").glob("*/*.walk"))

@@ -1,6 +1,7 @@
-"""M*'s current config format loads for every model of `examples/` that M* serves: each `tests/unit/mstar/
-<model>.yaml` is written as M*'s configs are (its keys for devices, KV pages, sequence
-parallelism, residency, model kwargs), checks against its model with no error, and lowers."""
+"""M*'s current config format loads for every model of `examples/` that M* serves: each
+`tests/unit/mstar/<model>.yaml` is written as M*'s configs are (its keys for devices, KV pages,
+sequence parallelism, residency, model kwargs), checks against its model with no error, and
+lowers."""
 
 from __future__ import annotations
 

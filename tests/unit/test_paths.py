@@ -56,6 +56,7 @@ def test_match_arms_take_what_earlier_arms_left() -> None:
     assert not ALG.implies(arms[1], ALG.lit(("mod", "seg", "text")))
     assert none == FALSE
     option_arms, rest = ALG.option_arms("mode", [(("a",), False), (("b",), False)])
+    assert option_arms == [ALG.lit(("eq", "mode", "a")), ALG.lit(("eq", "mode", "b"))]
     assert rest == FALSE  # every value of `mode` has an arm
 
 

@@ -94,16 +94,18 @@ def _expand_one(arg: str) -> list[Path]:
     raise UserError(f"no such file or directory: `{arg}`")
 
 
-def expand_paths(args: Iterable[str]) -> list[str]:
-    """Files named by ``args`` (files, folders searched for `*.walk`, or globs), sorted, unique.
+def expand_paths(args: Iterable[str], placements: bool = True) -> list[str]:
+    """Files named by ``args`` (files, folders searched for `*.walk`, or globs), sorted, unique;
+    without ``placements``, placement files are left out (`wgc fmt` formats `.walk` files only).
 
     A path that names nothing is a user error, so a typo in CI never passes as "0 files checked".
     """
     seen: dict[str, str] = {}
     for arg in args:
-        files = _expand_one(arg)
+        files = [f for f in _expand_one(arg) if placements or not is_placement(str(f))]
         if not files:
-            raise UserError(f"`{arg}` matches no `.walk` files (nor placement files)")
+            what = "`.walk` files (nor placement files)" if placements else "`.walk` files"
+            raise UserError(f"`{arg}` matches no {what}")
         for file in files:
             seen.setdefault(os.path.realpath(file), os.path.normpath(file))
     return sorted(seen.values())

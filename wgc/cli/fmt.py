@@ -104,7 +104,7 @@ def fmt(env: Env, paths: tuple[str, ...], check: bool, diff: bool, color: str) -
     if paths == ("-",):
         ctx.exit(_format_stdin(parser, use_color))
     failed = changed = unchanged = 0
-    for path in expand_paths(paths):
+    for path in expand_paths(paths, placements=False):
         source = _read(path)
         result = format_source(source, path, parser)
         if result.text is None:

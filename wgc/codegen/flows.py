@@ -58,7 +58,7 @@ def cond_py(cond: FP.Folded, outer: int = 0) -> str:
 def _value(v: object) -> str:
     """A compared or matched option value as a Python literal."""
     assert isinstance(v, bool | int | float | str), v
-    return pyfmt.literal(v).text
+    return pyfmt.flat(pyfmt.literal(v))
 
 
 def _operand(parent: FP.BoolCond, child: FP.Cond, outer: int) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from wgc.diagnostics.diagnostic import Span
@@ -78,7 +79,7 @@ class Model:
     def subflow(self, name: str) -> Subflow | None:
         return self._index["subflow"].get(name)
 
-    def option_defaults(self, options: dict | None = None) -> dict:
+    def option_defaults(self, options: Mapping | None = None) -> dict:
         """Every option's default for a request that sets ``options``: a per-mode default
         follows its selector's value (the request's, or the selector's own default)."""
         given = dict(options or {})

@@ -158,19 +158,23 @@ class Algebra:
         (a path), else drop terms (a guard)."""
         if a is None or b is None:
             return None
+        if len(a) * len(b) > 4 * LIMIT:  # too many products to look at: cap first
+            a, b = self._cap(a, over, LIMIT // 8), self._cap(b, over, LIMIT // 8)
         terms = {x | y for x, y in itertools.product(a, b)}
         return self._cap(frozenset(t for t in terms if self.consistent(t)), over)
 
     def or_(self, a: DNF, b: DNF, over: bool = True) -> DNF:
         return self._cap(a | b, over)
 
-    def _cap(self, d: DNF, over: bool) -> DNF:
-        d = _absorb(_resolve(_absorb(d)))
-        if len(d) <= LIMIT:
+    def _cap(self, d: DNF, over: bool, limit: int = LIMIT) -> DNF:
+        d = _absorb(d)
+        if len(d) <= 4 * LIMIT:
+            d = _absorb(_resolve(d))
+        if len(d) <= limit:
             return d
         if over:
             return frozenset({frozenset.intersection(*d)})
-        return frozenset(sorted(d, key=len)[:LIMIT])
+        return frozenset(sorted(d, key=lambda t: (len(t), sorted(map(repr, t))))[:limit])
 
     def common(self, d: DNF) -> Term:
         """The literals every term of ``d`` has (what holds on every path)."""
@@ -222,7 +226,8 @@ class Algebra:
         if n is None:
             return self.lit(("count", modality, op, None), truth)
         zero = compare(op, 0, n) == truth
-        rest = {compare(op, k, n) == truth for k in range(1, n + 3)}
+        # `k OP n` over k >= 1 changes only around n: those counts decide it
+        rest = {compare(op, k, n) == truth for k in {1, 2, n - 1, n, n + 1} if k >= 1}
         if rest == {not zero}:  # the count only says whether there is a segment
             return self.lit(has, not zero)
         opaque = self.lit(("count", modality, op, n), truth)
@@ -232,7 +237,7 @@ class Algebra:
     def modality_arms(self, var: str, arms: list[tuple[str, ...]]) -> tuple[list[DNF], DNF]:
         """The exact condition of each arm of `match VAR.modality` (first match wins, `_` takes
         the rest), and of no arm matching."""
-        left = list(MODALITIES)
+        left: list[str] = list(MODALITIES)
         out = []
         for patterns in arms:
             mine = left if "_" in patterns else [m for m in left if m in patterns]
@@ -253,17 +258,16 @@ class Algebra:
         named: list = []
         out = []
         for values, default in arms:
-            if default:
+            if default:  # `_` takes everything left, and later arms never run
                 out.append(self._none_of(name, named))
-                named = None  # everything is taken
-                break
+                out += [FALSE] * (len(arms) - len(out))
+                return out, FALSE
             mine = [v for v in values if v not in named]
             out.append(
                 _absorb(frozenset().union(*(self.option_cmp(name, "==", v, True) for v in mine)))
             )
             named += mine
-        out += [FALSE] * (len(arms) - len(out))
-        return out, FALSE if named is None else self._none_of(name, named)
+        return out, self._none_of(name, named)
 
     def _none_of(self, name: str, named: list) -> DNF:
         listed = self.choices.get(name)
@@ -322,18 +326,19 @@ def _resolve(d: DNF) -> DNF:
     """Merge terms that differ in one literal's truth (``(a and b) or (a and not b)`` is
     ``a``), until none do."""
     terms = set(d)
-    changed = True
-    while changed and len(terms) > 1:
-        changed = False
-        for t in list(terms):
-            for atom, truth in t:
-                twin = (t - {(atom, truth)}) | {(atom, not truth)}
-                if twin in terms:
-                    terms -= {t, twin}
-                    terms.add(t - {(atom, truth)})
-                    changed = True
-                    break
-            if changed:
+    work = list(terms)
+    while work:
+        t = work.pop()
+        if t not in terms:
+            continue
+        for atom, truth in t:
+            twin = (t - {(atom, truth)}) | {(atom, not truth)}
+            if twin in terms:
+                merged = t - {(atom, truth)}
+                terms -= {t, twin}
+                if merged not in terms:
+                    terms.add(merged)
+                    work.append(merged)
                 break
     return frozenset(terms)
 

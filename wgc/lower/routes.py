@@ -101,7 +101,9 @@ def persisted_transfers(
                 inp = inputs.get(a.param)
                 if a.kind != "persisted" or inp is None:
                     continue
-                readers = sorted({d.rank for d in inp.dests if d.kind is DestKind.CALL})
+                readers = sorted(
+                    {d.rank for d in inp.dests if d.kind is DestKind.CALL and d.rank is not None}
+                )
                 for src in sorted(keepers.get(a.name, ())):
                     for dst in readers:
                         if dst is None or dst == src:

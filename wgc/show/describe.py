@@ -7,15 +7,17 @@ no object identities, so the output is the same across runs and hash seeds.
 from __future__ import annotations
 
 from wgc.diagnostics.diagnostic import Span
-from wgc.ir.decls import ChunkPolicy, Node, Port, Stream
+from wgc.ir.decls import ChunkPolicy, Node, OptionDecl, Port, Stream
 from wgc.ir.expr import Expr, Lit, Value, render
 from wgc.ir.flow import (
     ArgKind,
     BoolOp,
     Cond,
     Const,
+    CountCmp,
     FArg,
     Not,
+    OptionCmp,
     OptionCond,
     Placed,
     RequestPred,
@@ -137,6 +139,10 @@ def cond_text(c: Cond, outer: int = 0) -> str:
         return f"request.{c.pred}({c.modality})"
     if isinstance(c, OptionCond):
         return f"option.{c.name}"
+    if isinstance(c, OptionCmp):
+        return f"option.{c.name} {c.op} {value(c.value)}"
+    if isinstance(c, CountCmp):
+        return f"request.count({c.modality}) {c.op} {'?' if c.value is None else c.value}"
     if isinstance(c, Placed):
         return f"placed({c.node})"
     if isinstance(c, Const):
@@ -162,9 +168,22 @@ def farg_text(a: FArg) -> str:
         rhs = f"option.{a.name}"
     elif a.kind is ArgKind.SEGMENT_FIELD:
         rhs = f"{a.name}.{a.attr}"
+    elif a.kind is ArgKind.FIRST:
+        rhs = f"request.first({a.name})"
     else:
         rhs = a.name
     return a.param if rhs == a.param else f"{a.param} = {rhs}"
+
+
+def option_text(o: OptionDecl) -> str:
+    """``mode: str in ["t2v", "i2v"] = "t2v"``, or a per-mode default as its `match`."""
+    head = f"{o.name}: {o.type}"
+    if o.choices:
+        head += " in [" + ", ".join(value(v) for v in o.choices) + "]"
+    if o.default_by is None:
+        return f"{head} = {value(o.default)}"
+    arms = [f"{value(k)} => {value(v)}" for k, v in o.by_value] + [f"_ => {value(o.default)}"]
+    return f"{head} = match option.{o.default_by} {{ {', '.join(arms)} }}"
 
 
 def span_text(span: Span | None) -> str | None:

@@ -3,7 +3,9 @@
 Shape (``"version": 1``; bump it on any incompatible change): ``model``, ``file``, ``walk`` (the
 `--walk` filter or null), then lists in source order: ``params``, ``types``, ``options``,
 ``nodes``, ``streams``, ``walks`` (inputs, the statement tree ``body``, ``calls``, ``loops``,
-``edges``, ``issues``) and ``flows`` (the statement tree). Types are
+``edges``, ``issues``) and ``flows`` (statement trees, subflow calls expanded); ``subflows``
+(their declarations) only when the model has any. An option has ``choices`` when it lists its
+values, ``default_by`` and ``by_value`` when its default is per mode. Types are
 ``{"text", "dtype", "dims": [{"kind", "value", "name"}]}``; spans are ``"file:line:col"``.
 Keys are sorted and the indent is 2, so the bytes are the same across runs and hash seeds.
 """
@@ -13,9 +15,20 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from wgc.ir.decls import Node, Port, Stream
+from wgc.ir.decls import Node, OptionDecl, Port, Stream
 from wgc.ir.expr import render
-from wgc.ir.flow import Fail, FBlock, Flow, For, If, Match, Repeat, WalkCall
+from wgc.ir.flow import (
+    Fail,
+    FBlock,
+    Flow,
+    For,
+    If,
+    Match,
+    OptionMatch,
+    Repeat,
+    Subflow,
+    WalkCall,
+)
 from wgc.ir.model import Model
 from wgc.ir.types import TensorType
 from wgc.ir.walk import Block, Call, Edge, Emit, End, Loop, Par, Persist, Walk
@@ -31,7 +44,7 @@ def render_json(model: Model, walk: str | None = None) -> str:
 def to_dict(model: Model, walk: str | None = None) -> dict[str, Any]:
     """The document; with ``walk``, ``walks`` holds only that walk and ``flows`` is empty."""
     walks = [w for w in model.walks if walk is None or w.name == walk]
-    return {
+    doc: dict[str, Any] = {
         "version": VERSION,
         "model": model.name,
         "file": model.file,
@@ -44,15 +57,25 @@ def to_dict(model: Model, walk: str | None = None) -> dict[str, Any]:
             {"name": t.name, "ref": t.ref, "type": _type(t.type), "span": d.span_text(t.span)}
             for t in model.types
         ],
-        "options": [
-            {"name": o.name, "type": o.type, "default": o.default, "span": d.span_text(o.span)}
-            for o in model.options
-        ],
+        "options": [_option(o) for o in model.options],
         "nodes": [_node(n) for n in model.nodes],
         "streams": [_stream(s) for s in model.streams],
         "walks": [_walk(w) for w in walks],
         "flows": [] if walk is not None else [_flow(f) for f in model.flows],
     }
+    if model.subflows and walk is None:
+        doc["subflows"] = [_subflow(f) for f in model.subflows]
+    return doc
+
+
+def _option(o: OptionDecl) -> dict:
+    out = {"name": o.name, "type": o.type, "default": o.default, "span": d.span_text(o.span)}
+    if o.choices:
+        out["choices"] = list(o.choices)
+    if o.default_by is not None:
+        out["default_by"] = o.default_by
+        out["by_value"] = [list(kv) for kv in o.by_value]
+    return out
 
 
 def _type(t: TensorType | None) -> dict | None:
@@ -211,6 +234,16 @@ def _flow(f: Flow) -> dict:
     }
 
 
+def _subflow(f: Subflow) -> dict:
+    return {
+        "name": f.name,
+        "params": list(f.params),
+        "called": f.called,
+        "body": _fblock(f.body),
+        "span": d.span_text(f.span),
+    }
+
+
 def _fblock(b: FBlock) -> list[dict]:
     return [_fstmt(s) for s in b.stmts]
 
@@ -230,6 +263,12 @@ def _fstmt(s) -> dict:
     if isinstance(s, Match):
         arms = [{"patterns": list(a.patterns), "body": _fblock(a.body)} for a in s.arms]
         return {"stmt": "match", "var": s.var, "arms": arms}
+    if isinstance(s, OptionMatch):
+        arms = [
+            {"values": list(a.values), "default": a.default, "body": _fblock(a.body)}
+            for a in s.arms
+        ]
+        return {"stmt": "match_option", "option": s.option, "arms": arms}
     assert isinstance(s, If)
     return {
         "stmt": "if",

@@ -1,6 +1,7 @@
 """`wgc show --format text`: a readable, deterministic dump of the whole IR.
 
-Sections follow the source: params (with values), types, options, nodes, streams, walks, flows.
+Sections follow the source: params (with values), types, options, nodes, streams, walks,
+subflows, flows (each flow with its subflow calls expanded).
 A walk prints its statement tree as written (calls numbered by id, `par`, loops with their bound
 and yields) and then the edges the compiler resolved, grouped by kind in `EdgeKind` order. Every
 list comes from the IR's tuples, so the text is the same across runs and hash seeds.
@@ -9,7 +10,18 @@ list comes from the IR's tuples, so the text is the same across runs and hash se
 from __future__ import annotations
 
 from wgc.ir.expr import render
-from wgc.ir.flow import Fail, FBlock, Flow, FlowKind, For, If, Match, Repeat, WalkCall
+from wgc.ir.flow import (
+    Fail,
+    FBlock,
+    Flow,
+    FlowKind,
+    For,
+    If,
+    Match,
+    OptionMatch,
+    Repeat,
+    WalkCall,
+)
 from wgc.ir.model import Model
 from wgc.ir.walk import Block, Call, EdgeKind, Emit, Loop, Par, Persist, Walk
 from wgc.show import describe as d
@@ -37,6 +49,8 @@ def render_text(model: Model, walk: str | None = None) -> str:
             out += ["", title, *lines]
     for w in model.walks:
         out += ["", *walk_lines(w)]
+    for sf in model.subflows:  # flows print their calls expanded; the declarations follow
+        out += ["", f"subflow {sf.name}({', '.join(sf.params)}) {{", *_fblock(sf.body, 1), "}"]
     for f in model.flows:
         out += ["", *flow_lines(f)]
     return "\n".join(out) + "\n"
@@ -58,7 +72,7 @@ def _types(m: Model) -> list[str]:
 
 
 def _options(m: Model) -> list[str]:
-    return [f"{_IND}{o.name}: {o.type} = {d.value(o.default)}" for o in m.options]
+    return [f"{_IND}{d.option_text(o)}" for o in m.options]
 
 
 def _nodes(m: Model) -> list[str]:
@@ -178,6 +192,15 @@ def _fstmt(s, depth: int) -> list[str]:
         out = [f"{pad}match {s.var}.modality {{"]
         for a in s.arms:
             head = f"{pad}{_IND}{' | '.join(a.patterns)} =>"
+            if len(a.body.stmts) == 1 and isinstance(a.body.stmts[0], WalkCall | Fail):
+                out.append(f"{head} {_fstmt(a.body.stmts[0], 0)[0]}")
+                continue
+            out += [f"{head} {{", *_fblock(a.body, depth + 2), f"{pad}{_IND}}}"]
+        return [*out, pad + "}"]
+    if isinstance(s, OptionMatch):
+        out = [f"{pad}match option.{s.option} {{"]
+        for a in s.arms:
+            head = f"{pad}{_IND}{'_' if a.default else ' | '.join(map(d.value, a.values))} =>"
             if len(a.body.stmts) == 1 and isinstance(a.body.stmts[0], WalkCall | Fail):
                 out.append(f"{head} {_fstmt(a.body.stmts[0], 0)[0]}")
                 continue
