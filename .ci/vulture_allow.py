@@ -9,7 +9,7 @@ examples/ fails CI: remove the dead code instead of adding it here.
 # node implementations: the runtime imports them by the `impl "module:Class"` of a .walk file
 VitEncoder, VaeEncoder, CombineCfg, VaeDecoder, SnacDecoder, AudioEncoder, VisionEncoder
 Thinker, Talker, Code2Wav, VideoEncoder, Predictor, RolloutPredictor, AcPredictorMpc, MpcScorer
-ChunkSelector
+ChunkSelector, Detokenizer
 
 # checkpoint names and config fields the real models carry: V-JEPA 2-AC's predictor holds an
 # extrinsics encoder it never uses here (its checkpoints load strictly); BAGEL's config's shift
@@ -34,6 +34,9 @@ _.flow_decl, _.subflow_decl
 
 # transformers' generation config, read by `generate()`
 _.eos_token_id
+
+# a `tokenizers.Tokenizer`'s pre-tokenizer, set as an attribute the library reads
+_.pre_tokenizer
 
 # pytest hooks, marks and autouse fixtures
 pytest_addoption, pytestmark, _cwd, _no_leaks, _at_root, _in_root

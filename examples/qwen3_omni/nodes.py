@@ -1,118 +1,258 @@
-"""Toy Qwen3-Omni nodes (deterministic stand-ins until the model issue brings real tiny models).
+"""Qwen3-Omni's nodes: the audio encoder, the Thinker, the detokenizer and Code2Wav (the
+Talker is in `examples.qwen3_omni.talker`), built from wgc's components (`omni_audio`,
+`whisper_mel`, `omni_thinker`, `code2wav`) with the weights of `examples.qwen3_omni.weights`.
 
-- `AudioEncoder` / `VisionEncoder`: pooled features through a fixed linear map.
-- `Thinker`: a kv-cache node on the runtime's paged pool: every pass appends its input rows
-  (a prefill segment, or the previous token when decoding) and streams a block of `state_rows`
-  hidden-state rows (from what the last position attends to) plus the mask of the real rows;
-  decode passes make the next token the same way and stop after `eos_after` tokens (request
-  option, toy only; default 4).
-- `Talker`: a kv-cache node too: a prefill call (no channel bound) only appends its Thinker
-  chunk's real rows; a call that binds `talker_input_embeds` also appends its input embedding
-  and produces one codec frame from what it attends to. Once the Thinker is done it receives
-  empty chunks; it says `stop` on the `talker_tail`-th empty one (request option, toy only;
-  default 2).
-- `Code2Wav`: a fixed linear map from codec frames to audio, keeping the new frames of a chunk
-  (25 frames of left context after the first chunk).
+- **`AudioEncoder`**: a 16 kHz waveform → Whisper log-mel features → the Thinker's audio tower:
+  one embedding per 80 ms of audio.
+- **`Thinker`**: the MoE text model over the runtime's paged pool (``ctx.kv.pool``), every ready
+  call of a walk in ONE ragged batch (`ThinkerEngine`). Its passes: one per input segment
+  (text, tokenized; audio, as placeholders carrying the encoder's embeddings), the reply's
+  opening (which chooses the first token), then one per generated token. Every pass streams
+  what the Talker needs of the tokens it read: ``thinker_states`` (per token, its input
+  embedding and its hidden state entering layer ``accept_hidden_layer``, side by side) and
+  ``thinker_ids`` (the token ids; -1 on the padding rows of the ``state_rows`` block). Tokens
+  are chosen as HF ``generate`` would (greedy, or ``temperature`` / ``top_p`` /
+  ``repetition_penalty``, seeded per request); ``stop`` at ``<|im_end|>`` or after
+  ``max_tokens`` tokens. A pass after the last token reads nothing (an empty block), as
+  ``generate`` never reads its last token back.
+- **`Detokenizer`**: each chosen token (stream ``text_tokens``) → the bytes it stands for in
+  the tokenizer's vocabulary (`TextCodec.piece`), emitted as text: a client's incremental
+  UTF-8 decoder joins a character split over two tokens.
+- **`Code2Wav`**: one ``left_context(25, 25)`` chunk of codec frames → the audio of its new
+  frames (decoding only the valid frames, with the chunk's left context), as HF's
+  ``chunked_decode``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import torch
 
-from examples._toy import embed, eos_after, fixed_matrix, kv_rows, kv_summary
-from wgc_runtime.contract.node import Node
-
-VOCAB = 1000
-CODEBOOK = 2048
-LEFT = 25  # frames of left context (the stream's `left`)
+from examples._speech import (
+    TOKENS,
+    RequestGenerator,
+    forward_alone,
+    inference,
+    prompt_text,
+    sampling,
+    speech_seed,
+    weights_dtype,
+)
+from examples._speech import text_codec as load_codec
+from examples.qwen3_omni import weights
+from wgc_runtime.components.omni_thinker import ThinkerEngine, ThinkerPass
+from wgc_runtime.components.sampling import choose
+from wgc_runtime.components.stack_engine import StackEngine
+from wgc_runtime.components.whisper_mel import log_mel
+from wgc_runtime.contract.node import KvCache, Node, NodeContext, NodeError, Work
 
 
 class AudioEncoder(Node):
-    def forward_one(self, inputs, ctx):
-        _, hidden = self.out_shape("audio_embeddings", A=2)
-        return {"audio_embeddings": embed(inputs["audio"], 2, hidden, torch.bfloat16, salt=3)}
+    """Waveform → audio embeddings (see the module docstring)."""
 
+    def __init__(self, ctx: NodeContext) -> None:
+        super().__init__(ctx)
+        cfg = weights.omni_config(self.config)
+        tower = weights.audio_tower(self.config, cfg, self.device)
+        self.tower = tower.to(weights_dtype(self.config, self.name))
+        self.bins = int(cfg.thinker.audio.get("num_mel_bins", 128))
 
-class VisionEncoder(Node):
+    @inference
     def forward_one(self, inputs, ctx):
-        pixels = inputs["pixels"]
-        _, hidden = self.out_shape("vision_embeddings", V=1)
-        out = embed(pixels, pixels.shape[0], hidden, torch.bfloat16, salt=4)
-        return {"vision_embeddings": out}
+        audio = inputs["audio"]
+        if audio is None or audio.numel() < 160:
+            raise NodeError(f"node `{self.name}`: an audio segment needs 10 ms of 16 kHz audio")
+        feats = log_mel(audio.to(self.device), self.bins)
+        out = self.tower(feats, torch.tensor([feats.shape[1]]))
+        return {"audio_embeddings": out.float().cpu()}
 
 
 class Thinker(Node):
+    """The Thinker on the paged pool (see the module docstring)."""
+
+    def __init__(self, ctx: NodeContext) -> None:
+        super().__init__(ctx)
+        cfg = self.omni = weights.omni_config(self.config)
+        text = cfg.thinker.text
+        weights.check_geometry(self.name, self.config, text.num_layers, text.num_kv_heads,
+                               text.head_dim)  # fmt: skip
+        self.codec = load_codec(str(self.config.get("checkpoint") or ""), "qwen3_omni")
+        model = weights.thinker(self.config, cfg, self.codec, self.device)
+        self.model = model.to(weights_dtype(self.config, self.name))
+        self.prompt = weights.ChatPrompt(self.codec, cfg.tokens, weights.audio_ids(self.codec, cfg))
+        self.accept = cfg.talker.accept_hidden_layer
+        self.kv_tokens = int(self.config["kv_tokens"])
+        self.rows, dim = self.out_shape("thinker_states")
+        if dim != 2 * text.hidden_size:
+            raise NodeError(
+                f"node `{self.name}`: `thinker_states` rows are {dim} wide, the Thinker streams "
+                f"2 x {text.hidden_size} (set `hidden` to the model's)"
+            )
+        self._engine: ThinkerEngine | None = None
+
+    def engine(self, kv: KvCache | None) -> ThinkerEngine:
+        if kv is None:
+            raise NodeError(f"node `{self.name}` is a kv_cache node but got no KV cache")
+        if self._engine is None or self._engine.pool is not kv.pool:
+            backend = kv.backend(self.omni.thinker.text.num_heads)
+            stack = StackEngine(self.model.model, kv.pool, backend)
+            self._engine = ThinkerEngine(self.model, stack, self.accept)
+        return self._engine
+
     def forward_one(self, inputs, ctx):
-        kv = ctx.kv
-        rows, dim = self.out_shape("thinker_states")
-        if "token" in inputs:
-            out, h = self._decode(inputs["token"], ctx)
-            real, text = 1, True
+        return forward_alone(self, inputs, ctx)
+
+    @inference
+    def forward(self, batch: Sequence[Work]) -> list[Any]:
+        engine = self.engine(batch[0].ctx.kv)
+        results: list[Any] = [None] * len(batch)
+        rows, seqs, ids, audio = [], [], [], []
+        for i, w in enumerate(batch):
+            try:
+                pass_ids, pass_audio = self._pass(w)
+            except NodeError as exc:
+                results[i] = exc
+                continue
+            if pass_ids is None:  # nothing left to read: the request's text has ended
+                results[i] = self._ended(w)
+                continue
+            kv = w.ctx.kv
+            assert kv is not None
+            rows.append(i)
+            seqs.append((kv.request, kv.labels[0]))
+            ids.append(pass_ids)
+            audio.append(pass_audio)
+        if rows:
+            passes = engine.forward(seqs, ids, audio)
+            for out, i in zip(passes, rows, strict=True):
+                results[i] = self._result(batch[i], out)
+        return results
+
+    def _pass(self, w: Work) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """The ids this call reads (None after the last token), and audio embeddings."""
+        st, kv = w.ctx.state, w.ctx.kv
+        assert kv is not None
+        opened = bool(st.get("opened", False))
+        emb = None
+        if "text_inputs" in w.inputs:
+            ids = self.prompt.text(prompt_text(w.inputs["text_inputs"], self.name), opened)
+            st["opened"] = True
+        elif "audio_embeddings" in w.inputs:
+            emb = w.inputs["audio_embeddings"]
+            if emb is None:
+                raise NodeError(f"node `{self.name}`: an audio segment without embeddings")
+            ids = self.prompt.audio(int(emb.shape[0]), opened)
+            st["opened"] = True
+        elif "token" in w.inputs:
+            if st.get("ended"):
+                return None, None
+            token = w.inputs["token"]
+            assert token is not None
+            ids = token.reshape(-1).tolist()
+        else:  # the reply: close the user turn, open the assistant's
+            ids = self.prompt.reply(opened)
+            st["opened"] = False
+        if len(ids) > self.rows:
+            raise NodeError(
+                f"node `{self.name}`: a prompt segment of {len(ids)} tokens does not fit the "
+                f"{self.rows} rows a Thinker pass streams (`state_rows`): raise it, or send "
+                "shorter segments"
+            )
+        have = kv.length()
+        if have + len(ids) > self.kv_tokens:
+            raise NodeError(
+                f"node `{self.name}`: request `{kv.request}` would hold {have + len(ids)} "
+                f"tokens, more than `config kv_tokens = {self.kv_tokens}`"
+            )
+        tensor = torch.tensor(ids, dtype=torch.long)
+        if "token" not in w.inputs:  # a decode pass reads a token already in the history
+            seen = st.get("history", torch.zeros(0, dtype=torch.long))
+            st["history"] = torch.cat((seen, tensor))
+        return tensor.to(self.device), emb
+
+    def _result(self, w: Work, out: ThinkerPass) -> dict[str, torch.Tensor]:
+        n = int(out.ids.numel())
+        states = torch.zeros(self.rows, 2 * out.embeds.shape[1])
+        states[:n] = torch.cat((out.embeds, out.hidden), dim=1).float().cpu()
+        ids = torch.full((self.rows,), -1, dtype=torch.long)
+        ids[:n] = out.ids.cpu()
+        result = {"thinker_states": states, "thinker_ids": ids}
+        if "new_token" in w.ctx.writes:
+            token = self._choose(w, out.logits[None])
+            result["new_token"] = torch.tensor([token], dtype=torch.int64)
+            if "stop" in w.ctx.writes:
+                result["stop"] = torch.tensor(bool(w.ctx.state.get("ended")))
+        return result
+
+    def _choose(self, w: Work, logits: torch.Tensor) -> int:
+        st = w.ctx.state
+        params = sampling(w.ctx.options)
+        history = [st["history"]]
+        if params.do_sample:
+            with RequestGenerator(st, "thinker_generator", speech_seed(w.ctx) + TOKENS) as g:
+                token = int(choose(logits, params, history, g)[0])
         else:
-            port, value = next(iter(inputs.items()))
-            kv.append(*kv_rows(value, kv, salt=31))
-            h = kv_summary(kv, value, salt=32)
-            real, text = min(rows, value.shape[0]), port == "text_inputs"
-            out = {"new_token": self._token(h)}
-        states = torch.zeros(rows, dim)
-        states[:real] = embed(torch.tensor([float(h % 9973)]), 1, dim, torch.float32)
-        mask = torch.zeros(rows, 2, dtype=torch.bool)
-        mask[:real, 0 if not text else 1] = True
-        out["thinker_states"] = states.to(torch.bfloat16)
-        out["thinker_mask"] = mask
-        return out
+            token = int(choose(logits, params, history)[0])
+        st["history"] = torch.cat((st["history"], torch.tensor([token])))
+        st["generated"] = int(st.get("generated", 0)) + 1
+        limit = int(w.ctx.options.get("max_tokens", 0) or 0)
+        done = token == self.omni.tokens.im_end or (0 < limit <= st["generated"])
+        st["ended"] = done
+        return token
 
-    @staticmethod
-    def _token(h: int) -> torch.Tensor:
-        return torch.tensor([1 + h % (VOCAB - 1)], dtype=torch.int64)
-
-    def _decode(self, token, ctx):
-        kv, st = ctx.kv, ctx.state
-        kv.append(*kv_rows(token, kv, salt=31))
-        h = kv_summary(kv, token, salt=32)
-        st["decoded"] = st.get("decoded", 0) + 1
-        stop = st["decoded"] >= eos_after(ctx, 4)
-        new = torch.tensor([0], dtype=torch.int64) if stop else self._token(h)
-        return {"new_token": new, "stop": torch.tensor(stop)}, h
+    def _ended(self, w: Work) -> dict[str, torch.Tensor]:
+        """A decode call after the last token: an empty pass, and stop."""
+        token = w.inputs["token"]
+        assert token is not None
+        return {
+            "thinker_states": torch.zeros(self.rows, 2 * self.omni.thinker.text.hidden_size),
+            "thinker_ids": torch.full((self.rows,), -1, dtype=torch.long),
+            "new_token": token.reshape(1).to(torch.int64),
+            "stop": torch.tensor(True),
+        }
 
 
-class Talker(Node):
+class Detokenizer(Node):
+    """One token → the bytes of its text (b"" for a special token)."""
+
+    def __init__(self, ctx: NodeContext) -> None:
+        super().__init__(ctx)
+        self.codec = load_codec(str(self.config.get("checkpoint") or ""), "qwen3_omni")
+
+    @inference
     def forward_one(self, inputs, ctx):
-        kv, st = ctx.kv, ctx.state
-        info = ctx.chunks.get("thinker_states")
-        states = inputs["thinker_states"]
-        valid = info.valid if info is not None else states.shape[0]
-        kv.append(*kv_rows(states[:valid], kv, salt=41))
-        if info is not None and info.valid == 0:
-            st["empty"] = st.get("empty", 0) + 1
-        if "talker_input_embeds" not in ctx.writes:
-            return {}  # prefill: nothing but the KV cache
-        embeds_in = inputs.get("talker_input_embeds")
-        if embeds_in is not None:
-            kv.append(*kv_rows(embeds_in, kv, salt=41))
-        last = embeds_in if embeds_in is not None else states[:valid]
-        _, groups = self.out_shape("codec_tokens")
-        h = kv_summary(kv, last, salt=42)
-        codes = torch.tensor([[(h >> g) % CODEBOOK for g in range(groups)]], dtype=torch.int64)
-        _, hidden = self.out_shape("talker_input_embeds")
-        embeds = embed(codes, 1, hidden, torch.bfloat16, salt=5)
-        out = {"talker_input_embeds": embeds, "codec_tokens": codes}
-        if "stop" in ctx.writes:
-            out["stop"] = torch.tensor(st.get("empty", 0) >= int(ctx.options.get("talker_tail", 2)))
-        return out
+        token = inputs["token"]
+        piece = self.codec.piece(int(token.reshape(-1)[0])) if token is not None else b""
+        return {"text": torch.tensor(list(piece), dtype=torch.uint8)}
 
 
 class Code2Wav(Node):
+    """Codec frames → audio (see the module docstring)."""
+
+    def __init__(self, ctx: NodeContext) -> None:
+        super().__init__(ctx)
+        cfg = weights.omni_config(self.config)
+        model = weights.code2wav(self.config, cfg, self.device)
+        self.model = model.to(weights_dtype(self.config, self.name))
+        self.chunk = int(self.config["chunk"])
+        per_frame = int(self.config["samples_per_frame"])
+        if per_frame != self.model.total_upsample:
+            raise NodeError(
+                f"node `{self.name}`: `samples_per_frame = {per_frame}`, but the model makes "
+                f"{self.model.total_upsample} samples per codec frame"
+            )
+
+    @inference
     def forward_one(self, inputs, ctx):
         codes = inputs["codes"]
+        if codes is None:
+            raise NodeError(f"node `{self.name}`: no codec frames to decode")
         info = ctx.chunks.get("codes")
-        valid = info.valid if info is not None else codes.shape[0]
-        context = 0 if info is None or info.index == 0 else min(LEFT, valid)
-        (samples,) = self.out_shape("audio")
-        frames = codes.shape[0] - LEFT
-        per_frame = samples // frames
-        wave = (codes.float() / CODEBOOK) @ fixed_matrix(codes.shape[1], per_frame, salt=6)
-        new = wave[context:valid].reshape(-1)
-        audio = torch.zeros(samples)
-        audio[: new.numel()] = new[:samples]
-        return {"audio": audio}
+        valid = info.valid if info is not None else int(codes.shape[0])
+        if valid == 0:
+            return {"audio": torch.zeros(0)}
+        context = info.index * self.chunk - info.start if info is not None else 0
+        audio = self.model.chunk(codes[:valid].to(self.device), context)
+        return {"audio": audio.float().cpu()}

@@ -42,7 +42,16 @@ pytestmark = [
 
 
 def test_a_request_from_the_playground_plays_back() -> None:
-    with served("generated/orpheus/cpu") as s, sync_api.sync_playwright() as pw:
+    with served("generated/orpheus/cpu", "--seed", "3") as s, sync_api.sync_playwright() as pw:
+        # what the page should get: the same request over the native route (the server's seed)
+        prompt = "hello from the browser"
+        status, want = s.post(
+            "/v1/requests", {"inputs": [{"modality": "text", "data": prompt}], "want": ["audio"]}
+        )
+        assert status == 200, want
+        outputs = len(want["outputs"])
+        samples = sum(o["value"]["shape"][0] for o in want["outputs"])
+        assert outputs >= 1 and samples > 0
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         try:
             page = browser.new_page()
@@ -51,16 +60,16 @@ def test_a_request_from_the_playground_plays_back() -> None:
             page.goto(s.url + "/")
             assert page.title() == "wgc · orpheus"
             assert page.locator("#flow option").all_inner_texts() == ["text → audio"]
-            page.fill("#prompt", "hello from the browser")
+            page.fill("#prompt", prompt)
             page.click("#run")
             page.wait_for_function("window.wgc.done === true", timeout=30_000)
-            assert page.evaluate("window.wgc.outputs") == 2
-            assert page.evaluate("window.wgc.samples") == 2 * 64  # scheduled on Web Audio
+            assert page.evaluate("window.wgc.outputs") == outputs
+            assert page.evaluate("window.wgc.samples") == samples  # scheduled on Web Audio
             page.wait_for_function(
                 "document.getElementById('player').readyState >= 1", timeout=10_000
             )
             duration = page.evaluate("document.getElementById('player').duration")
-            assert abs(duration - 128 / 24_000) < 1e-3  # the WAV of what played
+            assert abs(duration - samples / 24_000) < 1e-3  # the WAV of what played
             walks = page.locator("#walks li").all_inner_texts()
             assert any(w.startswith("speech · decode · ") and w.endswith(" ms") for w in walks)
             lit = page.frame_locator("#plan").locator("g.cluster.walk rect[style*='stroke']")

@@ -2,7 +2,8 @@
 length and pace are request options; two requests run at once, 48 may wait): a disconnect storm
 leaves nothing running and a short request afterwards runs in normal time; over the limit is
 429 with ``Retry-After``; past a deadline is 504; ill-typed options and values are 400; the
-Python client is refused at the door too (``rejected``) and may reuse an ended request id."""
+Python client is refused at the door too (``rejected``) and may reuse an ended request id; load:
+200 requests at concurrency 32, all answered, each with exactly its own outputs."""
 
 from __future__ import annotations
 
@@ -114,6 +115,13 @@ def test_a_disconnect_storm_leaves_nothing_running(faults, tmp_path) -> None:
         time.sleep(0.05)
     sources, steps = released()
     assert len(steps) >= ran >= 25 and steps <= sources
+    # and every process says it holds nothing: no request, no KV page
+    m = faults.metrics()
+    held_by = {dict(k)["process"]: v for (n, k), v in m.items() if n == "wgc_process_requests"}
+    assert held_by == {"conductor": 0, "rank 0": 0, "rank 1": 0}
+    assert all(
+        v == 0 for (n, _), v in m.items() if n in ("wgc_kv_pages_used", "wgc_kv_pages_admitted")
+    )
     t1 = time.monotonic()
     status, reply = faults.post(NATIVE, body(steps=2))
     quick = time.monotonic() - t1
@@ -201,3 +209,29 @@ def test_the_python_client_is_refused_at_the_door_and_may_reuse_an_id(faults) ->
         again = client.submit(x, ["tensor"], {"steps": 2}, deadline=30, request_id="same")
         assert [o.value.tolist() for o in again.collect()] == first_out and len(first_out) == 2
         assert time.monotonic() - t0 < 5  # the reused id did not hang until its deadline
+
+
+def test_load_200_requests_at_concurrency_32_none_lost(faults) -> None:
+    """Every answer is exactly its own request's (a source adds 1, each step doubles)."""
+
+    def one(i: int) -> tuple[int, list[list[float]], list[list[float]]]:
+        x = [float(i), i + 1.0, i + 2.0, i + 3.0]
+        steps = 1 + i % 4
+        request = {"inputs": [{**X, "data": x}], "want": ["tensor"], "options": {"steps": steps}}
+        status, reply = faults.post(NATIVE, request, timeout=120)
+        got = [o["value"]["data"] for o in reply["outputs"]] if status == 200 else []
+        want = [[(v + 1) * 2**k for v in x] for k in range(1, steps + 1)]
+        return status, got, want
+
+    t0 = time.monotonic()
+    with ThreadPoolExecutor(32) as pool:
+        results = list(pool.map(one, range(200)))
+    seconds = time.monotonic() - t0
+    assert [status for status, _, _ in results] == [200] * 200
+    assert all(got == want for _, got, want in results)
+    print(f"\nload: 200 requests at concurrency 32 in {seconds:.2f} s ({200 / seconds:.0f}/s)")
+    assert seconds < 60
+    deadline = time.monotonic() + 5
+    while held(faults) != (0, 0, 0) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert held(faults) == (0, 0, 0)

@@ -1,15 +1,14 @@
 """`wgc serve` over raw HTTP (what `curl` sends), on Orpheus with the toy nodes: the native route
 (JSON, SSE, NDJSON), the service routes, bad requests answered 400 with the field and what is
-allowed, `/metrics` parsed with prometheus_client's parser (the counters add up), and load: 200
-requests at concurrency 32, all answered."""
+allowed, and `/metrics` parsed with prometheus_client's parser (the counters add up, and every
+process holds nothing once the requests ended). (Load is tested on the toy model, in
+`test_serve_faults`.)"""
 
 from __future__ import annotations
 
 import base64
 import json
 import sys
-import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -35,8 +34,9 @@ def orpheus():
         yield s
 
 
-def audio_of(outputs) -> list[list[float]]:
-    return [o["value"]["data"] for o in outputs if o["modality"] == "audio"]
+def audio_of(outputs) -> list[bytes]:
+    """The raw bytes of every audio output (what `value.b64` encodes, small or not)."""
+    return [base64.b64decode(o["value"]["b64"]) for o in outputs if o["modality"] == "audio"]
 
 
 def test_native_json_sse_and_ndjson_carry_the_same_outputs(orpheus) -> None:
@@ -44,17 +44,19 @@ def test_native_json_sse_and_ndjson_carry_the_same_outputs(orpheus) -> None:
     assert status == 200, body
     assert body["model"] == "orpheus" and body["id"].startswith("http-")
     outs = body["outputs"]
-    assert [(o["flow"], o["walk"], o["modality"]) for o in outs] == [
+    n = len(outs)
+    assert n >= 2 and {(o["flow"], o["walk"], o["modality"]) for o in outs} == {
         ("codec", "snac_chunk", "audio")
-    ] * 2
-    assert outs[0]["value"]["dtype"] == "f32" and outs[0]["value"]["shape"] == [64]
-    raw = base64.b64decode(outs[0]["value"]["b64"])
-    assert len(raw) == 64 * 4
+    }
+    assert [o["iteration"] for o in outs] == sorted(o["iteration"] for o in outs)
+    value = outs[0]["value"]
+    assert value["dtype"] == "f32" and len(value["shape"]) == 1
+    assert len(base64.b64decode(value["b64"])) == 4 * value["shape"][0] > 0
 
     status, headers, raw = orpheus.request("POST", NATIVE, {**HELLO, "stream": "sse"})
     assert status == 200 and headers["content-type"].startswith("text/event-stream")
     events = sse_events(raw)
-    assert [e for e, _ in events] == ["output", "output", "done"]
+    assert [e for e, _ in events] == ["output"] * n + ["done"]
     assert audio_of([d for e, d in events if e == "output"]) == audio_of(outs)
 
     status, headers, raw = orpheus.request(
@@ -65,7 +67,7 @@ def test_native_json_sse_and_ndjson_carry_the_same_outputs(orpheus) -> None:
     assert audio_of([x for x in lines if x["event"] == "output"]) == audio_of(outs)
     traces = [(x["walk"], x["done"]) for x in lines if x["event"] == "trace"]
     assert ("prefill", False) in traces and ("decode", True) in traces
-    assert lines[-1]["event"] == "done" and lines[-1]["outputs"] == 2
+    assert lines[-1]["event"] == "done" and lines[-1]["outputs"] == n
 
 
 def test_service_routes(orpheus) -> None:
@@ -92,11 +94,7 @@ def test_a_missing_route_says_why(orpheus) -> None:
 
 
 BAD = [
-    (
-        {**HELLO, "options": {"eos_after": 3}},
-        "options.eos_after",
-        "unknown option `eos_after`: `orpheus` declares no options",
-    ),
+    ({**HELLO, "options": {"eos_after": 3}}, "options.eos_after", "unknown option `eos_after`"),
     (
         {**HELLO, "want": ["audoi"]},
         "want",
@@ -140,7 +138,9 @@ def test_bad_requests_are_400_naming_the_field(orpheus, body, field, message) ->
     assert status == 400, reply
     error = reply["error"]
     assert error["type"] == "invalid_request_error" and error["param"] == field
-    assert {"field": field, "message": message} in error["problems"]
+    assert any(  # the message starts with this (it goes on to name what is allowed)
+        p["field"] == field and p["message"].startswith(message) for p in error["problems"]
+    ), error["problems"]
 
 
 def test_metrics_add_up(orpheus) -> None:
@@ -176,20 +176,18 @@ def test_metrics_add_up(orpheus) -> None:
     assert get(after, "wgc_requests_in_flight") == 0
     assert get(after, "wgc_conductor_requests_queued") == 0
     assert get(after, "wgc_process_up", process="rank 0") == 1
-
-
-def test_load_200_requests_at_concurrency_32(orpheus) -> None:
-    def one(i: int):
-        body = {"inputs": [{"modality": "text", "data": f"request {i}"}], "want": ["audio"]}
-        return orpheus.post(NATIVE, body, timeout=120)
-
-    t0 = time.monotonic()
-    with ThreadPoolExecutor(32) as pool:
-        results = list(pool.map(one, range(200)))
-    seconds = time.monotonic() - t0
-    assert [s for s, _ in results] == [200] * 200
-    assert all(len(audio_of(b["outputs"])) == 2 for _, b in results)
-    print(f"\nload: 200 requests at concurrency 32 in {seconds:.2f} s ({200 / seconds:.0f}/s)")
-    assert seconds < 60
-    m = orpheus.metrics()
-    assert m[("wgc_requests_in_flight", ())] == 0
+    # every process was asked what it holds: nothing, once the requests ended; the LLM's KV
+    # pool (orpheus's one kv_cache node) is all free again
+    assert get(after, "wgc_process_requests", process="conductor") == 0
+    assert get(after, "wgc_process_requests", process="rank 0") == 0
+    pools = {dict(k)["pool"]: v for (n, k), v in after.items() if n == "wgc_kv_pages_free"}
+    assert set(pools) == {"LLM"} and pools["LLM"] > 0
+    assert get(after, "wgc_kv_pages_used", process="rank 0", pool="LLM") == 0
+    # the speech stream, heard from its first chunk: a buffer sample per later audio chunk
+    chunks = delta(
+        "wgc_time_to_first_output_seconds_count", route="/v1/audio/speech", modality="audio"
+    )
+    assert chunks == 1
+    assert delta("wgc_audio_buffer_seconds_count", route=NATIVE) > 0
+    underruns = delta("wgc_audio_underruns_total", route=NATIVE)
+    assert 0 <= underruns <= delta("wgc_audio_buffer_seconds_count", route=NATIVE)

@@ -1,6 +1,6 @@
 """Admission by KV pages (`wgc_runtime.core.conductor.admission`), through `LocalCluster`.
 
-BAGEL's LLM promises each request 48 pages (``config kv_tokens = 256`` per label, three labels,
+BAGEL's LLM promises each request 120 pages (``config kv_tokens = 640`` per label, three labels,
 pages of 16 tokens). The placements here are BAGEL's own with ``kv_cache.pages`` changed, written
 to a temporary folder and compiled, so the budgets come from the real lowering (and the tests
 do not depend on `generated/` being current):
@@ -41,7 +41,7 @@ from wgc_runtime.host.loading import load_nodes  # noqa: E402
 from wgc_runtime.host.local import Handle, LocalCluster  # noqa: E402
 
 BAGEL = ROOT / "examples" / "bagel"
-PAGES_PER_REQUEST = 48  # 256 tokens per label / 16 per page x 3 labels
+PAGES_PER_REQUEST = 120  # 640 tokens per label / 16 per page x 3 labels
 MODEL = []
 DRIVER = Driver()
 
@@ -67,8 +67,8 @@ def compiled(tmp_path: Path, placement: str, pages: int) -> Path:
     return out
 
 
-def text_request(prompt: str, eos_after: int):
-    return make_request(model(), [segment("text", prompt)], ["text"], {"eos_after": eos_after})
+def text_request(prompt: str, tokens: int):
+    return make_request(model(), [segment("text", prompt)], ["text"], {"max_tokens": tokens})
 
 
 def as_outputs(h: Handle) -> Outputs:
@@ -108,7 +108,7 @@ def test_a_pool_of_two_requests_runs_two_and_queues_the_third(tmp_path) -> None:
     handles = {rid: c.submit(req, rid) for rid, req in reqs.items()}
     assert c.conductor.running() == ["r0", "r1"] and c.conductor.queued() == ["r2"]
     assert c.conductor.kv_used == {("LLM", (0,)): 2 * PAGES_PER_REQUEST}
-    assert c.conductor.kv_waits() == "the kv pool of `LLM` on rank 0 (96 of 96 pages promised)"
+    assert c.conductor.kv_waits() == "the kv pool of `LLM` on rank 0 (240 of 240 pages promised)"
     while not handles["r0"].done:  # r0 decodes fewer tokens than r1: it ends first
         assert c.conductor.queued() == ["r2"], "r2 started before a request gave pages back"
         assert c.step()
@@ -133,7 +133,7 @@ def test_a_request_queued_for_pages_past_its_deadline_says_which_pool(tmp_path) 
     assert waiting.done and waiting.error is not None and waiting.error.kind == "timeout"
     assert waiting.error.message == (
         "request waited more than 5 s for admission (KV pages: the kv pool of `LLM` on rank 0 "
-        "(48 of 48 pages promised))"
+        "(120 of 120 pages promised))"
     )
     assert not first.done and c.conductor.kv_used == {("LLM", (0,)): PAGES_PER_REQUEST}
     first.result()
@@ -151,7 +151,7 @@ def test_a_request_that_can_never_fit_is_refused_at_submit(tmp_path, placement) 
     c.step()
     assert h.done and h.error is not None and h.error.kind == "rejected"
     assert h.error.message == (
-        "request `big` needs 48 page(s) of the kv pool of `LLM` on rank 0, which has 40: raise "
+        "request `big` needs 120 page(s) of the kv pool of `LLM` on rank 0, which has 112: raise "
         "`kv_cache.pages` in the placement, or lower the node's `config kv_tokens`"
     )
     assert [type(m).__name__ for _, m in c.log] == ["Finished"], "a rank heard of it"
@@ -192,7 +192,7 @@ def test_pages_come_back_after_completion_failure_cancel_and_deadline(tmp_path) 
     now = [0.0]
     c = cpu_2rank(tmp_path, clock=lambda: now[0], walk_timeout_s=30)
     promised = {b.node: b.pages_per_request for b in c.spec.kv_budgets}
-    assert promised == {"LLM": 48, "LLM_cfg_text": 16, "LLM_cfg_img": 16}
+    assert promised == {"LLM": 120, "LLM_cfg_text": 40, "LLM_cfg_img": 40}
     m = model()
     image = make_request(m, [segment("text", "a red cube")], ["image"])
 

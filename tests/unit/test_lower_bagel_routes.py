@@ -109,13 +109,14 @@ def test_each_rank_has_its_own_copy_of_the_denoise_loop(plan) -> None:
     assert latents.src == Source(kind="call", rank=0, call=COMBINE, port="latents")
     assert latents.init == Source(kind="input", name="latents")
     assert latents.optional  # `latents?`: may arrive as a bare signal
-    assert rank1.inputs == ("latents", "time_index")
+    assert rank1.inputs == ("context", "latents", "time_index")
 
 
 def test_walk_plan_reports_every_rank(plan) -> None:
     w = plan.walk(WALK)
     assert w is not None and w.ranks == (0, 1, 2) and w.report == (0, 1, 2)
     assert [(i.name, i.ranks, i.optional) for i in w.inputs] == [
+        ("context", (0, 1, 2), False),  # the labels' layout, persisted by the prefills
         ("latents", (0, 1, 2), True),
         ("time_index", (0, 1, 2), True),
     ]
@@ -146,16 +147,22 @@ def test_transfers_per_iteration_list_the_velocity_bytes(plan) -> None:
     assert {t.walk for t in plan.transfers} == {WALK}
 
 
-# a KV label copied to each CFG rank before the loop: LLM's `config kv_tokens = 256` per label,
-# 1 layer x (K, V) x 2 kv heads x 8 dims x bf16 per token
-LABEL_BYTES = 256 * 1 * 2 * 2 * 8 * 2
+# a KV label copied to each CFG rank before the loop: LLM's `config kv_tokens = 640` per label,
+# 2 layers x (K, V) x 2 kv heads x 16 dims x bf16 per token
+LABEL_BYTES = 640 * 2 * 2 * 2 * 16 * 2
+CONTEXT_BYTES = 4 * 8  # the persisted `context: i64[4]` each CFG copy reads its label with
 
 
 def test_cross_rank_summary(plan) -> None:
     (row,) = cross_rank_summary(plan)
-    assert row.walk == WALK and row.request_bytes == 2 * LABEL_BYTES
+    assert row.walk == WALK and row.request_bytes == 2 * LABEL_BYTES + 2 * CONTEXT_BYTES
     copies = sorted((t.channel, t.src_rank, t.dst_rank, t.edge) for t in row.per_request)
-    assert copies == [("kv:cfg_img", 0, 2, "kv_copy"), ("kv:cfg_text", 0, 1, "kv_copy")]
+    assert copies == [
+        ("context", 0, 1, "persisted"),
+        ("context", 0, 2, "persisted"),
+        ("kv:cfg_img", 0, 2, "kv_copy"),
+        ("kv:cfg_text", 0, 1, "kv_copy"),
+    ]
     (loop,) = row.per_iteration
     assert loop.loop == "denoise" and loop.nbytes == 4 * LATENT_BYTES + 2 * 8
 
@@ -170,8 +177,8 @@ def test_rank_tables(plan) -> None:
     assert plan.ranks[1].nodes[0].walks == (WALK,)
     assert [p.walk for p in plan.ranks[1].pieces] == [WALK]
     # every rank holds one KV pool (LLM's on rank 0; on 1 and 2 each CFG copy's own, for its
-    # label): 2048 pages x 16 tokens x (K, V) x 1 layer x 2 kv heads x 8 dims x bf16
-    pool = 2048 * 16 * 2 * 1 * 2 * 8 * 2
+    # label): 2048 pages x 16 tokens x (K, V) x 2 layers x 2 kv heads x 16 dims x bf16
+    pool = 2048 * 16 * 2 * 2 * 2 * 16 * 2
     assert [r.memory.kv_bytes for r in plan.ranks] == [pool] * 3
     copy = plan.ranks[1].nodes[0].kv
     assert copy is not None and copy.owner == "LLM" and copy.labels == ("cfg_text",)

@@ -87,6 +87,7 @@ def test_node_plans_declare_every_port_type(pd_split) -> None:
         "vae_latents",
         "latents",
         "time_index",
+        "context",
     ]
     assert dict(llm.outputs)["velocity"] == TypeSpec("f32", (16, 16))  # no call here uses it
     assert dict(llm.inputs)["text_inputs"] == TypeSpec("i64", ("T",))
@@ -95,7 +96,14 @@ def test_node_plans_declare_every_port_type(pd_split) -> None:
 def test_like_copies_declare_their_base_ports() -> None:
     plan = plan_of("bagel", "3xh100")
     cfg = next(n for n in plan.ranks[1].nodes if n.name == "LLM_cfg_text")
-    assert [p for p, _ in cfg.outputs] == ["new_token", "stop", "velocity", "latents", "time_index"]
+    assert [p for p, _ in cfg.outputs] == [
+        "new_token",
+        "stop",
+        "context",
+        "velocity",
+        "latents",
+        "time_index",
+    ]
 
 
 def test_calls_record_the_ports_they_bind(pd_split) -> None:

@@ -34,9 +34,10 @@ BAGEL = "examples/bagel/bagel.walk"
 P3 = "examples/bagel/placements/3xh100.yaml"
 LATENT = 16 * 16 * 4
 PER_ITER = 4 * LATENT + 2 * 8
-# one request's label copied to a CFG rank: kv_tokens 256 x (k, v) x 1 layer x 2 kv heads
-# x head dim 8 x bf16 (the placement's kv_cache dtype)
-LABEL_COPY = 256 * 2 * 1 * 2 * 8 * 2
+# one request's label copied to a CFG rank: kv_tokens 640 x (k, v) x 2 layers x 2 kv heads
+# x head dim 16 x bf16 (the placement's kv_cache dtype)
+LABEL_COPY = 640 * 2 * 2 * 2 * 16 * 2
+CONTEXT = 4 * 8  # the persisted `context: i64[4]`, to each CFG rank once per request
 
 
 @pytest.fixture(autouse=True)
@@ -97,15 +98,17 @@ def test_text_transfers_per_iteration_with_hand_computed_bytes() -> None:
             ("0", "2", "latents", "f32[16, 16]", "1.0 KiB"),
             ("0", "1", "time_index", "i64[]", "8 B"),
             ("0", "2", "time_index", "i64[]", "8 B"),
+            ("0", "1", "context", "i64[4]", "32 B"),
+            ("0", "2", "context", "i64[4]", "32 B"),
         ]
     )
     assert "= 4.0 KiB per iteration" in transfers
     copies = re.findall(r"rank 0 -> (\d)\s+kv:(\w+)\s+kv pages\s+([\d.]+ KiB)\s+\(kv_copy\)", out)
-    assert sorted(copies) == [("1", "cfg_text", "16.0 KiB"), ("2", "cfg_img", "16.0 KiB")]
-    assert human_bytes(LABEL_COPY) == "16.0 KiB"
-    total = 49 * PER_ITER + 2 * LABEL_COPY
+    assert sorted(copies) == [("1", "cfg_text", "160.0 KiB"), ("2", "cfg_img", "160.0 KiB")]
+    assert human_bytes(LABEL_COPY) == "160.0 KiB"
+    total = 49 * PER_ITER + 2 * LABEL_COPY + 2 * CONTEXT
     assert f"total per request at max iterations: {human_bytes(total)}" in transfers
-    assert human_bytes(total) == "228.8 KiB"
+    assert human_bytes(total) == "516.8 KiB"
     assert "no cross-rank transfers: prefill_text, prefill_vit, prefill_vae, decode" in out
 
 
@@ -115,8 +118,10 @@ def test_summary_bytes_match_hand_count() -> None:
     assert {(t.channel, t.dst_rank, t.nbytes) for t in walk.per_request} == {
         ("kv:cfg_text", 1, LABEL_COPY),
         ("kv:cfg_img", 2, LABEL_COPY),
+        ("context", 1, CONTEXT),
+        ("context", 2, CONTEXT),
     }
-    assert walk.request_bytes == 2 * LABEL_COPY
+    assert walk.request_bytes == 2 * LABEL_COPY + 2 * CONTEXT
     [loop] = walk.per_iteration
     assert loop.loop == "denoise" and loop.nbytes == PER_ITER
 
@@ -128,7 +133,8 @@ def test_set_overrides_change_the_byte_counts() -> None:
     res = _invoke(["show", BAGEL, "-p", P3, "--set", "latent_side=8"])
     assert res.exit_code == 0, res.output
     assert f"= {human_bytes(per_iter)} per iteration" in res.stdout
-    assert f"at max iterations: {human_bytes(49 * per_iter + 2 * LABEL_COPY)}" in res.stdout
+    total = 49 * per_iter + 2 * LABEL_COPY + 2 * CONTEXT
+    assert f"at max iterations: {human_bytes(total)}" in res.stdout
     assert "latent_side = 8" in res.stdout
 
 

@@ -27,6 +27,7 @@ past a deadline, 503 when a process of the deployment died.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Callable
@@ -88,7 +89,8 @@ def create_app(server: Server, alive: Alive, plan_html: str | None = None) -> Fa
     @app.get("/metrics", tags=["service"])
     async def metrics() -> Response:
         stats = None if server.gateway.lost else await server.gateway.stats(1.0)
-        return Response(server.metrics.render(stats), media_type=CONTENT_TYPE_LATEST)
+        usage = await asyncio.to_thread(server.metrics.poll_usage)  # asks every process
+        return Response(server.metrics.render(stats, usage), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/v1/models", tags=["openai"])
     async def models() -> dict:

@@ -116,6 +116,7 @@ class Call:
     t0: float = 0.0
     outputs: dict[str, int] = field(default_factory=dict)
     audio_samples: int = 0
+    audio_ends: float = 0.0  # when the audio received so far ends, played from its first chunk
     _closed: bool = False
 
     def open(self) -> Call:
@@ -230,7 +231,23 @@ class Call:
                 time.monotonic() - self.t0
             )
         if msg.modality.startswith("audio") and msg.data is not None:
-            self.audio_samples += int(msg.data.numel())
+            self._audio(msg.modality, int(msg.data.numel()))
+
+    def _audio(self, modality: str, samples: int) -> None:
+        """A listener's buffer: playback starts with the first chunk and stalls when it runs dry
+        (`metrics`: ``wgc_audio_buffer_seconds``, ``wgc_audio_underruns_total``)."""
+        now = time.monotonic()
+        metrics = self.server.metrics
+        if self.audio_samples:
+            ahead = self.audio_ends - now
+            metrics.buffer.labels(self.route).observe(max(0.0, ahead))
+            if ahead < 0:
+                metrics.underruns.labels(self.route).inc()
+                self.audio_ends = now  # the player waited for this chunk
+        else:
+            self.audio_ends = now
+        self.audio_samples += samples
+        self.audio_ends += samples / self.server.info.rate(modality)
 
     def _close(self, outcome: str) -> None:
         """End the call once: cancel it in the conductor unless it finished, record it."""

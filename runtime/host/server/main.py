@@ -22,7 +22,7 @@ from wgc_runtime.host.processes.launcher import Cluster, terminate_as_interrupt
 from wgc_runtime.host.server.app import create_app
 from wgc_runtime.host.server.calls import Server
 from wgc_runtime.host.server.gateway import Gateway
-from wgc_runtime.host.server.metrics import Metrics
+from wgc_runtime.host.server.metrics import Metrics, kv_capacity
 from wgc_runtime.host.server.model import ModelInfo
 
 
@@ -68,9 +68,8 @@ def serve(
             def alive() -> dict[str, bool]:
                 return {who: p.exitcode is None for who, p in cluster.procs.items()}
 
-            server = Server(
-                spec, info, Gateway(cluster.client_address), Metrics(alive), seed, max_queue
-            )
+            metrics = Metrics(alive, lambda: cluster.usage(1.0), kv_capacity(ranks))
+            server = Server(spec, info, Gateway(cluster.client_address), metrics, seed, max_queue)
             app = create_app(server, alive, plan_html)
             config = uvicorn.Config(
                 app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=5

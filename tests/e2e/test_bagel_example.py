@@ -1,0 +1,231 @@
+"""BAGEL's example on its real (tiny) architecture against a reference pipeline called directly,
+on a checkpoint this test writes (``model.safetensors`` under BAGEL's module names, ``vae/`` a
+diffusers ``AutoencoderKL`` folder), loaded by the nodes' own loader:
+
+* text-to-image, image editing and image understanding through `LocalCluster` on every CPU
+  placement equal the reference: each CFG context (``main``, ``cfg_text``, ``cfg_img``) kept as
+  its own block list and run as a full dense pass from scratch at every step (three separate
+  passes, no cache), BAGEL's guidance and the Euler step over the shifted schedule from the
+  request's noise, then diffusers' decoder; greedy decoding by full passes over the sequence;
+* one placement serves a mixed stream of the three at once (the 1-rank and the 3-rank
+  CFG-parallel placements, and as processes), each output equal to the request's alone;
+* `wgc run` writes the reference image as a PNG;
+* the checkpoint is what runs: the default seeded weights give another image.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from tests.e2e.real_support import (
+    PLACEMENTS,
+    ROOT,
+    compile_to,
+    noise,
+    run_local,
+    run_processes,
+    save_module,
+    start,
+)
+from wgc.interp import segment
+from wgc_runtime.components.bagel import (
+    Bagel,
+    Guidance,
+    Schedule,
+    euler,
+    guide,
+    patchify,
+    unpatchify,
+)
+from wgc_runtime.components.block_attention import Block, DenseBlocks, DenseKV
+from wgc_runtime.components.configs.bagel import TINY
+from wgc_runtime.components.random_init import init_seeded
+from wgc_runtime.components.siglip import pixels
+
+diffusers = pytest.importorskip("diffusers")
+
+STEPS, SHIFT, IMAGE_SIDE = 50, 3.0, 64  # the .walk's `steps`, `timestep_shift`, `image_side`
+PHOTO = torch.arange(24 * 40 * 3).reshape(24, 40, 3).mul(3).remainder(251).to(torch.uint8)
+REQUESTS = {  # name -> (inputs, want, options)
+    "t2i": ([segment("text", "a red cube")], ["image"], {}),
+    "edit": ([segment("image", PHOTO), segment("text", "make it blue")], ["image"], {}),
+    "i2t": ([segment("image", PHOTO), segment("text", "what is it?")], ["text"], {"max_tokens": 7}),
+}
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
+def weights(tmp_path_factory):
+    """(checkpoint folder, BAGEL's LLM and ViT sides, diffusers' VAE)."""
+    path = tmp_path_factory.mktemp("bagel")
+    model = init_seeded(Bagel(TINY), 41, keep=("pos_embed",)).eval()
+    save_module(model, path / "model.safetensors")
+    vae = init_seeded(diffusers.AutoencoderKL(**TINY.vae.diffusers()), 42).eval()
+    vae.save_pretrained(path / "vae")
+    return path, model, vae
+
+
+@pytest.fixture(scope="module")
+def plans(weights, tmp_path_factory):
+    sets = {"checkpoint": str(weights[0])}
+    return {p: compile_to(tmp_path_factory.mktemp(p), "bagel", p, sets) for p in PLACEMENTS}
+
+
+# ---------------------------------------------------------------------------- the reference
+def dense(model: Bagel, blocks: list) -> torch.Tensor:
+    """One full pass over ``blocks`` (text causal, images full, one sequence), no cache."""
+    groups: list[int] = []
+    for b in blocks:
+        groups += [1] * b.x.shape[0] if b.causal else [b.x.shape[0]]
+    xs = torch.cat([b.x for b in blocks])
+    step = DenseBlocks(DenseKV(2), [Block("dense", "x", xs.shape[0], groups=tuple(groups))])
+    pos = torch.cat([b.positions for b in blocks])
+    return model.language_model(xs, pos, step, torch.cat([b.gen for b in blocks]))
+
+
+def rope(blocks: list) -> int:
+    return blocks[-1].next_rope if blocks else 0
+
+
+def contexts(model: Bagel, vae, inputs, want) -> dict[str, list]:
+    """BAGEL's three contexts: a text goes into ``main`` and ``cfg_img`` (``cfg_text`` is
+    ``main`` before it); an image (its VAE latents when an image is wanted, then its ViT
+    tokens) into ``main`` and ``cfg_text``."""
+    ctx: dict[str, list] = {"main": [], "cfg_text": [], "cfg_img": []}
+    for seg in inputs:
+        if seg.modality == "text":
+            ids = torch.tensor(list(seg.data.encode("utf-8")))
+            ctx["cfg_text"] = list(ctx["main"])
+            for label in ("main", "cfg_img"):
+                ctx[label].append(model.text_block(ids, rope(ctx[label])))
+            continue
+        images = []
+        if "image" in want:
+            px = pixels(seg.data, IMAGE_SIDE)
+            z = (vae.encode(px).latent_dist.mode() - vae.config.shift_factor) * (
+                vae.config.scaling_factor
+            )
+            tokens = model.latent_tokens(patchify(z[0], TINY.latent_patch_size), 0.0)
+            images.append((tokens, True))
+        vit = model.vit_tokens(pixels(seg.data, TINY.vit.image_size))
+        images.append((vit.to(torch.bfloat16).float(), False))  # the `bf16` port
+        for tokens, gen in images:
+            ctx["main"].append(model.image_block(tokens, rope(ctx["main"]), gen))
+            ctx["cfg_text"] = list(ctx["main"])
+    return ctx
+
+
+@torch.no_grad()
+def reference(weights, name: str, rid: str, seed: int | None = None) -> torch.Tensor:
+    """The request's image ``u8 [side, side, 3]`` or its decoded tokens (``seed``: `--seed`)."""
+    _, model, vae = weights
+    inputs, want, options = REQUESTS[name]
+    ctx = contexts(model, vae, inputs, want)
+    if "text" in want:
+        tokens, blocks = [TINY.tokens.bos], list(ctx["main"])
+        while True:
+            blocks.append(model.token_block(tokens[-1], rope(blocks)))
+            nxt = int(model.language_model.logits(dense(model, blocks)[-1:]).argmax(-1))
+            if nxt == TINY.tokens.eos or len(blocks) - len(ctx["main"]) >= options["max_tokens"]:
+                return torch.tensor(tokens)
+            tokens.append(nxt)
+    editing = any(s.modality == "image" for s in inputs)
+    g = Guidance.editing(4.0, 2.0) if editing else Guidance(4.0, 1.0)
+    sched, x = Schedule(STEPS, SHIFT), noise((16, 16), "latents", rid, seed)
+    for i in range(STEPS - 1):
+        t, dt = sched.at(i)
+        v = {}
+        for label, blocks in ctx.items():
+            latent = model.image_block(model.latent_tokens(x, t), rope(blocks), True)
+            v[label] = model.velocity(dense(model, [*blocks, latent])[-latent.x.shape[0] :])
+        x = euler(x, guide(v["main"], v["cfg_text"], v["cfg_img"], g, t), dt)
+    z = unpatchify(x, TINY.latent_patch_size, TINY.vae.latent_channels)[None]
+    img = vae.decode(z / vae.config.scaling_factor + vae.config.shift_factor).sample[0]
+    return ((img * 0.5 + 0.5).clamp(0, 1) * 255).round().to(torch.uint8).permute(1, 2, 0)
+
+
+def check(got, name: str, want: torch.Tensor) -> None:
+    if name == "i2t":
+        texts = torch.cat(got[("main", "decode", "text")])
+        assert texts.tolist() == want.tolist()
+        return
+    (image,) = got[("main", "image_gen_cfg", "image")]
+    assert image.shape == want.shape == (64, 64, 3) and image.dtype == torch.uint8
+    diff = (image.int() - want.int()).abs()
+    assert diff.max() <= 1 and diff.float().mean() < 0.01  # float rounding at a pixel's edge
+    assert want.float().std() > 5  # an image, not a flat field
+
+
+# ---------------------------------------------------------------------------- the tests
+@pytest.mark.parametrize("placement", PLACEMENTS)
+@pytest.mark.parametrize("name", list(REQUESTS))
+def test_each_task_equals_the_reference_pipeline(weights, plans, placement, name) -> None:
+    got = run_local(plans[placement], *REQUESTS[name], rid=f"{name}-0")
+    check(got, name, reference(weights, name, f"{name}-0"))
+
+
+@pytest.mark.parametrize("placement", ["cpu", "cpu-3rank"])
+def test_one_placement_serves_a_mixed_stream(weights, plans, placement) -> None:
+    from wgc_runtime.host.local import LocalCluster
+
+    c = LocalCluster(plans[placement], strict=True)
+    order = ["t2i", "i2t", "edit", "i2t", "t2i"]
+    handles = [c.submit(c.request(*REQUESTS[n]), f"{n}-{i}") for i, n in enumerate(order)]
+    c.run()
+    for i, (n, h) in enumerate(zip(order, handles, strict=True)):
+        assert h.ok, h.error
+        got: dict = {}
+        for o in h.outputs:
+            got.setdefault((o.meta["flow"], o.meta["walk"], o.modality), []).append(o.tensor)
+        check(got, n, reference(weights, n, f"{n}-{i}"))
+
+
+def test_the_checkpoint_is_what_runs(weights, plans, tmp_path) -> None:
+    default = compile_to(tmp_path / "default", "bagel", "cpu", {})
+    key = ("main", "image_gen_cfg", "image")
+    ours = run_local(plans["cpu"], *REQUESTS["t2i"], rid="x")[key][0]
+    other = run_local(default, *REQUESTS["t2i"], rid="x")[key][0]
+    assert (ours.int() - other.int()).abs().float().mean() > 5
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/dev/shm").is_dir(), reason="needs POSIX shm")
+def test_processes_serve_the_mixed_stream(weights, plans) -> None:
+    order = ["edit", "t2i", "i2t"]
+    cluster = start(plans["cpu-3rank"])
+    try:
+        outs = run_processes(cluster, [(*REQUESTS[n], f"{n}-p{i}") for i, n in enumerate(order)])
+    finally:
+        cluster.stop()
+    for i, (n, got) in enumerate(zip(order, outs, strict=True)):
+        check(got, n, reference(weights, n, f"{n}-p{i}"))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/dev/shm").is_dir(), reason="needs POSIX shm")
+def test_wgc_run_writes_the_reference_image(weights, plans, tmp_path) -> None:
+    from PIL import Image
+
+    exe = Path(sys.executable).with_name("wgc")
+    args = [str(exe), "run", str(plans["cpu-2rank"]), "--input", "text=a red cube"]
+    args += ["--want", "image", "--seed", "7", "-o", str(tmp_path)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    r = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0, r.stderr
+    png = torch.from_numpy(np.array(Image.open(tmp_path / "image_000.png")))
+    want = reference(weights, "t2i", "any-id", seed=7)
+    check({("main", "image_gen_cfg", "image"): [png]}, "t2i", want)
