@@ -143,19 +143,21 @@ flow main { for seg in request.inputs { w(x = seg) } }
 def test_qwen3_omni_streams_are_owned_by_the_consumer_rank() -> None:
     model = front(example("qwen3_omni"))
     groups = [
-        group(["audio_encoder", "vision_encoder", "Thinker"], [0]),
+        group(["audio_encoder", "Thinker", "detokenizer"], [0]),
         group(["Talker", "Code2Wav"], [1]),
     ]
     plan = lower(model, placement("2gpu", 2, groups))
     streams = {s.name: s for r in plan.ranks for s in r.streams}
-    assert [s.name for s in plan.ranks[1].streams] == ["thinker_states", "thinker_mask", "codes"]
+    assert [s.name for s in plan.ranks[0].streams] == ["text_tokens"]
+    assert [s.name for s in plan.ranks[1].streams] == ["thinker_states", "thinker_ids", "codes"]
     states = streams["thinker_states"]
     assert (states.owner, states.producer_ranks, states.capacity) == (1, (0,), 4)
     assert states.done_after_flows == ("thinker",) and states.after_done
     codes = streams["codes"]
     assert codes.params == (("chunk", 25), ("left", 25)) and codes.capacity == 200
     assert codes.done_after_flows == ("talker",)
-    assert plan.ranks[1].memory.stream_bytes == 4 * (8 * 128 * 2 + 8 * 2) + 200 * 16 * 8
+    # f32 [state_rows = 64, 2 x 64] states and i64 [64] ids, 4 items each; 200 i64 frames
+    assert plan.ranks[1].memory.stream_bytes == 4 * (64 * 128 * 4 + 64 * 8) + 200 * 16 * 8
     # the Thinker streams its states to rank 1: once per prefill, every decode step
     hops = {(t.walk, t.channel, t.per) for t in plan.transfers}
     assert ("prefill_text", "thinker_states", "request") in hops
@@ -164,7 +166,7 @@ def test_qwen3_omni_streams_are_owned_by_the_consumer_rank() -> None:
     modes = {p.port: p.mode for p in talker.calls[0].inputs}
     assert modes == {
         "thinker_states": "stream",
-        "thinker_mask": "stream",
+        "thinker_ids": "stream",
         "talker_input_embeds": "carried",
     }
 
@@ -179,7 +181,8 @@ def test_tensor_parallel_group_runs_on_its_first_rank() -> None:
     assert llm[0].ranks == (1, 2) and llm[0].tp == 2
     assert plan.ranks[2].pieces == ()  # the leader (rank 1) drives the shards
     assert all(c.rank == 1 for p in plan.ranks[1].pieces for c in p.calls)
-    full = KvCache().pages * KvCache().page_size * 2 * 2 * 8 * 4  # 2 kv heads of 8, f32
+    # (K, V) x 2 layers x 2 kv heads of 16, f32
+    full = KvCache().pages * KvCache().page_size * 2 * 2 * 2 * 16 * 4
     assert plan.ranks[1].memory.kv_bytes == plan.ranks[2].memory.kv_bytes == full // 2
 
 
@@ -194,7 +197,7 @@ def test_per_walk_groups_split_prefill_and_decode() -> None:
     plan = lower(model, placement("pd", 2, groups))
     assert [p.walk for p in plan.ranks[1].pieces] == ["decode"]
     assert plan.ranks[1].nodes[0].walks == ("decode",)
-    assert plan.walk("prefill_text").persists == (("new_token", 0),)
+    assert plan.walk("prefill_text").persists == (("new_token", 0), ("context", 0))
 
 
 def test_mstar_default_ranks_run_unnamed_nodes() -> None:
@@ -252,7 +255,7 @@ from wgc.lower.lower import lower
 sys.path.insert(0, {here!r})
 from test_lower import example, front, group, placement
 model = front(example("qwen3_omni"))
-groups = [group(["audio_encoder", "vision_encoder", "Thinker"], [0]),
+groups = [group(["audio_encoder", "Thinker", "detokenizer"], [0]),
           group(["Talker"], [1]), group(["Code2Wav"], [2])]
 sys.stdout.write(lower(model, placement("3", 3, groups)).to_json())
 """
