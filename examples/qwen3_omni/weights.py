@@ -126,18 +126,25 @@ def code2wav(config: Mapping[str, Any], cfg: OmniConfig, device: torch.device) -
         model = Code2Wav(cfg.code2wav).eval()
     g = torch.Generator().manual_seed(_seed(config))
     blocks = tuple(f"decoder.{i}." for i in range(1, len(model.decoder) - 2))
+    bounds: dict[str, float] = {}  # a matrix's module -> its fan-in bound, for its bias
     for name, p in model.named_parameters():
         noise = torch.randn(p.shape, generator=g)
         if "embedding" in name:
             p.copy_(noise)
         elif p.dim() >= 2:
             p.copy_(noise * (0.7 if name.startswith(blocks) else 1) / math.sqrt(p[0].numel()))
+            bounds[name.removesuffix("weight")] = p[0].numel() ** -0.5
         elif name.endswith(("scale", "gamma")):
             p.fill_(0.5)
         elif name.endswith(("alpha", "beta")):
             p.copy_(0.3 * noise)
+        elif name.endswith("bias") and name.removesuffix("bias") in bounds:
+            # PyTorch's own bias draw (uniform within the fan-in bound), from the seed: not
+            # from the global generator, whose state differs from process to process
+            bound = bounds[name.removesuffix("bias")]
+            p.copy_((torch.rand(p.shape, generator=g) * 2 - 1) * bound)
     last = cast(CausalConv, model.decoder[-1])
-    last.conv.weight.mul_(0.3)
+    last.conv.weight.mul_(0.2)
     return model.to(device)
 
 
