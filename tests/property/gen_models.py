@@ -185,9 +185,10 @@ POLICIES = ("fixed(k = 2)", "sliding(window = 2, stride = 1)", "left_context(chu
 
 
 @st.composite
-def models(draw) -> GenModel:
+def models(draw, stream: bool | None = None) -> GenModel:
+    """A random model; ``stream``: with (True) or without (False) the stream, else either."""
     kv = draw(st.booleans())
-    stream = draw(st.booleans())
+    stream = draw(st.booleans()) if stream is None else stream
     side = draw(st.booleans())
     lines = ["model gen", "option stop_at: int = 2", "option flag: bool = false", *NODE_DECLS]
     if stream:
