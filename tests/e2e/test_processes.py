@@ -129,20 +129,20 @@ def test_orpheus_matches_the_reference_on_1_and_2_ranks(placement) -> None:
     cluster = start(ROOT / "generated" / "orpheus" / placement)
     try:
         with Client(cluster.client_address) as client:
-            for eos in (34, 5):
+            for n in (35, 5):
                 outs = check_against_reference(
-                    client, "orpheus", *ORPHEUS, {"eos_after": eos}, f"orpheus-{eos}"
+                    client, "orpheus", *ORPHEUS, {"max_tokens": n}, f"orpheus-{n}"
                 )
-                assert len(outs) == (2 if eos == 34 else 0)
+                assert len(outs) == (2 if n == 35 else 0)
             # more tokens than the stream buffer holds (capacity 112): the producer on rank 0
             # must wait for acks from rank 1 (back-pressure across processes), and finish
             outs = check_against_reference(
-                client, "orpheus", *ORPHEUS, {"eos_after": 300}, "orpheus-long"
+                client, "orpheus", *ORPHEUS, {"max_tokens": 300}, "orpheus-long"
             )
-            assert len(outs) == (301 - 28) // 7 + 1
+            assert len(outs) == (300 - 28) // 7 + 1
             # requests side by side
             streams = [
-                client.submit(*ORPHEUS, {"eos_after": 20 + i}, deadline=60) for i in range(4)
+                client.submit(*ORPHEUS, {"max_tokens": 20 + i}, deadline=60) for i in range(4)
             ]
             assert [len(s.collect()) for s in streams] == [0, 0, 0, 0]
             assert not cluster.failure
@@ -157,7 +157,12 @@ def test_three_ranks_match_the_reference() -> None:
         with Client(cluster.client_address) as client:
             inputs = [segment("text", "hello"), segment("audio", torch.linspace(-1, 1, 1600))]
             outs = check_against_reference(
-                client, "qwen3_omni", inputs, ["text", "audio"], {"eos_after": 30}, "omni-0"
+                client,
+                "qwen3_omni",
+                inputs,
+                ["text", "audio"],
+                {"max_tokens": 6, "max_frames": 30},
+                "omni-0",
             )
             assert {o.modality for o in outs} == {"text", "audio"}
     finally:
@@ -337,7 +342,10 @@ def test_wgc_run_orpheus_two_ranks_writes_audio(tmp_path) -> None:
 
     with wave.open(str(tmp_path / "audio.wav")) as w:
         assert w.getframerate() == 24_000 and w.getsampwidth() == 2
-        assert w.getnframes() == 2 * 64  # two windows of 64 samples
+        # `max_tokens` 280: 40 frames of 2048 samples but the first and the last two: 3.2 s
+        assert w.getnframes() == 37 * 2048
+    assert "wgc: audio: 3.16 s at 24000 Hz in 37 chunks; first audio after " in r.stderr
+    assert "real-time factor" in r.stderr
     assert orphaned() - before == set()
 
 
@@ -354,7 +362,7 @@ def test_wgc_run_local_matches(tmp_path) -> None:
         str(tmp_path),
     )
     assert r.returncode == 0, r.stderr
-    assert (tmp_path / "audio.wav").stat().st_size == 44 + 2 * 64 * 2
+    assert (tmp_path / "audio.wav").stat().st_size == 44 + 37 * 2048 * 2
 
 
 @pytest.mark.slow
