@@ -121,7 +121,11 @@ def served(target: str, *args: str, timeout: float = 120) -> Iterator[Served]:
         reader.join(5)
         assert code == 0, "".join(log)
         assert leaked_segments(f"wgc-{proc.pid}-") == set(), "shared memory left in /dev/shm"
-        assert not [k for k in kids if _alive(k)], "processes left behind"
+        gone_by = time.monotonic() + 5  # a child SIGKILLed last may take a moment to go
+        while [k for k in kids if _alive(k)] and time.monotonic() < gone_by:
+            time.sleep(0.05)
+        left = [k for k in kids if _alive(k)]
+        assert not left, f"processes left behind: {[_cmdline(k) for k in left]}\n" + "".join(log)
 
 
 def _children_of(pid: int) -> list[int]:
@@ -164,3 +168,10 @@ def _alive(pid: int) -> bool:
     with contextlib.suppress(OSError):  # a zombie is gone, only not reaped yet
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     return False
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:200]
+    except OSError:
+        return str(pid)

@@ -7,6 +7,7 @@ process holds nothing once the requests ended). (Load is tested on the toy model
 from __future__ import annotations
 
 import base64
+import http.client
 import json
 import sys
 from pathlib import Path
@@ -129,6 +130,48 @@ BAD = [
         "Input should be a valid integer, unable to parse string as an integer",
     ),
     ({"inputs": "hello", "want": ["audio"]}, "inputs", "Input should be a valid list"),
+    ({**HELLO, "want": [1]}, "want[0]", "Input should be a valid string"),
+    (
+        {**HELLO, "stream": "xml"},
+        "stream",
+        "Input should be 'sse' or 'ndjson'; or: Input should be a valid boolean",
+    ),
+    (
+        {"inputs": [{"modality": "text", "data": [104, 1.5], "dtype": "i64"}], "want": ["audio"]},
+        "inputs[0].data[1]",
+        "`1.5` does not fit dtype i64",  # never truncated to 1
+    ),
+    (
+        {"inputs": [{"modality": "text", "data": [104, 300], "dtype": "u8"}], "want": ["audio"]},
+        "inputs[0].data[1]",
+        "`300` does not fit dtype u8",  # never wrapped to 44
+    ),
+    (
+        {
+            "inputs": [
+                {
+                    "modality": "text",
+                    "data": {"dtype": "i64", "shape": ["a"], "b64": "AAAAAAAAAAA="},
+                }
+            ],
+            "want": ["audio"],
+        },
+        "inputs[0].data",
+        "`shape` is a list of sizes (integers >= 0), got `['a']`",
+    ),
+    (
+        {
+            "inputs": [{"modality": "text", "data": {"dtype": "i64", "shape": [2], "b64": "AAAA"}}],
+            "want": ["audio"],
+        },
+        "inputs[0].data",
+        "buffer size must be a multiple of element size",
+    ),
+    (
+        {"inputs": [{"modality": "text", "data": {"dtype": "i64", "data": [[1], [2, 3]]}}]},
+        "inputs[0].data",
+        "not a tensor (expected sequence of length 1 at dim 1 (got 2))",
+    ),
 ]
 
 
@@ -191,3 +234,24 @@ def test_metrics_add_up(orpheus) -> None:
     assert delta("wgc_audio_buffer_seconds_count", route=NATIVE) > 0
     underruns = delta("wgc_audio_underruns_total", route=NATIVE)
     assert 0 <= underruns <= delta("wgc_audio_buffer_seconds_count", route=NATIVE)
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        (b'{"inputs": [', "not valid JSON at character 12"),
+        (b"", "no body: send a JSON object"),
+        (b"[1, 2]", "Input should be a valid dictionary"),
+    ],
+)
+def test_a_body_that_is_not_a_json_object_is_400(orpheus, raw, message) -> None:
+    conn = http.client.HTTPConnection(*orpheus.host_port, timeout=30)
+    try:
+        conn.request("POST", NATIVE, raw, {"content-type": "application/json"})
+        resp = conn.getresponse()
+        status, reply = resp.status, json.loads(resp.read())
+    finally:
+        conn.close()
+    assert status == 400
+    assert reply["error"]["param"] == "body" and reply["error"]["code"] == "invalid"
+    assert reply["error"]["problems"][0]["message"].startswith(message), reply

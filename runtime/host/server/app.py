@@ -37,10 +37,10 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from wgc_runtime.core.conductor.door import Problem
 from wgc_runtime.host.server import native, openai_chat, openai_media, playground
 from wgc_runtime.host.server.calls import HttpError, Server
 from wgc_runtime.host.server.model import CHAT, EDITS, IMAGES, NATIVE, SPEECH
+from wgc_runtime.host.server.schemas import validation_problems
 
 Alive = Callable[[], dict[str, bool]]
 
@@ -120,10 +120,7 @@ async def _http_error(_request: Request, exc: Exception) -> Response:
 async def _invalid(request: Request, exc: Exception) -> Response:
     """A body that does not validate: 400 with every problem, named like the door's."""
     assert isinstance(exc, RequestValidationError)
-    problems = [
-        Problem(".".join(str(x) for x in e.get("loc", ())[1:]) or "body", e.get("msg", ""))
-        for e in exc.errors()
-    ]
+    problems = validation_problems(exc.errors())
     message = "; ".join(str(p) for p in problems)
     return await _http_error(request, HttpError(400, message, code="invalid", problems=problems))
 

@@ -143,13 +143,9 @@ def tensor_from_json(value: Any, dtype: str | None = None, where: str = "data") 
     if isinstance(value, str) and value.startswith("data:"):
         return decode_data_url(value, where)[0]
     if isinstance(value, list):
-        try:
-            t = torch.as_tensor(value)
-        except (TypeError, ValueError, RuntimeError) as exc:
-            raise MediaError(f"{where}: not a tensor ({exc})") from None
-        return t if dtype is None else t.to(_dtype(dtype, where))
+        return _as_tensor(value, None if dtype is None else _dtype(dtype, where), where)
     if dtype is not None and isinstance(value, int | float | bool):
-        return torch.tensor(value, dtype=_dtype(dtype, where))
+        return _as_tensor(value, _dtype(dtype, where), where)
     return value
 
 
@@ -157,13 +153,20 @@ def _encoded_tensor(obj: dict[str, Any], where: str) -> torch.Tensor:
     dtype = _dtype(str(obj.get("dtype", "")), where)
     if "b64" not in obj:
         if "data" in obj:
-            return torch.as_tensor(obj["data"]).to(dtype)
+            return _as_tensor(obj["data"], dtype, where)
         raise MediaError(f"{where}: an encoded tensor needs `dtype` and `b64` (or `data`)")
     try:
         raw = base64.b64decode(obj["b64"], validate=True)
-    except (binascii.Error, TypeError):
+    except (binascii.Error, TypeError, ValueError):
         raise MediaError(f"{where}: `b64` is not base64") from None
-    shape = [int(d) for d in obj.get("shape", [-1])]
+    shape = obj.get("shape")
+    if shape is None:
+        shape = [-1]  # one dimension, as long as the bytes make it
+    elif not (
+        isinstance(shape, list)
+        and all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape)
+    ):
+        raise MediaError(f"{where}: `shape` is a list of sizes (integers >= 0), got `{shape!r}`")
     np_dtype = {torch.bfloat16: np.uint16}.get(dtype) or torch.empty(0, dtype=dtype).numpy().dtype
     try:
         arr = np.frombuffer(raw, dtype=np_dtype).reshape(shape).copy()
@@ -171,6 +174,27 @@ def _encoded_tensor(obj: dict[str, Any], where: str) -> torch.Tensor:
         raise MediaError(f"{where}: {exc}") from None
     t = torch.from_numpy(arr)
     return t.view(torch.bfloat16) if dtype == torch.bfloat16 else t
+
+
+def _as_tensor(value: Any, dtype: torch.dtype | None, where: str) -> torch.Tensor:
+    """Nested lists (or a number) as a tensor, of ``dtype`` when given."""
+    try:
+        t = torch.as_tensor(value)
+    except (TypeError, ValueError, RuntimeError, OverflowError) as exc:
+        raise MediaError(f"{where}: not a tensor ({exc})") from None
+    if dtype is None or t.dtype == dtype:
+        return t
+    out = t.to(dtype)
+    if dtype.is_floating_point or t.dtype == torch.bool:
+        return out  # rounding to a float type is what a float input means; bools are exact
+    back = out.to(torch.float64) if t.dtype.is_floating_point else out.to(t.dtype)
+    if not torch.equal(back, t.to(back.dtype)):  # 1.5 as an int, 300 as a u8, 2 as a bool
+        bad = (back != t.to(back.dtype)).nonzero()[0].tolist()
+        at = "".join(f"[{i}]" for i in bad)
+        raise MediaError(
+            f"{where}{at}: `{t[tuple(bad)].item()!r}` does not fit dtype {DTYPE_NAMES[dtype]}"
+        )
+    return out
 
 
 def _dtype(name: str, where: str) -> torch.dtype:

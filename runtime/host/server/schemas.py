@@ -4,14 +4,22 @@
 The OpenAI bodies accept the fields the OpenAI clients send; those that mean nothing to a wgc
 model (``temperature``, ``max_tokens``, ``voice`` ...) are accepted and ignored. Every body also
 takes the wgc extras (``options``, ``seed``, ``deadline``), which the OpenAI client passes with
-``extra_body``.
+``extra_body``. A body that does not validate is every problem at once, each named like the
+door's (`validation_problems`: ``inputs[0].modality``, ``stream``, ``body`` for what is not a JSON
+object).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
+
+from wgc_runtime.core.conductor.door import Problem
+
+# how pydantic names the member of a union a value failed to be (not a field of the body)
+_UNION_TAGS = {"str", "int", "float", "bool", "none", "list", "dict", "any"}
 
 
 class Extras(BaseModel, extra="allow"):
@@ -97,3 +105,36 @@ class ImageRequest(Extras):
     n: int = Field(1, ge=1, le=8)
     size: str | None = None
     response_format: str | None = None
+
+
+# ---------------------------------------------------------------- errors
+
+
+def validation_problems(errors: Iterable[Mapping[str, Any]]) -> list[Problem]:
+    """Pydantic's errors as the door's problems: the field as ``a.b[0].c`` (no ``body``
+    prefix, no union members), one problem per field (a value no member of a union takes says
+    what each would need), and a body that is not JSON said so, with where it breaks."""
+    out: dict[str, list[str]] = {}
+    for e in errors:
+        loc = list(e.get("loc", ()))[1:]  # the first is where: "body"
+        kind = e.get("type", "")
+        if kind == "json_invalid":
+            why = (e.get("ctx") or {}).get("error", "")
+            at = f" at character {loc[0]}" if loc and isinstance(loc[0], int) else ""
+            out.setdefault("body", []).append(f"not valid JSON{at}: {why}".rstrip(": "))
+            continue
+        field = ""
+        for part in loc:
+            if isinstance(part, int):
+                field += f"[{part}]"
+            elif "[" in str(part) or str(part) in _UNION_TAGS:
+                continue
+            else:
+                field += f".{part}" if field else str(part)
+        message = str(e.get("msg", ""))
+        if not field and kind == "missing":
+            message = "no body: send a JSON object"
+        messages = out.setdefault(field or "body", [])
+        if message not in messages:
+            messages.append(message)
+    return [Problem(f, "; or: ".join(ms)) for f, ms in out.items()]
