@@ -97,6 +97,13 @@ def _sha256(path: str) -> str:
     show_default=True,
     help="Seconds to wait for workers to load.",
 )
+@click.option(
+    "--restarts",
+    type=click.IntRange(0),
+    default=3,
+    show_default=True,
+    help="Restarts of a dead worker within 10 minutes before the server stops (0: never).",
+)
 @click.pass_obj
 def serve(
     env: Env,
@@ -109,11 +116,14 @@ def serve(
     max_queue: int,
     plan_dir: str | None,
     ready_timeout: float,
+    restarts: int,
 ) -> None:
     """Serve a model over HTTP: OpenAI-compatible routes, /v1/requests, /metrics, a playground."""
     del env
     require_serve()
-    code = run_server(target, placement, sets, host, port, seed, max_queue, plan_dir, ready_timeout)
+    code = run_server(
+        target, placement, sets, host, port, seed, max_queue, plan_dir, ready_timeout, restarts
+    )
     click.get_current_context().exit(code)
 
 
@@ -127,6 +137,7 @@ def run_server(
     max_queue: int = 64,
     plan_dir: str | None = None,
     ready_timeout: float = 600.0,
+    restarts: int = 3,
 ) -> int:
     """Compile when needed, then serve until stopped; the exit code (`wgc run --serve` too)."""
     from wgc_runtime.host.loading import DeploymentError, ensure_import_root
@@ -147,6 +158,7 @@ def run_server(
                 max_queue=max_queue,
                 plan_html=html,
                 ready_timeout=ready_timeout,
+                restarts=restarts,
             )
         except DeploymentError as exc:
             click.echo(f"error: {exc}", err=True)

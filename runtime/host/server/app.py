@@ -8,7 +8,9 @@ route                                   answers
 ``GET /plan``                           the plan drawing (``wgc show --placement --format html``)
 ``GET /health``                         200 when the conductor answers and every process is alive,
                                         else 503 (the processes are started, warmed up and
-                                        captured before the server listens)
+                                        captured before the server listens); ``status`` is
+                                        ``ok``, ``degraded`` while a dead worker is restarted,
+                                        ``down`` past the restart budget, or ``unavailable``
 ``GET /metrics``                        Prometheus text (`metrics`)
 ``GET /v1/models``                      the served model, OpenAI-style
 ``GET /v1/wgc/model``                   what it takes, emits and declares; its routes, and why it
@@ -31,6 +33,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -43,10 +46,14 @@ from wgc_runtime.host.server.model import CHAT, EDITS, IMAGES, NATIVE, SPEECH
 from wgc_runtime.host.server.schemas import validation_problems
 
 Alive = Callable[[], dict[str, bool]]
+Health = Callable[[], Any]  # `processes.launcher.Health`: status, restarting, restarts
 
 
-def create_app(server: Server, alive: Alive, plan_html: str | None = None) -> FastAPI:
-    """The application serving ``server``'s model; ``alive``: process name -> up."""
+def create_app(
+    server: Server, alive: Alive, plan_html: str | None = None, state: Health | None = None
+) -> FastAPI:
+    """The application serving ``server``'s model; ``alive``: process name -> up; ``state``:
+    the deployment's own health (restarts), when it has one."""
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -83,7 +90,13 @@ def create_app(server: Server, alive: Alive, plan_html: str | None = None) -> Fa
     async def health() -> Response:
         procs = alive()
         ok = server.gateway.lost is None and all(procs.values()) and await server.gateway.ping(1.0)
-        body = {"status": "ok" if ok else "unavailable", "model": info.name, "processes": procs}
+        body: dict[str, Any] = {"status": "ok" if ok else "unavailable"}
+        if state is not None:
+            h = state()
+            if h.status != "ok":  # degraded (a worker coming back) or down
+                body["status"], ok = h.status, False
+            body.update(restarting=list(h.restarting), restarts=h.restarts)
+        body.update(model=info.name, processes=procs)
         return JSONResponse(body, 200 if ok else 503)
 
     @app.get("/metrics", tags=["service"])

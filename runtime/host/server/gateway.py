@@ -28,7 +28,8 @@ from wgc_runtime.contract import control as c
 from wgc_runtime.contract import messages as m
 from wgc_runtime.contract.kinds import FailKind
 from wgc_runtime.host.client import segment_wire
-from wgc_runtime.host.transport.codec import Codec, CodecError
+from wgc_runtime.host.transport.codec import Codec
+from wgc_runtime.host.transport.keys import ClientKey
 
 
 @dataclass(eq=False)
@@ -46,12 +47,14 @@ class Pending:
 class Gateway:
     """The connection (see the module docstring)."""
 
-    def __init__(self, address: str) -> None:
+    def __init__(self, address: str, key: ClientKey | None = None) -> None:
         self.address = address
         self.ctx = zmq.asyncio.Context()
         self.sock = self.ctx.socket(zmq.DEALER)
         self.sock.setsockopt(zmq.LINGER, 0)
         self.sock.setsockopt(zmq.IDENTITY, f"http-{os.getpid()}-{uuid.uuid4().hex[:8]}".encode())
+        if key is not None:  # a CURVE deployment: the server connects with its client key
+            key.apply(self.sock)
         self._monitor = self.sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
         self.sock.connect(address)
         self.codec = Codec(c.CLIENT_OUT)
@@ -138,8 +141,8 @@ class Gateway:
             frames = await self.sock.recv_multipart(copy=False)
             try:
                 msgs = self.codec.decode(frames)
-            except CodecError:
-                continue  # not a reply the protocol knows: dropped
+            except Exception:  # not a reply the protocol knows: dropped, the reader goes on
+                continue
             for msg in msgs:
                 self._dispatch(msg)
 

@@ -4,16 +4,27 @@
 with the door strict), waits until every process is loaded and warmed up, then listens on
 ``host:port`` (loopback by default; port 0 picks a free one) and prints where: a line
 ``wgc: serving MODEL @ PLACEMENT on http://HOST:PORT ...`` on stderr and the URL on stdout. It
-runs until Ctrl-C / SIGTERM (exit 0) or until a process of the deployment dies (exit 1: workers
-are not restarted); either way the processes are stopped and the shared memory freed.
+runs until Ctrl-C / SIGTERM (exit 0) or until the deployment fails for good (exit 1): a worker
+that dies is restarted up to ``restarts`` times within ``restart_window_s`` (only the requests it
+held fail; ``/health`` says ``degraded`` until it is back), the conductor's death or a worker past
+the budget is final. Either way the processes are stopped and the shared memory freed.
+
+A deployment with CURVE (the placement names hosts) has a client key: the server connects with
+it, and writes it to a file only its owner may read (removed when the server stops), whose path
+the line after the announcing one names (``... (CURVE): PATH``), for
+`wgc_runtime.host.client.Client` (``key=``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import shutil
 import signal
 import sys
+import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import uvicorn
 
@@ -24,6 +35,7 @@ from wgc_runtime.host.server.calls import Server
 from wgc_runtime.host.server.gateway import Gateway
 from wgc_runtime.host.server.metrics import Metrics, kv_capacity
 from wgc_runtime.host.server.model import ModelInfo
+from wgc_runtime.host.transport.keys import ClientKey
 
 
 def _stderr(line: str) -> None:
@@ -44,6 +56,19 @@ class _Uvicorn(uvicorn.Server):
                 return
 
 
+@contextlib.contextmanager
+def _saved(key: ClientKey | None) -> Iterator[str | None]:
+    """``key`` in a file of a private folder (mode 0700; the file 0600) while the server runs."""
+    if key is None:
+        yield None
+        return
+    folder = tempfile.mkdtemp(prefix="wgc-key-")
+    try:
+        yield key.save(os.path.join(folder, "client.key"))
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def serve(
     plan_dir: str,
     *,
@@ -53,6 +78,8 @@ def serve(
     max_queue: int = 64,
     plan_html: str | None = None,
     ready_timeout: float = 600.0,
+    restarts: int = 3,
+    restart_window_s: float = 600.0,
 ) -> int:
     """Serve the plan in ``plan_dir`` until stopped (see the module docstring); the exit code."""
     spec, ranks = load_plan(plan_dir)
@@ -61,7 +88,14 @@ def serve(
     try:
         with (
             terminate_as_interrupt(),
-            Cluster(plan_dir, ready_timeout=ready_timeout, config={"strict": True}) as cluster,
+            Cluster(
+                plan_dir,
+                ready_timeout=ready_timeout,
+                config={"strict": True},
+                restarts=restarts,
+                restart_window_s=restart_window_s,
+            ) as cluster,
+            _saved(cluster.client_key) as key_file,
         ):
             assert cluster.client_address is not None
 
@@ -69,8 +103,9 @@ def serve(
                 return {who: p.exitcode is None for who, p in cluster.procs.items()}
 
             metrics = Metrics(alive, lambda: cluster.usage(1.0), kv_capacity(ranks))
-            server = Server(spec, info, Gateway(cluster.client_address), metrics, seed, max_queue)
-            app = create_app(server, alive, plan_html)
+            gateway = Gateway(cluster.client_address, cluster.client_key)
+            server = Server(spec, info, gateway, metrics, seed, max_queue)
+            app = create_app(server, alive, plan_html, cluster.health)
             config = uvicorn.Config(
                 app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=5
             )
@@ -81,6 +116,8 @@ def serve(
                     f"wgc: serving {spec.model} @ {spec.placement} on {url} (playground: {url}/, "
                     f"API: {url}/docs; client address: {cluster.client_address})"
                 )
+                if key_file:
+                    _stderr(f"wgc: clients need the deployment's key (CURVE): {key_file}")
                 print(url, flush=True)
 
             web.announce = announce
@@ -96,7 +133,7 @@ def serve(
     except KeyboardInterrupt:
         pass
     if died:
-        _stderr(f"error: {died[0]}; stopping (workers are not restarted)")
+        _stderr(f"error: {died[0]}; stopping")
         return 1
     _stderr("wgc: stopped")
     return 0
