@@ -10,6 +10,7 @@ from __future__ import annotations
 import http.client
 import json
 import socket
+import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -23,7 +24,7 @@ if str(ROOT) not in sys.path:
 
 pytest.importorskip("fastapi")
 
-from tests.e2e.serve_support import Served, served  # noqa: E402
+from tests.e2e.serve_support import Served, served, wgc_exe  # noqa: E402
 from wgc.cli.compile import sync  # noqa: E402
 from wgc.driver import Driver  # noqa: E402
 from wgc_runtime.host.client import Client, RequestFailed  # noqa: E402
@@ -36,14 +37,19 @@ X = {"modality": "tensor", "data": [1, 2, 3, 4], "dtype": "f32"}
 
 
 @pytest.fixture(scope="module")
-def faults(tmp_path_factory):
+def faults_plan(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("faults")
     result = Driver().compile(
         str(FAULTS / "faults.walk"), str(FAULTS / "placements" / "cpu-2rank.yaml")
     )
     assert result.ok, [d.message for d in result.errors]
     sync(out, result.files, check=False)
-    with served(str(out), "--max-queue", "48") as s:
+    return out
+
+
+@pytest.fixture(scope="module")
+def faults(faults_plan):
+    with served(str(faults_plan), "--max-queue", "48") as s:
         yield s
 
 
@@ -235,3 +241,32 @@ def test_load_200_requests_at_concurrency_32_none_lost(faults) -> None:
     while held(faults) != (0, 0, 0) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert held(faults) == (0, 0, 0)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["--option", "stpes=2", "--want", "tensor"],
+            "options.stpes: unknown option `stpes` (did you mean `steps`?)",
+        ),
+        (["--option", "steps=abc", "--want", "tensor"], "option `steps` is an int, got `'abc'`"),
+        (["--want", "tnesor"], "want: `faults` never emits `tnesor` (did you mean `tensor`?)"),
+    ],
+)
+def test_wgc_run_refuses_what_the_server_refuses(faults_plan, tmp_path, args, message) -> None:
+    """`wgc run` has the same door: exit 1, the field and what is allowed, before any process
+    starts (nothing is written)."""
+    import numpy as np
+
+    np.save(tmp_path / "x.npy", np.arange(4, dtype=np.float32))
+    out = tmp_path / "out"
+    cmd = [*wgc_exe(), "run", str(faults_plan), "--input", f"x={tmp_path / 'x.npy'}", *args]
+    t0 = time.monotonic()
+    r = subprocess.run(
+        [*cmd, "-o", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert r.returncode == 1, r.stderr
+    assert "error: the request cannot run:" in r.stderr and message in r.stderr
+    assert "ready" not in r.stderr and not out.exists()
+    print(f"\nrefused in {time.monotonic() - t0:.1f} s")
