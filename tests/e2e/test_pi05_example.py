@@ -3,9 +3,10 @@ checkpoint this test writes (``PI0ForConditionalGeneration``'s names with π0.5'
 loaded by the nodes' own loader:
 
 * an observation's action chunk through `LocalCluster` on every CPU placement equals the
-  reference action flow: SigLIP and the projector on the cameras, the prefix (image tokens,
-  the prompt) prefilled once into a dense cache, then ``flow_steps`` Euler steps of the action
-  expert against it from the request's noise (``t`` from 1 down by ``1 / steps``);
+  reference action flow (`wgc_runtime.components.pipelines.pi05_reference`): SigLIP and the
+  projector on the cameras, the prefix (image tokens, the prompt) prefilled once into a dense
+  cache, then ``flow_steps`` Euler steps of the action expert against it from the request's
+  noise (``t`` from 1 down by ``1 / steps``);
 * the MPC fan-out (option ``mpc``): four chunks, each its own noise, denoised against ONE
   prefix, and the consensus chunk, equal to four reference flows and the selection by hand;
 * observations side by side on processes (a conductor and a worker per rank) each equal their
@@ -30,11 +31,10 @@ from tests.e2e.real_support import (
     start,
 )
 from wgc.interp import segment
-from wgc_runtime.components.block_attention import Block, DenseBlocks, DenseKV
 from wgc_runtime.components.configs.pi05 import TINY
 from wgc_runtime.components.pi0 import Pi0
+from wgc_runtime.components.pipelines.pi05_reference import action_chunks
 from wgc_runtime.components.random_init import init_seeded
-from wgc_runtime.components.siglip import pixels
 
 TOL = 1e-4  # fp32; ten steps over a paged vs a dense cache round apart by ~3e-5
 STEPS = 10  # the .walk's `flow_steps`
@@ -65,25 +65,14 @@ def plans(weights, tmp_path_factory):
     return {p: compile_to(tmp_path_factory.mktemp(p), "pi05", p, sets) for p in PLACEMENTS}
 
 
-@torch.no_grad()
 def reference(policy: Pi0, cameras, prompt, rid: str, samples: int = 1) -> list[torch.Tensor]:
-    """The action chunks of samples ``0 .. samples-1`` of one observation."""
+    """The action chunks of samples ``0 .. samples-1`` of one observation, each from the noise
+    the example's sample ``k`` draws."""
     cfg = policy.config
-    tokens = policy.encode_images(pixels(cameras, cfg.vision.image_size))
-    tokens = tokens.to(torch.bfloat16).float()  # the `image_embeddings: bf16` port
-    prefix = policy.prefix_embeddings(tokens, prompt)
-    cache = DenseKV(cfg.text.num_hidden_layers)
-    pre, suf = cfg.positions(prefix.shape[0])
-    policy.prefill(prefix, pre, DenseBlocks(cache, [Block("r", "main", prefix.shape[0])]))
-    chunks = []
-    for k in range(samples):
-        x, t = noise((cfg.chunk_size, cfg.max_action_dim), f"actions{k}", rid), 1.0
-        for _ in range(STEPS):
-            block = Block("r", "main", len(suf), write=False, groups=policy.suffix_groups())
-            v = policy.velocity(x[None], torch.tensor([t]), suf, DenseBlocks(cache, [block]))
-            x, t = Pi0.euler(x[None], v, STEPS)[0], t - 1.0 / STEPS
-        chunks.append(x)
-    return chunks
+    noises = [
+        noise((cfg.chunk_size, cfg.max_action_dim), f"actions{k}", rid) for k in range(samples)
+    ]
+    return action_chunks(policy, cameras, prompt, noises, STEPS)
 
 
 def consensus(chunks: list[torch.Tensor]) -> tuple[int, torch.Tensor]:
