@@ -1,26 +1,33 @@
-"""Orpheus text-to-speech served by wgc vs the plain pipeline a user would write instead.
+"""Text-to-speech served by wgc vs the plain pipeline a user would write instead.
 
-    .venv/bin/python benchmarks/speech_tts.py [--concurrency 1 4 16] [--tokens 140]
-        [--placements cpu cpu-2rank] [--threads 1] [--json out.json]
+    .venv/bin/python benchmarks/speech_tts.py [--family orpheus|qwen3_omni]
+        [--concurrency 1 4 16] [--tokens N] [--placements cpu cpu-2rank ...] [--threads 1]
+        [--json out.json]
 
-The model is `examples/orpheus` at its tiny sizes, on tiny checkpoints in the references' own
-formats (`wgc_runtime.components.pipelines.checkpoints.orpheus`: a transformers
-``LlamaForCausalLM`` folder and a `snac` ``SNAC``), compiled against them (``--set
-checkpoint=... snac_checkpoint=...``). Every request is the same text, greedy, ``max_tokens =
+The model is `examples/<family>` at its tiny sizes, on tiny checkpoints in the references' own
+formats (`wgc_runtime.components.pipelines.checkpoints`: for Orpheus a transformers
+``LlamaForCausalLM`` folder and a `snac` ``SNAC``, for Qwen3-Omni a transformers
+``Qwen3OmniMoeForConditionalGeneration`` folder), compiled against them (``--set
+checkpoint=...``). Every request is the same text, greedy; Orpheus speaks ``max_tokens =
 --tokens`` audio tokens, or fewer where the LM says end-of-speech (both sides stop there; the
-report lists the samples per request). Per concurrency ``c``:
+report lists the samples per request); Qwen3-Omni writes at most 8 text tokens and speaks at
+most ``--tokens`` codec frames. Per concurrency ``c``:
 
 * **wgc**: `Cluster` (the conductor and one worker process per rank, as `wgc run` starts them)
-  on each ``--placements`` placement (``cpu``: the LM and the SNAC decoder colocated on one
-  rank; ``cpu-2rank``: split, the decoder on its own rank); ``c`` requests submitted at once,
-  one `Client` per request in its own thread, each timing its first audio chunk and its end.
-  The executor batches the LM's decode step across requests (its captured unit) and streams
-  each 28-token window to the SNAC decoder as it fills (audio chunk by chunk).
-* **reference**: in this process, transformers' ``generate()`` on the same LM, the ``c``
-  prompts as one batch (identical prompts: no padding), greedy with Orpheus's audio-token
+  on each ``--placements`` placement (Orpheus ``cpu``: the LM and the SNAC decoder colocated;
+  ``cpu-2rank``: split; Qwen3-Omni ``cpu``: everything on one rank, ``cpu-2rank``: the Thinker
+  apart from the Talker and Code2Wav (colocated), ``cpu-3rank``: each apart); ``c`` requests
+  submitted at once, one `Client` per request in its own thread, each timing its first audio
+  chunk and its end. The executor batches the decode steps across requests and streams audio
+  chunk by chunk (Orpheus: each 28-token window to the SNAC decoder as it fills; Qwen3-Omni:
+  the Thinker's states to the Talker, 25-frame code chunks to Code2Wav).
+* **reference**, in this process. Orpheus: transformers' ``generate()`` on the same LM, the
+  ``c`` prompts as one batch (identical prompts: no padding), greedy with Orpheus's audio-token
   constraint as a logits processor (`wgc_runtime.components.orpheus.audio_mask`, so the tokens
   are the ones wgc chooses), then `snac`'s ``SNAC.decode`` on each request's whole code
-  sequence. Its first audio is its last: nothing is heard before the whole batch is decoded.
+  sequence. Qwen3-Omni: its ``generate()`` (Thinker, Talker, then Code2Wav over the whole code
+  sequence), one request after another (it takes one conversation at a time). A reference
+  request's first audio is its last: nothing is heard before its vocoder call ends.
 
 Reported per side and concurrency: throughput (seconds of audio per wall second), the median
 first-audio latency (from submission), the median real-time factor (a request's wall time per
@@ -47,13 +54,14 @@ sys.path.insert(0, str(ROOT))
 
 RATE = 24_000
 TEXT = "hello there"  # the tiny checkpoint speaks 140 tokens and more for it
+OMNI_TEXT, OMNI_TOKENS = "hello there", 8  # Qwen3-Omni: its text tokens at most
 
 
-def plan_for(placement: str, sets: dict[str, str], out: Path) -> Path:
+def plan_for(family: str, placement: str, sets: dict[str, str], out: Path) -> Path:
     from wgc.cli.compile import sync
     from wgc.driver import Driver
 
-    walk = ROOT / "examples" / "orpheus" / "orpheus.walk"
+    walk = ROOT / "examples" / family / f"{family}.walk"
     place = walk.parent / "placements" / f"{placement}.yaml"
     result = Driver().compile(str(walk), str(place), sets)
     if not result.ok:
@@ -63,7 +71,7 @@ def plan_for(placement: str, sets: dict[str, str], out: Path) -> Path:
     return out
 
 
-def served(address: str, c: int, tokens: int) -> dict:
+def served(address: str, c: int, request: tuple[str, list[str], dict]) -> dict:
     """``c`` requests at once, one client each; per request (first audio, end, samples)."""
     from wgc_runtime.host.client import Client
 
@@ -75,9 +83,8 @@ def served(address: str, c: int, tokens: int) -> dict:
             with Client(address) as client:
                 start.wait()
                 t0 = time.perf_counter()
-                stream = client.submit(
-                    [("text", TEXT)], ["audio"], {"max_tokens": tokens}, deadline=600
-                )
+                text, wants, options = request
+                stream = client.submit([("text", text)], wants, options, deadline=600)
                 first, samples = None, 0
                 for out in stream:
                     if out.modality == "audio" and out.value.numel():
@@ -153,6 +160,42 @@ class Reference:
         return summary(wall, [(e, e, s) for e, s in zip(ends, samples, strict=True)])
 
 
+class OmniReference:
+    """Qwen3-Omni's ``generate()`` (Thinker, Talker, then Code2Wav on the whole code sequence),
+    one request after another (it takes one conversation at a time)."""
+
+    def __init__(self, model, checkpoint: Path) -> None:
+        from examples._speech import text_codec
+        from examples.qwen3_omni.weights import ChatPrompt, audio_ids
+        from wgc_runtime.components.omni_config import OmniConfig
+
+        codec = text_codec("", "qwen3_omni")
+        cfg = OmniConfig.from_pretrained(checkpoint)
+        self.model = model
+        self.prompt = ChatPrompt(codec, cfg.tokens, audio_ids(codec, cfg)).whole(OMNI_TEXT)
+
+    def run(self, c: int, frames: int) -> dict:
+        import torch
+
+        t0 = time.perf_counter()
+        ends, samples = [], []
+        with torch.inference_mode():
+            for _ in range(c):
+                _, wav = self.model.generate(
+                    torch.tensor([self.prompt]),
+                    speaker="ethan",
+                    thinker_max_new_tokens=OMNI_TOKENS,
+                    thinker_do_sample=False,
+                    talker_do_sample=False,
+                    talker_max_new_tokens=frames + 1,  # the last first code makes no frame
+                    talker_repetition_penalty=1.0,
+                )
+                ends.append(time.perf_counter() - t0)
+                samples.append(int(wav.numel()))
+        rows = [(e, e, n) for e, n in zip(ends, samples, strict=True)]
+        return summary(time.perf_counter() - t0, rows)
+
+
 def summary(wall: float, rows: list[tuple[float, float, int]]) -> dict:
     audio = sum(s for _, _, s in rows) / RATE
     return {
@@ -167,8 +210,11 @@ def summary(wall: float, rows: list[tuple[float, float, int]]) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--family", choices=["orpheus", "qwen3_omni"], default="orpheus")
     ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16])
-    ap.add_argument("--tokens", type=int, default=140, help="audio tokens per request")
+    ap.add_argument(
+        "--tokens", type=int, default=140, help="Orpheus: audio tokens; Qwen3-Omni: codec frames"
+    )
     ap.add_argument("--placements", nargs="+", default=["cpu", "cpu-2rank"])
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--json", type=Path)
@@ -183,21 +229,30 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     report: dict = {"tokens": args.tokens, "threads": args.threads, "load": os.getloadavg()}
     with tempfile.TemporaryDirectory() as tmp:
-        lm, codec = checkpoints.orpheus(Path(tmp) / "ckpt", seed=0)
-        sets = {
-            "checkpoint": str(Path(tmp) / "ckpt" / "lm"),
-            "snac_checkpoint": str(Path(tmp) / "ckpt" / "snac"),
-        }
-        ref = Reference(lm, codec)
-        ref.run(1, 14)  # warm-up
+        ckpt = Path(tmp) / "ckpt"
+        if args.family == "orpheus":
+            lm, codec = checkpoints.orpheus(ckpt, seed=0)
+            sets = {"checkpoint": str(ckpt / "lm"), "snac_checkpoint": str(ckpt / "snac")}
+            ref: Reference | OmniReference = Reference(lm, codec)
+            request = (TEXT, ["audio"], {"max_tokens": args.tokens})
+            warm = (TEXT, ["audio"], {"max_tokens": 35})
+            ref.run(1, 14)  # warm-up
+        else:
+            model = checkpoints.qwen3_omni(ckpt, seed=1)
+            sets = {"checkpoint": str(ckpt)}
+            ref = OmniReference(model, ckpt)
+            options = {"max_tokens": OMNI_TOKENS, "max_frames": args.tokens}
+            request = (OMNI_TEXT, ["text", "audio"], options)
+            warm = (OMNI_TEXT, ["text", "audio"], {"max_tokens": 2, "max_frames": 4})
+            ref.run(1, 4)  # warm-up
         report["reference"] = {c: ref.run(c, args.tokens) for c in args.concurrency}
         for placement in args.placements:
-            folder = plan_for(placement, sets, Path(tmp) / placement)
+            folder = plan_for(args.family, placement, sets, Path(tmp) / placement)
             with Cluster(str(folder), progress=None, ready_timeout=300) as cluster:
                 assert cluster.client_address is not None
-                served(cluster.client_address, 1, 35)  # warm-up
+                served(cluster.client_address, 1, warm)  # warm-up
                 report[placement] = {
-                    c: served(cluster.client_address, c, args.tokens) for c in args.concurrency
+                    c: served(cluster.client_address, c, request) for c in args.concurrency
                 }
     report["load_after"] = os.getloadavg()
     print_table(report, args)
@@ -207,7 +262,8 @@ def main() -> None:
 
 def print_table(report: dict, args) -> None:
     ref = report["reference"]
-    print(f"Orpheus TTS, {args.tokens} audio tokens a request, {args.threads} thread(s)")
+    unit = "audio tokens" if args.family == "orpheus" else "codec frames at most"
+    print(f"{args.family} TTS, {args.tokens} {unit} a request, {args.threads} thread(s)")
     print("| side | c | audio s / wall s | first audio (s) | RTF | × throughput | × first audio |")
     print("|---|---|---|---|---|---|---|")
     for side in ["reference", *args.placements]:
