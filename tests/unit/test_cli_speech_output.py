@@ -55,7 +55,13 @@ def test_stats_say_how_many_samples_are_clipped() -> None:
 def test_stats_of_an_audio_output_without_samples() -> None:
     stats = RequestStats()
     stats.add("audio", np.zeros(0, np.float32), 24_000)
-    assert stats.lines() == ["wgc: audio: no samples"]
+    stats.expect("speech", 16_000)  # wanted, never emitted
+    stats.expect("audio", 16_000)  # already seen: its rate stays
+    assert stats.audio["audio"].rate == 24_000
+    assert stats.lines() == [
+        "wgc: audio: no samples (the request ended before any audio)",
+        "wgc: speech: no samples (the request ended before any audio)",
+    ]
 
 
 def test_progress_prints_lines_when_not_on_a_terminal() -> None:

@@ -456,7 +456,7 @@ def _stream_processes(
     ):
         progress.close()
         assert cluster.client_address is not None
-        with Client(cluster.client_address) as client:
+        with Client(cluster.client_address, key=cluster.client_key) as client:
             stream = client.submit(inputs, want, options, deadline, seed=seed)
             submitted()
             try:
@@ -617,8 +617,12 @@ def _one_shot(
     segments = [read_input(name, value) for name, value in _pairs(inputs, "--input")]
     opts = {name: parse_value(value) for name, value in _pairs(options, "--option")}
     want, opts = at_the_door(plan, segments, want, opts, seed)
+    rates = sample_rates(plan)
     stats = RequestStats()
-    writer = OutputWriter(Path(output) if output else None, sample_rates(plan), stats=stats)
+    for modality in want:  # a wanted audio output that never comes is said, too
+        if kind_of(modality) == "audio":
+            stats.expect(modality, rates.get(modality, DEFAULT_SAMPLE_RATE))
+    writer = OutputWriter(Path(output) if output else None, rates, stats=stats)
     t0 = time.monotonic()
     n = 0
     code = EXIT_OK

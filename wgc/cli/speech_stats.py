@@ -32,6 +32,10 @@ class RequestStats:
     def submit(self) -> None:
         self.submitted = self.clock()
 
+    def expect(self, modality: str, rate: int) -> None:
+        """``modality`` is wanted: reported even when no chunk of it arrives."""
+        self.audio.setdefault(modality, AudioStats(rate))
+
     def add(self, modality: str, samples: Any, rate: int) -> None:
         """One audio chunk (a numpy array of samples) of ``modality`` at ``rate`` Hz."""
         now = self.clock()
@@ -51,7 +55,7 @@ class RequestStats:
         out = []
         for modality, a in self.audio.items():
             if a.samples == 0:
-                out.append(f"wgc: {modality}: no samples")
+                out.append(f"wgc: {modality}: no samples (the request ended before any audio)")
                 continue
             seconds = a.samples / a.rate
             text = (
