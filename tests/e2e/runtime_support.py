@@ -1,4 +1,5 @@
-"""Helpers for the runtime's process tests: compile the failure-test model (any placement text),
+"""Helpers for the runtime's process tests: compile the failure-test model or any model (any
+placement text),
 start a `Cluster` from the project root, stop it checking nothing is left, and read which TCP
 addresses a process listens on (``/proc``)."""
 
@@ -25,10 +26,15 @@ TWO_RANKS = (FAULTS / "placements" / "cpu-2rank.yaml").read_text()
 
 def compile_faults(out: Path, placement: str = TWO_RANKS) -> str:
     """The failure-test model compiled for ``placement`` (YAML text) into ``out``."""
+    return compile_model(FAULTS / "faults.walk", out, placement)
+
+
+def compile_model(walk: Path, out: Path, placement: str) -> str:
+    """``walk`` compiled for ``placement`` (YAML text) into ``out``; the plan folder."""
     out.mkdir(parents=True, exist_ok=True)
     yaml = out / "placement.yaml"
     yaml.write_text(placement)
-    result = Driver().compile(str(FAULTS / "faults.walk"), str(yaml))
+    result = Driver().compile(str(walk), str(yaml))
     assert result.ok, [d.message for d in result.errors]
     plan = out / "plan"
     sync(plan, result.files, check=False)

@@ -104,6 +104,14 @@ def _sha256(path: str) -> str:
     show_default=True,
     help="Restarts of a dead worker within 10 minutes before the server stops (0: never).",
 )
+@click.option(
+    "--ray",
+    "ray_address",
+    metavar="ADDRESS",
+    envvar="WGC_RAY",
+    default=None,
+    help="Start the workers on this Ray cluster's nodes (`auto`: this machine's cluster).",
+)
 @click.pass_obj
 def serve(
     env: Env,
@@ -117,12 +125,23 @@ def serve(
     plan_dir: str | None,
     ready_timeout: float,
     restarts: int,
+    ray_address: str | None,
 ) -> None:
     """Serve a model over HTTP: OpenAI-compatible routes, /v1/requests, /metrics, a playground."""
     del env
     require_serve()
     code = run_server(
-        target, placement, sets, host, port, seed, max_queue, plan_dir, ready_timeout, restarts
+        target,
+        placement,
+        sets,
+        host,
+        port,
+        seed,
+        max_queue,
+        plan_dir,
+        ready_timeout,
+        restarts,
+        ray_address,
     )
     click.get_current_context().exit(code)
 
@@ -138,6 +157,7 @@ def run_server(
     plan_dir: str | None = None,
     ready_timeout: float = 600.0,
     restarts: int = 3,
+    ray_address: str | None = None,
 ) -> int:
     """Compile when needed, then serve until stopped; the exit code (`wgc run --serve` too)."""
     from wgc_runtime.host.loading import DeploymentError, ensure_import_root
@@ -159,6 +179,7 @@ def run_server(
                 plan_html=html,
                 ready_timeout=ready_timeout,
                 restarts=restarts,
+                ray=ray_address,
             )
         except DeploymentError as exc:
             click.echo(f"error: {exc}", err=True)

@@ -51,7 +51,7 @@ from typing import Any
 
 from wgc_runtime.contract import control as c
 from wgc_runtime.host.loading import DeploymentError, load_conductor
-from wgc_runtime.host.processes import entry
+from wgc_runtime.host.processes import entry, ray_launcher
 from wgc_runtime.host.processes.children import Child, LocalChild, stop_children
 from wgc_runtime.host.processes.supervisor import RestartBudget, Supervisor, UsageQuery
 from wgc_runtime.host.transport.control_codec import ControlCodec
@@ -121,7 +121,9 @@ class Cluster:
 
     ``curve``: CURVE on every socket (None: when the placement names hosts or ``listen`` is not
     loopback); ``listen``: the interface every socket binds (``0.0.0.0`` only when asked; None:
-    `bind_address`'s rule). With CURVE, clients need `client_key`."""
+    `bind_address`'s rule). With CURVE, clients need `client_key`. ``ray``: a Ray cluster's
+    address (``auto``: the one this machine is in; None: ``$WGC_RAY``, if set): every worker is
+    started on the Ray node of its rank's host (`ray_launcher`)."""
 
     def __init__(
         self,
@@ -137,6 +139,7 @@ class Cluster:
         restart_window_s: float = 600.0,
         curve: bool | None = None,
         listen: str | None = None,
+        ray: str | None = None,
     ) -> None:
         self.plan_dir = os.fspath(plan_dir)
         self.spec = load_conductor(self.plan_dir)
@@ -151,6 +154,8 @@ class Cluster:
         wide = listen is not None and not is_loopback(listen)  # reachable from elsewhere
         self.curve = (named_hosts(self.hosts) or wide) if curve is None else curve
         self.listen = listen
+        # a Ray cluster's address (or "auto"): workers on its nodes (`wgc run`: $WGC_RAY)
+        self.ray = ray if ray is not None else (os.environ.get("WGC_RAY") or None)
         self.budget = RestartBudget(restarts, restart_window_s)
         self.segment: Segment | None = None
         self.mesh: Mesh | None = None
@@ -223,6 +228,8 @@ class Cluster:
             "device": self.device,
             "config": self.config,
         }
+        if self.ray is not None:
+            ray_launcher.connect(self.ray)
         self._spawn_conductor()
         for r in range(self.world):
             self._spawn_worker(r)
@@ -271,8 +278,14 @@ class Cluster:
 
     def _spawn_worker(self, rank: int) -> None:
         """Start (or start again) rank ``rank``'s worker."""
-        boot = {**self._child_boot(f"rank {rank}", self.host_of(rank)), "rank": rank}
-        self.procs[f"rank {rank}"] = LocalChild(entry.worker, boot, f"wgc-rank{rank}")
+        host = self.host_of(rank)
+        boot = {**self._child_boot(f"rank {rank}", host), "rank": rank}
+        if self.ray is None:
+            self.procs[f"rank {rank}"] = LocalChild(entry.worker, boot, f"wgc-rank{rank}")
+            return
+        if host != self.conductor_host:  # another machine: no shared memory, no ipc folder
+            boot.update(arena=None, ipc_dir=None)
+        self.procs[f"rank {rank}"] = ray_launcher.RayChild(boot, host, f"wgc-rank{rank}")
 
     def _handshake(self, t0: float) -> tuple[dict[str, float], dict[str, float]]:
         """Wait until every child is ready; when each was up (said hello) and loaded."""

@@ -7,7 +7,8 @@ with the door strict), waits until every process is loaded and warmed up, then l
 runs until Ctrl-C / SIGTERM (exit 0) or until the deployment fails for good (exit 1): a worker
 that dies is restarted up to ``restarts`` times within ``restart_window_s`` (only the requests it
 held fail; ``/health`` says ``degraded`` until it is back), the conductor's death or a worker past
-the budget is final. Either way the processes are stopped and the shared memory freed.
+the budget is final. ``ray``: start the workers on that Ray cluster's nodes
+(`processes.ray_launcher`). Either way the processes are stopped and the shared memory freed.
 
 A deployment with CURVE (the placement names hosts) has a client key: the server connects with
 it, and writes it to a file only its owner may read (removed when the server stops), whose path
@@ -80,6 +81,7 @@ def serve(
     ready_timeout: float = 600.0,
     restarts: int = 3,
     restart_window_s: float = 600.0,
+    ray: str | None = None,
 ) -> int:
     """Serve the plan in ``plan_dir`` until stopped (see the module docstring); the exit code."""
     spec, ranks = load_plan(plan_dir)
@@ -94,6 +96,7 @@ def serve(
                 config={"strict": True},
                 restarts=restarts,
                 restart_window_s=restart_window_s,
+                ray=ray,
             ) as cluster,
             _saved(cluster.client_key) as key_file,
         ):
