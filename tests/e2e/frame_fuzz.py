@@ -14,7 +14,8 @@ every `PER_SOCKET` (so a peer that is cut off comes back as a new connection), d
 * well-formed msgpack of the wrong shape: wrong tags, wrong field types, deep nesting, maps,
   huge integers, tensor extensions pointing at frames that are not there or outside the arena;
 * mutations (bit flips, truncation, extension) of encodings of real messages;
-* for the client port: the same, plus real client messages for requests that do not exist.
+* for the client port: the same, plus real client messages for requests that do not exist;
+* for every TCP endpoint: plain TCP connections sending noise, or a ZMTP greeting then noise.
 
 Prints ``sent N`` per target when done. The run is deterministic for a seed.
 """
@@ -24,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import json
 import random
+import socket
 import sys
 import time
 from pathlib import Path
@@ -164,6 +166,19 @@ def fuzz(target: dict, frames: int, rng: random.Random, secret: bytes | None) ->
     return sent
 
 
+def raw_tcp(address: str, connections: int, rng: random.Random) -> int:
+    """Plain TCP connections to a ``tcp://`` endpoint that send bytes no ZeroMQ peer would: pure
+    noise, or a ZMTP greeting's signature followed by noise (a broken or hostile handshake)."""
+    host, port = address[len("tcp://") :].rsplit(":", 1)
+    for _ in range(connections):
+        noise = rng.randbytes(rng.randrange(1, 512))
+        if rng.random() < 0.5:
+            noise = b"\xff" + bytes(8) + b"\x7f" + bytes([3, rng.randrange(256)]) + noise
+        with contextlib.suppress(OSError), socket.create_connection((host, int(port)), 5) as s:
+            s.sendall(noise)
+    return connections
+
+
 def main() -> None:
     targets = json.loads(Path(sys.argv[1]).read_text())
     frames, seed = int(sys.argv[2]), int(sys.argv[3])
@@ -172,6 +187,9 @@ def main() -> None:
     t0 = time.monotonic()
     for target in targets:
         print(f"sent {fuzz(target, frames, rng, secret)} to {target['address']}", flush=True)
+        if target["address"].startswith("tcp://"):
+            n = raw_tcp(target["address"], max(1, frames // 20), rng)
+            print(f"raw {n} connections to {target['address']}", flush=True)
     print(f"done in {time.monotonic() - t0:.1f} s", flush=True)
 
 

@@ -1,8 +1,9 @@
 """Hostile input never kills a process: while real requests run, another process sends 10,000
 random and structurally plausible malformed messages to every endpoint of a deployment (the
 client port, the conductor's inbox, each rank's inbox, the launcher's), some of them carrying
-the deployment's secret; every real request completes with the right outputs, no process dies,
-the bad frames were counted, and the sender was cut off.
+the deployment's secret, and plain TCP connections that send noise to the client port; every
+real request completes with the right outputs, no process dies, the bad frames were counted, and
+the sender was cut off.
 
 ``WGC_FUZZ_FRAMES`` (default 10,000 per endpoint) and ``WGC_FUZZ_SEED`` make a longer run, e.g.
 ``WGC_FUZZ_FRAMES=200000 pytest tests/e2e/test_hostile_frames.py -s``."""
@@ -59,6 +60,7 @@ def test_malformed_frames_at_every_endpoint_kill_nothing(tmp_path) -> None:
         out, err = fuzzer.communicate(timeout=600)
         assert fuzzer.returncode == 0, err
         assert out.count("sent ") == 5 and f"sent {FRAMES} " in out
+        assert f"raw {max(1, FRAMES // 20)} connections to {cluster.client_address}" in out
         alive = {who: child.exitcode for who, child in cluster.procs.items()}
         assert all(code is None for code in alive.values()), alive
         assert cluster.failure is None and cluster.health().status == "ok"
