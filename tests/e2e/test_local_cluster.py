@@ -101,9 +101,9 @@ SCENARIOS = {
         "understanding": (
             [segment("image", IMAGE), segment("text", "what?")],
             ["text"],
-            {"eos_after": 6},
+            {"max_tokens": 6},
         ),
-        "think": ([segment("text", "a cat")], ["image"], {"think": True, "eos_after": 3}),
+        "think": ([segment("text", "a cat")], ["image"], {"think": True, "max_tokens": 3}),
         "editing": ([segment("image", IMAGE), segment("text", "blue")], ["image"], {}),
         "rejects_audio": ([segment("audio", torch.zeros(10))], ["text"], {}),
     },
@@ -209,7 +209,7 @@ def test_concurrent_requests_at_different_loop_positions_batch_and_match(placeme
     m = model("bagel")
     reqs = {
         f"r{i}": make_request(
-            m, [segment("text", f"prompt {i}")], ["text"], {"eos_after": 5 + 3 * i}
+            m, [segment("text", f"prompt {i}")], ["text"], {"max_tokens": 5 + 3 * i}
         )
         for i in range(4)
     }
@@ -309,7 +309,7 @@ def test_a_raising_forward_one_fails_only_its_request_in_a_batch() -> None:
     c = cluster("bagel", "cpu", wrap=RaisingOne)
     m = model("bagel")
     reqs = {
-        rid: make_request(m, [segment("text", rid)], ["text"], {"eos_after": 4})
+        rid: make_request(m, [segment("text", rid)], ["text"], {"max_tokens": 4})
         for rid in ("good", "bad", "other")
     }
     handles = {rid: c.submit(r, rid) for rid, r in reqs.items()}
@@ -360,7 +360,7 @@ def test_admission_cap_queues_excess_requests() -> None:
     c = cluster("bagel", "cpu", max_concurrent_requests=1)
     m = model("bagel")
     reqs = {
-        f"q{i}": make_request(m, [segment("text", f"p{i}")], ["text"], {"eos_after": 3})
+        f"q{i}": make_request(m, [segment("text", f"p{i}")], ["text"], {"max_tokens": 3})
         for i in range(3)
     }
     handles = {rid: c.submit(r, rid) for rid, r in reqs.items()}
@@ -407,8 +407,8 @@ def test_bagel_pd_split_runs_on_cpu_and_matches_the_interpreter() -> None:
     ranks = [dataclasses.replace(r, device="cpu") for r in ranks]
     c = LocalCluster((conductor, ranks), nodes_factory=factory(model("bagel")))
     for inputs, want, options in (
-        ([segment("text", "a cat")], ["image"], {"think": True, "eos_after": 3}),
-        ([segment("image", IMAGE), segment("text", "what?")], ["text"], {"eos_after": 6}),
+        ([segment("text", "a cat")], ["image"], {"think": True, "max_tokens": 3}),
+        ([segment("image", IMAGE), segment("text", "what?")], ["text"], {"max_tokens": 6}),
     ):
         req = make_request(model("bagel"), inputs, want, options)
         h = c.submit(req).result()
@@ -420,7 +420,14 @@ def test_bagel_pd_split_runs_on_cpu_and_matches_the_interpreter() -> None:
 def test_the_default_node_factory_builds_every_node_with_its_declared_ports() -> None:
     c = LocalCluster(ROOT / "generated" / "bagel" / "cpu-3rank")  # impls from NodeSpec.impl
     cfg = c.ranks[1].nodes["LLM_cfg_text"]
-    assert set(cfg.ctx.outputs) == {"new_token", "stop", "velocity", "latents", "time_index"}
+    assert set(cfg.ctx.outputs) == {
+        "new_token",
+        "stop",
+        "context",
+        "velocity",
+        "latents",
+        "time_index",
+    }
     req = make_request(model("bagel"), [segment("text", "a red cube")], ["image"])
     h = c.submit(req, "request-0").result()
     assert h.ok, h.error
