@@ -1,6 +1,8 @@
-"""No-op nodes for the runtime benchmarks (`benchmarks/runtime_hops.py`)."""
+"""No-op nodes for the runtime benchmarks (`benchmarks/runtime_hops.py`, `hot_path.py`)."""
 
 from __future__ import annotations
+
+import torch
 
 from wgc_runtime.contract.node import Node
 
@@ -10,3 +12,22 @@ class Noop(Node):
 
     def forward(self, batch):
         return [{"x": w.inputs["x"]} for w in batch]
+
+
+class CountingLM(Node):
+    """A kv-cache LM with no compute: the prefill's token is the prompt's length, each decode
+    step the previous token + 1, and `stop` after option ``eos_after`` decode steps."""
+
+    def forward_one(self, inputs, ctx):
+        if "text_inputs" in inputs:
+            return {"new_token": torch.tensor([inputs["text_inputs"].numel()])}
+        n = ctx.state["n"] = ctx.state.get("n", 0) + 1
+        token = inputs["token"] + 1
+        return {"new_token": token, "stop": torch.tensor(n >= int(ctx.options["eos_after"]))}
+
+
+class Vocoder(Node):
+    """One window of tokens -> 4 samples (their mean, repeated)."""
+
+    def forward_one(self, inputs, ctx):
+        return {"audio": inputs["window"].float().mean().repeat(4)}
