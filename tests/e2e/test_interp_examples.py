@@ -1,4 +1,5 @@
-"""Every example family end to end on the reference interpreter with its toy nodes: the expected
+"""Every example family end to end on the reference interpreter with its nodes (toys; the real
+tiny architectures for Orpheus and Qwen3-Omni): the expected
 structure of the outputs (which flows and walks emit, how many chunks, tokens and images, their
 shapes), determinism across runs, and how requests fail."""
 
@@ -119,72 +120,82 @@ def test_qwen3_omni_text_and_audio_three_flows_side_by_side():
         "qwen3_omni",
         inputs,
         ["text", "audio"],
-        {"eos_after": 30},
+        {"max_tokens": 6, "max_frames": 30},
         nodes={"Code2Wav": code2wav, "Talker": talker},
     )
     assert out.ok, out.error
-    # thinker: 30 decode passes emit the prefill token and 29 new ones. Thinker items: 2
-    # prefills + 30 decode passes = 32 full chunks; the Talker takes 2 prefill + 1 last-prefill
-    # + 29 real decode chunks, then the empty final chunk and one `after_done` chunk, stopping on
-    # that 2nd empty chunk: 1 + 31 = 32 codec frames, which make two Code2Wav chunks (25 new
-    # frames, then the padded residual [0, 32), the final one).
-    assert shapes(out) == {
-        ("thinker", "thinker_decode", "text", (1,)): 30,
-        ("code2wav", "code2wav_chunk", "audio", (400,)): 2,
-    }
+    # text: one emit per token the Thinker chose (the reply's, then 5 decode steps'), each its
+    # bytes; audio: the Talker speaks 30 frames (its cap), which make two Code2Wav chunks (25
+    # new frames, then the padded residual [0, 30), the final one): 1920 samples a frame,
+    # less 555 per chunk (the decoder's trim), the second chunk only its 5 new frames
+    texts = [e for e in out.emitted if e.modality == "text"]
+    assert len(texts) == 6 and all(e.value.dtype == torch.uint8 for e in texts)
+    audio = Counter(tuple(e.value.shape) for e in out.emitted if e.modality == "audio")
+    assert audio == {(25 * 1920 - 555,): 1, (30 * 1920 - 555 - 25 * 1920,): 1}
     infos = [c["codes"] for c in code2wav.chunks[: len(code2wav.chunks) // 2]]  # first run
     assert [(i.index, i.start, i.items, i.valid, i.size, i.final) for i in infos] == [
         (0, 0, 25, 25, 50, False),
-        (1, 0, 32, 32, 50, True),
+        (1, 0, 30, 30, 50, True),
     ]
+    # Thinker passes: 2 segments + the reply + 5 decode passes (its 6th token is never read
+    # back); the Talker takes them (3 prefills, the last prefill, 4 decode steps), then the
+    # empty final chunk and `after_done` chunks until its 30th frame: 1 + 29 decode steps + the
+    # step that stops
     thinker_chunks = [c["thinker_states"] for c in talker.chunks[: len(talker.chunks) // 2]]
-    assert len(thinker_chunks) == 2 + 1 + 31
-    assert [c.final for c in thinker_chunks].count(True) == 1
-    assert not any(c.final or c.empty for c in thinker_chunks[:32])  # full chunks, at once
-    final = thinker_chunks[32]
-    assert final.final and final.valid == 0 and final.size == 8 and not final.after_done
-    assert all(c.after_done and c.valid == 0 for c in thinker_chunks[33:])
+    assert len(thinker_chunks) == 3 + 1 + 30
+    assert not any(c.final or c.empty for c in thinker_chunks[:8])  # full chunks, at once
+    final = thinker_chunks[8]
+    assert final.final and final.valid == 0 and final.size == 64 and not final.after_done
+    assert all(c.after_done and c.valid == 0 for c in thinker_chunks[9:])
 
 
 def test_qwen3_omni_text_only_runs_no_talker():
-    out = run("qwen3_omni", [segment("text", "hello")], ["text"], {"eos_after": 5})
+    out = run("qwen3_omni", [segment("text", "hello")], ["text"], {"max_tokens": 5})
     assert out.ok, out.error
-    assert shapes(out) == {("thinker", "thinker_decode", "text", (1,)): 5}
+    assert {(e.flow, e.walk, e.modality) for e in out.emitted} == {("text", "detokenize", "text")}
+    assert len(out.emitted) == 5
 
 
-def test_qwen3_omni_image_input():
+def test_qwen3_omni_refuses_image_input():
     video = torch.zeros(2, 8, 8, 3, dtype=torch.uint8)
     out = run("qwen3_omni", [segment("video", video), segment("text", "what?")], ["text", "audio"])
-    assert out.ok, out.error
-    assert Counter(e.modality for e in out.emitted) == {"text": 4, "audio": 1}
+    assert out.error is not None and out.error.kind == "fail"
+    assert "takes text and audio inputs (no vision encoder)" in out.error.message
 
 
 # ---------------------------------------------------------------------------------- Orpheus
 @pytest.mark.parametrize(
-    ("eos_after", "windows"),
+    ("max_tokens", "windows"),
     [
-        (34, 2),  # 35 tokens: windows [0,28), [7,35); nothing left over
-        (40, 2),  # 41 tokens: the residual [14,41) is dropped
-        (48, 4),  # 49 tokens: 4 windows
-        (5, 0),  # 6 tokens: no full window; the empty final chunk runs nothing
+        (35, 2),  # 35 tokens: windows [0,28), [7,35); nothing left over
+        (41, 2),  # 41 tokens: the residual [14,41) is dropped
+        (49, 4),  # 49 tokens: 4 windows
+        (5, 0),  # 5 tokens: no full window; the empty final chunk runs nothing
     ],
 )
-def test_orpheus_tts_sliding_windows(eos_after, windows):
+def test_orpheus_tts_sliding_windows(max_tokens, windows):
     m = model("orpheus")
     snac = Recorder(load_nodes(m, {"snac_decoder"})["snac_decoder"])
     out = run(
         "orpheus",
         [segment("text", "hello")],
         ["audio"],
-        {"eos_after": eos_after},
+        {"max_tokens": max_tokens},
         nodes={"snac_decoder": snac},
     )
     assert out.ok, out.error
-    assert shapes(out) == ({("codec", "snac_chunk", "audio", (64,)): windows} if windows else {})
+    # each window: the 2048 samples (one SNAC frame at 24 kHz) of its second frame
+    assert shapes(out) == ({("codec", "snac_chunk", "audio", (2048,)): windows} if windows else {})
     infos = [c["window"] for c in snac.chunks[: len(snac.chunks) // 2]]  # first of the two runs
     assert [(i.start, i.items) for i in infos] == [(7 * j, 28) for j in range(windows)]
     # full windows are never final; the final chunk (under `drop`, always empty) runs nothing
     assert not any(i.final for i in infos)
+
+
+def test_orpheus_takes_one_text_prompt():
+    out = run("orpheus", [segment("text", "a"), segment("text", "b")], ["audio"])
+    assert out.error is not None and out.error.kind == "fail"
+    assert out.error.message == "Orpheus takes one text prompt"
 
 
 # ---------------------------------------------------------------------------------- V-JEPA 2-AC

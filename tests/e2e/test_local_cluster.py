@@ -111,18 +111,30 @@ SCENARIOS = {
         "text_audio": (
             [segment("text", "hello"), segment("audio", torch.linspace(-1, 1, 1600))],
             ["text", "audio"],
-            {"eos_after": 30},
+            {"max_tokens": 6, "max_frames": 30},
         ),
-        "text_only": ([segment("text", "hello")], ["text"], {"eos_after": 5}),
-        "video": (
+        "text_only": ([segment("text", "hello")], ["text"], {"max_tokens": 5}),
+        "sampled": (
+            [segment("text", "say it")],
+            ["text", "audio"],
+            {"temperature": 0.9, "talker_temperature": 0.9, "max_tokens": 4, "max_frames": 26},
+        ),
+        "rejects_video": (
             [segment("video", torch.zeros(2, 8, 8, 3, dtype=torch.uint8)), segment("text", "?")],
             ["text", "audio"],
             {},
         ),
     },
     "orpheus": {
-        f"eos_{e}": ([segment("text", "hello")], ["audio"], {"eos_after": e})
-        for e in (34, 40, 48, 5)
+        **{
+            f"tokens_{n}": ([segment("text", "hello")], ["audio"], {"max_tokens": n})
+            for n in (35, 41, 49, 5)
+        },
+        "sampled": (
+            [segment("text", "hi there")],
+            ["audio"],
+            {"temperature": 0.7, "top_p": 0.9, "voice": "mia", "max_tokens": 42},
+        ),
     },
     "vjepa2_ac": {
         "single": _vjepa(),
@@ -344,7 +356,9 @@ def test_output_type_mismatch_fails_the_request_clearly() -> None:
 def test_cancel_mid_loop_releases_state_everywhere() -> None:
     c = cluster("qwen3_omni", "cpu-3rank")
     m = model("qwen3_omni")
-    req = make_request(m, [segment("text", "long")], ["text", "audio"], {"eos_after": 1000})
+    req = make_request(
+        m, [segment("text", "long")], ["text", "audio"], {"max_tokens": 900, "max_frames": 900}
+    )
     h = c.submit(req, "long")
     while len(h.outputs) < 5:
         assert c.step()
@@ -383,17 +397,20 @@ def test_a_stuck_request_ends_with_a_deadlock_error_not_a_hang() -> None:
 def test_pd_split_moves_the_llm_state_before_decode_starts() -> None:
     c = cluster("orpheus", "cpu-3rank")  # prefill on rank 0, decode on rank 1
     c.log = []
-    req = make_request(model("orpheus"), [segment("text", "hello")], ["audio"], {"eos_after": 34})
+    req = make_request(model("orpheus"), [segment("text", "hello")], ["audio"], {"max_tokens": 35})
     h = c.submit(req, "request-0").result()
     assert h.ok, h.error
     kinds = [(to, type(m).__name__) for to, m in c.log]
     exports = [m for to, m in c.log if isinstance(m, M.ExportState)]
     assert [(m.node, m.from_ranks, m.to_ranks) for m in exports] == [("LLM", (0,), (1,))]
     parts = [(to, m) for to, m in c.log if isinstance(m, M.StatePart)]
-    # the LLM's KV pages move (its prefill's keys and values, one part per label)
-    assert {to for to, _ in parts} == {1} and {m.key for _, m in parts} == {"kv:main"}
-    (kv,) = [m.data for _, m in parts]
-    assert kv.shape[:3] == (1, 2, len("hello"))  # [layers, K/V, tokens, kv_heads, head_dim]
+    # the LLM's KV pages move (its prefill's keys and values, one part per label), and its
+    # request state: the tokens so far (its repetition penalty's) and the audio position
+    assert {to for to, _ in parts} == {1}
+    assert {m.key for _, m in parts} == {"kv:main", "tensor:history", "int:spoken"}
+    (kv,) = [m.data for _, m in parts if m.key == "kv:main"]
+    # [layers, K/V, tokens, kv_heads, head_dim]: the prompt's, `tara: hello` in its specials
+    assert kv.shape == (2, 2, 10, 2, 16)
     imported = kinds.index((M.CONDUCTOR, "StateImported"))
     decode = next(
         i for i, (to, m) in enumerate(c.log) if isinstance(m, M.StartWalk) and m.walk == "decode"
@@ -475,7 +492,7 @@ def test_a_node_can_move_state_it_keeps_itself() -> None:
         return w
 
     c = cluster("orpheus", "cpu-3rank", wrap=wrap)
-    req = make_request(model("orpheus"), [segment("text", "hi")], ["audio"], {"eos_after": 20})
+    req = make_request(model("orpheus"), [segment("text", "hi")], ["audio"], {"max_tokens": 20})
     h = c.submit(req, "request-0").result()
     assert h.ok, h.error
     assert [m for w in seen for m in w.moves] == [("export", "request-0"), ("import", "request-0")]
