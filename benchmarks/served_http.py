@@ -286,9 +286,9 @@ def main() -> None:
             f"{r['zmq_latency_ms_p90']:.1f}); HTTP overhead {r['http_overhead_ms']:.1f} ms"
         )
         print(
-            f"  {args.requests} at concurrency {args.concurrency}: HTTP {r['http_rps_median']:.0f}"
-            f" req/s (best {r['http_rps_best']:.0f}), Client {r['zmq_rps_median']:.0f} req/s "
-            f"(best {r['zmq_rps_best']:.0f}); HTTP/Client {r['rps_http_over_zmq']:.2f}"
+            f"  {args.requests} at concurrency {args.concurrency}: HTTP {r['http_rps_median']:.1f}"
+            f" req/s (best {r['http_rps_best']:.1f}), Client {r['zmq_rps_median']:.1f} req/s "
+            f"(best {r['zmq_rps_best']:.1f}); HTTP/Client {r['rps_http_over_zmq']:.2f}"
         )
         if "speech_first_byte_ms_median" in r:
             print(

@@ -10,6 +10,7 @@ import base64
 import http.client
 import json
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,7 @@ pytestmark = pytest.mark.skipif(not Path("/dev/shm").is_dir(), reason="needs POS
 
 HELLO = {"inputs": [{"modality": "text", "data": "hello"}], "want": ["audio"]}
 NATIVE = "/v1/requests"
+JSON = {"content-type": "application/json"}
 
 
 @pytest.fixture(scope="module")
@@ -255,3 +257,58 @@ def test_a_body_that_is_not_a_json_object_is_400(orpheus, raw, message) -> None:
     assert status == 400
     assert reply["error"]["param"] == "body" and reply["error"]["code"] == "invalid"
     assert reply["error"]["problems"][0]["message"].startswith(message), reply
+
+
+def test_speech_that_fails_mid_stream_breaks_the_transfer(orpheus) -> None:
+    """Past its deadline after the first audio went out, the speech's connection drops before
+    the chunked body's end: the client sees a broken transfer, not a short WAV."""
+
+    def speech(deadline: float | None) -> tuple[float, float, bytes, bool]:
+        conn = http.client.HTTPConnection(*orpheus.host_port, timeout=60)
+        body = {"model": "orpheus", "input": "hello there, a longer sentence", "deadline": deadline}
+        t0 = time.monotonic()
+        try:
+            conn.request("POST", "/v1/audio/speech", json.dumps(body), JSON)
+            resp = conn.getresponse()
+            assert resp.status == 200
+            head = resp.read(46)  # the header and the first sample
+            first = time.monotonic() - t0
+            try:
+                rest, whole = resp.read(), True
+            except http.client.IncompleteRead as exc:
+                rest, whole = exc.partial, False
+            return first, time.monotonic() - t0, head + rest, whole
+        finally:
+            conn.close()
+
+    first, total, audio, whole = speech(None)
+    assert whole and len(audio) > 46
+    if total - first < 0.3:
+        pytest.skip(f"the speech takes {total:.2f} s, its first audio {first:.2f} s: too quick")
+    _, _, cut, whole = speech(first + (total - first) / 2)
+    assert not whole and 46 <= len(cut) < len(audio)
+
+
+def test_a_failure_after_the_first_audio_is_never_a_short_wav() -> None:
+    """The speech body itself: the header, the audio so far, then `StreamBroken` (which makes
+    the server drop the connection) instead of a clean end."""
+    import asyncio
+
+    import torch
+
+    from wgc_runtime.contract import messages as m
+    from wgc_runtime.host.server.calls import HttpError
+    from wgc_runtime.host.server.openai_media import StreamBroken, _audio
+
+    async def events():
+        yield m.Output("r", "speech", "decode", "audio", "audio", (), torch.zeros(8))
+        raise HttpError(504, "the request's deadline (1 s) passed", code="timeout")
+
+    async def body() -> list[bytes]:
+        out = []
+        with pytest.raises(StreamBroken, match="deadline"):
+            async for chunk in _audio(events(), 24_000, True):
+                out.append(chunk)
+        return out
+
+    assert [len(c) for c in asyncio.run(body())] == [44, 16]

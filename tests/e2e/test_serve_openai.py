@@ -153,3 +153,24 @@ def test_chat_with_audio_out(omni) -> None:
 
 def test_models_lists_the_served_model(omni) -> None:
     assert [m.id for m in client(omni.url).models.list()] == ["qwen3_omni"]
+
+
+def test_what_the_openai_routes_cannot_take_is_a_400_never_silently_changed(bagel) -> None:
+    c = client(bagel.url)
+    png = io.BytesIO()
+    Image.new("RGB", (32, 32), (200, 10, 10)).save(png, format="PNG")
+    with pytest.raises(openai.BadRequestError) as info:  # was clamped to 8 images
+        c.images.edit(model="bagel", image=("in.png", png.getvalue()), prompt="blue", n=20)
+    assert "n: `20` images: ask for 1 to 8" in str(info.value)
+    status, reply = bagel.post(
+        "/v1/chat/completions",
+        {"messages": [{"role": "user", "content": [{"type": "text", "text": 5}]}]},
+    )
+    assert status == 400  # was sent as the text "5"
+    assert reply["error"]["param"] == "messages[0].content[0].text"
+    with pytest.raises(openai.BadRequestError) as info:
+        c.chat.completions.create(
+            model="bagel",
+            messages=[{"role": "user", "content": [{"type": "video_url", "video_url": "x"}]}],
+        )
+    assert "unknown content part `video_url`" in str(info.value)

@@ -60,7 +60,10 @@ def _part(part: dict[str, Any], where: str) -> Segment:
     kind = part.get("type")
     try:
         if kind == "text":
-            return Segment("text", str(part.get("text", "")))
+            text = part.get("text")
+            if not isinstance(text, str):
+                raise _bad(f"{where}.text", f"a text part's `text` is a string, got `{text!r}`")
+            return Segment("text", text)
         if kind == "image_url":
             url = part.get("image_url") or {}
             url = url.get("url", "") if isinstance(url, dict) else str(url)

@@ -3,7 +3,10 @@ OpenAI clients call them.
 
 Speech: ``input`` is one ``text`` segment, the model's ``audio`` outputs are the answer,
 streamed as the vocoder produces them: ``response_format`` ``wav`` (the default; a streamed WAV,
-its sizes unknown in the header) or ``pcm`` (raw 16-bit mono at the model's sample rate).
+its sizes unknown in the header) or ``pcm`` (raw 16-bit mono at the model's sample rate). A
+request that fails before its first audio answers with its status (400, 504 ...); one that fails
+after it (its deadline passes mid-stream) drops the connection before the body's end
+(`StreamBroken`), so no client takes the audio so far for the whole.
 Images: ``prompt`` is one ``text`` segment (after the uploaded ``image`` for an edit, shaped for
 the walk input it feeds), the model's ``image`` output is the answer, as base64 PNG
 (``b64_json``; ``url`` is refused: nothing is stored). ``n`` images are ``n`` requests run side by
@@ -32,6 +35,7 @@ from wgc_runtime.host.server.model import EDITS, IMAGES, SPEECH
 from wgc_runtime.host.server.schemas import ImageRequest, SpeechRequest
 
 SPEECH_FORMATS = {"wav": "audio/wav", "pcm": "audio/pcm"}
+MAX_IMAGES = 8  # `n` at most (as `schemas.ImageRequest`)
 
 
 def _bad(field: str, why: str) -> HttpError:
@@ -55,6 +59,12 @@ def speech_router(server: Server) -> APIRouter:
     return api
 
 
+class StreamBroken(Exception):
+    """A streamed answer failed after its status was sent: the connection is dropped without
+    the body's last chunk, so the client sees a broken transfer, never a short WAV that looks
+    whole."""
+
+
 async def _audio(events: AsyncIterator[Any], rate: int, wav: bool) -> AsyncIterator[bytes]:
     if wav:
         yield wav_header(rate)
@@ -62,8 +72,8 @@ async def _audio(events: AsyncIterator[Any], rate: int, wav: bool) -> AsyncItera
         async for msg in events:
             if isinstance(msg, m.Output) and msg.modality == "audio" and msg.data is not None:
                 yield pcm16(msg.data)
-    except HttpError:
-        return  # the status is sent; the audio ends where the request failed (see /metrics)
+    except HttpError as exc:  # counted in /metrics by its outcome; the client must know too
+        raise StreamBroken(f"the speech failed after it started: {exc.message}") from None
 
 
 def images_router(server: Server, edits: bool) -> APIRouter:
@@ -97,6 +107,8 @@ def images_router(server: Server, edits: bool) -> APIRouter:
                 raise _bad(f"image[{i}]", str(exc).partition(": ")[2]) from None
         segments.append(Segment("text", prompt))
         n = _int(form.get("n"), "n", 1)
+        if n is None or not 1 <= n <= MAX_IMAGES:
+            raise _bad("n", f"`{n}` images: ask for 1 to {MAX_IMAGES}")
         seed = _int(form.get("seed"), "seed", None)
         segments = conform(server.spec, segments, ["image"])
         return await _images(server, EDITS, segments, n, {}, seed, http)
@@ -127,7 +139,7 @@ async def _images(
     seed: int | None,
     http: Request,
 ) -> Response:
-    count = max(1, min(8, n or 1))
+    count = n or 1  # validated: 1 .. MAX_IMAGES
     calls = [
         Call(server, route, segments, ["image"], options, None if seed is None else seed + i)
         for i in range(count)
