@@ -16,12 +16,12 @@ from wgc.diagnostics.diagnostic import Label
 from wgc.placement.yamlnodes import span
 
 if TYPE_CHECKING:
-    from wgc.placement.load import _Loader
+    from wgc.placement.yaml_reader import YamlReader
 
 RESIDENCY = ("resident", "on_demand", "reload")
 
 
-def sp_size(r: _Loader, entry, key: str, default: int) -> int:
+def sp_size(r: YamlReader, entry, key: str, default: int) -> int:
     if entry is None:
         return default
     node = entry[1]
@@ -40,7 +40,7 @@ def sp_size(r: _Loader, entry, key: str, default: int) -> int:
     return sp
 
 
-def fits(r: _Loader, sp: int, tp: int, ranks: tuple[int, ...], sp_entry, ranks_entry) -> int:
+def fits(r: YamlReader, sp: int, tp: int, ranks: tuple[int, ...], sp_entry, ranks_entry) -> int:
     """``sp``, checked against the group: `tp` × `sp` divides its size (else 1, reported)."""
     if sp == 1 or not ranks:
         return sp
@@ -60,7 +60,7 @@ def fits(r: _Loader, sp: int, tp: int, ranks: tuple[int, ...], sp_entry, ranks_e
     return 1
 
 
-def residency(r: _Loader, entry, group_span) -> str:
+def residency(r: YamlReader, entry, group_span) -> str:
     got = r.choice(entry, "a residency", RESIDENCY)
     if got != "resident" and entry is not None:
         r.error(
