@@ -213,7 +213,11 @@ def main() -> None:
     p.add_argument("--kv-heads", type=int, default=4)
     p.add_argument("--head-dim", type=int, default=128)
     p.add_argument("--query-tokens", type=int, default=1, help="tokens per branch per step")
+    p.add_argument(
+        "--markdown", type=Path, help="write this run's tables there (benchmarks/all.py)"
+    )
     a = p.parse_args()
+    load_before = os.getloadavg()[0]
 
     print(
         f"machine: {platform.machine()}, {os.cpu_count()} cpus, torch {torch.__version__}, "
@@ -252,6 +256,50 @@ def main() -> None:
         f"{m['cfg_dense'] / m['cfg_paged']:.2f}× paged"
     )
     print(f"\nafter: {uptime()}")
+    if a.markdown:
+        a.markdown.write_text(markdown(a, res, m, (load_before, os.getloadavg()[0])))
+
+
+def markdown(a, res: dict, m: dict, loads: tuple[float, float]) -> str:
+    """This run's step and memory tables, the README's columns."""
+    base, base_min = res["dense (torch.cat per step)"]
+    cells = []
+    order = [
+        "dense (torch.cat per step)",
+        "paged labels (shared prefix)",
+        "paged labels (unshared fork)",
+    ]
+    for name in order:
+        t, t_min = res[name]
+        cell = f"{t * 1e3:.1f} ms ({t_min * 1e3:.1f})"
+        if name != "dense (torch.cat per step)":
+            cell += f": **{base / t:.2f}×** ({base_min / t_min:.2f}× on min)"
+        cells.append(cell)
+    mib = 1 / 2**20
+    lengths = m["lengths"]
+    return "\n".join(
+        [
+            "| run (load before → after) | dense `torch.cat` | paged, shared prefix "
+            "| paged, unshared fork |",
+            "| --- | --- | --- | --- |",
+            f"| 1 ({loads[0]:.2f} → {loads[1]:.2f}) | " + " | ".join(cells) + " |",
+            "",
+            f"Memory (bytes of K/V held, {a.layers} layers, f32):",
+            "",
+            "| case | paged | dense | ratio |",
+            "| --- | --- | --- | --- |",
+            f"| 16 requests, lengths {min(lengths)}..{max(lengths)} (sum {sum(lengths):,}) "
+            f"| {m['paged'] * mib:.1f} MiB (pages in use) "
+            f"| {m['dense_padded'] * mib:.1f} MiB padded to max length "
+            f"({m['dense_exact'] * mib:.1f} MiB unpadded) "
+            f"| {m['dense_padded'] / m['paged']:.2f}× |",
+            f"| CFG: 3 branches over a {a.prefix + 7:,}-token context "
+            f"| {m['cfg_paged'] * mib:.1f} MiB (forked labels) "
+            f"| {m['cfg_dense'] * mib:.1f} MiB (3 dense caches) "
+            f"| {m['cfg_dense'] / m['cfg_paged']:.2f}× |",
+            "",
+        ]
+    )
 
 
 if __name__ == "__main__":

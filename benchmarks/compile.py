@@ -52,14 +52,17 @@ def best_of(repeat: int, fn) -> tuple[float, object]:
     return best, out
 
 
-def bench_examples(repeat: int) -> None:
+def bench_examples(repeat: int) -> list[tuple[str, str, float]]:
     os.chdir(ROOT)
+    rows = []
     for walk, placement in example_pairs():
         t, result = best_of(repeat, lambda w=walk, p=placement: Driver().compile(w, p, {}))
         assert result.ok, (walk, placement, [str(d) for d in result.errors])
         ranks = len(result.plan.ranks)
         name = f"{Path(walk).parent.name}/{Path(placement).stem}"
         print(f"example {name:<32} {ranks} rank(s): {t * 1000:7.1f} ms")
+        rows.append((Path(walk).parent.name, Path(placement).stem, t))
+    return rows
 
 
 def synth_files(tmp: Path, n: int, ranks: int) -> tuple[str, str]:
@@ -70,7 +73,7 @@ def synth_files(tmp: Path, n: int, ranks: int) -> tuple[str, str]:
     return str(walk), str(placement)
 
 
-def bench_synth(sizes: list[int], ranks: int, repeat: int) -> None:
+def bench_synth(sizes: list[int], ranks: int, repeat: int) -> list[tuple[int, float, int, int]]:
     rows = []
     with tempfile.TemporaryDirectory() as d:
         for n in sizes:
@@ -79,16 +82,41 @@ def bench_synth(sizes: list[int], ranks: int, repeat: int) -> None:
             assert result.ok, [str(x) for x in result.errors][:5]
             hops = len(result.plan.transfers)
             size = sum(len(text) for text in result.files.values())
-            rows.append((n, t))
+            rows.append((n, t, hops, size))
             print(
                 f"synthetic N={n:>6} over {ranks} ranks: {t * 1000:9.1f} ms "
                 f"({hops} cross-rank hops, {size / 1e6:.1f} MB generated)"
             )
-    (n0, t0), (n1, t1) = rows[0], rows[-1]
+    (n0, t0, *_), (n1, t1, *_) = rows[0], rows[-1]
     size = n1 / n0
     print(
         f"time ratio N={n1}/N={n0}: {t1 / t0:.2f} (size ratio {size:.0f}; goal <= {1.2 * size:.0f})"
     )
+    return rows
+
+
+def markdown(examples: list, synth: list, ranks: int, loads: tuple[float, float]) -> str:
+    """This run's two tables, the README's columns."""
+    lines = [f"Every example × placement (load {loads[0]:.2f} → {loads[1]:.2f}):", ""]
+    if examples:
+        lines += ["| example | placements (ms) |", "| --- | --- |"]
+        by_example: dict[str, list[str]] = {}
+        for example, placement, t in examples:
+            by_example.setdefault(example, []).append(f"{placement} {t * 1000:.0f}")
+        lines += [f"| {e} | {', '.join(ps)} |" for e, ps in sorted(by_example.items())]
+    else:
+        lines.append("(left out: `--no-examples`)")
+    (n0, t0, *_), (n1, t1, *_) = synth[0], synth[-1]
+    lines += [
+        "",
+        f"Synthetic model over {ranks} ranks; ratio {n1:,} / {n0:,} = **{t1 / t0:.2f}** for a "
+        f"{n1 / n0:.0f}× model (goal ≤ {1.2 * n1 / n0:.0f}):",
+        "",
+        "| nodes | compile | cross-rank hops | generated |",
+        "| --- | --- | --- | --- |",
+    ]
+    lines += [f"| {n:,} | {t:.2f} s | {h:,} | {b / 1e6:.1f} MB |" for n, t, h, b in synth]
+    return "\n".join(lines) + "\n"
 
 
 def profile(n: int, ranks: int) -> None:
@@ -108,6 +136,9 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--profile", type=int, metavar="N")
     ap.add_argument("--no-examples", action="store_true")
+    ap.add_argument(
+        "--markdown", type=Path, help="write this run's tables there (benchmarks/all.py)"
+    )
     args = ap.parse_args()
     Driver().front_end("warmup.walk", synth_model(20))  # compile the grammar outside the timing
     if args.profile:
@@ -115,9 +146,10 @@ def main() -> None:
         return
     one, five, _ = os.getloadavg()
     print(f"load: {one:.2f} {five:.2f} (1, 5 min), {os.cpu_count()} cores")
-    if not args.no_examples:
-        bench_examples(args.repeat)
-    bench_synth(args.sizes, args.ranks, args.repeat)
+    examples = [] if args.no_examples else bench_examples(args.repeat)
+    synth = bench_synth(args.sizes, args.ranks, args.repeat)
+    if args.markdown:
+        args.markdown.write_text(markdown(examples, synth, args.ranks, (one, os.getloadavg()[0])))
 
 
 if __name__ == "__main__":

@@ -51,6 +51,7 @@ import statistics
 import subprocess
 import tempfile
 import time
+from pathlib import Path
 
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
@@ -247,7 +248,10 @@ def _backends(args) -> list[str]:
     return ["eager", "inductor"] if args.compiled else ["eager"]
 
 
-def same_length(hf, ours, cfg: dict, args) -> None:
+def same_length(hf, ours, cfg: dict, args) -> list[dict]:
+    """Per batch size: tokens/s (best, median) of `generate()` and of each wgc side, their
+    ratios to it, and the compile time (as printed)."""
+    rows = []
     names = {"eager": "wgc", "inductor": "wgc+compiled"}
     print(
         f"{'batch':>5} {'side':>12} {'tok/s best/med':>17} {'vs hf best/med':>15} "
@@ -271,6 +275,8 @@ def same_length(hf, ours, cfg: dict, args) -> None:
         bh, mh = min(t for t, _, _ in h), statistics.median(t for t, _, _ in h)
         ch = min(c for _, c, _ in h)
         print(f"{batch:>5} {'hf':>12} {n / bh:>8.0f} / {n / mh:<7.0f}")
+        row: dict = {"batch": batch, "hf": (n / bh, n / mh)}
+        rows.append(row)
         for be, w in runs.items():
             bw, mw = min(t for t, _, _ in w), statistics.median(t for t, _, _ in w)
             cw = min(c for _, c, _ in w)
@@ -281,10 +287,18 @@ def same_length(hf, ours, cfg: dict, args) -> None:
                 f"{batch:>5} {names[be]:>12} {n / bw:>8.0f} / {n / mw:<7.0f} "
                 f"{bh / bw:>6.2f}x / {mh / mw:.2f}x {ch / cw:>8.2f}x {agree:>9}/{batch:<5} {comp}"
             )
+            row[be] = {
+                "tok_s": (n / bw, n / mw),
+                "ratio": (bh / bw, mh / mw),
+                "cpu_ratio": ch / cw,
+                "agree": f"{agree}/{batch}",
+                "compile_s": built,
+            }
             batcher.close()
+    return rows
 
 
-def mixed(hf, ours, cfg: dict, args) -> None:
+def mixed(hf, ours, cfg: dict, args) -> dict:
     work = mixed_workload(args.mixed, vocab=cfg["vocab_size"])
     useful = sum(n for _, n in work)
     longest = max(p.numel() + n for p, n in work)
@@ -303,6 +317,7 @@ def mixed(hf, ours, cfg: dict, args) -> None:
         f"mixed: {len(work)} requests (prompt 8-64, new 16-128), {args.slots} slots; "
         f"hf {useful / th:.0f} tok/s (static batches)"
     )
+    result: dict = {"requests": len(work), "slots": args.slots, "hf": useful / th}
     for be, w in runs.items():
         tw = min(t for t, _ in w)
         agree = min(sum(a == b for a, b in zip(r[1], h[0][1], strict=True)) for r in w)
@@ -313,7 +328,63 @@ def mixed(hf, ours, cfg: dict, args) -> None:
             f"(continuous batching), {th / tw:.2f}x; tokens agree {agree}/{len(work)}"
             f"{comp if be == 'inductor' else ''}"
         )
+        result[be] = {"tok_s": useful / tw, "ratio": th / tw, "agree": f"{agree}/{len(work)}"}
         batcher.close()
+    return result
+
+
+def markdown(results: list[dict]) -> str:
+    """This run's tables, the README's columns: eager wgc vs `generate()`, then (where it ran)
+    the compiled step, then the mixed traffic."""
+    out = [
+        "| config | batch | wgc tok/s (best / median) | hf tok/s | ratio best / median "
+        "| CPU-time ratio | tokens agree |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for res in results:
+        for row in res["rows"]:
+            w = row["eager"]
+            out.append(
+                f"| {res['config']} | {row['batch']} | {w['tok_s'][0]:.0f} / {w['tok_s'][1]:.0f} "
+                f"| {row['hf'][0]:.0f} / {row['hf'][1]:.0f} "
+                f"| **{w['ratio'][0]:.2f}× / {w['ratio'][1]:.2f}×** | {w['cpu_ratio']:.2f}× "
+                f"| {w['agree']} |"
+            )
+    compiled = [(res, row) for res in results for row in res["rows"] if "inductor" in row]
+    if compiled:
+        out += [
+            "",
+            "| config | batch | wgc (eager) best / median, CPU | wgc+compiled best / median, CPU "
+            "| compile s |",
+            "| --- | --- | --- | --- | --- |",
+        ]
+        for res, row in compiled:
+            e, c = row["eager"], row["inductor"]
+            out.append(
+                f"| {res['config']} | {row['batch']} "
+                f"| {e['ratio'][0]:.2f}× / {e['ratio'][1]:.2f}×, {e['cpu_ratio']:.2f}× "
+                f"| **{c['ratio'][0]:.2f}× / {c['ratio'][1]:.2f}×, {c['cpu_ratio']:.2f}×** "
+                f"| {c['compile_s']:.1f} |"
+            )
+    mixed_rows = [res for res in results if res.get("mixed")]
+    if mixed_rows:
+        out += [
+            "",
+            "| config | mixed traffic | hf tok/s (static batches) | wgc tok/s "
+            "| wgc+compiled tok/s |",
+            "| --- | --- | --- | --- | --- |",
+        ]
+        for res in mixed_rows:
+            m = res["mixed"]
+            side = {
+                be: f"{m[be]['tok_s']:.0f} ({m[be]['ratio']:.2f}×)" if be in m else "—"
+                for be in ("eager", "inductor")
+            }
+            out.append(
+                f"| {res['config']} | {m['requests']} requests, {m['slots']} slots "
+                f"| {m['hf']:.0f} | {side['eager']} | {side['inductor']} |"
+            )
+    return "\n".join(out) + "\n"
 
 
 def main() -> None:
@@ -335,6 +406,9 @@ def main() -> None:
         action="store_false",
         help="leave out the wgc+compiled side (torch.compile of the decode step)",
     )
+    ap.add_argument(
+        "--markdown", type=Path, help="write this run's tables there (benchmarks/all.py)"
+    )
     args = ap.parse_args()
     if args.compiled and (why := inductor_available()) is not None:
         print(f"wgc+compiled left out: {why}")
@@ -349,6 +423,7 @@ def main() -> None:
         graph_vs_eager(ours, args.batches)
         return
     print(f"torch {torch.__version__}, cpus {os.cpu_count()}")
+    results = []
     for name in args.configs:
         cfg = CONFIGS[name]
         hf, ours = build(cfg)
@@ -357,10 +432,14 @@ def main() -> None:
             # both sides use the same intra-op threads
             torch.set_num_threads(threads)
             print(f"-- threads {torch.get_num_threads()}; load before: {load()}")
-            same_length(hf, ours, cfg, args)
+            label = name if len(args.threads) == 1 else f"{name}, {threads} thread(s)"
+            res: dict = {"config": label, "rows": same_length(hf, ours, cfg, args)}
             if args.mixed and threads == args.threads[0]:
-                mixed(hf, ours, cfg, args)
+                res["mixed"] = mixed(hf, ours, cfg, args)
+            results.append(res)
             print(f"   load after: {load()}")
+    if args.markdown:
+        args.markdown.write_text(markdown(results))
 
 
 if __name__ == "__main__":

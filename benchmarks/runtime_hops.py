@@ -1,6 +1,6 @@
 """Runtime latency benchmarks: cross-rank hops, same-rank dispatch, 16 MiB hand-over (and Ray).
 
-    .venv/bin/python benchmarks/runtime_hops.py [--requests N] [--markdown]
+    .venv/bin/python benchmarks/runtime_hops.py [--requests N] [--markdown PATH]
 
 Every number is measured in the same run as its baseline, on this machine:
 
@@ -292,7 +292,7 @@ def _receiver(boot: dict, mode: str, n: int) -> None:
             assert value.numel() * value.element_size() == 16 << 20
             del value  # the last view: its arena block is released (as a worker does)
             mesh.flush_releases()
-            mesh.send(0, [m.StreamAck("bench", "h", got)])
+            mesh.send(0, [m.StreamAck("bench", "h", got, 1)])
             got += 1
     time.sleep(0.2)
     mesh.close()
@@ -439,6 +439,9 @@ def main() -> None:
     ap.add_argument(
         "--busy", type=float, nargs="*", default=[0.0], help="busy-poll windows (us) to compare"
     )
+    ap.add_argument(
+        "--markdown", type=Path, help="write the full run's table there (benchmarks/all.py)"
+    )
     args = ap.parse_args()
     n = args.requests
     if args.ray_only:
@@ -474,8 +477,10 @@ def main() -> None:
     print(f"dispatch100 in-process, per node:      {local100 / 100 - direct:8.2f} us overhead")
     print(f"dispatch100 worker process, per node:  {proc100 / 100 - direct:8.2f} us overhead")
 
+    handed = []
     for mode in ("arena", "zmq-frames", "zmq-copy"):
         t = hand_over(mode, 30)
+        handed.append((mode, t))
         print(f"16 MiB hand-over, {mode:10s}:          {t:8.1f} us round trip")
 
     chain3, _ = request_latency(plans["chain3-3rank"], n)
@@ -485,6 +490,39 @@ def main() -> None:
         print("ray: not installed in this Python (see benchmarks/README.md)")
     else:
         print(f"ray compiled graph, chain3:            {r:8.1f} us  (wgc {r / chain3:.2f}x faster)")
+    if not args.markdown:
+        return
+    ray = f"{r:.0f} µs (wgc {r / chain3:.2f}× faster)" if r else "ray not installed here"
+    rows = [
+        ("raw pyzmq one-way hop, tcp / ipc (baselines)", f"{raw:.1f} / {raw_ipc:.1f} µs", ""),
+        ("raw pyzmq, hop10-2rank route, per hop (baseline)", f"{raw_topo:.1f} µs", ""),
+        ("hop10, 2 ranks, request latency", f"{lat2:.0f} µs ({cpu2:.0f} µs CPU)", ""),
+        ("hop10, 1 rank, request latency", f"{lat1:.0f} µs ({cpu1:.0f} µs CPU)", ""),
+        (
+            "marginal cross-rank hop ((2 ranks − 1 rank) / 9)",
+            f"{marginal:.0f} µs ({marginal / raw:.2f}× tcp, {marginal / raw_ipc:.2f}× ipc)",
+            "≤ 1.5×",
+        ),
+        (
+            "same-rank dispatch per node, executor (`LocalCluster`) − direct call",
+            f"{local100 / 100 - direct:.1f} µs",
+            "≤ 20 µs",
+        ),
+        (
+            "same-rank dispatch per node, worker process − direct call",
+            f"{proc100 / 100 - direct:.1f} µs",
+            "≤ 20 µs",
+        ),
+        *[
+            (f"16 MiB hand-over, {mode}, round trip", f"{t / 1000:.2f} ms", "")
+            for mode, t in handed
+        ],
+        ("chain3 (3 ranks) request latency, wgc", f"{chain3:.0f} µs", ""),
+        ("chain3 as a Ray Compiled Graph", ray, "wgc ≥ 5× faster"),
+    ]
+    lines = ["| measurement | this run | goal |", "|---|---|---|"]
+    lines += [f"| {a} | {b} | {c} |" for a, b, c in rows]
+    args.markdown.write_text("\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":
