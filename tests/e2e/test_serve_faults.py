@@ -270,3 +270,27 @@ def test_wgc_run_refuses_what_the_server_refuses(faults_plan, tmp_path, args, me
     assert "error: the request cannot run:" in r.stderr and message in r.stderr
     assert "ready" not in r.stderr and not out.exists()
     print(f"\nrefused in {time.monotonic() - t0:.1f} s")
+
+
+def test_a_client_that_leaves_a_whole_answer_request_cancels_it(faults) -> None:
+    """Not streamed (the answer comes at the end): a client gone before it is noticed all the
+    same, its request cancelled in the conductor and nothing held."""
+    key = ("wgc_conductor_requests_total", (("outcome", "cancelled"),))
+    before = faults.metrics().get(key, 0)
+    socks = []
+    for _ in range(10):
+        conn = http.client.HTTPConnection(*faults.host_port, timeout=60)
+        payload = json.dumps(body(steps=1000, delay_ms=20))
+        conn.request("POST", NATIVE, payload, {"content-type": "application/json"})
+        socks.append(conn)
+    deadline = time.monotonic() + 10
+    while held(faults)[0] < 10 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert held(faults)[0] == 10
+    for conn in socks:
+        conn.close()
+    deadline = time.monotonic() + 10
+    while held(faults) != (0, 0, 0) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert held(faults) == (0, 0, 0)
+    assert faults.metrics().get(key, 0) - before == 10
