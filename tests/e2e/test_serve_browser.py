@@ -57,12 +57,23 @@ def test_a_request_from_the_playground_plays_back() -> None:
             page = browser.new_page()
             errors: list[str] = []
             page.on("pageerror", lambda e: errors.append(str(e)))
+            sent: list[dict] = []
+            page.on(
+                "request",
+                lambda r: r.url.endswith("/v1/requests") and sent.append(r.post_data_json),
+            )
             page.goto(s.url + "/")
             assert page.title() == "wgc · orpheus"
             assert page.locator("#flow option").all_inner_texts() == ["text → audio"]
+            # every option offered, those with declared values as a choice among them
+            options = s.get_json("/v1/wgc/model")["options"]
+            assert page.locator(".option").count() == len(options)
+            assert page.locator("select.option").count() == sum(bool(o["choices"]) for o in options)
             page.fill("#prompt", prompt)
             page.click("#run")
             page.wait_for_function("window.wgc.done === true", timeout=30_000)
+            # untouched options are not sent: the model's defaults (per mode, too) apply
+            assert [b["options"] for b in sent] == [{}]
             assert page.evaluate("window.wgc.outputs") == outputs
             assert page.evaluate("window.wgc.samples") == samples  # scheduled on Web Audio
             page.wait_for_function(

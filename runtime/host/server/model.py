@@ -66,7 +66,14 @@ class ModelInfo:
             fields={s.modality: s.fields for s in spec.segments},
             emits=spec.emits(),
             options=tuple(
-                {"name": o.name, "type": str(o.type), "default": o.default} for o in spec.options
+                {
+                    "name": o.name,
+                    "type": str(o.type),
+                    "default": o.default,
+                    "choices": list(o.choices),
+                    "default_by": o.default_by,
+                }
+                for o in spec.options
             ),
             sample_rates=sample_rates(ranks),
             max_concurrent=spec.max_concurrent_requests,
