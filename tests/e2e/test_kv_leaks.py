@@ -232,11 +232,13 @@ def test_a_thousand_random_requests_leave_no_kv_page_behind(placement) -> None:
 # ---------------------------------------------------------------------------------- a full pool
 class Hog(Node):
     """Orpheus's LLM; for request `hog`, its first decode call then fills the rank's pool
-    (leaving room in its last page for the few tokens it still decodes)."""
+    (leaving room in its last page for the few tokens it still decodes), past what admission
+    promised it (which the LLM itself would refuse: here it is told not to)."""
 
     def __init__(self, inner: Node):
         super().__init__(inner.ctx)
         self.inner = inner
+        inner.kv_tokens = 1 << 30  # pyright: ignore[reportAttributeAccessIssue]
 
     def forward_one(self, inputs, ctx):
         out = self.inner.forward_one(inputs, ctx)
@@ -255,19 +257,19 @@ def test_a_pool_full_at_a_handoff_fails_the_moving_request_not_the_rank(tmp_path
         folder,
         nodes_factory=lambda r: {k: Hog(n) if k == "LLM" else n for k, n in load_nodes(r).items()},
     )
-    hog = c.submit(c.request([Segment("text", "hello")], ["audio"], {"eos_after": 3}), "hog")
+    hog = c.submit(c.request([Segment("text", "hello")], ["audio"], {"max_tokens": 4}), "hog")
     pool = c.ranks[1].kv.pool("LLM")  # decode's rank
     while pool.free_pages:
         assert c.step(), "the hog never filled the pool"
-    moved = c.submit(c.request([Segment("text", "hi")], ["audio"], {"eos_after": 3}), "moved")
+    moved = c.submit(c.request([Segment("text", "hi")], ["audio"], {"max_tokens": 3}), "moved")
     c.run()
     assert hog.ok, hog.error
     f = moved.finished
     assert f is not None and not f.ok and f.node == "LLM"
     assert (f.message or "").startswith(
-        "rank 1 cannot take the kv cache of `LLM`: kv pool full: `moved`/`main` (+2 tokens) "
-        "needs 1 page(s) of 16 tokens, 0 of 256 pages are free and unreserved"
+        "rank 1 cannot take the kv cache of `LLM`: kv pool full: `moved`/`main` (+"
     ), f.message
+    assert "needs 1 page(s) of 16 tokens, 0 of 1088 pages are free and unreserved" in f.message
     for ex in c.ranks.values():
         ex.kv.check()
         assert set(ex.kv.used_pages().values()) <= {0} and not ex.requests

@@ -378,9 +378,11 @@ def test_qwen3_omni_when_and_stream_flows() -> None:
     req = spec.request([S.Segment("text"), S.Segment("image")], ["audio"])
     assert talker.when(req) and not talker.when(spec.request([S.Segment("text")], ["text"]))
     assert _walks(talker.body(req)) == [
+        "talker_prefill",  # once per segment
         "talker_prefill",
-        "talker_prefill",
+        "talker_prefill",  # the reply's opening
         "talker_last_prefill",
         "talker_decode",
     ]
     assert _walks(code2wav.body(req)) == ["code2wav_chunk"]
+    assert spec.flow("text").kind == "on_stream" and spec.flow("text").stream == "text_tokens"

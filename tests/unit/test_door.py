@@ -51,9 +51,11 @@ def test_unknown_options_and_wants_name_what_is_allowed() -> None:
         got["want"]
         == "`bagel` never emits `imgae` (did you mean `image`?); it emits `text`, `image`"
     )
-    got = problems("orpheus", [Segment("text", "hi")], [], {"eos_after": 3})
-    assert got["options.eos_after"] == "unknown option `eos_after`: `orpheus` declares no options"
-    assert got["want"] == "no output wanted: ask for one of `audio`"
+    got = problems("llama", [Segment("text", "hi")], [], {"eos_after": 3})
+    assert got["options.eos_after"] == "unknown option `eos_after`: `llama` declares no options"
+    assert got["want"] == "no output wanted: ask for one of `text`"
+    got = problems("orpheus", [Segment("text", "hi")], ["audio"], {"voice": "bob"})
+    assert got["options.voice"].startswith("got `'bob'`; option `voice` takes `'tara'`")
 
 
 def test_not_strict_lets_undeclared_options_and_wants_through() -> None:
