@@ -330,7 +330,8 @@ def hand_over(mode: str, n: int) -> float:
             msg = m.Value("bench", 1, "hand-over", 0, "x", Edge.INPUT, data=tensor)
             if mode == "zmq-copy":  # the tensor's bytes copied into the ZeroMQ message
                 frames = Codec().encode([msg])
-                mesh._socket(1).send_multipart([bytes(f) for f in frames], copy=True)
+                copied = [mesh.secret, *(bytes(f) for f in frames)]  # the secret first, as Mesh
+                mesh._socket(1).send_multipart(copied, copy=True)
                 ack = mesh.recv(30)
             else:
                 mesh.send(1, [msg])
