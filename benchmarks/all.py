@@ -85,6 +85,32 @@ def bagel_table(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
+def http_table(results: list[dict]) -> str:
+    """`served_http.py --json`'s results: per model, latency one at a time (median, p90) and
+    throughput (median, best) over HTTP and through the `Client`, and `wgc run` per request."""
+    out = [
+        "| model | HTTP latency | `Client` latency | HTTP overhead | HTTP req/s | `Client` req/s "
+        "| HTTP / `Client` | `wgc run` per request | `/v1/audio/speech` first byte / whole |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in results:
+        cold = "—" if r.get("wgc_run_s_median") is None else f"{r['wgc_run_s_median']:.1f} s"
+        speech = (
+            f"{r['speech_first_byte_ms_median']:.0f} / {r['speech_total_ms_median']:.0f} ms"
+            if "speech_first_byte_ms_median" in r
+            else "—"
+        )
+        out.append(
+            f"| {r['model']} | {r['http_latency_ms_median']:.1f} ms (p90 "
+            f"{r['http_latency_ms_p90']:.1f}) | {r['zmq_latency_ms_median']:.1f} ms (p90 "
+            f"{r['zmq_latency_ms_p90']:.1f}) | {r['http_overhead_ms']:.1f} ms "
+            f"| {r['http_rps_median']:.2f} ({r['http_rps_best']:.2f}) "
+            f"| {r['zmq_rps_median']:.2f} ({r['zmq_rps_best']:.2f}) "
+            f"| **{r['rps_http_over_zmq']:.2f}** | {cold} | {speech} |"
+        )
+    return "\n".join(out)
+
+
 @dataclass(frozen=True)
 class Bench:
     """One benchmark script: its README arguments, its ``--quick`` ones, and how its table
@@ -166,6 +192,13 @@ BENCHES = (
         ("--prompt-bytes", "16", "--repeat", "1"),
         json=True,
         from_json=bagel_table,
+    ),
+    Bench(
+        "served_http",
+        (),
+        ("--model", "faults", "--requests", "20", "--concurrency", "4", "--repeat", "1"),
+        json=True,
+        from_json=http_table,
     ),
     Bench("compare_hops", ("--rounds", "3"), ("--rounds", "1")),
 )
