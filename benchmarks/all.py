@@ -216,7 +216,7 @@ BENCHES = (
         json=True,
         from_json=http_table,
     ),
-    Bench("compare_hops", ("--rounds", "3"), ("--rounds", "1")),
+    Bench("compare_hops", ("--rounds", "3"), ("--rounds", "1", "--requests", "20")),
 )
 
 

@@ -23,10 +23,10 @@ ROOT = Path(__file__).resolve().parents[1]
 LINE = re.compile(r"^(?P<name>[^:]+):\s+(?P<value>[0-9.]+) us")
 
 
-def run(checkout: Path) -> dict[str, float]:
+def run(checkout: Path, extra: list[str]) -> dict[str, float]:
     python = checkout / ".venv" / "bin" / "python"
     out = subprocess.run(
-        [str(python), str(checkout / "benchmarks" / "runtime_hops.py")],
+        [str(python), str(checkout / "benchmarks" / "runtime_hops.py"), *extra],
         capture_output=True,
         text=True,
         cwd=checkout,
@@ -52,12 +52,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--base", type=Path, required=True, help="the other checkout")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--requests", type=int, help="runtime_hops.py --requests (its default if not)")
     args = ap.parse_args()
+    extra = [] if args.requests is None else ["--requests", str(args.requests)]
     print(f"machine: {os.cpu_count()} CPUs, load before {loadavg()}")
     runs: dict[str, list[dict[str, float]]] = {"base": [], "this": []}
     for r in range(args.rounds):
         for side, checkout in (("base", args.base.resolve()), ("this", ROOT)):
-            runs[side].append(run(checkout))
+            runs[side].append(run(checkout, extra))
             print(f"  round {r + 1}: {side} done (load {loadavg()})", file=sys.stderr)
     print(f"load after {loadavg()}; {args.rounds} rounds each, alternating\n")
     names = [n for n in runs["this"][0] if all(n in v for vs in runs.values() for v in vs)]
