@@ -1,11 +1,13 @@
 """Random `.walk` programs for property tests (hypothesis strategies).
 
 * `walk_programs()`: syntactically valid programs that use every construct of the grammar
-  (params, types, options, nodes with every engine, streams with options, walks with calls,
-  `par`, loops, `yield`, `emit`, `persist`, flows with `for`/`match`/`if`/`repeat`/`fail` and
-  every trigger), laid out at random: whitespace (spaces, tabs, newlines, blank lines) between
-  any two tokens, comments at line ends and on their own lines, in any position. The programs
-  need not make sense (names are drawn from small pools), only parse.
+  (params, types, options with values and per-mode defaults, nodes with every engine and
+  `reads`, streams with options, walks with calls, `par`, loops, `yield`, `emit`, `persist`,
+  flows with `for`/`match` (on modalities and options)/`if` (comparisons, counts)/`repeat`/
+  `fail`, `request.first`, every trigger, subflows), laid out at random: whitespace (spaces,
+  tabs, newlines, blank lines) between any two tokens, comments at line ends and on their own
+  lines, in any position. The programs need not make sense (names are drawn from small pools),
+  only parse.
 * `mutated_programs()`: such programs with random edits (tokens deleted, duplicated or swapped,
   random characters inserted), for robustness tests that only ask that nothing crashes.
 
@@ -27,9 +29,11 @@ COMMENT_CHARS = st.text(
     alphabet=st.sampled_from(list("abc xyz{}()#\"'=->.,:;!é")), min_size=0, max_size=12
 )
 
+_LITERALS = ('"a"', '"b c"', "0", "4", "true", "false")  # option values in patterns
 names = st.sampled_from(NAMES)
 nodes = st.sampled_from(NODES)
 Tokens = list[str]
+_cmp = st.sampled_from(["==", "!=", "<", "<=", ">", ">="])
 
 
 # ------------------------------------------------------------------ expressions and types
@@ -109,6 +113,9 @@ def _node(draw) -> Tokens:
                 ),
                 names.map(lambda n: ["label", n]),
                 st.tuples(names, _values()).map(lambda t: ["config", t[0], "=", *t[1]]),
+                st.lists(names, min_size=1, max_size=2).map(
+                    lambda ns: ["reads", *_comma_list([["option", ".", n] for n in ns])]
+                ),
             ),
             max_size=4,
         )
@@ -206,6 +213,10 @@ def _conds() -> st.SearchStrategy[Tokens]:
             lambda t: ["request", ".", t[0], "(", t[1], ")"]
         ),
         names.map(lambda n: ["option", ".", n]),
+        st.tuples(names, _cmp, _values()).map(lambda t: ["option", ".", t[0], t[1], *t[2]]),
+        st.tuples(st.sampled_from(MODALITIES), _cmp, st.integers(0, 3)).map(
+            lambda t: ["request", ".", "count", "(", t[0], ")", t[1], str(t[2])]
+        ),
         nodes.map(lambda n: ["placed", "(", n, ")"]),
         st.sampled_from([["true"], ["false"]]),
     )
@@ -231,6 +242,7 @@ def _walk_call(draw) -> Tokens:
             names.map(lambda n: [n]),
             st.tuples(names, names).map(lambda t: [t[0], ".", t[1]]),
             names.map(lambda n: ["option", ".", n]),
+            st.sampled_from(MODALITIES).map(lambda m: ["request", ".", "first", "(", m, ")"]),
         ),
     ).map(lambda t: [t[0]] + (["=", *t[1]] if t[1] else []))
     return [draw(names), "(", *_comma_list(draw(st.lists(arg, max_size=3))), ")"]
@@ -256,9 +268,15 @@ def _for(draw, depth: int) -> Tokens:
 
 @st.composite
 def _match(draw, depth: int) -> Tokens:
-    out = ["match", draw(names), ".", "modality", "{"]
+    on_option = draw(st.booleans())
+    out = [
+        "match",
+        *(["option", ".", draw(names)] if on_option else [draw(names), ".", "modality"]),
+    ]
+    out.append("{")
     for _ in range(draw(st.integers(0, 3))):
-        pats = draw(st.lists(st.sampled_from([*MODALITIES, "_"]), min_size=1, max_size=2))
+        choices = [*_LITERALS, "_"] if on_option else [*MODALITIES, "_"]
+        pats = draw(st.lists(st.sampled_from(choices), min_size=1, max_size=2))
         # an arm's body is a walk call, `fail`, `if`, `repeat` or a block (not `for`/`match`)
         simple = st.one_of(_walk_call(), _strings().map(lambda s: ["fail", *s]))
         body = draw(st.one_of(simple, _if(depth), _repeat(depth), _fblock(depth)))
@@ -302,19 +320,44 @@ def _flow(draw) -> Tokens:
     return out + draw(_fblock(2))
 
 
+@st.composite
+def _subflow(draw) -> Tokens:
+    params = _comma_list([[n] for n in draw(st.lists(names, max_size=2))])
+    return ["subflow", draw(names), "(", *params, ")", *draw(_fblock(1))]
+
+
+@st.composite
+def _option(draw) -> Tokens:
+    out = ["option", draw(names), ":", draw(st.sampled_from(["bool", "int", "float", "str"]))]
+    if draw(st.booleans()):
+        out += ["in", "[", *_comma_list(draw(st.lists(_values(), min_size=1, max_size=3))), "]"]
+    if not draw(st.integers(0, 3)):
+        arms = [
+            [
+                *_pattern(
+                    draw(st.lists(st.sampled_from([*_LITERALS, "_"]), min_size=1, max_size=2))
+                ),
+                "=>",
+                *draw(_values()),
+            ]
+            for _ in range(draw(st.integers(0, 2)))
+        ]
+        return [*out, "=", "match", "option", ".", draw(names), "{", *_comma_list(arms), "}"]
+    return [*out, "=", *draw(_values())]
+
+
 # ------------------------------------------------------------------ whole programs
 def _decls() -> st.SearchStrategy[Tokens]:
     return st.one_of(
         names.map(lambda n: ["model", n]),
         st.tuples(names, _values()).map(lambda t: ["param", t[0], "=", *t[1]]),
         st.tuples(names, _type_expr()).map(lambda t: ["type", t[0], "=", *t[1]]),
-        st.tuples(names, st.sampled_from(["bool", "int", "float", "str"]), _values()).map(
-            lambda t: ["option", t[0], ":", t[1], "=", *t[2]]
-        ),
+        _option(),
         _node(),
         _stream(),
         _walk(),
         _flow(),
+        _subflow(),
     )
 
 
