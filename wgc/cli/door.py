@@ -19,8 +19,6 @@ def at_the_door(plan_dir: str, inputs, want: tuple[str, ...], options: dict[str,
     """The request as `wgc run` sends it: ``--option`` values read as their declared types,
     every emitted modality wanted when none is; checked at the door (exit 1 with every
     problem) before any process starts."""
-    import torch
-
     from wgc_runtime.contract.flow import Segment
     from wgc_runtime.core.conductor.door import describe
     from wgc_runtime.host.admission import admit
@@ -30,12 +28,21 @@ def at_the_door(plan_dir: str, inputs, want: tuple[str, ...], options: dict[str,
     types = {o.name: str(o.type) for o in spec.options}
     options = {k: _typed(v, types.get(k)) for k, v in options.items()}
     want = want or spec.emits()
-    plain = [(m, torch.as_tensor(d) if hasattr(d, "__array__") else d, f) for m, d, f in inputs]
-    segments = [Segment(m, d, tuple(f.items())) for m, d, f in plain]
+    segments = [Segment(m, d, tuple(f.items())) for m, d, f in as_tensors(inputs)]
     _, problems = admit(spec, spec.request(segments, want, options), strict=True, seed=seed)
     if problems:
         raise UserError(describe(problems).replace("bad request", "the request cannot run", 1))
     return want, options
+
+
+def as_tensors(inputs) -> list[tuple[str, Any, dict[str, Any]]]:
+    """``(modality, data, fields)`` segments with every array (data or field) a tensor."""
+    import torch
+
+    def t(v: Any) -> Any:
+        return torch.as_tensor(v) if hasattr(v, "__array__") and not torch.is_tensor(v) else v
+
+    return [(m, t(d), {k: t(v) for k, v in f.items()}) for m, d, f in inputs]
 
 
 def _typed(value: Any, kind: str | None) -> Any:

@@ -3,12 +3,16 @@
     wgc run MODEL.walk --placement P.yaml [--set NAME=VALUE] ...   # compiles first
     wgc run generated/<model>/<placement>/ ...                       # an existing compile
 
-One-shot use: ``--input NAME=VALUE`` (repeatable, in order: an input segment of modality NAME;
-VALUE is text, or a file: ``.png``/``.jpg`` images (through PIL when installed), ``.wav`` audio
-(stdlib ``wave``), ``.npy`` arrays), ``--want MODALITY`` (repeatable), ``--option NAME=VALUE``
-(JSON-ish: ints, floats, true/false, else a string), ``-o OUTDIR``. Every emitted output is
+One-shot use: ``--input NAME=VALUE[,FIELD=VALUE...]`` (repeatable, in order: an input segment
+of modality NAME; VALUE is text, or a file: ``.png``/``.jpg`` images (through PIL when
+installed), ``.wav`` audio (stdlib ``wave``), ``.npy`` arrays; each ``,FIELD=VALUE`` a field of
+the segment: a file, a JSON scalar or list, else text), or ``--request FILE.json`` (the general
+form: segments with fields, want, options, seed; `wgc.cli.request_input`), ``--want MODALITY``
+(repeatable), ``--option NAME=VALUE`` (JSON-ish: ints, floats, true/false, else a string),
+``-o OUTDIR``. Every emitted output is
 written as it arrives: audio is appended to ``OUTDIR/<modality>.wav`` (16-bit PCM at the
-emitting node's ``sample_rate`` config, else 24 kHz), images go to ``<modality>_NNN.png``, text
+emitting node's ``sample_rate`` config, else 24 kHz), images go to ``<modality>_NNN.png``, a
+video to ``<modality>_NNN.npy`` plus its frames as ``<modality>_NNN/frame_KKKK.png``, text
 streams to stdout (and ``<modality>.txt``; byte outputs through an incremental UTF-8 decoder),
 anything else to ``<modality>_NNN.npy``. While the workers start, a progress bar (on a
 terminal) follows their weights loading and capture (`wgc.cli.progress`); at the end each
@@ -47,8 +51,9 @@ from typing import Any
 
 import click
 
-from wgc.cli.door import at_the_door
+from wgc.cli.door import as_tensors, at_the_door
 from wgc.cli.errors import EXIT_OK, EXIT_USER, UserError
+from wgc.cli.request_input import field_value, read_request_file, split_fields
 from wgc.cli.speech_stats import RequestStats
 from wgc.config import Env
 
@@ -93,26 +98,43 @@ def _pairs(items: tuple[str, ...], flag: str) -> list[tuple[str, str]]:
     return out
 
 
-def read_input(name: str, value: str) -> tuple[str, Any, dict[str, Any]]:
-    """(modality, data, fields) of one ``--input``: a file by its suffix, else text."""
+def read_file(value: str, where: str) -> tuple[Any, dict[str, Any]] | None:
+    """(data, fields) of a file named by ``value``, read by its suffix; None when ``value``
+    names no file (it is text then)."""
     path = Path(value)
-    if len(value) < 4096 and path.suffix and path.is_file():
-        suffix = path.suffix.lower()
-        if suffix == ".npy":
-            import numpy as np
+    if not (len(value) < 4096 and path.suffix and path.is_file()):
+        return None
+    suffix = path.suffix.lower()
+    if suffix == ".npy":
+        import numpy as np
 
-            return name, np.load(path, allow_pickle=False), {}
-        if suffix == ".wav":
-            samples, rate = read_wav(path)
-            return name, samples, {"sample_rate": rate}
-        if suffix in IMAGE_SUFFIXES:
-            return name, read_image(path), {}
-        if suffix in (".txt", ".md"):
-            return name, path.read_text(encoding="utf-8"), {}
-        raise UserError(
-            f"`--input {name}={value}`: cannot read `{suffix}` files (.png, .wav, .npy)"
-        )
-    return name, value, {}
+        return np.load(path, allow_pickle=False), {}
+    if suffix == ".wav":
+        samples, rate = read_wav(path)
+        return samples, {"sample_rate": rate}
+    if suffix in IMAGE_SUFFIXES:
+        return read_image(path), {}
+    if suffix in (".txt", ".md"):
+        return path.read_text(encoding="utf-8"), {}
+    raise UserError(f"{where}: cannot read `{suffix}` files (.png, .jpg, .wav, .npy, .txt)")
+
+
+def _file_data(value: str, where: str) -> Any | None:
+    got = read_file(value, where)
+    return None if got is None else got[0]
+
+
+def read_input(name: str, value: str) -> tuple[str, Any, dict[str, Any]]:
+    """(modality, data, fields) of one ``--input NAME=VALUE[,FIELD=VALUE...]``: a file by its
+    suffix, else text; each field a file, a JSON scalar or list, else text
+    (`wgc.cli.request_input`)."""
+    text, field_texts = split_fields(value)
+    got = read_file(text, f"`--input {name}={text}`")
+    data, fields = got if got is not None else (text, {})
+    for field, ftext in field_texts:
+        where = f"`--input {name}=...,{field}={ftext}`"
+        fields[field] = field_value(ftext, _file_data, where)
+    return name, data, fields
 
 
 def read_wav(path: Path):
@@ -272,16 +294,33 @@ class OutputWriter:
         x = to_numpy(value)
         if kind == "audio":
             self._audio(modality, x)
-        elif kind == "image":
+        elif kind == "image" and image_like(x):
             path = self._path(f"{modality}_{n:03d}.png")
             if path is not None:
                 write_png(path, x)
-        else:
-            path = self._path(f"{modality}_{n:03d}.npy")
-            if path is not None:
-                import numpy as np
+        elif kind == "video":
+            self._video(modality, n, x)
+        else:  # arrays, and an image output of a shape no image has
+            self._npy(f"{modality}_{n:03d}.npy", x)
 
-                np.save(path, x, allow_pickle=False)
+    def _npy(self, name: str, x) -> None:
+        path = self._path(name)
+        if path is not None:
+            import numpy as np
+
+            np.save(path, x, allow_pickle=False)
+
+    def _video(self, modality: str, n: int, x) -> None:
+        """A video: the array as ``<modality>_NNN.npy`` and, when its frames are images, each
+        frame as ``<modality>_NNN/frame_KKKK.png``."""
+        self._npy(f"{modality}_{n:03d}.npy", x)
+        frames = video_frames(x)
+        folder = self._path(f"{modality}_{n:03d}")
+        if frames is None or folder is None:
+            return
+        folder.mkdir(parents=True, exist_ok=True)
+        for k, frame in enumerate(frames):
+            write_png(folder / f"frame_{k:04d}.png", frame)
 
     def _text(self, modality: str, value: Any) -> None:
         raw = text_bytes(value)
@@ -338,11 +377,39 @@ class OutputWriter:
             self.text_open = False
 
 
+def image_like(x) -> bool:
+    """Whether `write_png` can write ``x``: ``[H, W]``, ``[H, W, C]`` or ``[C, H, W]``."""
+    channels = (1, 3, 4)
+    return x.ndim == 2 or (x.ndim == 3 and (x.shape[0] in channels or x.shape[-1] in channels))
+
+
+def video_frames(x):
+    """The frames of a video array as ``[T, H, W, C]`` (from ``[C, T, H, W]``,
+    ``[T, C, H, W]`` or ``[T, H, W, C]``, a leading batch of one dropped), or None when no
+    axis is a channel axis."""
+    import numpy as np
+
+    channels = (1, 3, 4)
+    if x.ndim == 5 and x.shape[0] == 1:
+        x = x[0]
+    if x.ndim != 4:
+        return None
+    if x.shape[1] in channels:  # [T, C, H, W]
+        return np.moveaxis(x, 1, -1)
+    if x.shape[0] in channels:  # [C, T, H, W]
+        return np.moveaxis(x, 0, -1)
+    if x.shape[-1] in channels:
+        return x
+    return None
+
+
 def kind_of(modality: str) -> str:
     m = modality.lower()
     if m.startswith(("audio", "speech", "wav")):
         return "audio"
-    if m.startswith(("image", "img", "picture", "frame", "video")):
+    if m.startswith("video"):
+        return "video"
+    if m.startswith(("image", "img", "picture", "frame")):
         return "image"
     if m.startswith("text"):
         return "text"
@@ -478,7 +545,7 @@ def _stream_local(plan_dir: str, inputs, want, options, seed, submitted=lambda: 
     from wgc_runtime.host.local import LocalCluster
 
     cluster = LocalCluster(plan_dir, strict=True)
-    segments = [Segment(m, d, tuple(f.items())) for m, d, f in inputs]
+    segments = [Segment(m, d, tuple(f.items())) for m, d, f in as_tensors(inputs)]
     handle = cluster.submit(cluster.request(segments, want, options), seed=seed)
     submitted()
     for item in handle:
@@ -538,6 +605,12 @@ def _deployment_error() -> type[Exception]:
     metavar="NAME=VALUE",
     help="An input segment: text, or a .png/.wav/.npy file (repeatable, in order).",
 )
+@click.option(
+    "--request",
+    "request_file",
+    metavar="FILE.json",
+    help="The request as JSON: inputs with fields, want, options, seed (see `wgc run --help`).",
+)
 @click.option("--want", "-w", multiple=True, metavar="MODALITY", help="An output modality.")
 @click.option("--option", "options", multiple=True, metavar="NAME=VALUE", help="A request option.")
 @click.option("-o", "--output", metavar="OUTDIR", help="Write emitted outputs here.")
@@ -564,6 +637,7 @@ def run(
     placement: str | None,
     sets: tuple[str, ...],
     inputs: tuple[str, ...],
+    request_file: str | None,
     want: tuple[str, ...],
     options: tuple[str, ...],
     output: str | None,
@@ -577,10 +651,14 @@ def run(
     """Run a model: one request (--input/--want/-o) or a server (--serve)."""
     del env
     require_runtime()
-    if serve and (inputs or local):
-        raise UserError("`--serve` takes requests from clients: give no --input or --local")
-    if not serve and not inputs:
-        raise UserError("give at least one `--input NAME=VALUE` (or `--serve`)")
+    if serve and (inputs or request_file or local):
+        raise UserError(
+            "`--serve` takes requests from clients: give no --input, --request or --local"
+        )
+    if not serve and not inputs and not request_file:
+        raise UserError(
+            "give at least one `--input NAME=VALUE`, a `--request FILE.json` or `--serve`"
+        )
     if serve:
         from wgc.cli.serve import require_serve, run_server
 
@@ -594,7 +672,9 @@ def run(
     temporary = plan != target and not plan_dir
     try:
         _check_plan(plan)
-        code = _one_shot(plan, inputs, want, options, output, local, ready_timeout, timeout, seed)
+        code = _one_shot(
+            plan, inputs, request_file, want, options, output, local, ready_timeout, timeout, seed
+        )
     finally:
         if temporary:
             shutil.rmtree(plan, ignore_errors=True)
@@ -604,6 +684,7 @@ def run(
 def _one_shot(
     plan: str,
     inputs: tuple[str, ...],
+    request_file: str | None,
     want: tuple[str, ...],
     options: tuple[str, ...],
     output: str | None,
@@ -616,6 +697,12 @@ def _one_shot(
 
     segments = [read_input(name, value) for name, value in _pairs(inputs, "--input")]
     opts = {name: parse_value(value) for name, value in _pairs(options, "--option")}
+    if request_file is not None:  # the file's inputs first; the command line adds / overrides
+        doc = read_request_file(request_file, _file_data)
+        segments = [*doc["inputs"], *segments]
+        want = want or tuple(doc["want"])
+        opts = {**doc["options"], **opts}
+        seed = seed if seed is not None else doc["seed"]
     want, opts = at_the_door(plan, segments, want, opts, seed)
     rates = sample_rates(plan)
     stats = RequestStats()

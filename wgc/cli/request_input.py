@@ -1,0 +1,135 @@
+"""What `wgc run` sends: input segments with their fields, from the command line or a JSON file.
+
+``--input NAME=VALUE[,FIELD=VALUE...]``: a segment of modality NAME; VALUE is text or a file
+(read by its suffix: `read_value`); each ``,FIELD=VALUE`` after it is a field of the segment
+(a comma starts a field only when an identifier and ``=`` follow it, so text with commas stays
+whole; quote the whole argument for the shell). A field's value is a file too, or a JSON
+scalar or list (a list becomes an array), else the text.
+
+``--request FILE.json``, the general form::
+
+    {"inputs": [{"modality": "video", "data": "clip.npy",
+                 "fields": {"actions": "actions.npy", "states": [[0.1, 0.2], [0.3, 0.4]]}}],
+     "want": ["tensor"], "options": {"horizon": 4}, "seed": 7}
+
+``data`` and each field value: a string names a file relative to the JSON file's folder (when
+one exists there) or is text; a list is an array (float32 when any element is a float, else
+int64); a number or bool stays one. ``want``, ``options`` and ``seed`` are optional; the command
+line's ``--want`` / ``--option`` / ``--seed`` add to or override them.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from wgc.cli.errors import UserError
+
+_FIELD = re.compile(r",(?=[A-Za-z_][A-Za-z0-9_]*=)")
+
+Segment = tuple[str, Any, dict[str, Any]]  # (modality, data, fields)
+
+
+def split_fields(flag_value: str) -> tuple[str, list[tuple[str, str]]]:
+    """``'obs.png,prompt=pick it up'`` -> ``('obs.png', [('prompt', 'pick it up')])``."""
+    value, *fields = _FIELD.split(flag_value)
+    return value, [(f.partition("=")[0], f.partition("=")[2]) for f in fields]
+
+
+def array(values: list, where: str):
+    """A JSON list as a numpy array: float32 when any element is a float, else int64."""
+    import numpy as np
+
+    try:
+        x = np.asarray(values)
+    except ValueError as exc:  # ragged
+        raise UserError(f"{where}: not a rectangular array ({exc})") from None
+    if x.dtype.kind == "f":
+        return x.astype(np.float32)
+    if x.dtype.kind in "iub":
+        return x.astype(np.int64) if x.dtype.kind != "b" else x
+    raise UserError(f"{where}: an array holds numbers, not {x.dtype.name}")
+
+
+def field_value(text: str, read_file: Callable[[str, str], Any | None], where: str) -> Any:
+    """A ``,FIELD=VALUE`` of ``--input``: a file, a JSON scalar or list, else the text."""
+    got = read_file(text, where)
+    if got is not None:
+        return got
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return text
+    if isinstance(value, list):
+        return array(value, where)
+    return value if isinstance(value, (int, float, bool, str)) else text
+
+
+def read_request_file(path: str, read_file: Callable[[str, str], Any | None]) -> dict[str, Any]:
+    """The JSON request file as ``{"inputs": [Segment...], "want": [...], "options": {...},
+    "seed": int | None}`` (see the module docstring); ``read_file(text, where)`` reads a file
+    value (None when ``text`` names no file)."""
+    file = Path(path)
+    try:
+        doc = json.loads(file.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise UserError(f"`--request {path}`: cannot read it ({exc.strerror or exc})") from None
+    except ValueError as exc:
+        raise UserError(f"`--request {path}`: not JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise UserError(f"`--request {path}`: expected an object with `inputs`")
+    unknown = sorted(set(doc) - {"inputs", "want", "options", "seed"})
+    if unknown:
+        raise UserError(
+            f"`--request {path}`: unknown key `{unknown[0]}` "
+            "(a request has `inputs`, `want`, `options`, `seed`)"
+        )
+    base = file.parent
+
+    def value(v: Any, where: str) -> Any:
+        if isinstance(v, str):
+            if v and (base / v).is_file():
+                got = read_file(str(base / v), where)
+                if got is not None:
+                    return got
+            return v
+        if isinstance(v, list):
+            return array(v, where)
+        if isinstance(v, (int, float, bool)) or v is None:
+            return v
+        raise UserError(f"{where}: expected text, a file name, a number or a list")
+
+    inputs = doc.get("inputs")
+    if not isinstance(inputs, list) or not inputs:
+        raise UserError(f"`--request {path}`: `inputs` must be a non-empty list of segments")
+    segments: list[Segment] = []
+    for i, seg in enumerate(inputs):
+        where = f"`--request {path}` inputs[{i}]"
+        if not isinstance(seg, dict) or not isinstance(seg.get("modality"), str):
+            raise UserError(f"{where}: expected an object with a `modality` string")
+        extra = sorted(set(seg) - {"modality", "data", "fields"})
+        if extra:
+            raise UserError(f"{where}: unknown key `{extra[0]}` (modality, data, fields)")
+        fields = seg.get("fields", {})
+        if not isinstance(fields, dict):
+            raise UserError(f"{where}.fields: expected an object")
+        segments.append(
+            (
+                seg["modality"],
+                value(seg.get("data"), f"{where}.data"),
+                {str(k): value(v, f"{where}.fields.{k}") for k, v in fields.items()},
+            )
+        )
+    want = doc.get("want", [])
+    if not isinstance(want, list) or not all(isinstance(w, str) for w in want):
+        raise UserError(f"`--request {path}`: `want` must be a list of modality names")
+    options = doc.get("options", {})
+    if not isinstance(options, dict):
+        raise UserError(f"`--request {path}`: `options` must be an object")
+    seed = doc.get("seed")
+    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
+        raise UserError(f"`--request {path}`: `seed` must be an integer")
+    return {"inputs": segments, "want": want, "options": options, "seed": seed}
