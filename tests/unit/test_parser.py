@@ -146,3 +146,20 @@ def test_comments_are_placed_on_the_lexers_lines(ch):
 def test_eof_error_after_a_line_break_character():
     d = error("model m  # \u2028\nnode A: {")
     assert d.code in ("WG001", "WG002") and d.span.line == 2
+
+
+def test_the_grammar_cache_lives_only_in_a_folder_only_this_user_writes(tmp_path, monkeypatch):
+    import os
+
+    from wgc.parse.parser import grammar_cache
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    path = grammar_cache()
+    assert isinstance(path, str) and path.startswith(str(tmp_path / "cache" / "wgc"))
+    assert os.stat(tmp_path / "cache" / "wgc").st_mode & 0o777 == 0o700
+    first = Parser().parse("model m\n# note\n", "a.walk")  # builds the tables, writes the cache
+    assert os.path.exists(path)
+    again = Parser().parse("model m\n# note\n", "a.walk")  # loads them
+    assert again.comments == first.comments and not again.diagnostics
+    os.chmod(tmp_path / "cache" / "wgc", 0o777)  # anyone could plant a pickle there: not used
+    assert grammar_cache() is False
