@@ -25,6 +25,7 @@ import re
 import sys
 import tempfile
 from pathlib import Path
+from unittest.mock import patch
 
 import pytest
 from click.testing import CliRunner
@@ -104,11 +105,13 @@ def _render_all(result: FrontEndResult) -> None:
 
 
 def _check_cli(text: str) -> None:
-    """`wgc check` on ``text`` as a file, in-process, once per output format."""
+    """`wgc check` on ``text`` as a file, in-process, once per output format (with this
+    module's driver, as one `wgc check` process uses one: `wgc.cli.check._driver`)."""
     path = Path(TMP.name, FILE)
     path.write_text(text, encoding="utf-8", newline="")  # newline="": keep `\r` as drawn
     for fmt in FORMATS:
-        res = CliRunner().invoke(main, ["check", "--format", fmt, str(path)], obj=Env())
+        with patch("wgc.driver.Driver", lambda: DRIVER):
+            res = CliRunner().invoke(main, ["check", "--format", fmt, str(path)], obj=Env())
         assert res.exit_code in (0, 1), (fmt, res.exit_code, res.output)
         assert "internal compiler error" not in res.output, res.output
         if fmt in ("json", "sarif"):
@@ -202,6 +205,8 @@ def test_arbitrary_text_never_crashes(text: str) -> None:
         "model m\nparam p = " + "9" * 5000 + "\n",
         "walk w(x?: f32[1]) {\n  loop l max 1e309 {\n    A(x) -> x\n  } yield last x\n}\n",
         "flow f { repeat option.n * 1e400 { w() } }\nwalk w() { }\n",
+        # a per-mode default and a plain duplicate of the same option (the fuzzer's find)
+        'option a: bool = match option.a { "a" => 0 }\noption a: bool = true\n',
     ],
 )
 def test_known_edge_cases(text: str) -> None:

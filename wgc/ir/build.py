@@ -54,15 +54,18 @@ class _Builder(DeclBuilder, FlowBuilder):
         # params; types use options), then everything else
         params = [self.param(it) for it in by_kind.get("param_decl", ())]
         option_trees = by_kind.get("option_decl", [])
-        self.per_mode_names = {
-            str(t.children[0])
+        per_mode = [
+            isinstance(t.children[3], Tree) and t.children[3].data == "default_match"
             for t in option_trees
-            if isinstance(t.children[3], Tree) and t.children[3].data == "default_match"
+        ]
+        self.per_mode_names = {
+            str(t.children[0]) for t, m in zip(option_trees, per_mode, strict=True) if m
         }
         options = [self.option(it) for it in option_trees]
+        # by the declaration's own default, not its name: a duplicate (WG1xx) may differ
         options = [
-            self.per_mode(t, o) if str(t.children[0]) in self.per_mode_names else o
-            for t, o in zip(option_trees, options, strict=True)
+            self.per_mode(t, o) if m else o
+            for t, o, m in zip(option_trees, options, per_mode, strict=True)
         ]
         self.options = {}
         for o in options:
