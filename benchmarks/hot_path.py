@@ -54,6 +54,7 @@ def loadavg() -> str:
 
 
 def cpu_seconds(pids: list[int]) -> float:
+    """CPU time of every thread of ``pids`` so far (Linux ``schedstat``; 0 elsewhere)."""
     total = 0
     for pid in pids:
         try:

@@ -44,6 +44,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.hot_path import cpu_seconds, loadavg  # noqa: E402
+
 CONFIGS = {
     # the example's own sizes: a step is a few dozen tiny ops (per-op overhead dominates)
     "tiny": {},
@@ -70,27 +72,6 @@ CONFIGS = {
 }
 WALK = ROOT / "examples" / "llama" / "llama.walk"
 PLACEMENT = ROOT / "examples" / "llama" / "placements" / "cpu.yaml"
-
-
-def cpu_seconds(pids: list[int]) -> float:
-    """CPU time of every thread of ``pids`` so far (Linux ``schedstat``; 0 elsewhere)."""
-    total = 0
-    for pid in pids:
-        try:
-            tasks = os.listdir(f"/proc/{pid}/task")
-        except OSError:
-            continue
-        for tid in tasks:
-            try:
-                with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
-                    total += int(f.read().split()[0])
-            except (OSError, IndexError, ValueError):
-                pass
-    return total / 1e9
-
-
-def loadavg() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def prompts(n: int) -> list[str]:
