@@ -66,7 +66,11 @@ def test_fifty_clients_that_go_away_leave_nothing_behind(tmp_path) -> None:
         ]
         for p in raw:
             assert p.stdout is not None and p.stdout.readline().strip() == b"submitted"
-        busy = held(cluster)
+        # a Client's submit only queues its message: wait until the conductor has all 50
+        busy, until = held(cluster), time.monotonic() + 30
+        while busy["conductor"][0] < 50 and time.monotonic() < until:
+            time.sleep(0.05)
+            busy = held(cluster)
         assert busy["conductor"][0] == 50 and any(n for _, n in busy["conductor"][1])
         assert any(n for _, n in busy["rank 1"][1]), busy  # pages in use on rank 1
         t1 = time.monotonic()
