@@ -3,13 +3,14 @@
 Every process of a run (the launcher's spawned children inherit its environment) reads them once
 at import:
 
-``WGC_BUSY_POLL_US`` (default 500; 0: off)
+``WGC_BUSY_POLL_US`` (default 0: off; an opt-in for machines a deployment has to itself, e.g. 500)
     After activity (a message sent or received), a process polls its sockets without sleeping
     for up to this many microseconds before it blocks. A process that went to sleep must be
     woken by the kernel when a message lands and runs cold; within the window it answers at once.
-    An idle process never spins (the window counts from its last activity). Measured on a shared
-    2-core VM (`benchmarks/README.md`, runtime hops): the 10-node 2-rank chain ~1.6 -> ~1.2 ms
-    per request (median of 4 rounds) for ~+20% CPU per request.
+    An idle process never spins (the window counts from its last activity). Off by default: on a
+    machine shared with other work a spinning process takes turns a peer needs, and the hot path
+    must meet its goals without it. Measured on a shared 2-core VM (`benchmarks/README.md`,
+    busy-poll on vs off): 500 µs makes the streamed 2-rank TTS 1.29x and hop10 1.62x faster.
 ``WGC_BUSY_POLL_YIELD`` (default 1)
     While spinning, give the core away between polls (``sched_yield``), so a spinner never holds
     a core a runnable peer needs (without it a 200 µs window made the chain *slower* on 2 cores,
@@ -43,7 +44,7 @@ def _float(name: str, default: float) -> float:
 
 @dataclass(frozen=True, slots=True)
 class Tuning:
-    busy_poll_us: float = 500.0
+    busy_poll_us: float = 0.0
     busy_poll_yield: bool = True
     ipc: bool = True
     profile: str | None = None
@@ -51,7 +52,7 @@ class Tuning:
     @classmethod
     def from_env(cls) -> Tuning:
         return cls(
-            busy_poll_us=max(0.0, _float("WGC_BUSY_POLL_US", 500.0)),
+            busy_poll_us=max(0.0, _float("WGC_BUSY_POLL_US", 0.0)),
             busy_poll_yield=_flag("WGC_BUSY_POLL_YIELD", True),
             ipc=_flag("WGC_IPC", True),
             profile=os.environ.get("WGC_PROFILE") or None,
