@@ -14,6 +14,10 @@ from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+SEED_OPTION = "wgc.seed"
+"""The request option carrying a request's seed (``wgc run --seed``, ``"seed"`` over HTTP): the
+entry points set it, `CallContext.seed` reads it; no declared option can have this name."""
+
 
 @dataclass(frozen=True, slots=True)
 class Segment:

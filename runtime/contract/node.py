@@ -58,6 +58,7 @@ from typing import Any, Protocol
 import torch
 
 from wgc_runtime.contract.capture import CapturedCall, StaticStep
+from wgc_runtime.contract.flow import SEED_OPTION
 from wgc_runtime.contract.kinds import Engine
 from wgc_runtime.contract.spec import AttentionSpec, BatchingSpec, CaptureSpec, KvCacheSpec
 
@@ -73,10 +74,6 @@ DTYPES: dict[str, torch.dtype] = {
 DTYPE_NAMES: dict[torch.dtype, str] = {v: k for k, v in DTYPES.items()}
 
 Dims = tuple[int | str, ...]
-
-SEED_OPTION = "wgc.seed"
-"""The request option carrying a request's seed (``wgc run --seed``, ``"seed"`` over HTTP): the
-entry points set it, `CallContext.seed` reads it; no declared option can have this name."""
 
 
 def type_parts(t: Any) -> tuple[str, Dims]:
@@ -365,6 +362,12 @@ class NodeError(Exception):
 
 class NodeOutputError(NodeError):
     """A node returned something its declared ports do not allow."""
+
+
+class NodeInputError(NodeError, ValueError):
+    """A node cannot take a value of the request (an option out of its range, an empty prompt):
+    the request's fault, reported as such (`Cause.INPUT`: HTTP 400, `wgc run` exit 1). Any
+    `ValueError` or `TypeError` a node raises counts as one; this names it on purpose."""
 
 
 def check_outputs(

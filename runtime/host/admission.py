@@ -22,8 +22,7 @@ from dataclasses import replace
 from typing import Any
 
 from wgc_runtime.contract.conductor import ConductorSpec
-from wgc_runtime.contract.flow import Request, SimpleRequest
-from wgc_runtime.contract.node import SEED_OPTION
+from wgc_runtime.contract.flow import SEED_OPTION, Request, SimpleRequest
 from wgc_runtime.core.conductor.door import Problem, check
 
 _I64 = 2**63

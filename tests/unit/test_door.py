@@ -3,9 +3,11 @@ and the same refusals from `LocalCluster.submit` and the admission helpers."""
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -15,8 +17,8 @@ if str(ROOT) not in sys.path:  # node modules are imported as `examples.<family>
 
 from wgc_runtime.contract.flow import Segment  # noqa: E402
 from wgc_runtime.contract.kinds import FailKind  # noqa: E402
-from wgc_runtime.contract.node import SEED_OPTION, CallContext  # noqa: E402
-from wgc_runtime.core.conductor.door import check, describe, dry_run  # noqa: E402
+from wgc_runtime.contract.node import DTYPE_NAMES, SEED_OPTION, CallContext, to_tensor  # noqa: E402
+from wgc_runtime.core.conductor.door import _dtype_shape, check, describe, dry_run  # noqa: E402
 from wgc_runtime.host.admission import RequestIds, admit  # noqa: E402
 from wgc_runtime.host.loading import load_conductor  # noqa: E402
 from wgc_runtime.host.local import LocalCluster  # noqa: E402
@@ -154,3 +156,58 @@ def test_local_cluster_refuses_at_the_door_and_reuses_ended_ids() -> None:
     again = cluster.submit(cluster.request([Segment("text", "hi")], ["audio"]), "x").result()
     assert first.ok and again.ok and again.id == "x"
     assert all(a.tensor.equal(b.tensor) for a, b in zip(first.outputs, again.outputs, strict=True))
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "héllo",
+        "",
+        True,
+        3,
+        2.5,
+        [1, 2, 3],
+        [[0.5, 1.0], [2.0, 3.0]],
+        [1, 2.5],
+        [True, False],
+        np.zeros((2, 3), np.float32),
+        np.zeros(4, np.float64),
+        np.zeros((1, 2, 2), np.uint8),
+        np.arange(5, dtype=np.int32),
+        np.float32(1.5),
+        torch.zeros(2, 2, dtype=torch.bfloat16),
+        torch.arange(3),
+    ],
+    ids=repr,
+)
+def test_the_door_types_a_value_as_the_runtime_converts_it(value) -> None:
+    """The door's torch-free typing equals `to_tensor`'s (what the walk receives)."""
+    x = to_tensor(value)
+    assert x is not None
+    name = DTYPE_NAMES.get(x.dtype, str(x.dtype).removeprefix("torch."))
+    assert _dtype_shape(value) == (name, tuple(x.shape))
+
+
+@pytest.mark.parametrize(
+    "value", [np.array(["a", "b"]), np.array([object()]), [[1, 2], [3]], 2**70], ids=repr
+)
+def test_the_door_refuses_what_is_not_a_tensor(value) -> None:
+    with pytest.raises((TypeError, ValueError, RuntimeError, OverflowError)):
+        to_tensor(value)
+    with pytest.raises((TypeError, ValueError, OverflowError)):
+        _dtype_shape(value)
+
+
+def test_wgc_run_checks_a_request_before_importing_torch() -> None:
+    """`wgc run` checks the request before it starts any process; torch (~1.5 s) is imported
+    by the processes and, while they start, by the CLI, never before the check."""
+    code = (
+        "import sys\n"
+        "from wgc.cli.door import at_the_door\n"
+        f"at_the_door({str(ROOT / 'generated' / 'orpheus' / 'cpu')!r},"
+        " [('text', 'hi', {})], ('audio',), {}, None)\n"
+        "print('torch' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"

@@ -28,7 +28,9 @@ def at_the_door(plan_dir: str, inputs, want: tuple[str, ...], options: dict[str,
     types = {o.name: str(o.type) for o in spec.options}
     options = {k: _typed(v, types.get(k)) for k, v in options.items()}
     want = want or spec.emits()
-    segments = [Segment(m, d, tuple(f.items())) for m, d, f in as_tensors(inputs)]
+    # arrays stay numpy here: the door types them without torch (~1.5 s to import), which
+    # `wgc run` imports while its processes start
+    segments = [Segment(m, d, tuple(f.items())) for m, d, f in inputs]
     _, problems = admit(spec, spec.request(segments, want, options), strict=True, seed=seed)
     if problems:
         raise UserError(describe(problems).replace("bad request", "the request cannot run", 1))

@@ -42,6 +42,7 @@ import shutil
 import struct
 import sys
 import tempfile
+import threading
 import time
 import wave
 import zlib
@@ -66,10 +67,10 @@ IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp")
 
 def require_runtime(command: str = "run", extra: str = "runtime") -> None:
     """`wgc run` needs the runtime's dependencies, which the core install leaves out."""
-    for module in ("torch", "zmq", "msgspec", "numpy"):
-        try:
-            __import__(module)
-        except ImportError:
+    import importlib.util
+
+    for module in ("torch", "zmq", "msgspec", "numpy"):  # found, not imported: torch takes ~1.5 s
+        if importlib.util.find_spec(module) is None:
             raise UserError(
                 f"`wgc {command}` needs the runtime, and `{module}` is not installed: "
                 f"install it with `pip install 'wgc[{extra}]'`"
@@ -517,6 +518,8 @@ def _stream_processes(
 
     strict = {"strict": True}  # the door's (checked here already; the conductor checks again)
     progress = StartupProgress(startup_steps(plan_dir))
+    # the client needs torch for the outputs: import it while the processes start, not after
+    threading.Thread(target=_import_codec, name="wgc-import-torch", daemon=True).start()
     with (
         terminate_as_interrupt(),
         Cluster(plan_dir, progress=progress, ready_timeout=ready_timeout, config=strict) as cluster,
@@ -534,6 +537,10 @@ def _stream_processes(
                 raise
             if cluster.failure is not None:
                 raise WorkerDied(str(cluster.failure))
+
+
+def _import_codec() -> None:
+    import wgc_runtime.host.transport.codec  # noqa: F401  (torch)
 
 
 def _stream_local(plan_dir: str, inputs, want, options, seed, submitted=lambda: None):

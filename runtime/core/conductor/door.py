@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import sys
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,7 +42,6 @@ from typing import Any
 from wgc_runtime.contract.conductor import ConductorSpec, FlowSpec, WalkSpec
 from wgc_runtime.contract.flow import Fail, Persisted, Request, RunWalk, SimpleRequest
 from wgc_runtime.contract.kinds import FlowKind, OptionType
-from wgc_runtime.contract.node import DTYPE_NAMES, render_type, to_tensor
 from wgc_runtime.contract.spec import TypeSpec
 
 DRY_RUN_STEPS = 10_000  # walks one flow may yield before the dry run stops looking
@@ -268,7 +268,7 @@ def _walk_args(
         if inp is None or isinstance(arg, Persisted):
             continue
         to = f"walk `{ws.name}` input `{name}`" + (
-            f" ({render_type(inp.type)})" if inp.type is not None else ""
+            f" ({_render(inp.type)})" if inp.type is not None else ""
         )
         if isinstance(arg, _Missing):
             run.problems.append(
@@ -300,20 +300,64 @@ def _value_type(value: Any, t: TypeSpec | None, optional: bool) -> str:
     if t is None:
         return ""
     try:
-        x = to_tensor(value)
+        dtype, shape = _dtype_shape(value)
     except Exception:
         return f"{_show(value)} is not a tensor"
-    if x is None:
-        return ""
-    got = f"{DTYPE_NAMES.get(x.dtype, str(x.dtype))}[{', '.join(str(d) for d in x.shape)}]"
-    if DTYPE_NAMES.get(x.dtype) != t.dtype:
+    got, want = _render((dtype, shape)), _render(t)
+    if dtype != t.dtype:
         return f"expected dtype {t.dtype}, got {got}"
-    if x.dim() != len(t.dims):
-        return f"expected {len(t.dims)} dims ({render_type(t)}), got {got}"
+    if len(shape) != len(t.dims):
+        return f"expected {len(t.dims)} dims ({want}), got {got}"
     for i, d in enumerate(t.dims):
-        if isinstance(d, int) and x.shape[i] != d:
-            return f"expected {render_type(t)}, got {got} (dim {i} must be {d})"
+        if isinstance(d, int) and shape[i] != d:
+            return f"expected {want}, got {got} (dim {i} must be {d})"
     return ""
+
+
+def _render(t: TypeSpec | tuple[str, tuple[int, ...]]) -> str:
+    dtype, dims = (t.dtype, t.dims) if isinstance(t, TypeSpec) else t
+    return f"{dtype}[{', '.join(str(d) for d in dims)}]"
+
+
+# numpy's dtype names -> wgc's (`wgc_runtime.contract.node.DTYPES`; numpy has no bfloat16)
+_NUMPY_DTYPES = {
+    "bool": "bool",
+    "uint8": "u8",
+    "int32": "i32",
+    "int64": "i64",
+    "float16": "f16",
+    "float32": "f32",
+}
+
+
+def _dtype_shape(value: Any) -> tuple[str, tuple[int, ...]]:
+    """The dtype name and shape `wgc_runtime.contract.node.to_tensor` gives ``value``, found
+    without importing torch (it is imported only when ``value`` already is a tensor): `wgc run`
+    checks a request here before any process starts, and importing torch costs ~1.5 s."""
+    if isinstance(value, str):
+        return "i64", (len(value.encode("utf-8")),)
+    if isinstance(value, bool):
+        return "bool", ()
+    if isinstance(value, int):
+        if not -(2**63) <= value < 2**63:
+            raise OverflowError(f"{value} does not fit i64")
+        return "i64", ()
+    if isinstance(value, float):
+        return "f32", ()
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(value, torch.Tensor):
+        from wgc_runtime.contract.node import DTYPE_NAMES
+
+        return DTYPE_NAMES.get(value.dtype, str(value.dtype)), tuple(value.shape)
+    import numpy as np
+
+    x = np.asarray(value)
+    if x.dtype.kind in "OSUV":
+        raise TypeError(f"not a tensor: {x.dtype}")
+    name = x.dtype.name
+    if not isinstance(value, np.ndarray | np.generic) and name == "float64":
+        name = "float32"  # a (nested) list of Python floats: torch's default dtype
+    return _NUMPY_DTYPES.get(name, name), tuple(int(d) for d in x.shape)
 
 
 # ---------------------------------------------------------------- words
