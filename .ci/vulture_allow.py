@@ -50,3 +50,6 @@ Lazy, Plain, Renamed, _.INPUTS, _.OUTPUTS
 
 # pyzmq's ThreadAuthenticator calls a credentials provider's `callback(domain, key)` by name
 _.callback
+
+# `wgc_runtime.host.inputs.Limits`: read by name (`getattr(limits, name)`, `--limit NAME=VALUE`)
+_.file_bytes

@@ -16,6 +16,10 @@ scalar or list (a list becomes an array), else the text.
 one exists there) or is text; a list is an array (float32 when any element is a float, else
 int64); a number or bool stays one. ``want``, ``options`` and ``seed`` are optional; the command
 line's ``--want`` / ``--option`` / ``--seed`` add to or override them.
+
+Everything read here is bounded by the deployment's `wgc_runtime.host.inputs.Limits` (the file's
+size and JSON nesting before it is parsed, each text and array after): what is over a limit or
+malformed raises `wgc_runtime.host.inputs.InputError` naming the place (exit 1).
 """
 
 from __future__ import annotations
@@ -24,9 +28,12 @@ import json
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from wgc.cli.errors import UserError
+
+if TYPE_CHECKING:
+    from wgc_runtime.host.inputs import Limits
 
 _FIELD = re.compile(r",(?=[A-Za-z_][A-Za-z0-9_]*=)")
 
@@ -39,14 +46,17 @@ def split_fields(flag_value: str) -> tuple[str, list[tuple[str, str]]]:
     return value, [(f.partition("=")[0], f.partition("=")[2]) for f in fields]
 
 
-def array(values: list, where: str):
+def array(values: list, where: str, limits: Limits):
     """A JSON list as a numpy array: float32 when any element is a float, else int64."""
     import numpy as np
 
+    from wgc_runtime.host.inputs import check_elements
+
     try:
         x = np.asarray(values)
-    except ValueError as exc:  # ragged
+    except (ValueError, OverflowError) as exc:  # ragged; an int past 64 bits
         raise UserError(f"{where}: not a rectangular array ({exc})") from None
+    check_elements(x.size, where, limits)
     if x.dtype.kind == "f":
         return x.astype(np.float32)
     if x.dtype.kind in "iub":
@@ -54,31 +64,37 @@ def array(values: list, where: str):
     raise UserError(f"{where}: an array holds numbers, not {x.dtype.name}")
 
 
-def field_value(text: str, read_file: Callable[[str, str], Any | None], where: str) -> Any:
+def field_value(
+    text: str, read_file: Callable[[str, str], Any | None], where: str, limits: Limits
+) -> Any:
     """A ``,FIELD=VALUE`` of ``--input``: a file, a JSON scalar or list, else the text."""
+    from wgc_runtime.host.inputs import check_json
+
     got = read_file(text, where)
     if got is not None:
         return got
+    raw = text.encode("utf-8", "surrogateescape")
+    check_json(raw, where, limits)
     try:
-        value = json.loads(text)
+        value = json.loads(raw)
     except ValueError:
         return text
     if isinstance(value, list):
-        return array(value, where)
+        return array(value, where, limits)
     return value if isinstance(value, (int, float, bool, str)) else text
 
 
-def read_request_file(path: str, read_file: Callable[[str, str], Any | None]) -> dict[str, Any]:
+def read_request_file(
+    path: str, read_file: Callable[[str, str], Any | None], limits: Limits
+) -> dict[str, Any]:
     """The JSON request file as ``{"inputs": [Segment...], "want": [...], "options": {...},
     "seed": int | None}`` (see the module docstring); ``read_file(text, where)`` reads a file
     value (None when ``text`` names no file)."""
+    from wgc_runtime.host.inputs import check_text, parse_json, read_bytes
+
     file = Path(path)
-    try:
-        doc = json.loads(file.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise UserError(f"`--request {path}`: cannot read it ({exc.strerror or exc})") from None
-    except ValueError as exc:
-        raise UserError(f"`--request {path}`: not JSON: {exc}") from None
+    raw = read_bytes(file, f"`--request {path}`", limits, "request_bytes")
+    doc = parse_json(raw, f"`--request {path}`", limits)
     if not isinstance(doc, dict):
         raise UserError(f"`--request {path}`: expected an object with `inputs`")
     unknown = sorted(set(doc) - {"inputs", "want", "options", "seed"})
@@ -95,9 +111,9 @@ def read_request_file(path: str, read_file: Callable[[str, str], Any | None]) ->
                 got = read_file(str(base / v), where)
                 if got is not None:
                     return got
-            return v
+            return check_text(v, where, limits)
         if isinstance(v, list):
-            return array(v, where)
+            return array(v, where, limits)
         if isinstance(v, (int, float, bool)) or v is None:
             return v
         raise UserError(f"{where}: expected text, a file name, a number or a list")

@@ -37,6 +37,7 @@ sockets, no processes): handy for debugging.
 from __future__ import annotations
 
 import codecs
+import contextlib
 import json
 import shutil
 import struct
@@ -48,7 +49,7 @@ import wave
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -58,8 +59,10 @@ from wgc.cli.request_input import field_value, read_request_file, split_fields
 from wgc.cli.speech_stats import RequestStats
 from wgc.config import Env
 
+if TYPE_CHECKING:
+    from wgc_runtime.host.inputs import Limits
+
 DEFAULT_SAMPLE_RATE = 24_000
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp")
 
 
 # ------------------------------------------------------------------------- the runtime
@@ -99,76 +102,55 @@ def _pairs(items: tuple[str, ...], flag: str) -> list[tuple[str, str]]:
     return out
 
 
-def read_file(value: str, where: str) -> tuple[Any, dict[str, Any]] | None:
-    """(data, fields) of a file named by ``value``, read by its suffix; None when ``value``
-    names no file (it is text then)."""
+def read_file(value: str, where: str, limits: Limits) -> tuple[Any, dict[str, Any]] | None:
+    """(data, fields) of a file named by ``value``, read by its suffix and checked against
+    ``limits`` (`wgc_runtime.host.inputs.read_file`: a bad or oversized file is a user error
+    naming it); None when ``value`` names no file (it is text then)."""
+    from wgc_runtime.host.inputs import read_file as read_checked
+
     path = Path(value)
     if not (len(value) < 4096 and path.suffix and path.is_file()):
         return None
-    suffix = path.suffix.lower()
-    if suffix == ".npy":
-        import numpy as np
-
-        return np.load(path, allow_pickle=False), {}
-    if suffix == ".wav":
-        samples, rate = read_wav(path)
-        return samples, {"sample_rate": rate}
-    if suffix in IMAGE_SUFFIXES:
-        return read_image(path), {}
-    if suffix in (".txt", ".md"):
-        return path.read_text(encoding="utf-8"), {}
-    raise UserError(f"{where}: cannot read `{suffix}` files (.png, .jpg, .wav, .npy, .txt)")
+    with _as_user_error():
+        return read_checked(path, where, limits)
 
 
-def _file_data(value: str, where: str) -> Any | None:
-    got = read_file(value, where)
-    return None if got is None else got[0]
+def _short(text: str) -> str:
+    return text if len(text) <= 40 else f"{text[:40]}..."
 
 
-def read_input(name: str, value: str) -> tuple[str, Any, dict[str, Any]]:
+@contextlib.contextmanager
+def _as_user_error() -> Iterator[None]:
+    """An input the edge refuses (`wgc_runtime.host.inputs.InputError`) as exit 1."""
+    from wgc_runtime.host.inputs import InputError
+
+    try:
+        yield
+    except InputError as exc:
+        raise UserError(str(exc)) from None
+
+
+def read_input(name: str, value: str, limits: Limits) -> tuple[str, Any, dict[str, Any]]:
     """(modality, data, fields) of one ``--input NAME=VALUE[,FIELD=VALUE...]``: a file by its
     suffix, else text; each field a file, a JSON scalar or list, else text
-    (`wgc.cli.request_input`)."""
+    (`wgc.cli.request_input`); all within ``limits``."""
+    from wgc_runtime.host.inputs import check_value
+
     text, field_texts = split_fields(value)
-    got = read_file(text, f"`--input {name}={text}`")
+    got = read_file(text, f"`--input {name}={text}`", limits)  # a file: named in full
     data, fields = got if got is not None else (text, {})
-    for field, ftext in field_texts:
-        where = f"`--input {name}=...,{field}={ftext}`"
-        fields[field] = field_value(ftext, _file_data, where)
+
+    def file_data(v: str, at: str) -> Any | None:
+        got = read_file(v, at, limits)
+        return None if got is None else got[0]
+
+    with _as_user_error():
+        for field, ftext in field_texts:
+            fields[field] = field_value(ftext, file_data, f"`--input {name}=...,{field}=`", limits)
+        check_value(data, f"`--input {name}={_short(text)}`", limits)
+        for field, v in fields.items():
+            check_value(v, f"`--input {name}=...,{field}=`", limits)
     return name, data, fields
-
-
-def read_wav(path: Path):
-    """Samples as f32 in [-1, 1] (``[samples]`` mono, ``[samples, channels]`` otherwise)."""
-    import numpy as np
-
-    with wave.open(str(path), "rb") as w:
-        width, channels, rate = w.getsampwidth(), w.getnchannels(), w.getframerate()
-        raw = w.readframes(w.getnframes())
-    if width == 1:
-        x = (np.frombuffer(raw, np.uint8).astype(np.float32) - 128) / 128
-    elif width == 2:
-        x = np.frombuffer(raw, "<i2").astype(np.float32) / 32768
-    elif width == 4:
-        x = np.frombuffer(raw, "<i4").astype(np.float32) / 2**31
-    else:
-        raise UserError(f"`{path}`: {width * 8}-bit WAV is not supported (8, 16 or 32-bit PCM)")
-    x = x.reshape(-1, channels)
-    return (x[:, 0] if channels == 1 else x).copy(), rate
-
-
-def read_image(path: Path):
-    """``u8 [H, W, C]``; needs PIL (Pillow) for anything but .npy."""
-    try:
-        from PIL import Image  # pyright: ignore[reportMissingImports]  (optional: Pillow)
-    except ImportError:
-        raise UserError(
-            f"reading `{path}` needs Pillow (`pip install pillow`); or pass a `.npy` array"
-        ) from None
-    import numpy as np
-
-    with Image.open(path) as im:
-        return np.asarray(im.convert("RGB")).copy()
 
 
 # ------------------------------------------------------------------------- writing outputs
@@ -583,6 +565,29 @@ class WorkerDied(RuntimeError):
     pass
 
 
+def input_limits(pairs: tuple[str, ...]) -> Limits:
+    """The deployment's input limits: the defaults with each ``--limit NAME=VALUE`` applied."""
+    from wgc_runtime.host.inputs import Limits
+
+    with _as_user_error():
+        return Limits().with_pairs(_pairs(pairs, "--limit"))
+
+
+def output_dir(output: str | None) -> Path | None:
+    """``-o OUTDIR``, made now (before any compile or process): a path that is a file, or a
+    folder that cannot be made, is a user error."""
+    if output is None:
+        return None
+    path = Path(output)
+    if path.exists() and not path.is_dir():
+        raise UserError(f"`-o {output}`: is a file, not a folder (outputs are written into it)")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"`-o {output}`: cannot make the folder ({exc.strerror or exc})") from None
+    return path
+
+
 def _check_plan(plan_dir: str) -> None:
     """Load the generated modules once before any process starts: a folder from another wgc
     version, or one that does not import, is a user error with its reason."""
@@ -637,6 +642,13 @@ def _deployment_error() -> type[Exception]:
     help="Seconds to wait for workers to load.",
 )
 @click.option("--timeout", type=float, default=None, help="Deadline of the request, seconds.")
+@click.option(
+    "--limit",
+    "limits",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="An input limit, e.g. text_chars=4096 (see `wgc_runtime.host.inputs`).",
+)
 @click.pass_obj
 def run(
     env: Env,
@@ -654,10 +666,12 @@ def run(
     plan_dir: str | None,
     ready_timeout: float,
     timeout: float | None,
+    limits: tuple[str, ...],
 ) -> None:
     """Run a model: one request (--input/--want/-o) or a server (--serve)."""
     del env
     require_runtime()
+    edge = input_limits(limits)
     if serve and (inputs or request_file or local):
         raise UserError(
             "`--serve` takes requests from clients: give no --input, --request or --local"
@@ -672,15 +686,32 @@ def run(
         require_serve()
         ctx = click.get_current_context()
         code = run_server(
-            target, placement, sets, seed=seed, plan_dir=plan_dir, ready_timeout=ready_timeout
+            target,
+            placement,
+            sets,
+            seed=seed,
+            plan_dir=plan_dir,
+            ready_timeout=ready_timeout,
+            limits=edge,
         )
         ctx.exit(code)
+    out_dir = output_dir(output)
     plan = prepare(target, placement, sets, Path(plan_dir) if plan_dir else None)
     temporary = plan != target and not plan_dir
     try:
         _check_plan(plan)
         code = _one_shot(
-            plan, inputs, request_file, want, options, output, local, ready_timeout, timeout, seed
+            plan,
+            inputs,
+            request_file,
+            want,
+            options,
+            out_dir,
+            local,
+            ready_timeout,
+            timeout,
+            seed,
+            edge,
         )
     finally:
         if temporary:
@@ -694,18 +725,25 @@ def _one_shot(
     request_file: str | None,
     want: tuple[str, ...],
     options: tuple[str, ...],
-    output: str | None,
+    output: Path | None,
     local: bool,
     ready_timeout: float,
     timeout: float | None,
     seed: int | None,
+    limits: Limits,
 ) -> int:
     from wgc_runtime.host.client import RequestFailed
 
-    segments = [read_input(name, value) for name, value in _pairs(inputs, "--input")]
+    segments = [read_input(name, value, limits) for name, value in _pairs(inputs, "--input")]
     opts = {name: parse_value(value) for name, value in _pairs(options, "--option")}
     if request_file is not None:  # the file's inputs first; the command line adds / overrides
-        doc = read_request_file(request_file, _file_data)
+
+        def file_data(v: str, where: str) -> Any | None:
+            got = read_file(v, where, limits)
+            return None if got is None else got[0]
+
+        with _as_user_error():
+            doc = read_request_file(request_file, file_data, limits)
         segments = [*doc["inputs"], *segments]
         want = want or tuple(doc["want"])
         opts = {**doc["options"], **opts}
@@ -716,7 +754,7 @@ def _one_shot(
     for modality in want:  # a wanted audio output that never comes is said, too
         if kind_of(modality) == "audio":
             stats.expect(modality, rates.get(modality, DEFAULT_SAMPLE_RATE))
-    writer = OutputWriter(Path(output) if output else None, rates, stats=stats)
+    writer = OutputWriter(output, rates, stats=stats)
     t0 = time.monotonic()
     n = 0
     code = EXIT_OK

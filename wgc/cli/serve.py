@@ -8,8 +8,10 @@ The placement defaults to ``placements/cpu.yaml`` beside the model, as for `wgc 
 are checked at the door, strictly (undeclared options, unknown wants and input modalities are
 refused). ``--seed`` seeds every request that names no seed of its own; ``--max-queue`` is how
 many requests may wait behind the placement's ``max_concurrent_requests`` before the server
-answers 429. The plan drawing of the playground is ``wgc show --placement --format html``'s,
-rendered here (the runtime never imports the compiler). The server itself lives in the runtime
+answers 429; ``--limit NAME=VALUE`` bounds what one input may be (bytes, text length, image
+pixels, audio seconds, JSON depth: `wgc_runtime.host.inputs`; 400 / 413 past them). The plan
+drawing of the playground is ``wgc show --placement --format html``'s, rendered here (the
+runtime never imports the compiler). The server itself lives in the runtime
 (`wgc_runtime.host.server`) and needs the ``serve`` extra.
 """
 
@@ -19,12 +21,16 @@ import hashlib
 import json
 import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from wgc.cli.errors import UserError
-from wgc.cli.run import _check_plan, prepare, require_runtime
+from wgc.cli.run import _check_plan, input_limits, prepare, require_runtime
 from wgc.config import Env
+
+if TYPE_CHECKING:
+    from wgc_runtime.host.inputs import Limits
 
 SERVE_MODULES = ("fastapi", "uvicorn", "sse_starlette", "prometheus_client", "PIL", "multipart")
 
@@ -112,6 +118,13 @@ def _sha256(path: str) -> str:
     default=None,
     help="Start the workers on this Ray cluster's nodes (`auto`: this machine's cluster).",
 )
+@click.option(
+    "--limit",
+    "limits",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="An input limit, e.g. text_chars=4096 (see `wgc_runtime.host.inputs`).",
+)
 @click.pass_obj
 def serve(
     env: Env,
@@ -126,10 +139,12 @@ def serve(
     ready_timeout: float,
     restarts: int,
     ray_address: str | None,
+    limits: tuple[str, ...],
 ) -> None:
     """Serve a model over HTTP: OpenAI-compatible routes, /v1/requests, /metrics, a playground."""
     del env
     require_serve()
+    edge = input_limits(limits)
     code = run_server(
         target,
         placement,
@@ -142,6 +157,7 @@ def serve(
         ready_timeout,
         restarts,
         ray_address,
+        edge,
     )
     click.get_current_context().exit(code)
 
@@ -158,6 +174,7 @@ def run_server(
     ready_timeout: float = 600.0,
     restarts: int = 3,
     ray_address: str | None = None,
+    limits: Limits | None = None,
 ) -> int:
     """Compile when needed, then serve until stopped; the exit code (`wgc run --serve` too)."""
     from wgc_runtime.host.loading import DeploymentError, ensure_import_root
@@ -180,6 +197,7 @@ def run_server(
                 ready_timeout=ready_timeout,
                 restarts=restarts,
                 ray=ray_address,
+                limits=limits,
             )
         except DeploymentError as exc:
             click.echo(f"error: {exc}", err=True)

@@ -22,9 +22,10 @@ route                                   answers
 ======================================  ==========================================================
 
 Errors are ``{"error": {"message", "type", "code", "param", "problems"}}`` (what OpenAI clients
-raise from): 400 for a request refused at the door or a body that does not validate (with every
-problem), 404 for a route the model lacks, 429 over the admission cap (``Retry-After``), 504
-past a deadline, 503 when a process of the deployment died.
+raise from): 400 for a request refused at the door, a body that does not validate (with every
+problem) or an input over the deployment's limits (`body_limits`, `wgc_runtime.host.inputs`),
+413 for a body over its ``request_bytes``, 404 for a route the model lacks, 429 over the
+admission cap (``Retry-After``), 504 past a deadline, 503 when a process of the deployment died.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from wgc_runtime.host.server import native, openai_chat, openai_media, playground
+from wgc_runtime.host.server.body_limits import BodyLimits
 from wgc_runtime.host.server.calls import HttpError, Server
 from wgc_runtime.host.server.model import CHAT, EDITS, IMAGES, NATIVE, SPEECH
 from wgc_runtime.host.server.schemas import validation_problems
@@ -83,6 +85,7 @@ def create_app(
         if why is not None:
             app.add_api_route(route, _lacking(why), methods=["POST"], include_in_schema=False)
 
+    app.add_middleware(BodyLimits, limits=server.limits)  # 413 / 400 before parsing
     app.add_exception_handler(HttpError, _http_error)
     app.add_exception_handler(RequestValidationError, _invalid)
 

@@ -1,13 +1,15 @@
 """One HTTP request's run through the deployment, the same for every route.
 
-`Call.open` checks the request at the door (`wgc_runtime.host.admission.admit`, strict: HTTP 400
-with every problem), refuses it when the server already holds its limit of requests (the
-conductor's ``max_concurrent_requests`` running plus ``max_queue`` waiting: HTTP 429 with
-``Retry-After``), and submits it. `Call.events` yields its outputs as the conductor sends them
-and raises `HttpError` when it fails: past its ``deadline`` the request is cancelled and answers
-504 (so does a conductor ``timeout``); ``rejected`` and a flow's ``fail`` are 400, a dead rank
-503, any other failure 500. Whenever a call ends before its `Finished` (the client went away,
-the handler was cancelled) it is cancelled in the conductor, which releases it on every rank.
+`Call.open` checks every segment's text and arrays against the deployment's input limits
+(`wgc_runtime.host.inputs.Limits`: HTTP 400 naming the segment), then the request at the door
+(`wgc_runtime.host.admission.admit`, strict: HTTP 400 with every problem), refuses it when the
+server already holds its limit of requests (the conductor's ``max_concurrent_requests`` running plus
+``max_queue`` waiting: HTTP 429 with ``Retry-After``), and submits it. `Call.events` yields its
+outputs as the conductor sends them and raises `HttpError` when it fails: past its ``deadline`` the
+request is cancelled and answers 504 (so does a conductor ``timeout``); ``rejected`` and a flow's
+``fail`` are 400, a dead rank 503, any other failure 500. Whenever a call ends before its `Finished`
+(the client went away, the handler was cancelled) it is cancelled in the conductor, which releases
+it on every rank.
 `Call.gather` collects a whole request for a non-streaming response, cancelling it when the
 client disconnects first.
 """
@@ -33,6 +35,7 @@ from wgc_runtime.contract.flow import Segment
 from wgc_runtime.contract.kinds import FailKind
 from wgc_runtime.core.conductor.door import Problem, describe, dry_run
 from wgc_runtime.host.admission import admit
+from wgc_runtime.host.inputs import InputError, Limits, check_value
 from wgc_runtime.host.server.gateway import Gateway, Pending
 from wgc_runtime.host.server.metrics import Metrics
 from wgc_runtime.host.server.model import ModelInfo
@@ -87,6 +90,7 @@ class Server:
     metrics: Metrics
     seed: int | None = None  # the seed of requests that name none (`wgc serve --seed`)
     max_queue: int = 64  # requests that may wait behind the conductor's cap
+    limits: Limits = field(default_factory=Limits)  # what one input may be (`--limit`)
     in_flight: int = 0
     mean_s: float = 1.0  # a moving average of request time, for Retry-After
 
@@ -122,6 +126,7 @@ class Call:
     def open(self) -> Call:
         s = self.server
         seed = self.seed if self.seed is not None else s.seed
+        self._check_limits()
         request = s.spec.request(self.segments, self.want, self.options)
         _, problems = admit(s.spec, request, strict=True, seed=seed)
         if problems:
@@ -145,6 +150,18 @@ class Call:
             self.rid, self.segments, self.want, self.options, seed, self.trace
         )
         return self
+
+    def _check_limits(self) -> None:
+        try:
+            for i, seg in enumerate(self.segments):
+                check_value(seg.data, f"inputs[{i}].data", self.server.limits)
+                for k, v in seg.fields:
+                    check_value(v, f"inputs[{i}].fields.{k}", self.server.limits)
+        except InputError as exc:
+            self.server.metrics.requests.labels(self.route, "rejected").inc()
+            where, _, why = str(exc).partition(": ")
+            problem = Problem(where, why)
+            raise HttpError(400, str(exc), code="too_large", problems=[problem]) from None
 
     async def events(self) -> AsyncGenerator[m.Output | c.WalkTrace, None]:
         """Outputs (and, when traced, walk events) as they arrive; raises `HttpError`."""

@@ -8,7 +8,8 @@ runs until Ctrl-C / SIGTERM (exit 0) or until the deployment fails for good (exi
 that dies is restarted up to ``restarts`` times within ``restart_window_s`` (only the requests it
 held fail; ``/health`` says ``degraded`` until it is back), the conductor's death or a worker past
 the budget is final. ``ray``: start the workers on that Ray cluster's nodes
-(`processes.ray_launcher`). Either way the processes are stopped and the shared memory freed.
+(`processes.ray_launcher`). ``limits``: what one input may be (`wgc_runtime.host.inputs`).
+Either way the processes are stopped and the shared memory freed.
 
 A deployment with CURVE (the placement names hosts) has a client key: the server connects with
 it, and writes it to a file only its owner may read (removed when the server stops), whose path
@@ -29,6 +30,7 @@ from collections.abc import Callable, Iterator
 
 import uvicorn
 
+from wgc_runtime.host.inputs import Limits
 from wgc_runtime.host.loading import load_plan
 from wgc_runtime.host.processes.launcher import Cluster, terminate_as_interrupt
 from wgc_runtime.host.server.app import create_app
@@ -82,6 +84,7 @@ def serve(
     restarts: int = 3,
     restart_window_s: float = 600.0,
     ray: str | None = None,
+    limits: Limits | None = None,
 ) -> int:
     """Serve the plan in ``plan_dir`` until stopped (see the module docstring); the exit code."""
     spec, ranks = load_plan(plan_dir)
@@ -107,7 +110,7 @@ def serve(
 
             metrics = Metrics(alive, lambda: cluster.usage(1.0), kv_capacity(ranks))
             gateway = Gateway(cluster.client_address, cluster.client_key)
-            server = Server(spec, info, gateway, metrics, seed, max_queue)
+            server = Server(spec, info, gateway, metrics, seed, max_queue, limits or Limits())
             app = create_app(server, alive, plan_html, cluster.health)
             config = uvicorn.Config(
                 app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=5

@@ -8,7 +8,9 @@ character split over two tokens comes out whole); any tensor is JSON as dtype, s
 its little-endian bytes, and its values when it is small.
 
 In: ``data:`` URLs and uploads (PNG/JPEG via Pillow, WAV via the standard library) and JSON
-tensors (nested lists, optionally with a ``dtype``, or ``{"dtype", "shape", "b64"}``).
+tensors (nested lists, optionally with a ``dtype``, or ``{"dtype", "shape", "b64"}``), decoded
+and bounded by the deployment's limits through `wgc_runtime.host.inputs` (the readers `wgc run`
+uses too); what cannot be read, or is over a limit, raises `MediaError` naming the field.
 """
 
 from __future__ import annotations
@@ -18,20 +20,20 @@ import binascii
 import codecs
 import io
 import struct
-import wave
 from typing import Any
 
 import numpy as np
 import torch
 
 from wgc_runtime.contract.node import DTYPE_NAMES, DTYPES
+from wgc_runtime.host import inputs
+from wgc_runtime.host.inputs import InputError, Limits
 
 SMALL = 1024  # a JSON tensor carries its values as lists up to this many elements
 UNKNOWN = 0xFFFFFFFF
 
 
-class MediaError(ValueError):
-    """Input that cannot be decoded; the message says what was expected."""
+MediaError = InputError  # input that cannot be decoded; the message is ``where: why``
 
 
 # ---------------------------------------------------------------- audio out
@@ -134,31 +136,31 @@ def tensor_json(value: Any) -> Any:
     return out
 
 
-def tensor_from_json(value: Any, dtype: str | None = None, where: str = "data") -> Any:
+def tensor_from_json(value: Any, dtype: str | None, where: str, limits: Limits) -> Any:
     """A segment's data or field from JSON: strings and scalars as they are (the walk input's
     type is checked at the door), lists as tensors (of ``dtype`` when given), ``{"dtype",
     "shape", "b64"}`` as the tensor it encodes, a ``data:`` URL as the image or audio in it."""
     if isinstance(value, dict):
-        return _encoded_tensor(value, where)
-    if isinstance(value, str) and value.startswith("data:"):
-        return decode_data_url(value, where)[0]
-    if isinstance(value, list):
-        return _as_tensor(value, None if dtype is None else _dtype(dtype, where), where)
-    if dtype is not None and isinstance(value, int | float | bool):
-        return _as_tensor(value, _dtype(dtype, where), where)
-    return value
+        out = _encoded_tensor(value, where, limits)
+    elif isinstance(value, str) and value.startswith("data:"):
+        out = decode_data_url(value, where, limits)[0]
+    elif isinstance(value, list):
+        out = _as_tensor(value, None if dtype is None else _dtype(dtype, where), where)
+    elif dtype is not None and isinstance(value, int | float | bool):
+        out = _as_tensor(value, _dtype(dtype, where), where)
+    else:
+        out = value
+    inputs.check_value(out, where, limits)
+    return out
 
 
-def _encoded_tensor(obj: dict[str, Any], where: str) -> torch.Tensor:
+def _encoded_tensor(obj: dict[str, Any], where: str, limits: Limits) -> torch.Tensor:
     dtype = _dtype(str(obj.get("dtype", "")), where)
     if "b64" not in obj:
         if "data" in obj:
             return _as_tensor(obj["data"], dtype, where)
         raise MediaError(f"{where}: an encoded tensor needs `dtype` and `b64` (or `data`)")
-    try:
-        raw = base64.b64decode(obj["b64"], validate=True)
-    except (binascii.Error, TypeError, ValueError):
-        raise MediaError(f"{where}: `b64` is not base64") from None
+    raw = _b64(obj["b64"], where, "`b64`", limits)
     shape = obj.get("shape")
     if shape is None:
         shape = [-1]  # one dimension, as long as the bytes make it
@@ -206,47 +208,45 @@ def _dtype(name: str, where: str) -> torch.dtype:
 # ---------------------------------------------------------------- images and audio in
 
 
-def decode_data_url(url: str, where: str = "url") -> tuple[Any, dict[str, Any]]:
+def _b64(text: Any, where: str, what: str, limits: Limits) -> bytes:
+    """Base64 text (``what`` of ``where``) as bytes, within ``file_bytes`` (checked before
+    decoding)."""
+    if not isinstance(text, str | bytes):
+        raise MediaError(f"{where}: {what} is not base64 text")
+    inputs.check_bytes(len(text) * 3 // 4, where, limits)
+    try:
+        return base64.b64decode(text, validate=True)
+    except (binascii.Error, TypeError, ValueError):
+        raise MediaError(f"{where}: {what} is not base64") from None
+
+
+def decode_data_url(url: str, where: str, limits: Limits) -> tuple[Any, dict[str, Any]]:
     """``data:<mime>;base64,<payload>`` as (tensor, fields): an image as ``u8[H, W, 3]``, a
     WAV as ``f32[samples]`` with its ``sample_rate``."""
     head, sep, payload = url.partition(",")
     if not sep or not head.startswith("data:") or not head.endswith(";base64"):
         raise MediaError(f"{where}: expected a `data:<type>;base64,...` URL")
-    try:
-        raw = base64.b64decode(payload, validate=True)
-    except binascii.Error:
-        raise MediaError(f"{where}: the data URL's payload is not base64") from None
+    raw = _b64(payload, where, "the data URL's payload", limits)
     mime = head[5:-7]
     if mime.startswith("audio/"):
-        return decode_wav(raw, where)
+        return decode_wav(raw, where, limits)
     if mime.startswith("image/"):
-        return decode_image(raw, where), {}
+        return decode_image(raw, where, limits), {}
     raise MediaError(f"{where}: cannot read `{mime}` (images or audio/wav)")
 
 
-def decode_image(raw: bytes, where: str = "image") -> torch.Tensor:
-    """PNG, JPEG ... (through Pillow) as ``u8[H, W, 3]``."""
-    from PIL import Image, UnidentifiedImageError
-
-    try:
-        with Image.open(io.BytesIO(raw)) as im:
-            return torch.from_numpy(np.asarray(im.convert("RGB")).copy())
-    except (UnidentifiedImageError, OSError) as exc:
-        raise MediaError(f"{where}: not an image Pillow can read ({exc})") from None
+def decode_b64_wav(text: Any, where: str, limits: Limits) -> tuple[torch.Tensor, dict[str, Any]]:
+    """Base64 text of a WAV (an OpenAI ``input_audio``), as `decode_wav`."""
+    return decode_wav(_b64(text, where, "`data`", limits), where, limits)
 
 
-def decode_wav(raw: bytes, where: str = "audio") -> tuple[torch.Tensor, dict[str, Any]]:
-    """A PCM WAV as mono ``f32[samples]`` in [-1, 1], with ``{"sample_rate": rate}``."""
-    try:
-        with wave.open(io.BytesIO(raw), "rb") as w:
-            width, channels, rate = w.getsampwidth(), w.getnchannels(), w.getframerate()
-            frames = w.readframes(w.getnframes())
-    except (wave.Error, EOFError) as exc:
-        raise MediaError(f"{where}: not a PCM WAV ({exc})") from None
-    kinds = {1: (np.uint8, 128, 128), 2: ("<i2", 0, 32768), 4: ("<i4", 0, 2**31)}
-    if width not in kinds:
-        raise MediaError(f"{where}: {width * 8}-bit WAV is not supported (8, 16 or 32-bit PCM)")
-    kind, offset, scale = kinds[width]
-    x = (np.frombuffer(frames, kind).astype(np.float32) - offset) / scale
-    x = x.reshape(-1, channels).mean(axis=1)
-    return torch.from_numpy(x.copy()), {"sample_rate": rate}
+def decode_image(raw: bytes, where: str, limits: Limits) -> torch.Tensor:
+    """PNG, JPEG ... (through Pillow) as ``u8[H, W, 3]`` (`inputs.decode_image`)."""
+    return torch.from_numpy(inputs.decode_image(raw, where, limits))
+
+
+def decode_wav(raw: bytes, where: str, limits: Limits) -> tuple[torch.Tensor, dict[str, Any]]:
+    """A PCM WAV as mono ``f32[samples]`` in [-1, 1], with ``{"sample_rate": rate}``
+    (`inputs.decode_wav`, its channels averaged)."""
+    x, rate = inputs.decode_wav(raw, where, limits)
+    return torch.from_numpy(x.mean(axis=1)), {"sample_rate": rate}

@@ -28,6 +28,7 @@ from wgc_runtime.contract import control as c
 from wgc_runtime.contract import messages as m
 from wgc_runtime.contract.flow import Segment
 from wgc_runtime.core.conductor.door import Problem
+from wgc_runtime.host.inputs import Limits
 from wgc_runtime.host.server.calls import Call, HttpError, Server
 from wgc_runtime.host.server.media import (
     MediaError,
@@ -40,19 +41,21 @@ from wgc_runtime.host.server.model import NATIVE
 from wgc_runtime.host.server.schemas import NativeRequest, SegmentIn
 
 
-def segments_of(inputs: list[SegmentIn]) -> list[Segment]:
-    """The request's segments, decoded (`media.tensor_from_json`); a bad one is a 400."""
+def segments_of(inputs: list[SegmentIn], limits: Limits) -> list[Segment]:
+    """The request's segments, decoded (`media.tensor_from_json`) within ``limits``; a bad one
+    is a 400."""
     out = []
     for i, seg in enumerate(inputs):
         where = f"inputs[{i}]"
         try:
             extra: dict[str, Any] = {}
-            if isinstance(seg.data, str) and seg.data.startswith("data:"):
-                data, extra = decode_data_url(seg.data, f"{where}.data")  # a WAV's sample_rate
+            if isinstance(seg.data, str) and seg.data.startswith("data:"):  # a WAV: sample_rate
+                data, extra = decode_data_url(seg.data, f"{where}.data", limits)
             else:
-                data = tensor_from_json(seg.data, seg.dtype, f"{where}.data")
+                data = tensor_from_json(seg.data, seg.dtype, f"{where}.data", limits)
             fields = extra | {
-                k: tensor_from_json(v, None, f"{where}.fields.{k}") for k, v in seg.fields.items()
+                k: tensor_from_json(v, None, f"{where}.fields.{k}", limits)
+                for k, v in seg.fields.items()
             }
         except MediaError as exc:
             field, _, why = str(exc).partition(": ")
@@ -96,7 +99,7 @@ def router(server: Server) -> APIRouter:
         call = Call(
             server,
             NATIVE,
-            segments_of(body.inputs),
+            segments_of(body.inputs, server.limits),
             body.want,
             body.options,
             body.seed,

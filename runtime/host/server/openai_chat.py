@@ -28,12 +28,13 @@ from sse_starlette.sse import EventSourceResponse
 from wgc_runtime.contract import messages as m
 from wgc_runtime.contract.flow import Segment
 from wgc_runtime.core.conductor.door import Problem
+from wgc_runtime.host.inputs import Limits, check_text
 from wgc_runtime.host.server.calls import Call, HttpError, Server, conform
 from wgc_runtime.host.server.media import (
     MediaError,
     TextDecoder,
+    decode_b64_wav,
     decode_data_url,
-    decode_wav,
     pcm16,
     wav_bytes,
 )
@@ -45,39 +46,37 @@ def _bad(field: str, why: str) -> HttpError:
     return HttpError(400, f"{field}: {why}", code="rejected", problems=[Problem(field, why)])
 
 
-def chat_segments(body: ChatRequest) -> list[Segment]:
+def chat_segments(body: ChatRequest, limits: Limits) -> list[Segment]:
     out: list[Segment] = []
     for i, msg in enumerate(body.messages):
         parts = [{"type": "text", "text": msg.content}] if isinstance(msg.content, str) else []
         parts = parts if isinstance(msg.content, str) else list(msg.content or [])
         for j, part in enumerate(parts):
             where = f"messages[{i}].content[{j}]"
-            out.append(_part(part, where))
+            out.append(_part(part, where, limits))
     return out
 
 
-def _part(part: dict[str, Any], where: str) -> Segment:
+def _part(part: dict[str, Any], where: str, limits: Limits) -> Segment:
     kind = part.get("type")
     try:
         if kind == "text":
             text = part.get("text")
             if not isinstance(text, str):
                 raise _bad(f"{where}.text", f"a text part's `text` is a string, got `{text!r}`")
-            return Segment("text", text)
+            return Segment("text", check_text(text, f"{where}.text", limits))
         if kind == "image_url":
             url = part.get("image_url") or {}
             url = url.get("url", "") if isinstance(url, dict) else str(url)
-            data, fields = decode_data_url(url, f"{where}.image_url")
+            data, fields = decode_data_url(url, f"{where}.image_url", limits)
             return Segment("image", data, tuple(fields.items()))
         if kind == "input_audio":
             audio = part.get("input_audio") or {}
-            raw = base64.b64decode(str(audio.get("data", "")), validate=True)
-            data, fields = decode_wav(raw, f"{where}.input_audio")
+            data, fields = decode_b64_wav(audio.get("data", ""), f"{where}.input_audio", limits)
             return Segment("audio", data, tuple(fields.items()))
-    except MediaError as exc:
-        raise _bad(where, str(exc).partition(": ")[2] or str(exc)) from None
-    except ValueError:
-        raise _bad(f"{where}.input_audio.data", "not base64") from None
+    except MediaError as exc:  # `field: why`
+        field, _, why = str(exc).partition(": ")
+        raise _bad(field, why) from None
     raise _bad(f"{where}.type", f"unknown content part `{kind}` (text, image_url, input_audio)")
 
 
@@ -100,7 +99,7 @@ def router(server: Server) -> APIRouter:
     @api.post(CHAT, tags=["openai"], summary="Chat completion (OpenAI-compatible)")
     async def chat(body: ChatRequest, http: Request) -> Response:
         want = _wants(server, body)
-        segments = conform(server.spec, chat_segments(body), want)
+        segments = conform(server.spec, chat_segments(body, server.limits), want)
         call = Call(server, CHAT, segments, want, body.options, body.seed, body.deadline).open()
         prompt = sum(len(str(s.data).encode()) for s in segments if s.modality == "text")
         if body.stream:

@@ -102,9 +102,10 @@ def images_router(server: Server, edits: bool) -> APIRouter:
         segments = []
         for i, f in enumerate(files):
             try:
-                segments.append(Segment("image", decode_image(await f.read(), f"image[{i}]")))
+                image = decode_image(await f.read(), f"image[{i}]", server.limits)
             except MediaError as exc:
                 raise _bad(f"image[{i}]", str(exc).partition(": ")[2]) from None
+            segments.append(Segment("image", image))
         segments.append(Segment("text", prompt))
         n = _int(form.get("n"), "n", 1)
         if n is None or not 1 <= n <= MAX_IMAGES:
