@@ -8,6 +8,8 @@ run's, a killed worker is started again on its node, and nothing is left when th
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -17,6 +19,8 @@ import torch
 from tests.e2e.runtime_support import ROOT, TWO_RANKS, compile_faults, compile_model, start, stop
 from wgc.interp import segment
 from wgc_runtime.host.client import Client
+from wgc_runtime.host.local import LocalCluster
+from wgc_runtime.host.processes import ray_launcher
 from wgc_runtime.host.processes.ray_launcher import RayChild
 
 ray = pytest.importorskip("ray")
@@ -85,6 +89,43 @@ def test_ranks_on_two_ray_nodes_match_one_host(tmp_path, ray_cluster) -> None:
         print(f"\nray: rank 1 back on its node in {cluster.restart_times[0]:.1f} s")
     finally:
         stop(cluster)
+
+
+def host_agents() -> dict[str, str]:
+    """Every `HostAgent` actor the Ray cluster has seen (alive or not) -> its node id (Ray's
+    debugging table: the state API needs the dashboard, which the fixture leaves out)."""
+    from ray._private.state import actors
+
+    return {
+        k: a["Address"]["NodeID"] for k, a in actors().items() if a["ActorClassName"] == "HostAgent"
+    }
+
+
+def test_wgc_run_with_ray_places_the_ranks_and_matches_one_host(tmp_path, ray_cluster) -> None:
+    """`wgc run --ray ADDRESS` is `wgc serve --ray`'s placement for one request: its ranks on
+    the two "hosts"' nodes, the outputs those of the in-process run."""
+    import numpy as np
+
+    ray_launcher.connect(ray_cluster.address)  # this process reads Ray's actor table
+    plan = compile_faults(tmp_path / "ray", HOSTS)
+    c = LocalCluster(plan, strict=True)
+    done = c.submit(c.request([segment("x", X[0][1])], ["tensor"], {"steps": 5}), seed=3).result()
+    assert done.ok, done.error
+    np.save(tmp_path / "x.npy", X[0][1].numpy())
+    before = set(host_agents())
+    r = subprocess.run(
+        [str(Path(sys.executable).with_name("wgc")), "run", plan, "--ray", ray_cluster.address,
+         "--input", f"x={tmp_path / 'x.npy'}", "--option", "steps=5", "--seed", "3",
+         "-o", str(tmp_path / "out")],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    got = [np.load(p) for p in sorted((tmp_path / "out").glob("tensor_*.npy"))]
+    assert len(got) == len(done.outputs) == 5
+    assert all(np.array_equal(a, o.tensor.numpy()) for a, o in zip(got, done.outputs, strict=True))
+    # its two workers were started by Ray actors on the two hosts' nodes
+    agents = {k: v for k, v in host_agents().items() if k not in before}
+    assert len(agents) == 2 and len(set(agents.values())) == 2
 
 
 ORPHEUS = ROOT / "examples" / "orpheus"

@@ -23,7 +23,7 @@ from wgc.cli.errors import guarded
 from wgc.cli.explain import explain
 from wgc.config import Env
 
-_OPTIONAL_COMMANDS = ("show", "fmt", "compile", "run", "serve")
+_OPTIONAL_COMMANDS = ("show", "fmt", "compile", "run", "serve", "worker")
 
 
 def _version() -> str:

@@ -28,6 +28,10 @@ are read as the option's declared type (``true``/``false``/``1``/``0`` for a boo
 ``--want`` every modality the model emits is wanted. ``--seed N`` seeds the nodes (default: the
 request id).
 
+Where the workers run: this host, or ``--ray ADDRESS`` (the nodes of a Ray cluster), or
+``--external-workers JOIN.json`` (started elsewhere with ``wgc worker``), as for `wgc serve`
+(`wgc.cli.workers`).
+
 Server use: ``--serve`` is `wgc serve` (the HTTP server, `wgc.cli.serve`) on its default address.
 
 ``--local`` runs the one-shot request in this process on `wgc_runtime.host.local.LocalCluster` (no
@@ -57,6 +61,7 @@ from wgc.cli.door import as_tensors, at_the_door
 from wgc.cli.errors import EXIT_OK, EXIT_USER, UserError
 from wgc.cli.request_input import field_value, read_request_file, split_fields
 from wgc.cli.speech_stats import RequestStats
+from wgc.cli.workers import THIS_HOST, Workers, worker_options
 from wgc.config import Env
 
 if TYPE_CHECKING:
@@ -493,6 +498,7 @@ def _stream_processes(
     deadline: float | None,
     seed,
     submitted=lambda: None,
+    workers: Workers = THIS_HOST,
 ) -> Iterator[Any]:
     from wgc.cli.progress import StartupProgress, startup_steps
     from wgc_runtime.host.client import Client
@@ -504,7 +510,13 @@ def _stream_processes(
     threading.Thread(target=_import_codec, name="wgc-import-torch", daemon=True).start()
     with (
         terminate_as_interrupt(),
-        Cluster(plan_dir, progress=progress, ready_timeout=ready_timeout, config=strict) as cluster,
+        Cluster(
+            plan_dir,
+            progress=progress,
+            ready_timeout=ready_timeout,
+            config=strict,
+            **workers.cluster_options(),
+        ) as cluster,
     ):
         progress.close()
         assert cluster.client_address is not None
@@ -629,6 +641,7 @@ def _deployment_error() -> type[Exception]:
 @click.option("--serve", is_flag=True, help="Serve over HTTP instead: `wgc serve`.")
 @click.option("--seed", type=int, default=None, help="What the nodes seed from (default: the id).")
 @click.option("--local", is_flag=True, help="Run in this process (no sockets, no processes).")
+@worker_options
 @click.option(
     "--plan-dir",
     metavar="DIR",
@@ -663,6 +676,9 @@ def run(
     serve: bool,
     seed: int | None,
     local: bool,
+    ray_address: str | None,
+    external: str | None,
+    join_timeout: float,
     plan_dir: str | None,
     ready_timeout: float,
     timeout: float | None,
@@ -680,6 +696,9 @@ def run(
         raise UserError(
             "give at least one `--input NAME=VALUE`, a `--request FILE.json` or `--serve`"
         )
+    workers = Workers(ray_address, external, join_timeout)
+    if local and workers.placed:
+        raise UserError("`--local` runs in this process: give no --ray or --external-workers")
     if serve:
         from wgc.cli.serve import require_serve, run_server
 
@@ -692,6 +711,7 @@ def run(
             seed=seed,
             plan_dir=plan_dir,
             ready_timeout=ready_timeout,
+            workers=workers,
             limits=edge,
         )
         ctx.exit(code)
@@ -712,6 +732,7 @@ def run(
             timeout,
             seed,
             edge,
+            workers=workers,
         )
     finally:
         if temporary:
@@ -731,6 +752,7 @@ def _one_shot(
     timeout: float | None,
     seed: int | None,
     limits: Limits,
+    workers: Workers = THIS_HOST,
 ) -> int:
     from wgc_runtime.host.client import RequestFailed
 
@@ -763,7 +785,7 @@ def _one_shot(
             _stream_local(plan, segments, want, opts, seed, stats.submit)
             if local
             else _stream_processes(
-                plan, segments, want, opts, ready_timeout, timeout, seed, stats.submit
+                plan, segments, want, opts, ready_timeout, timeout, seed, stats.submit, workers
             )
         )
         for out in events:

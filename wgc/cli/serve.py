@@ -27,6 +27,7 @@ import click
 
 from wgc.cli.errors import UserError
 from wgc.cli.run import _check_plan, input_limits, prepare, require_runtime
+from wgc.cli.workers import Workers, worker_options
 from wgc.config import Env
 
 if TYPE_CHECKING:
@@ -110,14 +111,7 @@ def _sha256(path: str) -> str:
     show_default=True,
     help="Restarts of a dead worker within 10 minutes before the server stops (0: never).",
 )
-@click.option(
-    "--ray",
-    "ray_address",
-    metavar="ADDRESS",
-    envvar="WGC_RAY",
-    default=None,
-    help="Start the workers on this Ray cluster's nodes (`auto`: this machine's cluster).",
-)
+@worker_options
 @click.option(
     "--limit",
     "limits",
@@ -139,6 +133,8 @@ def serve(
     ready_timeout: float,
     restarts: int,
     ray_address: str | None,
+    external: str | None,
+    join_timeout: float,
     limits: tuple[str, ...],
 ) -> None:
     """Serve a model over HTTP: OpenAI-compatible routes, /v1/requests, /metrics, a playground."""
@@ -156,7 +152,7 @@ def serve(
         plan_dir,
         ready_timeout,
         restarts,
-        ray_address,
+        Workers(ray_address, external, join_timeout),
         edge,
     )
     click.get_current_context().exit(code)
@@ -173,7 +169,7 @@ def run_server(
     plan_dir: str | None = None,
     ready_timeout: float = 600.0,
     restarts: int = 3,
-    ray_address: str | None = None,
+    workers: Workers | None = None,
     limits: Limits | None = None,
 ) -> int:
     """Compile when needed, then serve until stopped; the exit code (`wgc run --serve` too)."""
@@ -196,7 +192,7 @@ def run_server(
                 plan_html=html,
                 ready_timeout=ready_timeout,
                 restarts=restarts,
-                ray=ray_address,
+                **(workers or Workers()).cluster_options(),
                 limits=limits,
             )
         except DeploymentError as exc:

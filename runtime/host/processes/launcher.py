@@ -53,6 +53,12 @@ from wgc_runtime.contract import control as c
 from wgc_runtime.host.loading import DeploymentError, load_conductor
 from wgc_runtime.host.processes import entry, ray_launcher
 from wgc_runtime.host.processes.children import Child, LocalChild, stop_children
+from wgc_runtime.host.processes.external import (
+    ExternalChild,
+    ExternalWorkers,
+    never_joined,
+    write_join,
+)
 from wgc_runtime.host.processes.supervisor import RestartBudget, Supervisor, UsageQuery
 from wgc_runtime.host.transport.control_codec import ControlCodec
 from wgc_runtime.host.transport.keys import Authenticator, ClientKey, Keys
@@ -123,7 +129,8 @@ class Cluster:
     loopback); ``listen``: the interface every socket binds (``0.0.0.0`` only when asked; None:
     `bind_address`'s rule). With CURVE, clients need `client_key`. ``ray``: a Ray cluster's
     address (``auto``: the one this machine is in; None: ``$WGC_RAY``, if set): every worker is
-    started on the Ray node of its rank's host (`ray_launcher`)."""
+    started on the Ray node of its rank's host (`ray_launcher`). ``external``: start no worker;
+    wait for ranks started elsewhere (``wgc worker``) to join (`external`)."""
 
     def __init__(
         self,
@@ -140,6 +147,7 @@ class Cluster:
         curve: bool | None = None,
         listen: str | None = None,
         ray: str | None = None,
+        external: ExternalWorkers | None = None,
     ) -> None:
         self.plan_dir = os.fspath(plan_dir)
         self.spec = load_conductor(self.plan_dir)
@@ -156,6 +164,7 @@ class Cluster:
         self.listen = listen
         # a Ray cluster's address (or "auto"): workers on its nodes (`wgc run`: $WGC_RAY)
         self.ray = ray if ray is not None else (os.environ.get("WGC_RAY") or None)
+        self.external = external
         self.budget = RestartBudget(restarts, restart_window_s)
         self.segment: Segment | None = None
         self.mesh: Mesh | None = None
@@ -230,6 +239,8 @@ class Cluster:
         }
         if self.ray is not None:
             ray_launcher.connect(self.ray)
+        if self.external is not None:
+            write_join(self.external.join_file, self._boot, self.hosts)
         self._spawn_conductor()
         for r in range(self.world):
             self._spawn_worker(r)
@@ -280,6 +291,9 @@ class Cluster:
         """Start (or start again) rank ``rank``'s worker."""
         host = self.host_of(rank)
         boot = {**self._child_boot(f"rank {rank}", host), "rank": rank}
+        if self.external is not None:  # started by someone else: `wgc worker`
+            self.procs[f"rank {rank}"] = ExternalChild(self, rank)
+            return
         if self.ray is None:
             self.procs[f"rank {rank}"] = LocalChild(entry.worker, boot, f"wgc-rank{rank}")
             return
@@ -296,6 +310,7 @@ class Cluster:
         sent_peers = False
         while len(loaded) < len(self.procs):
             self._check_alive()
+            self._check_joined(t0, up)
             if time.monotonic() > deadline:
                 waiting = ", ".join(sorted(set(self.procs) - set(loaded)))
                 raise DeploymentError(
@@ -326,6 +341,14 @@ class Cluster:
                     self.mesh.send(entry.who, [peers])
                 sent_peers = True
         return up, loaded
+
+    def _check_joined(self, t0: float, up: dict[str, float]) -> None:
+        """External workers (`external`): every rank said hello within the join timeout."""
+        ext = self.external
+        if ext is None or time.monotonic() <= t0 + ext.timeout:
+            return
+        if missing := sorted(set(self.procs) - set(up) - {"conductor"}, key=self._order):
+            raise DeploymentError(never_joined(ext, self, missing))
 
     def _check_alive(self) -> None:
         for who, proc in self.procs.items():
@@ -386,11 +409,15 @@ class Cluster:
 
     @property
     def pids(self) -> dict[str, int]:
-        return {who: p.pid for who, p in self.procs.items()}
+        return {who: p.pid for who, p in self.procs.items() if p.pid > 0}  # none: external
 
     @staticmethod
     def _who(raw: Any) -> str:
         return "conductor" if raw == "conductor" else f"rank {raw}"
+
+    @staticmethod
+    def _order(who: str) -> int:
+        return -1 if who == "conductor" else int(who.split()[1])
 
     @staticmethod
     def _peer(who: str) -> int | str:
@@ -429,6 +456,9 @@ class Cluster:
             if self.ipc_dir is not None:
                 shutil.rmtree(self.ipc_dir, ignore_errors=True)
                 self.ipc_dir = None
+            if self.external is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(self.external.join_file)
 
 
 @contextlib.contextmanager

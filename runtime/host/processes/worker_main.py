@@ -39,6 +39,7 @@ from wgc_runtime.contract import messages as m
 from wgc_runtime.contract.kinds import FailKind
 from wgc_runtime.host import loading
 from wgc_runtime.host.processes import child
+from wgc_runtime.host.processes.external import untrack_segment
 from wgc_runtime.host.transport.arena import Arena
 from wgc_runtime.host.transport.keys import Keys
 from wgc_runtime.host.transport.sockets import Mesh, Peer
@@ -199,6 +200,8 @@ def worker_main(boot: dict[str, Any]) -> None:
         a = boot.get("arena")  # none on a host the launcher does not share
         if a is not None:
             arena = Arena.attach(a["name"], a["slots"], a["region"], slot=rank)
+            if boot.get("untracked"):  # `wgc worker`'s: the conductor side owns the segment
+                untrack_segment(a["name"])
         mesh = Mesh(
             rank,
             host=boot["host"],

@@ -8,7 +8,8 @@ runs until Ctrl-C / SIGTERM (exit 0) or until the deployment fails for good (exi
 that dies is restarted up to ``restarts`` times within ``restart_window_s`` (only the requests it
 held fail; ``/health`` says ``degraded`` until it is back), the conductor's death or a worker past
 the budget is final. ``ray``: start the workers on that Ray cluster's nodes
-(`processes.ray_launcher`). ``limits``: what one input may be (`wgc_runtime.host.inputs`).
+(`processes.ray_launcher`); ``external``: wait for workers started elsewhere (``wgc worker``,
+`processes.external`). ``limits``: what one input may be (`wgc_runtime.host.inputs`).
 Either way the processes are stopped and the shared memory freed.
 
 A deployment with CURVE (the placement names hosts) has a client key: the server connects with
@@ -32,6 +33,7 @@ import uvicorn
 
 from wgc_runtime.host.inputs import Limits
 from wgc_runtime.host.loading import load_plan
+from wgc_runtime.host.processes.external import ExternalWorkers
 from wgc_runtime.host.processes.launcher import Cluster, terminate_as_interrupt
 from wgc_runtime.host.server.app import create_app
 from wgc_runtime.host.server.calls import Server
@@ -84,6 +86,7 @@ def serve(
     restarts: int = 3,
     restart_window_s: float = 600.0,
     ray: str | None = None,
+    external: ExternalWorkers | None = None,
     limits: Limits | None = None,
 ) -> int:
     """Serve the plan in ``plan_dir`` until stopped (see the module docstring); the exit code."""
@@ -100,6 +103,7 @@ def serve(
                 restarts=restarts,
                 restart_window_s=restart_window_s,
                 ray=ray,
+                external=external,
             ) as cluster,
             _saved(cluster.client_key) as key_file,
         ):

@@ -1,0 +1,113 @@
+"""Workers started by another launcher, as a SLURM script would on each host: the conductor side
+(``wgc run --external-workers JOIN.json``) and each rank's ``wgc worker --join JOIN.json --rank R``
+as separate processes. The placement names two hosts (127.0.0.2 and 127.0.0.3: TCP with CURVE
+between them, no shared memory), the outputs equal the in-process run's, and a rank that never
+comes is a clear error within the join timeout: exit 1, nothing left running."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from tests.e2e.runtime_support import ROOT, TWO_RANKS, compile_faults
+from wgc.interp import segment
+from wgc_runtime.host.local import LocalCluster
+
+HOSTS = TWO_RANKS + "hosts: {0: 127.0.0.2, 1: 127.0.0.3}\n"
+pytestmark = pytest.mark.slow
+
+
+class Run:
+    """``wgc`` processes started with one marker in their environment, so that every process
+    they start can be found afterwards (their children inherit it)."""
+
+    def __init__(self) -> None:
+        self.mark = uuid.uuid4().hex
+        self.env = {**os.environ, "WGC_TEST_MARK": self.mark, "OMP_NUM_THREADS": "1"}
+
+    def start(self, *args: str) -> subprocess.Popen:
+        exe = Path(sys.executable).with_name("wgc")
+        return subprocess.Popen(
+            [str(exe), *args], cwd=ROOT, env=self.env, stderr=subprocess.PIPE, text=True
+        )
+
+    def left(self) -> list[int]:
+        """Processes with the marker that are still running."""
+        out = []
+        needle = f"WGC_TEST_MARK={self.mark}".encode()
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                environ = Path(f"/proc/{pid}/environ").read_bytes()
+                state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            except OSError:
+                continue
+            if needle in environ and state != "Z":
+                out.append(int(pid))
+        return out
+
+
+def finish(proc: subprocess.Popen, timeout: float) -> tuple[int, str]:
+    _, err = proc.communicate(timeout=timeout)
+    return proc.returncode, err
+
+
+@pytest.fixture(scope="module")
+def plan(tmp_path_factory) -> str:
+    return compile_faults(tmp_path_factory.mktemp("external"), HOSTS)
+
+
+def test_workers_started_by_hand_match_the_in_process_run(plan, tmp_path) -> None:
+    x = np.arange(4, dtype=np.float32)
+    np.save(tmp_path / "x.npy", x)
+    c = LocalCluster(plan, strict=True)
+    request = c.request([segment("x", torch.from_numpy(x))], ["tensor"], {"steps": 5})
+    done = c.submit(request, seed=3).result()
+    assert done.ok, done.error
+    expected = [o.tensor.numpy() for o in done.outputs]
+    join, out, run = tmp_path / "join.json", tmp_path / "out", Run()
+    conductor = run.start(
+        "run", plan, "--external-workers", str(join), "--join-timeout", "120",
+        "--input", f"x={tmp_path / 'x.npy'}", "--option", "steps=5", "--seed", "3", "-o", str(out),
+    )  # fmt: skip
+    workers = [run.start("worker", "--join", str(join), "--rank", str(r)) for r in (0, 1)]
+    code, err = finish(conductor, 240)
+    assert code == 0, err
+    for w in workers:
+        wcode, werr = finish(w, 30)
+        assert wcode == 0, werr  # stopped by the conductor side's Shutdown
+        assert "joining tcp://127.0.0.2:" in werr
+    got = [np.load(p) for p in sorted(out.glob("tensor_*.npy"))]
+    assert len(got) == len(expected) == 5
+    assert all(np.array_equal(a, b) for a, b in zip(got, expected, strict=True))
+    assert not join.exists()  # removed with the run: it holds the deployment's secret
+    assert run.left() == []
+    assert not list(Path("/dev/shm").glob(f"wgc-{conductor.pid}-*"))
+
+
+def test_a_rank_that_never_comes_is_an_error_within_the_timeout(plan, tmp_path) -> None:
+    np.save(tmp_path / "x.npy", np.arange(4, dtype=np.float32))
+    join, run = tmp_path / "join.json", Run()
+    t0 = time.monotonic()
+    conductor = run.start(
+        "run", plan, "--external-workers", str(join), "--join-timeout", "15",
+        "--input", f"x={tmp_path / 'x.npy'}",
+    )  # fmt: skip
+    rank0 = run.start("worker", "--join", str(join), "--rank", "0")
+    code, err = finish(conductor, 120)
+    took = time.monotonic() - t0
+    assert code == 1, err
+    assert "never joined within 15 s" in err and "Traceback" not in err
+    assert f"on 127.0.0.3: wgc worker --join {join} --rank 1" in err
+    assert 15 <= took < 60
+    finish(rank0, 60)  # the conductor side stopped it, or it saw the conductor side go away
+    assert not join.exists()
+    assert run.left() == []
+    assert not list(Path("/dev/shm").glob(f"wgc-{conductor.pid}-*"))
