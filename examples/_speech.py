@@ -30,7 +30,15 @@ import torch
 
 from wgc_runtime.components.sampling import Sampling
 from wgc_runtime.components.tokenizer import TextCodec
-from wgc_runtime.contract.node import DTYPES, SEED_OPTION, CallContext, Node, NodeError, Work
+from wgc_runtime.contract.node import (
+    DTYPES,
+    SEED_OPTION,
+    CallContext,
+    Node,
+    NodeError,
+    NodeInputError,
+    Work,
+)
 
 SALT = "speech"
 TOKENS, TALKER, NOISE = 0, 1, 2  # seed offsets (`SpeechOptions`)
@@ -84,7 +92,9 @@ def sampling(options: Mapping[str, Any], prefix: str = "") -> Sampling:
             repetition_penalty=get("repetition_penalty", 1.0),
         )
     except ValueError as exc:
-        raise NodeError(f"option {prefix}temperature/top_p/repetition_penalty: {exc}") from None
+        raise NodeInputError(
+            f"option {prefix}temperature/top_p/repetition_penalty: {exc}"
+        ) from None
 
 
 def plain(params: Sampling) -> bool:
@@ -95,10 +105,10 @@ def plain(params: Sampling) -> bool:
 def prompt_text(value: torch.Tensor | None, node: str) -> str:
     """A text segment as the runtime hands it over (its UTF-8 bytes as ``i64``)."""
     if value is None or value.numel() == 0:
-        raise NodeError(f"node `{node}`: an empty text prompt has nothing to say")
+        raise NodeInputError(f"node `{node}`: an empty text prompt has nothing to say")
     raw = value.reshape(-1).tolist()
     if not all(0 <= b < 256 for b in raw):
-        raise NodeError(f"node `{node}`: a text segment must arrive as UTF-8 bytes")
+        raise NodeInputError(f"node `{node}`: a text segment must arrive as UTF-8 bytes")
     return bytes(raw).decode("utf-8", errors="replace")
 
 

@@ -18,7 +18,8 @@ message                from -> to                 meaning
 `RankDied`             launcher -> conductor      a worker process is gone
 `GetUsage`             launcher -> child          report what you hold
 `Usage`                child -> launcher          live requests, KV pages held or promised,
-                                                  frames dropped (`GetUsage`'s answer)
+                                                  frames dropped; a rank's node calls and
+                                                  stream buffers (`GetUsage`'s answer)
 `ArenaFree`            any -> arena block owner   the receiver is done with these blocks
 =====================  =========================  ==============================================
 
@@ -91,16 +92,47 @@ class GetUsage(Message, frozen=True, tag=49):
     """Ask a child for its `Usage`."""
 
 
+class NodeCalls(msgspec.Struct, frozen=True, array_like=True):
+    """One node's calls on a rank since it started (`Usage.nodes`): cumulative counts per
+    bucket of `Usage.call_buckets` then +Inf (seconds per call), their sum, cumulative counts
+    per bucket of `Usage.batch_buckets` then +Inf (rows per call), and the rows in all."""
+
+    node: str
+    calls: tuple[int, ...]
+    seconds: float
+    sizes: tuple[int, ...]
+    rows: int
+
+
+class StreamFill(msgspec.Struct, frozen=True, array_like=True):
+    """One stream's buffers on the rank that owns it since it started (`Usage.streams`): the
+    fill (items held / capacity) after each accepted item, as cumulative counts per bucket of
+    `Usage.fill_buckets` then +Inf and their sum; consumers that found no chunk ready
+    (underruns); and the items its live buffers hold now."""
+
+    stream: str
+    fills: tuple[int, ...]
+    fill_sum: float
+    underruns: int
+    held: int
+
+
 class Usage(Message, frozen=True, tag=50):
     """What a child holds now: live requests, KV pages per pool (a rank: pages in use; the
     conductor: pages promised by admission), and bad traffic its sockets dropped (frames, peers
-    cut off)."""
+    cut off); a rank also its node calls and stream buffers (`NodeCalls`, `StreamFill`, with
+    their histograms' bucket bounds)."""
 
     who: PeerName
     requests: int = 0
     kv_pages: tuple[tuple[str, int], ...] = ()
     dropped: int = 0
     cut_off: int = 0
+    call_buckets: tuple[float, ...] = ()
+    batch_buckets: tuple[float, ...] = ()
+    fill_buckets: tuple[float, ...] = ()
+    nodes: tuple[NodeCalls, ...] = ()
+    streams: tuple[StreamFill, ...] = ()
 
 
 class ArenaFree(Message, frozen=True, tag=48):

@@ -123,3 +123,13 @@ class FailKind(StrEnum):
     CANCELLED = "cancelled"  # the client cancelled it
     REJECTED = "rejected"  # refused at the door (a bad request)
     INTERNAL = "internal"  # a bug, or a broken deployment (a rank died)
+
+
+class Cause(StrEnum):
+    """Whose fault a node's failure is (`messages.Failed.cause`), decided where the executor
+    catches the node's exception: ``input`` when the node refused a value of the request
+    (it raised `ValueError` or `TypeError`, `node.NodeInputError` among them: HTTP 400), else
+    ``internal`` (a bug or a broken node: HTTP 500)."""
+
+    INPUT = "input"
+    INTERNAL = "internal"

@@ -60,7 +60,7 @@ from typing import Any, ClassVar
 
 import msgspec
 
-from wgc_runtime.contract.kinds import Edge, FailKind
+from wgc_runtime.contract.kinds import Cause, Edge, FailKind
 from wgc_runtime.contract.spec import Dest
 
 CONDUCTOR = -1
@@ -288,7 +288,8 @@ class ClientOut(Message, frozen=True, tag=17):
 
 
 class Failed(Message, frozen=True, tag=18):
-    """The request failed (`FailKind` says why)."""
+    """The request failed (`FailKind` says why; for a node's failure, `Cause` says whose
+    fault it is)."""
 
     request: str
     kind: FailKind
@@ -297,6 +298,7 @@ class Failed(Message, frozen=True, tag=18):
     walk: str | None = None
     node: str | None = None
     rank: int | None = None
+    cause: Cause | None = None
 
 
 # ---------------------------------------------------------------- conductor -> client
@@ -325,6 +327,7 @@ class Finished(Message, frozen=True, tag=20):
     flow: str | None = None
     walk: str | None = None
     node: str | None = None
+    cause: Cause | None = None
 
 
 # what moves between the cores (conductor <-> ranks, rank <-> rank)

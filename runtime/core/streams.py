@@ -208,8 +208,14 @@ class StreamBuffer:
         self._final_taken = False
         self._plan: list[tuple[int, int, bool]] | None = None  # set when done
         self.abandoned = False
+        self.starved_at = -1  # the chunk a consumer last found not ready (underruns: once each)
 
     # ------------------------------------------------------------------ producer side
+    @property
+    def held(self) -> int:
+        """Items the buffer holds now (at most ``capacity``)."""
+        return len(self._items)
+
     def can_push(self) -> bool:
         return not self.is_done and (self.abandoned or len(self._items) < self.capacity)
 

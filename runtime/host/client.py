@@ -79,11 +79,15 @@ class Output:
 
 @dataclass(frozen=True, slots=True)
 class ErrorInfo:
+    """Why a request failed: a `FailKind`, the message, where; ``cause``: for a node's failure,
+    ``input`` (the node refused a value of the request) or ``internal``."""
+
     kind: str
     message: str
     flow: str | None = None
     walk: str | None = None
     node: str | None = None
+    cause: str | None = None
 
     def __str__(self) -> str:
         where = ", ".join(
@@ -331,6 +335,7 @@ class Client:
                     msg.flow,
                     msg.walk,
                     msg.node,
+                    None if msg.cause is None else str(msg.cause),
                 )
             stream.done = True
         if stream.done:

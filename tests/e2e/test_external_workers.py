@@ -1,8 +1,9 @@
 """Workers started by another launcher, as a SLURM script would on each host: the conductor side
 (``wgc run --external-workers JOIN.json``) and each rank's ``wgc worker --join JOIN.json --rank R``
 as separate processes. The placement names two hosts (127.0.0.2 and 127.0.0.3: TCP with CURVE
-between them, no shared memory), the outputs equal the in-process run's, and a rank that never
-comes is a clear error within the join timeout: exit 1, nothing left running."""
+between them, no shared memory), the outputs equal the in-process run's, a rank that never comes
+is a clear error within the join timeout (exit 1, nothing left running), and a rank whose
+``wgc worker`` is killed and started again rejoins within the restart budget."""
 
 from __future__ import annotations
 
@@ -17,9 +18,11 @@ import numpy as np
 import pytest
 import torch
 
-from tests.e2e.runtime_support import ROOT, TWO_RANKS, compile_faults
+from tests.e2e.runtime_support import ROOT, TWO_RANKS, compile_faults, start, stop
 from wgc.interp import segment
+from wgc_runtime.host.client import Client
 from wgc_runtime.host.local import LocalCluster
+from wgc_runtime.host.processes.external import ExternalWorkers
 
 HOSTS = TWO_RANKS + "hosts: {0: 127.0.0.2, 1: 127.0.0.3}\n"
 pytestmark = pytest.mark.slow
@@ -111,3 +114,38 @@ def test_a_rank_that_never_comes_is_an_error_within_the_timeout(plan, tmp_path) 
     assert not join.exists()
     assert run.left() == []
     assert not list(Path("/dev/shm").glob(f"wgc-{conductor.pid}-*"))
+
+
+def test_a_rank_started_again_by_its_launcher_rejoins(plan, tmp_path) -> None:
+    """What ``restartPolicy: Always`` does on Kubernetes: rank 1's ``wgc worker`` is killed, the
+    conductor side sees it go (its inbox closes) and waits within its restart budget; the rank
+    started again with the same join file serves the same outputs."""
+    join, run = tmp_path / "join.json", Run()
+    workers = [run.start("worker", "--join", str(join), "--rank", str(r)) for r in (0, 1)]
+    cluster = start(plan, external=ExternalWorkers(str(join), 120.0), restarts=1)
+    try:
+        assert cluster.client_address is not None and cluster.client_key is not None
+        expected = outputs(cluster.client_address, cluster.client_key)
+        workers[1].kill()  # the `wgc worker` process: its worker dies with it
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and cluster.health().status == "ok":
+            assert cluster.wait(0.05) is None
+        assert cluster.health().status == "degraded"
+        again = run.start("worker", "--join", str(join), "--rank", "1")
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and cluster.health().status != "ok":
+            assert cluster.wait(0.05) is None
+        assert cluster.health().status == "ok" and len(cluster.restart_times) == 1
+        assert outputs(cluster.client_address, cluster.client_key) == expected
+        print(f"\nexternal: rank 1 serving again {cluster.restart_times[0]:.1f} s after its death")
+    finally:
+        stop(cluster)
+    for w in (workers[0], again):
+        assert finish(w, 30)[0] == 0
+    assert run.left() == []
+
+
+def outputs(address: str, key) -> list[list[float]]:
+    with Client(address, key=key, idle_timeout=120) as client:
+        x = [segment("x", torch.arange(4, dtype=torch.float32))]
+        return [o.value.tolist() for o in client.run(x, ["tensor"], {"steps": 5}, deadline=120)]

@@ -45,10 +45,18 @@ def test_a_request_from_the_playground_plays_back() -> None:
     with served("generated/orpheus/cpu", "--seed", "3") as s, sync_api.sync_playwright() as pw:
         # what the page should get: the same request over the native route (the server's seed)
         prompt = "hello from the browser"
+        before = s.get_json("/v1/wgc/nodes")["nodes"]
         status, want = s.post(
             "/v1/requests", {"inputs": [{"modality": "text", "data": prompt}], "want": ["audio"]}
         )
         assert status == 200, want
+        # the node calls it made: the counters now less those before (nothing else ran)
+        was = {(n["rank"], n["node"]): n for n in before}
+        calls = {}
+        for n in s.get_json("/v1/wgc/nodes")["nodes"]:
+            b = was.get((n["rank"], n["node"]), {"calls": 0, "rows": 0})
+            calls[n["node"]] = (n["calls"] - b["calls"], n["rows"] - b["rows"])
+        assert set(calls) == {"LLM", "snac_decoder"} and all(c > 0 for c, _ in calls.values())
         outputs = len(want["outputs"])
         samples = sum(o["value"]["shape"][0] for o in want["outputs"])
         assert outputs >= 1 and samples > 0
@@ -86,6 +94,15 @@ def test_a_request_from_the_playground_plays_back() -> None:
             lit = page.frame_locator("#plan").locator("g.cluster.walk rect[style*='stroke']")
             assert lit.count() == 3  # prefill, decode, snac_chunk
             assert page.locator("#status").inner_text().startswith("done in")
+            # per-node timings: the page's share of the counters is the same request's
+            shown = page.evaluate("window.wgc.nodes")
+            assert {n["node"]: (n["calls"], n["rows"]) for n in shown} == calls
+            assert all(n["seconds"] > 0 for n in shown)
+            assert page.locator("#nodes tbody tr").count() == len(calls)
+            subs = page.frame_locator("#plan").locator("g.node.call text.sub").all_text_contents()
+            timed = [t for t in subs if t.endswith(" ms")]
+            assert len(timed) == 3, subs  # LLM in prefill and decode, snac_decoder
+            assert any(t.startswith(f"#0 · {calls['LLM'][0]}× ") for t in timed), timed
             assert errors == []
         finally:
             browser.close()

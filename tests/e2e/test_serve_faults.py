@@ -202,6 +202,24 @@ def test_ill_typed_values_are_400(faults, request_body, field, message) -> None:
     assert {"field": field, "message": message} in reply["error"]["problems"]
 
 
+def test_a_value_a_node_refuses_is_400_and_a_node_bug_is_500(faults) -> None:
+    """Past the door, a node that refuses a value (raises `ValueError`) answers 400 with its
+    message; one that fails otherwise (a `RuntimeError`: a bug) stays a server error."""
+    status, reply = faults.post(NATIVE, body(fail=True))
+    assert status == 400, reply
+    error = reply["error"]
+    assert error["code"] == "invalid_value" and error["type"] == "invalid_request_error"
+    told = "node `source` failed in walk `main`: ValueError: the source was told to fail"
+    assert told in error["message"]
+    status, reply = faults.post(NATIVE, body(crash=True))
+    assert status == 500, reply
+    assert reply["error"]["type"] == "server_error" and reply["error"]["code"] == "node"
+    assert "RuntimeError: the source was told to crash" in reply["error"]["message"]
+    m = faults.metrics()
+    assert m[("wgc_requests_total", (("outcome", "invalid_value"), ("route", NATIVE)))] >= 1
+    assert faults.post(NATIVE, body())[0] == 200  # the deployment goes on
+
+
 def test_the_python_client_is_refused_at_the_door_and_may_reuse_an_id(faults) -> None:
     x = [("tensor", [1.0, 2.0, 3.0, 4.0])]
     with Client(faults.client_address) as client:

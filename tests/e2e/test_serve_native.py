@@ -238,6 +238,80 @@ def test_metrics_add_up(orpheus) -> None:
     assert 0 <= underruns <= delta("wgc_audio_buffer_seconds_count", route=NATIVE)
 
 
+def test_a_value_the_node_refuses_is_400_with_its_message(orpheus) -> None:
+    """The door takes any float ``repetition_penalty``; Orpheus's LLM refuses a negative one
+    (`NodeInputError`): 400 with the node's message, not a server error."""
+    status, reply = orpheus.post(NATIVE, {**HELLO, "options": {"repetition_penalty": -1.0}})
+    assert status == 400, reply
+    assert reply["error"]["code"] == "invalid_value"
+    assert "repetition_penalty must be positive" in reply["error"]["message"]
+
+
+def test_node_and_stream_metrics_count_what_the_plan_runs(orpheus) -> None:
+    """Each request of ``max_tokens`` N calls the LLM for N rows (its prefill, then one decode
+    step per token until ``max_tokens``: the toy's audio-only sampling never ends speech
+    early), each pushing one item into stream ``tokens``, and the SNAC decoder once per
+    non-empty chunk of that stream (the plan's sliding windows over N items). One request alone
+    runs every call on one row; concurrent requests' decode steps run as batches."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from wgc_runtime.core.streams import Policy, chunk_plan
+    from wgc_runtime.host.loading import load_plan
+
+    _, ranks = load_plan(ROOT / "generated/orpheus/cpu")
+    (tokens,) = [s for r in ranks for s in r.streams if s.name == "tokens"]
+    policy = Policy.of(tokens.policy, dict(tokens.params))
+
+    def windows(n: int) -> int:
+        return sum(1 for start, end, _ in chunk_plan(policy, tokens.final, n) if end > start)
+
+    def node(m, name, node, **more):
+        return m.get((name, tuple(sorted({"process": "rank 0", "node": node, **more}.items()))), 0)
+
+    def stream(m, name, **more):
+        key = {"process": "rank 0", "stream": "tokens", **more}
+        return m.get((name, tuple(sorted(key.items()))), 0)
+
+    def run(lengths: list[int]) -> tuple[dict, dict]:
+        before = orpheus.metrics()
+        with ThreadPoolExecutor(len(lengths)) as pool:
+            bodies = [{**HELLO, "options": {"max_tokens": n}} for n in lengths]
+            assert [st for st, _ in pool.map(lambda b: orpheus.post(NATIVE, b), bodies)] == [
+                200
+            ] * len(lengths)
+        return before, orpheus.metrics()
+
+    for lengths in ([45], [60, 64, 70, 75]):
+        before, after = run(lengths)
+
+        def delta(get, *args, **labels):
+            return get(after, *args, **labels) - get(before, *args, **labels)  # noqa: B023
+
+        rows = {"LLM": sum(lengths), "snac_decoder": sum(windows(n) for n in lengths)}
+        for name, expected in rows.items():
+            calls = delta(node, "wgc_node_call_duration_seconds_count", name)
+            assert delta(node, "wgc_node_batch_size_sum", name) == expected, (name, lengths)
+            assert delta(node, "wgc_node_batch_size_count", name) == calls
+            assert delta(node, "wgc_node_call_duration_seconds_bucket", name, le="+Inf") == calls
+            assert delta(node, "wgc_node_call_duration_seconds_sum", name) > 0
+            if len(lengths) == 1:  # alone: one row per call
+                assert calls == expected
+                assert delta(node, "wgc_node_batch_size_bucket", name, le="1") == calls
+        # together: fewer LLM calls than rows, some of them batches of several requests
+        llm_calls = delta(node, "wgc_node_batch_size_count", "LLM")
+        if len(lengths) > 1:
+            assert llm_calls < rows["LLM"]
+            assert delta(node, "wgc_node_batch_size_bucket", "LLM", le="1") < llm_calls
+        # every token went through the stream's buffer: a fill sample per accepted item
+        assert delta(stream, "wgc_stream_buffer_fill_ratio_count") == rows["LLM"]
+        fill = delta(stream, "wgc_stream_buffer_fill_ratio_sum")
+        assert 0 < fill <= rows["LLM"]
+        assert stream(after, "wgc_stream_buffer_items") == 0  # the requests ended
+        # the codec flow's walks start once their chunk is ready: no consumer ever waits
+        assert stream(after, "wgc_stream_underruns_total") == 0
+    assert orpheus.metrics()[("wgc_process_restarts_total", (("process", "rank 0"),))] == 0
+
+
 @pytest.mark.parametrize(
     ("raw", "message"),
     [

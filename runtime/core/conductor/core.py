@@ -195,7 +195,7 @@ class ConductorCore:
                     flow.chunks[msg.index] = msg
                     self._pump_stream_flow(req, flow)
             elif isinstance(msg, Failed):
-                raise Abort(msg.kind, msg.message, msg.flow, msg.walk, msg.node)
+                raise Abort(msg.kind, msg.message, msg.flow, msg.walk, msg.node, msg.cause)
             else:
                 raise TypeError(f"the conductor cannot handle {type(msg).__name__}")
         except Abort as exc:
@@ -217,7 +217,14 @@ class ConductorCore:
             self.outbox(
                 CLIENT,
                 Finished(
-                    req.id, False, error.kind, error.message, error.flow, error.walk, error.node
+                    req.id,
+                    False,
+                    error.kind,
+                    error.message,
+                    error.flow,
+                    error.walk,
+                    error.node,
+                    error.cause,
                 ),
             )
         reason = "finished" if error is None else error.kind

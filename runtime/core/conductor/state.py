@@ -7,7 +7,7 @@ from typing import Any
 
 from wgc_runtime.contract.conductor import FlowSpec, WalkSpec
 from wgc_runtime.contract.flow import Request
-from wgc_runtime.contract.kinds import FailKind
+from wgc_runtime.contract.kinds import Cause, FailKind
 from wgc_runtime.contract.messages import ChunkReady
 
 CONDUCTOR_KEEPS = -1  # `WalkSpec.persists`: a persisted walk input the conductor holds
@@ -23,9 +23,11 @@ class Abort(Exception):
         flow: str | None = None,
         walk: str | None = None,
         node: str | None = None,
+        cause: Cause | None = None,
     ) -> None:
         super().__init__(message)
         self.kind, self.message, self.flow, self.walk, self.node = kind, message, flow, walk, node
+        self.cause = cause
 
 
 @dataclass(eq=False)

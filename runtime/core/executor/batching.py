@@ -7,15 +7,18 @@ here, so a raising item fails only its request. A custom batched `forward` fails
 returning an exception in that item's place; a batched `forward` that raises is retried item by
 item when the node is stateless, and fails every request of the batch when it keeps state
 (re-running would apply its state changes twice). Every result is checked against the node's
-declared output ports.
+declared output ports. A node's exception is the request's fault (`Cause.INPUT`) when it is a
+`ValueError` or `TypeError` (the node refused a value it was given: `NodeInputError`), else
+the deployment's (`Cause.INTERNAL`). Each call's time and rows go to `NodeStats`.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
-from wgc_runtime.contract.kinds import Engine, FailKind, InputMode
+from wgc_runtime.contract.kinds import Cause, Engine, FailKind, InputMode
 from wgc_runtime.contract.node import CallContext, Node, NodeError, Work, check_outputs
 from wgc_runtime.core.executor.state import (
     Inst,
@@ -108,6 +111,7 @@ def _run_batch(self: RankExecutor, batch: list[tuple[Inst, Work]]) -> None:
     works = [wk for _, wk in batch]
     results: list[Any] | None = None
     checked = False  # a captured step's outputs were checked once for the whole batch
+    t0 = perf_counter()
     unit = self.captured.unit(batch[0][0].walk.walk, call.id, works)
     if unit is not None:
         try:
@@ -117,13 +121,16 @@ def _run_batch(self: RankExecutor, batch: list[tuple[Inst, Work]]) -> None:
             results = [exc] * len(works)
     if results is None:
         results = self._forward(node, call.node, works)
+    self.stats.call(call.node, len(works), perf_counter() - t0)
     for (inst, work), result in zip(batch, results, strict=True):
         if inst.walk.req.id not in self.requests:
             continue
         w = inst.walk
         if isinstance(result, BaseException):
             msg = f"node `{call.node}` failed in walk `{w.walk}`: {type(result).__name__}: "
-            self._fail(w.req.id, RequestAbort(FailKind.NODE, msg + str(result), w.walk, call.node))
+            cause = Cause.INPUT if isinstance(result, ValueError | TypeError) else Cause.INTERNAL
+            abort = RequestAbort(FailKind.NODE, msg + str(result), w.walk, call.node, cause)
+            self._fail(w.req.id, abort)
             continue
         try:
             if not checked:

@@ -59,6 +59,7 @@ from wgc_runtime.core.executor.state import (
     RequestState,
     WalkRun,
 )
+from wgc_runtime.core.executor.stats import NodeStats
 from wgc_runtime.engines.kv_pools import KvPools
 
 _ENDED_KEEP = 4096  # ended request ids remembered, to drop their late messages
@@ -144,6 +145,7 @@ class RankExecutor:
         # the plan's capture list as runners, built by `prepare_captures` at worker start
         self.captured = CapturedSteps(rank_spec, self.nodes, self.kv, device)
         self.outbox = outbox
+        self.stats = NodeStats()  # node calls and stream buffers, for `/metrics`
         self.max_batch = max(1, int(max_batch))
         self.pieces = {p.walk: PieceIndex.of(p) for p in rank_spec.pieces}
         self.stream_specs: dict[str, StreamSpec] = {s.name: s for s in rank_spec.streams}
@@ -291,6 +293,6 @@ class RankExecutor:
         )
         self.outbox(
             CONDUCTOR,
-            Failed(request, exc.kind, exc.message, flow, exc.walk, exc.node, self.rank),
+            Failed(request, exc.kind, exc.message, flow, exc.walk, exc.node, self.rank, exc.cause),
         )
         self.release(request)

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from wgc_runtime.contract.kinds import Edge, FailKind
+from wgc_runtime.contract.kinds import Cause, Edge, FailKind
 from wgc_runtime.contract.messages import Message
 from wgc_runtime.contract.spec import Dest, LoopSpec, PieceSpec, PortIn, Unit
 from wgc_runtime.core.streams import StreamBuffer
@@ -31,10 +31,16 @@ class RequestAbort(Exception):
     """Raised inside the executor to fail one request."""
 
     def __init__(
-        self, kind: FailKind, message: str, walk: str | None = None, node: str | None = None
+        self,
+        kind: FailKind,
+        message: str,
+        walk: str | None = None,
+        node: str | None = None,
+        cause: Cause | None = None,
     ) -> None:
         super().__init__(message)
         self.kind, self.message, self.walk, self.node = kind, message, walk, node
+        self.cause = cause
 
 
 @dataclass(eq=False)

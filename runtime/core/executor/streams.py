@@ -151,6 +151,7 @@ def _stream_changed(self: RankExecutor, req: RequestState, name: str) -> None:
             buf.push(item)
         except StreamError as exc:
             raise RequestAbort(FailKind.STREAM, str(exc)) from exc
+        self.stats.pushed(name, buf.held, buf.capacity)
         if cont is not None:
             cont()
         else:  # a credit back to the producer, with this turn's others (`end_turn`)

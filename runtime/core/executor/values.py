@@ -6,8 +6,10 @@ one bound in iteration (a, b) of loops (A, B) is keyed ``(a, b)``. A unit instan
 iterations) runs when every input has a value under its key: ``once`` / ``per_iteration``
 inputs by the longest matching prefix of the instance's iterations, ``carried`` inputs from the
 loop-init value at iteration 0 of their loop and from the previous iteration's value after,
-``stream`` inputs when the stream buffer (owned here) has a chunk ready. In a speculative
-iteration only stateless calls without stream inputs may run.
+``stream`` inputs when the stream buffer (owned here) has a chunk ready (a consumer that took
+a chunk before and finds the next one not ready, every other input there, is an *underrun*,
+counted once per chunk in `NodeStats`). In a speculative iteration only stateless calls without
+stream inputs may run.
 
 **Sink units** (a piece's `SinkSpec`s: an `emit` / `persist` in a loop of a value from outside
 the loop's iteration) run like calls without a node: an instance per iteration, ready when its
@@ -160,6 +162,7 @@ def _ready_now(self: RankExecutor, inst: Inst) -> dict[str, Any] | None:
     if not w.started:
         return None
     has_stream = False
+    starved = None  # a stream with no chunk ready: an underrun if every other input is here
     inputs: dict[str, Any] = {}
     for p in inst.call.inputs:
         if p.mode is InputMode.STREAM:
@@ -174,7 +177,8 @@ def _ready_now(self: RankExecutor, inst: Inst) -> dict[str, Any] | None:
                     inst.call.node,
                 )
             if not buf.ready():
-                return None
+                starved = (p.src.name or "", buf)
+                continue
         else:
             v = self._input(w, inst, p)
             if v is MISSING:
@@ -186,6 +190,12 @@ def _ready_now(self: RankExecutor, inst: Inst) -> dict[str, Any] | None:
         has_stream or self.engines.get(inst.call.node, Engine.STATELESS) is not Engine.STATELESS
     )
     if speculative and stateful:
+        return None
+    if starved is not None:
+        name, buf = starved
+        if buf.taken > 0 and buf.starved_at != buf.taken:  # once per chunk, after the first
+            buf.starved_at = buf.taken
+            self.stats.underrun(name)
         return None
     inst.inputs = None if has_stream else inputs
     return inputs

@@ -98,12 +98,13 @@ class ChildDied:
 @dataclass(frozen=True, slots=True)
 class Health:
     """``status``: ``ok`` (every process up), ``degraded`` (a worker is being restarted) or
-    ``down`` (a final failure, or not started)."""
+    ``down`` (a final failure, or not started); ``restarted``: restarts per process."""
 
     status: str
     restarting: tuple[str, ...] = ()
     restarts: int = 0
     failure: str | None = None
+    restarted: tuple[tuple[str, int], ...] = ()
 
 
 def _stderr(line: str) -> None:
@@ -379,7 +380,8 @@ class Cluster:
             return Health("down", restarts=len(self.restart_times), failure=why)
         restarting = tuple(sorted(self._degraded))
         status = "degraded" if restarting else "ok"
-        return Health(status, restarting, len(self.restart_times))
+        restarted = tuple(sorted(dict(self._supervisor.restarted).items()))
+        return Health(status, restarting, len(self.restart_times), restarted=restarted)
 
     def alive(self) -> dict[str, bool]:
         """Process -> whether it is up and serving (a worker being restarted is not yet)."""

@@ -85,6 +85,7 @@ class Supervisor:
         self.cluster = cluster
         self.budget = budget
         self.restarting: dict[str, _Restart] = {}
+        self.restarted: dict[str, int] = {}  # restarts begun, per process
         self.queries: queue.SimpleQueue[UsageQuery] = queue.SimpleQueue()
         self._open: list[UsageQuery] = []
         self._reaped: set[int] = set()  # pids whose death was handled
@@ -140,6 +141,7 @@ class Supervisor:
             cluster._fail(spent if self.budget.limit else died)
             return
         cluster._degraded.add(who)  # before anyone hears of it
+        self.restarted[who] = self.restarted.get(who, 0) + 1
         self.restarting[who] = _Restart(now, now + cluster.ready_timeout)
         self._tell_conductor(c.RankDied(who, str(died), True))
         cluster.progress(f"wgc: {died}; restarting it")

@@ -21,7 +21,8 @@ that message's request; the process goes on. An exception escaping ``executor.st
 process with its traceback on stderr; the launcher's supervisor then restarts the rank (or
 fails the run when it has no restart budget). `Peers` at any time rewires the mesh (a restarted
 peer's new address, relayed by the conductor); `GetUsage` answers `Usage` (live requests, KV
-pages in use per pool, frames dropped).
+pages in use per pool, frames dropped, and the executor's `NodeStats`: node calls, stream
+buffers).
 """
 
 from __future__ import annotations
@@ -130,9 +131,11 @@ class WorkerLoop:
                 self.executor.release(request)
 
     def usage(self) -> c.Usage:
-        guard = self.mesh.guard
-        pages = tuple(sorted(self.executor.kv.used_pages().items()))
-        return c.Usage(self.rank, len(self.executor.requests), pages, guard.dropped, guard.cut_offs)
+        guard, ex = self.mesh.guard, self.executor
+        pages = tuple(sorted(ex.kv.used_pages().items()))
+        base = c.Usage(self.rank, len(ex.requests), pages, guard.dropped, guard.cut_offs)
+        held = [(name, b.held) for req in ex.requests.values() for name, b in req.streams.items()]
+        return ex.stats.usage(base, held)
 
     def run(self) -> None:
         executor, local, mesh = self.executor, self.local, self.mesh

@@ -15,6 +15,8 @@ route                                   answers
 ``GET /v1/models``                      the served model, OpenAI-style
 ``GET /v1/wgc/model``                   what it takes, emits and declares; its routes, and why it
                                         lacks the others
+``GET /v1/wgc/nodes``                   every rank's node calls (count, rows, seconds) and stream
+                                        buffers since it started (`metrics.node_table`)
 ``POST /v1/requests``                   the native route (`native`)
 ``POST /v1/chat/completions`` ...       the OpenAI routes the model can serve (`model`); the
                                         others answer 404 saying why
@@ -44,6 +46,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from wgc_runtime.host.server import native, openai_chat, openai_media, playground
 from wgc_runtime.host.server.body_limits import BodyLimits
 from wgc_runtime.host.server.calls import HttpError, Server
+from wgc_runtime.host.server.metrics import node_table
 from wgc_runtime.host.server.model import CHAT, EDITS, IMAGES, NATIVE, SPEECH
 from wgc_runtime.host.server.schemas import validation_problems
 
@@ -107,6 +110,11 @@ def create_app(
         stats = None if server.gateway.lost else await server.gateway.stats(1.0)
         usage = await asyncio.to_thread(server.metrics.poll_usage)  # asks every process
         return Response(server.metrics.render(stats, usage), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/v1/wgc/nodes", tags=["native"])
+    async def nodes() -> dict:
+        usage = await asyncio.to_thread(server.metrics.poll_usage)  # asks every process
+        return node_table(usage or {})
 
     @app.get("/v1/models", tags=["openai"])
     async def models() -> dict:

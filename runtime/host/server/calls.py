@@ -32,7 +32,7 @@ from wgc_runtime.contract import control as c
 from wgc_runtime.contract import messages as m
 from wgc_runtime.contract.conductor import ConductorSpec
 from wgc_runtime.contract.flow import Segment
-from wgc_runtime.contract.kinds import FailKind
+from wgc_runtime.contract.kinds import Cause, FailKind
 from wgc_runtime.core.conductor.door import Problem, describe, dry_run
 from wgc_runtime.host.admission import admit
 from wgc_runtime.host.inputs import InputError, Limits, check_value
@@ -174,6 +174,9 @@ class Call:
                         self._close("ok")
                         return
                     kind = FailKind(msg.kind or FailKind.INTERNAL)
+                    if msg.cause is Cause.INPUT:  # a node refused a value of the request
+                        self._close("invalid_value")
+                        raise HttpError(400, msg.message or "bad value", code="invalid_value")
                     self._close(str(kind))
                     status = STATUS.get(kind, 500)
                     raise HttpError(status, msg.message or "request failed", code=str(kind))

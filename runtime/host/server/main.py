@@ -112,7 +112,12 @@ def serve(
             def alive() -> dict[str, bool]:
                 return {who: p.exitcode is None for who, p in cluster.procs.items()}
 
-            metrics = Metrics(alive, lambda: cluster.usage(1.0), kv_capacity(ranks))
+            metrics = Metrics(
+                alive,
+                lambda: cluster.usage(1.0),
+                kv_capacity(ranks),
+                lambda: dict(cluster.health().restarted),
+            )
             gateway = Gateway(cluster.client_address, cluster.client_key)
             server = Server(spec, info, gateway, metrics, seed, max_queue, limits or Limits())
             app = create_app(server, alive, plan_html, cluster.health)

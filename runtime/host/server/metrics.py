@@ -20,13 +20,19 @@ Asked of the deployment at each scrape (`ConductorCollector`): the conductor's q
 (``wgc_conductor_requests_running``, ``wgc_conductor_requests_queued``), the requests it ended by
 outcome (``wgc_conductor_requests_total``), each walk's latency on the ranks
 (``wgc_walk_duration_seconds{walk}``), and whether each process is alive (``wgc_process_up``
-``{process="conductor"|"rank 0"|...}``, from the launcher). Asked of every process at each scrape
+``{process="conductor"|"rank 0"|...}``, from the launcher) and how often each worker was
+restarted (``wgc_process_restarts_total{process}``). Asked of every process at each scrape
 (`Cluster.usage`, when the server has it): the requests each holds
 (``wgc_process_requests{process}``), each rank's KV pages per pool
 (``wgc_kv_pages_used{process, pool}``, and ``wgc_kv_pages_free`` out of the pool's size in the
 plan), the pages the conductor's admission has promised (``wgc_kv_pages_admitted{pool}``), and
 the bad traffic each process's sockets dropped (``wgc_dropped_frames_total{process}``,
-``wgc_peers_cut_off_total{process}``).
+``wgc_peers_cut_off_total{process}``), and what each rank's executor counted since it started
+(`NodeStats`, shipped as bucket counts and sums): every node call's time
+(``wgc_node_call_duration_seconds{process, node}``) and rows (``wgc_node_batch_size``), each
+stream buffer's fill after every item it accepted (``wgc_stream_buffer_fill_ratio{process,
+stream}``), the items its live buffers hold (``wgc_stream_buffer_items``) and the consumers that
+waited for a chunk (``wgc_stream_underruns_total``).
 """
 
 from __future__ import annotations
@@ -69,8 +75,10 @@ class ConductorCollector(Collector):
         self,
         alive: Callable[[], dict[str, bool]],
         capacity: Mapping[tuple[str, str], int] | None = None,
+        restarts: Callable[[], Mapping[str, int]] | None = None,
     ) -> None:
         self.alive = alive
+        self.restarts = restarts
         self.capacity = dict(capacity or {})
         self.stats: c.Stats | None = None
         self.usage: Mapping[str, c.Usage] | None = None
@@ -82,6 +90,16 @@ class ConductorCollector(Collector):
         for name, alive in sorted(self.alive().items()):
             up.add_metric([name], 1.0 if alive else 0.0)
         yield up
+        if self.restarts is not None:
+            restarted = CounterMetricFamily(
+                "wgc_process_restarts",
+                "Times the launcher started a dead worker again.",
+                labels=["process"],
+            )
+            counts = self.restarts()
+            for name in sorted(self.alive().keys() - {"conductor"} | counts.keys()):
+                restarted.add_metric([name], counts.get(name, 0))
+            yield restarted
         if self.usage is not None:
             yield from self._usage(self.usage)
         s = self.stats
@@ -109,9 +127,7 @@ class ConductorCollector(Collector):
             labels=["walk"],
         )
         for name, counts, total, _ in s.walks:
-            bounds = [*(f"{b:g}" for b in s.buckets), "+Inf"]
-            cumulative = list(zip(bounds, (float(n) for n in counts), strict=True))
-            walks.add_metric([name], cumulative, total)
+            walks.add_metric([name], _buckets(s.buckets, counts), total)
         yield walks
 
     def _usage(self, usage: Mapping[str, c.Usage]) -> Iterator[object]:
@@ -155,6 +171,91 @@ class ConductorCollector(Collector):
                 used.add_metric([who, pool], 0)
                 free.add_metric([who, pool], self.capacity[(who, pool)])
         yield from (held, used, free, admitted, dropped, cut)
+        yield from _ranks(usage)
+
+
+def _bounds(buckets: tuple[float, ...]) -> list[str]:
+    return [*(f"{b:g}" for b in buckets), "+Inf"]
+
+
+def _buckets(buckets: tuple[float, ...], counts: tuple[int, ...]) -> list[tuple[str, float]]:
+    return list(zip(_bounds(buckets), (float(n) for n in counts), strict=True))
+
+
+def _ranks(usage: Mapping[str, c.Usage]) -> Iterator[object]:
+    """What each rank's executor counted (`NodeStats`): node calls and stream buffers."""
+    calls = HistogramMetricFamily(
+        "wgc_node_call_duration_seconds",
+        "Time of one node call (a forward or a captured step of a batch), per node and rank.",
+        labels=["process", "node"],
+    )
+    sizes = HistogramMetricFamily(
+        "wgc_node_batch_size",
+        "Rows (requests) in one node call, per node and rank.",
+        labels=["process", "node"],
+    )
+    fill = HistogramMetricFamily(
+        "wgc_stream_buffer_fill_ratio",
+        "A stream buffer's items held / capacity after each item it accepted, per stream.",
+        labels=["process", "stream"],
+    )
+    held = GaugeMetricFamily(
+        "wgc_stream_buffer_items",
+        "Items the live buffers of a stream hold now.",
+        labels=["process", "stream"],
+    )
+    under = CounterMetricFamily(
+        "wgc_stream_underruns",
+        "Consumer calls that had taken a chunk and found the next one not ready.",
+        labels=["process", "stream"],
+    )
+    for who, u in sorted(usage.items()):
+        for n in u.nodes:
+            if len(n.calls) == len(u.call_buckets) + 1:
+                calls.add_metric([who, n.node], _buckets(u.call_buckets, n.calls), n.seconds)
+            if len(n.sizes) == len(u.batch_buckets) + 1:
+                sizes.add_metric([who, n.node], _buckets(u.batch_buckets, n.sizes), n.rows)
+        for s in u.streams:
+            if len(s.fills) == len(u.fill_buckets) + 1:
+                fill.add_metric([who, s.stream], _buckets(u.fill_buckets, s.fills), s.fill_sum)
+            held.add_metric([who, s.stream], s.held)
+            under.add_metric([who, s.stream], s.underruns)
+    yield from (calls, sizes, fill, held, under)
+
+
+def node_table(usage: Mapping[str, c.Usage]) -> dict[str, list[dict[str, object]]]:
+    """Every rank's node calls and stream buffers since it started, as JSON (``GET
+    /v1/wgc/nodes``, what the playground shows on the plan drawing)."""
+    nodes: list[dict[str, object]] = []
+    streams: list[dict[str, object]] = []
+    for who, u in sorted(usage.items()):
+        rank = who.removeprefix("rank ")
+        if not rank.isdigit():
+            continue
+        for n in u.nodes:
+            calls = n.calls[-1] if n.calls else 0
+            nodes.append(
+                {
+                    "rank": int(rank),
+                    "node": n.node,
+                    "calls": calls,
+                    "rows": n.rows,
+                    "seconds": n.seconds,
+                }
+            )
+        for s in u.streams:
+            pushed = s.fills[-1] if s.fills else 0
+            streams.append(
+                {
+                    "rank": int(rank),
+                    "stream": s.stream,
+                    "items": pushed,
+                    "mean_fill": s.fill_sum / pushed if pushed else 0.0,
+                    "held": s.held,
+                    "underruns": s.underruns,
+                }
+            )
+    return {"nodes": nodes, "streams": streams}
 
 
 class Metrics:
@@ -165,6 +266,7 @@ class Metrics:
         alive: Callable[[], dict[str, bool]],
         usage: Usage | None = None,
         capacity: Mapping[tuple[str, str], int] | None = None,
+        restarts: Callable[[], Mapping[str, int]] | None = None,
     ) -> None:
         self.usage = usage  # blocking (it asks every process): call `poll_usage` off the loop
         self.registry = CollectorRegistry()
@@ -207,7 +309,7 @@ class Metrics:
             registry=r,
         )
         self.in_flight = Gauge("wgc_requests_in_flight", "Admitted, not yet ended.", registry=r)
-        self.conductor = ConductorCollector(alive, capacity)
+        self.conductor = ConductorCollector(alive, capacity, restarts)
         r.register(self.conductor)
 
     def poll_usage(self) -> Mapping[str, c.Usage] | None:

@@ -6,7 +6,9 @@ as NDJSON with ``trace`` on, and shows what comes back as it comes: text as it d
 played as its chunks arrive (Web Audio) and offered as a WAV at the end, images drawn, other
 tensors by shape; each walk's start and finish is listed with its time and lit up in the plan
 drawing (the ``wgc show --placement --format html`` page, which `wgc serve` renders when it
-compiles the model and serves at ``/plan``).
+compiles the model and serves at ``/plan``); while it runs, every second, the node calls since
+it was sent (``GET /v1/wgc/nodes``: calls, rows, milliseconds per call, per rank) are listed and
+written under each call of the drawing.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """Toy nodes for the multi-process failure tests (`tests/e2e/test_processes.py`).
 
-Request options drive them: ``fail`` (`Source` raises), ``die`` (`Step` kills its own worker
+Request options drive them: ``fail`` (`Source` refuses its value: a `ValueError`), ``crash``
+(`Source` fails as a bug would: a `RuntimeError`), ``die`` (`Step` kills its own worker
 process with SIGKILL), ``steps`` (the loop's length), ``delay_ms`` (sleep per step) and
 ``marker_dir`` (every node writes ``<node>-released-<request>`` there when the runtime releases
 the request, so a test can see that state was released on every rank). `Step` appends one K/V
@@ -41,6 +42,8 @@ class Source(_Marking):
         self._remember(ctx)
         if ctx.options.get("fail"):
             raise ValueError("the source was told to fail")
+        if ctx.options.get("crash"):
+            raise RuntimeError("the source was told to crash")
         return {"y": inputs["x"].float() + 1}
 
 
