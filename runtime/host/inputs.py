@@ -154,8 +154,9 @@ def decode_npy(raw: bytes, where: str, limits: Limits) -> np.ndarray:
             shape, fortran, dtype = fmt.read_array_header_2_0(f)
         else:
             raise ValueError(f"unknown .npy version {version}")
-    except (ValueError, EOFError, SyntaxError, struct.error, TypeError) as exc:
-        raise InputError(f"{where}: not a .npy file ({exc})") from None
+    except Exception as exc:  # numpy parses the header with ast.literal_eval,
+        # which raises any of a dozen kinds (ValueError, SyntaxError, tokenize.TokenError ...)
+        raise InputError(f"{where}: not a .npy file ({type(exc).__name__}: {exc})") from None
     if dtype.hasobject or dtype.kind not in NUMERIC_KINDS or dtype.fields is not None:
         never = " (object arrays are never loaded: no pickle)" if dtype.hasobject else ""
         raise InputError(
@@ -192,7 +193,7 @@ def decode_wav(raw: bytes, where: str, limits: Limits) -> tuple[np.ndarray, int]
                     limits.audio_seconds, "audio_seconds",
                 )  # fmt: skip
             pcm = w.readframes(frames)
-    except (wave.Error, EOFError, struct.error, ValueError) as exc:
+    except (wave.Error, EOFError, struct.error, ValueError, RuntimeError) as exc:  # a bad chunk
         if isinstance(exc, InputError):
             raise
         raise InputError(f"{where}: not a PCM WAV ({exc})") from None

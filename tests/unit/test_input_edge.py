@@ -22,7 +22,14 @@ from click.testing import CliRunner
 from tests.e2e.real_support import compile_to
 from wgc.cli import main
 from wgc.config import Env
-from wgc_runtime.host.inputs import InputError, Limits, check_json, depth_of, read_file
+from wgc_runtime.host.inputs import (
+    InputError,
+    Limits,
+    check_json,
+    decode_wav,
+    depth_of,
+    read_file,
+)
 
 
 @pytest.fixture(scope="module")
@@ -276,6 +283,17 @@ def test_the_defaults_accept_what_the_lowered_limits_refuse(llama: str, tmp_path
     result = wgc_run(llama, ["--input", "text=hello,goal=[[1]]"])  # and it runs
     assert result.exit_code == 0, result.output
     assert "outputs in" in result.output
+
+
+def test_a_streamed_wav_is_as_long_as_its_bytes() -> None:
+    """A WAV whose header gives its sizes as unknown (0xFFFFFFFF, as `wgc serve` streams it)
+    is read as long as the samples really there, and bounded by them."""
+    header = wav(0.0)[:40] + struct.pack("<I", 0xFFFFFFFF)  # `data` chunk of unknown size
+    raw = header[:4] + struct.pack("<I", 0xFFFFFFFF) + header[8:] + b"\1\0" * 800
+    x, rate = decode_wav(raw, "streamed.wav", Limits())
+    assert x.shape == (800, 1) and rate == 8000
+    with pytest.raises(InputError, match=r"length in seconds is 0\.1, over the limit of 0\.05"):
+        decode_wav(raw, "streamed.wav", Limits(audio_seconds=0.05))
 
 
 def test_limits_parse_and_bound() -> None:
