@@ -99,3 +99,94 @@ def test_the_collector_exports_them_as_histograms() -> None:
     assert got[("wgc_stream_underruns_total", tokens)] == 1
     assert got[("wgc_process_restarts_total", (("process", "rank 0"),))] == 2
     assert ("wgc_process_restarts_total", (("process", "conductor"),)) not in got
+
+
+def test_a_consumer_that_outpaces_its_producer_is_an_underrun_once_per_chunk(tmp_path) -> None:
+    """`tests/unit/test_interp.py`'s stream model on two ranks (producer `p` on 0, consumer `c`
+    and the buffer on 1), driven by hand: rank 1 takes chunk 0 as soon as its two items are
+    there, and the next `cons` walk then finds chunk 1 not ready: one underrun (counted once,
+    however often the consumer is looked at). Node rows and fill samples are what the plan runs:
+    a `p` per segment, a `c` per chunk, a fill sample per item."""
+    import torch
+
+    from tests.unit.test_interp import STREAMS
+    from wgc.driver import Driver
+    from wgc.interp import make_request, node_context, segment
+    from wgc_runtime.contract.node import Node
+    from wgc_runtime.core.streams import Policy, chunk_plan
+    from wgc_runtime.host.local import LocalCluster
+
+    class Produce(Node):
+        def forward_one(self, inputs, ctx):
+            return {"v": inputs["x"].float()}
+
+    class Consume(Node):
+        def forward_one(self, inputs, ctx):
+            return {"s": inputs["v"].sum()}
+
+    (tmp_path / "s.walk").write_text(STREAMS, encoding="utf-8")
+    two = (
+        "devices: [cpu, cpu]\nplace:\n  - {nodes: [p], ranks: [0]}\n  - {nodes: [c], ranks: [1]}\n"
+    )
+    (tmp_path / "two.yaml").write_text(two, encoding="utf-8")
+    result = Driver().compile(str(tmp_path / "s.walk"), str(tmp_path / "two.yaml"))
+    assert result.ok, [d.message for d in result.diagnostics]
+    out = tmp_path / "gen"
+    out.mkdir()
+    for name, text in result.files.items():
+        (out / name).write_text(text, encoding="utf-8")
+    classes = {"p": Produce, "c": Consume}
+    model = result.model
+    assert model is not None
+
+    def nodes(rank):
+        names = {n.name for n in rank.nodes}
+        return {n.name: classes[n.name](node_context(n)) for n in model.nodes if n.name in names}
+
+    cluster = LocalCluster(out, nodes_factory=nodes)
+    items = 5
+    segments = [segment("tensor", torch.tensor(float(i))) for i in range(items)]
+    h = cluster.submit(make_request(model, segments, ["tensor"]))
+    producer, consumer = cluster.ranks[0], cluster.ranks[1]
+
+    def turn(*ranks) -> bool:
+        moved = cluster._drain()
+        for ex in ranks:
+            moved = ex.step() or moved
+            moved = cluster._drain() or moved
+        for ex in cluster.ranks.values():
+            ex.end_turn()
+        cluster.conductor.tick()
+        return moved
+
+    def produced() -> int:
+        req_state = consumer.requests.get(next(iter(cluster.handles)))
+        buf = req_state.streams.get("s") if req_state else None
+        return 0 if buf is None else buf.produced
+
+    def producer_until(n: int) -> None:  # the producer alone, until n items are on rank 1
+        while produced() < n:
+            assert turn(producer), "stuck"
+
+    producer_until(2)  # chunk 0's items
+    while turn(consumer):  # the consumer alone: cons 1 runs, cons 2 waits for chunk 1
+        pass
+    assert consumer.stats.streams["s"].underruns == 1
+    producer_until(3)  # one more item wakes the waiting consumer: chunk 1 is still not ready
+    while turn(consumer):
+        pass
+    assert consumer.stats.streams["s"].underruns == 1  # counted once per chunk
+    cluster.run()
+    assert h.ok, h.error
+    chunks = chunk_plan(Policy.of("fixed", k=2), "partial", items)
+    (c_calls,), (s_stream,) = consumer.stats.report()
+    (p_calls,), no_streams = producer.stats.report()
+    assert no_streams == ()
+    assert (p_calls.node, p_calls.rows, c_calls.node, c_calls.rows) == (
+        "p",
+        items,
+        "c",
+        len(chunks),
+    )
+    assert s_stream.fills[-1] == items
+    assert 1 <= s_stream.underruns <= len(chunks) - 1  # at most once per chunk after the first
