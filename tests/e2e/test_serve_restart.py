@@ -67,6 +67,12 @@ def test_serve_restarts_a_dead_worker(tmp_path) -> None:
         status, out = run(s)
         assert status == 200 and values(out) == EXPECTED, out
         served_again = time.monotonic() - t0
+        m = s.metrics()  # the restart counted for rank 1 alone; every rank up again
+        restarts = {
+            dict(k)["process"]: v for (n, k), v in m.items() if n == "wgc_process_restarts_total"
+        }
+        assert restarts == {"rank 0": 0, "rank 1": 1}, restarts
+        assert m[("wgc_process_up", (("process", "rank 1"),))] == 1
         print(f"\nwgc serve: rank 1 back in {back:.1f} s, served again {served_again:.1f} s after")
 
 
