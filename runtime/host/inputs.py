@@ -206,16 +206,19 @@ def decode_wav(raw: bytes, where: str, limits: Limits) -> tuple[np.ndarray, int]
     return x.reshape(-1, channels), rate
 
 
+IMAGE_FORMATS = ("PNG", "JPEG", "GIF", "BMP", "WEBP")  # Pillow's other decoders stay shut
+
+
 def decode_image(raw: bytes, where: str, limits: Limits) -> np.ndarray:
-    """PNG, JPEG ... (through Pillow) as ``u8[H, W, 3]``; its size (from the header, before
-    any pixel is decoded) within ``image_pixels``."""
+    """A PNG, JPEG, GIF, BMP or WebP image (through Pillow) as ``u8[H, W, 3]``; its size (from
+    the header, before any pixel is decoded) within ``image_pixels``."""
     check_bytes(len(raw), where, limits)
     try:
         from PIL import Image, UnidentifiedImageError  # pyright: ignore[reportMissingImports]
     except ImportError:
         raise InputError(f"{where}: reading images needs Pillow (`pip install pillow`)") from None
     try:
-        with Image.open(io.BytesIO(raw)) as im:
+        with Image.open(io.BytesIO(raw), formats=IMAGE_FORMATS) as im:
             width, height = im.size
             if width * height > limits.image_pixels:
                 raise over(
@@ -228,7 +231,7 @@ def decode_image(raw: bytes, where: str, limits: Limits) -> np.ndarray:
     except Image.DecompressionBombError as exc:
         raise InputError(f"{where}: a decompression bomb ({exc})") from None
     except UnidentifiedImageError:
-        raise InputError(f"{where}: not an image Pillow can read (unknown format)") from None
+        raise InputError(f"{where}: not an image wgc reads ({', '.join(IMAGE_FORMATS)})") from None
     except (
         OSError,
         ValueError,

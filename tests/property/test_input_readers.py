@@ -1,11 +1,11 @@
 """The input readers hold (issue 14 point 5): whatever the bytes, `wgc_runtime.host.inputs`
 returns a value within the limits or raises `InputError`, never anything else.
 
-Each reader (`.npy`, `.wav`, images, text, JSON) is fed arbitrary bytes and valid files with
-bytes flipped, cut off or inserted (headers included: a lying shape, a huge image size, a
-chunk size past the end). What it returns is checked against the limits (the element
-count, the text length, the pixel count, the audio length). 200 examples per reader;
-`WGC_FUZZ_SCALE` multiplies them (9,000 per reader, 45,000 in all: 0 failures, 3 min).
+Each reader (`.npy`, `.wav`, PNG, JPEG, GIF, BMP and WebP images, text, JSON) is fed arbitrary
+bytes and valid files with bytes flipped, cut off or inserted (headers included: a lying shape,
+a huge image size, a chunk size past the end). What it returns is checked against the limits
+(the element count, the text length, the pixel count, the audio length). 200 examples per
+reader; `WGC_FUZZ_SCALE` multiplies them (9,000 per reader, 45,000 in all: 0 failures, 3 min).
 """
 
 from __future__ import annotations
@@ -56,10 +56,19 @@ def _png() -> bytes:
     return b"\x89PNG\r\n\x1a\n" + body
 
 
+def _image(fmt: str) -> bytes:
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.fromarray(np.arange(8 * 8 * 3, dtype=np.uint8).reshape(8, 8, 3)).save(out, format=fmt)
+    return out.getvalue()
+
+
 VALID = {
     "npy": _npy(),
     "wav": _wav(),
-    "image": _png(),
+    "png": _png(),
+    **{fmt.lower(): _image(fmt) for fmt in ("JPEG", "GIF", "BMP", "WEBP")},
     "text": "héllo, wörld ✓".encode(),
     "json": b'{"inputs": [{"modality": "text", "data": [[1, 2], [3, 4]]}], "seed": 7}',
 }
@@ -89,7 +98,7 @@ def read(kind: str, raw: bytes):
     elif kind == "wav":
         x, rate = inputs.decode_wav(raw, "x", LIMITS)
         assert x.shape[0] / rate <= LIMITS.audio_seconds and x.dtype == np.float32
-    elif kind == "image":
+    elif kind in ("png", "jpeg", "gif", "bmp", "webp"):
         x = inputs.decode_image(raw, "x", LIMITS)
         assert x.shape[0] * x.shape[1] <= LIMITS.image_pixels and x.shape[2] == 3
     elif kind == "text":

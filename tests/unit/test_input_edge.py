@@ -148,7 +148,7 @@ CASES: dict[str, tuple[Callable[[], Files], list[str], str]] = {
     "truncated PNG": (
         lambda: {"x.png": png(4, 4)[:30]},
         ["--input", "image={d}/x.png"],
-        "x.png`: not an image Pillow can read",
+        "x.png`: not an image",
     ),
     "-o naming an existing file": (
         lambda: {"out": b"x"},
