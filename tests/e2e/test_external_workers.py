@@ -22,10 +22,15 @@ from tests.e2e.runtime_support import ROOT, TWO_RANKS, compile_faults, start, st
 from wgc.interp import segment
 from wgc_runtime.host.client import Client
 from wgc_runtime.host.local import LocalCluster
-from wgc_runtime.host.processes.external import ExternalWorkers
+from wgc_runtime.host.processes.external import (
+    ExternalWorkers,
+    JoinError,
+    join_boot,
+    read_join,
+    write_join,
+)
 
 HOSTS = TWO_RANKS + "hosts: {0: 127.0.0.2, 1: 127.0.0.3}\n"
-pytestmark = pytest.mark.slow
 
 
 class Run:
@@ -67,6 +72,7 @@ def plan(tmp_path_factory) -> str:
     return compile_faults(tmp_path_factory.mktemp("external"), HOSTS)
 
 
+@pytest.mark.slow
 def test_workers_started_by_hand_match_the_in_process_run(plan, tmp_path) -> None:
     x = np.arange(4, dtype=np.float32)
     np.save(tmp_path / "x.npy", x)
@@ -95,6 +101,7 @@ def test_workers_started_by_hand_match_the_in_process_run(plan, tmp_path) -> Non
     assert not list(Path("/dev/shm").glob(f"wgc-{conductor.pid}-*"))
 
 
+@pytest.mark.slow
 def test_a_rank_that_never_comes_is_an_error_within_the_timeout(plan, tmp_path) -> None:
     np.save(tmp_path / "x.npy", np.arange(4, dtype=np.float32))
     join, run = tmp_path / "join.json", Run()
@@ -116,6 +123,7 @@ def test_a_rank_that_never_comes_is_an_error_within_the_timeout(plan, tmp_path) 
     assert not list(Path("/dev/shm").glob(f"wgc-{conductor.pid}-*"))
 
 
+@pytest.mark.slow
 def test_a_rank_started_again_by_its_launcher_rejoins(plan, tmp_path) -> None:
     """What ``restartPolicy: Always`` does on Kubernetes: rank 1's ``wgc worker`` is killed, the
     conductor side sees it go (its inbox closes) and waits within its restart budget; the rank
@@ -149,3 +157,28 @@ def outputs(address: str, key) -> list[list[float]]:
     with Client(address, key=key, idle_timeout=120) as client:
         x = [segment("x", torch.arange(4, dtype=torch.float32))]
         return [o.value.tolist() for o in client.run(x, ["tensor"], {"steps": 5}, deadline=120)]
+
+
+def test_the_join_file_is_private_and_checked(plan, tmp_path) -> None:
+    """Mode 0600; a worker's plan must be the conductor side's (by its generated code), its rank
+    in range; a file that is not a join file, or none in time, is an error naming it."""
+    boot = {"parent": 1, "secret": b"k" * 32, "plan_dir": plan, "world": 2, "launcher": "x"}
+    path = str(tmp_path / "join.json")
+    write_join(path, {**boot, "launcher_host": "127.0.0.2"}, ("127.0.0.2", "127.0.0.3"), "p")
+    assert os.stat(path).st_mode & 0o777 == 0o600 and os.listdir(tmp_path) == ["join.json"]
+    doc = read_join(path, 0)
+    assert doc["boot"]["secret"] == b"k" * 32 and "parent" not in doc["boot"]
+    one = join_boot(doc, 1)
+    assert (one["host"], one["bind"], one["arena"], one["ipc_dir"]) == (
+        "127.0.0.3", "127.0.0.3", None, None,
+    )  # fmt: skip
+    with pytest.raises(JoinError, match="rank 2 is not in this deployment"):
+        join_boot(doc, 2)
+    other = compile_faults(tmp_path / "other")  # the same model and placement names, no hosts
+    with pytest.raises(JoinError, match="is not the conductor side's"):
+        join_boot(doc, 0, other)
+    Path(path).write_text("{}")
+    with pytest.raises(JoinError, match="is not a wgc join file"):
+        read_join(path, 0)
+    with pytest.raises(JoinError, match="no join file"):
+        read_join(str(tmp_path / "none.json"), 0.1)

@@ -25,10 +25,12 @@ Ray launcher's rule). ``wgc worker`` exits when its workers do (0 after the cond
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import itertools
 import json
 import os
 import signal
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -76,16 +78,38 @@ def join_command(join_file: str, rank: int) -> str:
 # ---------------------------------------------------------------------------- conductor side
 
 
-def write_join(path: str, boot: dict[str, Any], hosts: tuple[str, ...]) -> None:
-    """The join file for the launcher's ``boot`` settings (see the module docstring)."""
+def plan_digest(plan_dir: str) -> str:
+    """What the processes run, as one hash: every generated module of the plan folder."""
+    h = hashlib.sha256()
+    for name in sorted(os.listdir(plan_dir)):
+        if name.endswith(".py"):
+            with open(os.path.join(plan_dir, name), "rb") as f:
+                h.update(name.encode() + b"\0" + f.read() + b"\0")
+    return h.hexdigest()
+
+
+def write_join(path: str, boot: dict[str, Any], hosts: tuple[str, ...], plan: str) -> None:
+    """The join file for the launcher's ``boot`` settings (see the module docstring); ``plan``:
+    ``MODEL @ PLACEMENT``; the workers check the plan's `plan_digest` too."""
     shared = {k: v for k, v in boot.items() if k != "parent"}
     shared["secret"] = boot["secret"].hex()
-    doc = {"wgc_join": JOIN_VERSION, "boot": shared, "hosts": list(hosts)}
-    tmp = f"{path}.{os.getpid()}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        json.dump(doc, f)
-    os.replace(tmp, path)
+    digest = plan_digest(boot["plan_dir"])
+    doc = {
+        "wgc_join": JOIN_VERSION,
+        "plan": {"name": plan, "digest": digest},
+        "boot": shared,
+        "hosts": list(hosts),
+    }
+    # a fresh name (O_EXCL, mode 0600): nothing planted in a shared folder receives the secret
+    fd, tmp = tempfile.mkstemp(prefix=".wgc-join-", dir=os.path.dirname(path) or ".")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(doc, f)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def never_joined(ext: ExternalWorkers, cluster: Cluster, waiting: list[str]) -> str:
@@ -220,17 +244,17 @@ def join_boot(doc: dict[str, Any], rank: int, plan_dir: str | None = None) -> di
     world = int(boot["world"])
     if not 0 <= rank < world:
         raise JoinError(f"rank {rank} is not in this deployment (ranks 0..{world - 1})")
-    expected = boot["plan_dir"]
-    boot["plan_dir"] = plan_dir or expected
+    boot["plan_dir"] = plan_dir or boot["plan_dir"]
     try:
         spec = load_conductor(boot["plan_dir"])
-        theirs = load_conductor(expected) if plan_dir is None else spec
     except DeploymentError as exc:
         raise JoinError(f"the plan `{boot['plan_dir']}` cannot be loaded here: {exc}") from None
-    if spec.world_size != world or (spec.model, spec.placement) != (theirs.model, theirs.placement):
+    theirs = doc.get("plan") or {}
+    if spec.world_size != world or plan_digest(boot["plan_dir"]) != theirs.get("digest"):
         raise JoinError(
             f"the plan `{boot['plan_dir']}` ({spec.model} @ {spec.placement}, {spec.world_size} "
-            f"ranks) is not the conductor side's ({world} ranks)"
+            f"ranks) is not the conductor side's ({theirs.get('name')}, {world} ranks): compile "
+            "the same model and placement, or give `--plan` the conductor side's folder"
         )
     host = hosts[rank] if rank < len(hosts) else hosts[0]
     if host != boot["launcher_host"]:  # another machine: no shared memory, no ipc folder

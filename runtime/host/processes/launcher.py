@@ -241,7 +241,8 @@ class Cluster:
         if self.ray is not None:
             ray_launcher.connect(self.ray)
         if self.external is not None:
-            write_join(self.external.join_file, self._boot, self.hosts)
+            plan = f"{self.spec.model} @ {self.spec.placement}"
+            write_join(self.external.join_file, self._boot, self.hosts, plan)
         self._spawn_conductor()
         for r in range(self.world):
             self._spawn_worker(r)
