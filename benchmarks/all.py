@@ -2,6 +2,7 @@
 only the README's generated blocks from what the scripts wrote.
 
     .venv/bin/python benchmarks/all.py [--only NAME ...] [--quick [--write]] [--base CHECKOUT]
+    .venv/bin/python benchmarks/all.py --plots-only
 
 Each script runs as its own subprocess, one after another (never two at once: they measure
 time), with its README arguments (``--quick``: tiny sizes, a smoke check of every script that
@@ -12,6 +13,11 @@ folder by default). Each block gets a line saying when, on what machine, with wh
 under what load (1-minute average before -> after) it was measured. The prose around the blocks
 and the earlier runs' tables outside them are never touched (`readme_blocks.rewrite`).
 ``compare_hops`` (an A/B against another checkout) runs only with ``--base``.
+
+The JSON a script writes is also kept in benchmarks/results/NAME.json (committed: the data the
+figures are drawn from; never from ``--quick``), and the README's figures (`plots.FIGURES`) are
+redrawn from there into benchmarks/plots/*.svg after the runs; ``--plots-only`` runs nothing and
+only redraws them (matplotlib, in the ``bench`` extra, is imported only then).
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import importlib.metadata
 import json
 import os
 import platform
+import shutil
 import signal
 import subprocess
 import sys
@@ -33,8 +40,12 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 README = HERE / "README.md"
+RESULTS = HERE / "results"
+PLOTS = HERE / "plots"
 sys.path.insert(0, str(HERE))
 
+import plots  # noqa: E402
+from bagel_mixed import table as bagel_mixed_table  # noqa: E402
 from readme_blocks import rewrite, spans, tables  # noqa: E402
 
 
@@ -211,6 +222,13 @@ BENCHES = (
         from_json=bagel_table,
     ),
     Bench(
+        "bagel_mixed",
+        (),
+        ("--per-task", "1", "--repeat", "1", "--steps", "4"),
+        json=True,
+        from_json=bagel_mixed_table,
+    ),
+    Bench(
         "served_http",
         (),
         ("--model", "faults", "--requests", "20", "--concurrency", "4", "--repeat", "1"),
@@ -301,7 +319,20 @@ def run_one(
     return f"{head}\n\n{table_of(b, stdout, scratch)}\n"
 
 
-def main() -> int:
+def redraw(results: Path, out: Path) -> bool:
+    """The README's figures from ``results`` into ``out``; False when matplotlib is missing."""
+    try:
+        written = plots.draw(results, out)
+    except ModuleNotFoundError as e:
+        if e.name != "matplotlib":
+            raise
+        print("plots: not drawn (no matplotlib: `pip install -e '.[bench]'`)")
+        return False
+    print(f"plots: drew {len(written)} figure(s) into {out}: {', '.join(p.name for p in written)}")
+    return True
+
+
+def main(argv: list[str] | None = None) -> int:
     names = [b.name for b in BENCHES]
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     ap.add_argument("--only", nargs="+", choices=names, metavar="NAME", help=", ".join(names))
@@ -310,10 +341,15 @@ def main() -> int:
     ap.add_argument("--base", type=Path, help="the other checkout, for compare_hops")
     ap.add_argument("--scratch", type=Path, help="where the scripts' outputs go")
     ap.add_argument("--readme", type=Path, default=README)
+    ap.add_argument("--plots-only", action="store_true", help="only redraw the figures")
+    ap.add_argument("--results", type=Path, default=RESULTS, help="the kept JSON files")
+    ap.add_argument("--plots", type=Path, default=PLOTS, help="where the figures go")
     ap.add_argument(
         "--timeout", type=float, help="seconds per script (default: none; 600 with --quick)"
     )
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    if args.plots_only:
+        return 0 if redraw(args.results, args.plots) else 1
     scratch = args.scratch or Path(tempfile.mkdtemp(prefix="wgc-bench-all-"))
     scratch.mkdir(parents=True, exist_ok=True)
     timeout = args.timeout or (600.0 if args.quick else None)
@@ -338,6 +374,12 @@ def main() -> int:
             continue
         print(bodies[b.name], flush=True)
     if bodies and (args.write or not args.quick):
+        if not args.quick:  # smoke-check sizes never replace the figures' data
+            args.results.mkdir(parents=True, exist_ok=True)
+            for b in BENCHES:
+                if b.name in bodies and b.json:
+                    shutil.copyfile(scratch / f"{b.name}.json", args.results / f"{b.name}.json")
+            redraw(args.results, args.plots)
         text = args.readme.read_text()
         for name in sorted(set(bodies) - set(spans(text))):
             failed.append(name)

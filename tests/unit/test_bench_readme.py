@@ -4,6 +4,9 @@ everything outside them as it was, and bad markers are errors (no benchmark is r
 from __future__ import annotations
 
 import importlib.util
+import json
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -72,17 +75,72 @@ def test_tables_are_runs_of_pipe_lines() -> None:
     assert rb.tables("no table here\n") == []
 
 
-def test_the_readme_blocks_pair_up() -> None:
-    """The real README parses, and every block it holds is one `benchmarks/all.py` writes."""
+def load_all():
+    """`benchmarks/all.py` as a module, leaving `sys.path` and `sys.modules` as they were."""
     all_spec = importlib.util.spec_from_file_location("bench_all", ROOT / "benchmarks/all.py")
     assert all_spec is not None and all_spec.loader is not None
     bench_all = importlib.util.module_from_spec(all_spec)
+    path, modules = list(sys.path), set(sys.modules)
     sys.modules["bench_all"] = bench_all  # its dataclass looks its module up there
-    path = list(sys.path)
     try:
         all_spec.loader.exec_module(bench_all)
     finally:
-        del sys.modules["bench_all"]
+        for name in set(sys.modules) - modules:  # plots, bagel_mixed, ...: benchmarks/'s own
+            if (
+                name == "bench_all"
+                or Path(getattr(sys.modules[name], "__file__", None) or "/").parent
+                == ROOT / "benchmarks"
+            ):
+                del sys.modules[name]
         sys.path[:] = path  # all.py puts benchmarks/ first; keep it off the other tests' path
+    return bench_all
+
+
+def test_the_readme_blocks_pair_up() -> None:
+    """The real README parses, and every block it holds is one `benchmarks/all.py` writes."""
+    bench_all = load_all()
     names = set(rb.spans((ROOT / "benchmarks/README.md").read_text()))
     assert names and names <= {b.name for b in bench_all.BENCHES}
+
+
+def test_the_benchmarks_do_not_import_matplotlib() -> None:
+    """all.py and the scripts it imports load without matplotlib; only drawing imports it."""
+    code = (
+        "import sys; sys.path.insert(0, 'benchmarks'); import all, plots, bagel_mixed; "
+        "assert 'matplotlib' not in sys.modules, 'imported at load'"
+    )
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+
+def _creator(svg: str) -> str:
+    return svg.split("<dc:creator>", 1)[-1].split("</dc:creator>", 1)[0]
+
+
+def test_plots_only_redraws_the_committed_figures(tmp_path) -> None:
+    """`all.py --plots-only` draws every figure from benchmarks/results/, byte for byte the
+    committed SVGs (when drawn by the same matplotlib), and a figure follows its data."""
+    pytest.importorskip("matplotlib")
+    bench_all = load_all()
+    committed = ROOT / "benchmarks" / "plots"
+    assert bench_all.main(["--plots-only", "--plots", str(tmp_path / "a")]) == 0
+    drawn = sorted(p.name for p in (tmp_path / "a").glob("*.svg"))
+    assert drawn == sorted(f"{n}.svg" for n in bench_all.plots.FIGURES)
+    assert drawn == sorted(p.name for p in committed.glob("*.svg"))
+    readme = (ROOT / "benchmarks" / "README.md").read_text()
+    for name in drawn:
+        assert f"](plots/{name})" in readme, f"the README shows no {name}"
+        new, old = (tmp_path / "a" / name).read_text(), (committed / name).read_text()
+        assert "<dc:date>" not in new
+        if _creator(new) == _creator(old):  # the same matplotlib: the same bytes
+            assert new == old, f"{name} differs from its data: run all.py --plots-only"
+    results = tmp_path / "results"
+    shutil.copytree(ROOT / "benchmarks" / "results", results)
+    rows = json.loads((results / "vjepa_rollout.json").read_text())
+    rows[-1]["native_over_runtime"] *= 3
+    (results / "vjepa_rollout.json").write_text(json.dumps(rows))
+    args = ["--plots-only", "--results", str(results), "--plots", str(tmp_path / "b")]
+    assert bench_all.main(args) == 0
+    a, b = tmp_path / "a", tmp_path / "b"
+    assert (b / "vjepa_rollout.svg").read_text() != (a / "vjepa_rollout.svg").read_text()
+    assert (b / "pi05_actions.svg").read_text() == (a / "pi05_actions.svg").read_text()
