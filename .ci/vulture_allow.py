@@ -53,3 +53,7 @@ _.callback
 
 # `wgc_runtime.host.inputs.Limits`: read by name (`getattr(limits, name)`, `--limit NAME=VALUE`)
 _.file_bytes
+
+# a module-level `__getattr__` (PEP 562): Python calls it for a missing attribute
+# (`wgc_runtime.core.conductor.ConductorCore`, imported on first use)
+_.__getattr__
