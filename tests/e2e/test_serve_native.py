@@ -31,9 +31,12 @@ NATIVE = "/v1/requests"
 JSON = {"content-type": "application/json"}
 
 
+LIMITS = ("--limit", "json_depth=16", "--limit", "request_bytes=1000000")  # above every test's
+
+
 @pytest.fixture(scope="module")
 def orpheus():
-    with served("generated/orpheus/cpu", "--seed", "11") as s:
+    with served("generated/orpheus/cpu", "--seed", "11", *LIMITS) as s:
         yield s
 
 
@@ -361,6 +364,18 @@ def test_speech_that_fails_mid_stream_breaks_the_transfer(orpheus) -> None:
         pytest.skip(f"the speech takes {total:.2f} s, its first audio {first:.2f} s: too quick")
     _, _, cut, whole = speech(first + (total - first) / 2)
     assert not whole and 46 <= len(cut) < len(audio)
+
+
+def test_the_deployments_limits_bound_its_bodies(orpheus) -> None:
+    """`wgc serve --limit` reaches the server (every input case: `test_serve_input_edge`)."""
+    deep = {"inputs": [{"modality": "text", "data": json.loads("[" * 20 + "]" * 20)}]}
+    status, reply = orpheus.post(NATIVE, {**deep, "want": ["audio"]})
+    assert status == 400 and reply["error"]["param"] == "body", reply
+    assert "nesting depth is 23, over the limit of 16 (`json_depth`)" in reply["error"]["message"]
+    big = {"inputs": [{"modality": "text", "data": "x" * 1_000_000}], "want": ["audio"]}
+    status, reply = orpheus.post(NATIVE, big)
+    assert status == 413, reply
+    assert "over the limit of 1,000,000 (`request_bytes`)" in reply["error"]["message"], reply
 
 
 def test_a_failure_after_the_first_audio_is_never_a_short_wav() -> None:
