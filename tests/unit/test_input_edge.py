@@ -198,6 +198,11 @@ CASES: dict[str, tuple[Callable[[], Files], list[str], str]] = {
         ["--input", f"text=hi,goal={deep(100)}"],
         "its nesting depth is 100, over the limit of 64 (`json_depth`)",
     ),
+    "an option nested past the parser": (
+        lambda: {},
+        ["--input", "text=hi", "--option", "x=" + deep(60_000)],
+        "unknown option `x`",  # it is text then, and the door reads it
+    ),
     "an unknown limit": (
         lambda: {},
         ["--input", "text=hi", "--limit", "nope=1"],

@@ -92,7 +92,7 @@ def parse_value(text: str) -> Any:
     """An option value: JSON scalars (``3``, ``0.5``, ``true``, ``null``), else the string."""
     try:
         value = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested past the parser: text
         return text
     return value if isinstance(value, (int, float, bool, str)) or value is None else text
 
