@@ -9,7 +9,9 @@ installed), ``.wav`` audio (stdlib ``wave``), ``.npy`` arrays; each ``,FIELD=VAL
 the segment: a file, a JSON scalar or list, else text), or ``--request FILE.json`` (the general
 form: segments with fields, want, options, seed; `wgc.cli.request_input`), ``--want MODALITY``
 (repeatable), ``--option NAME=VALUE`` (JSON-ish: ints, floats, true/false, else a string),
-``-o OUTDIR``. Every emitted output is
+``-o OUTDIR`` (a folder, made before anything runs). Every input is read and bounded at the edge
+(`wgc_runtime.host.inputs`, as the server reads its own; ``--limit NAME=VALUE`` changes a limit):
+a malformed or oversized one exits 1 naming the file and the reason. Every emitted output is
 written as it arrives: audio is appended to ``OUTDIR/<modality>.wav`` (16-bit PCM at the
 emitting node's ``sample_rate`` config, else 24 kHz), images go to ``<modality>_NNN.png``, a
 video to ``<modality>_NNN.npy`` plus its frames as ``<modality>_NNN/frame_KKKK.png``, text
