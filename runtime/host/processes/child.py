@@ -20,12 +20,15 @@ from wgc_runtime.host.loading import ensure_import_root
 PR_SET_PDEATHSIG = 1
 
 
-def die_with_parent(parent_pid: int, period: float = 0.2) -> None:
+def die_with_parent(parent_pid: int, pdeathsig: bool = True, period: float = 0.2) -> None:
     """End this process when the launcher goes away, however it goes: the kernel sends SIGKILL
-    on parent death (Linux ``prctl``), and a watchdog thread notices reparenting elsewhere."""
-    with contextlib.suppress(Exception):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    on parent death (Linux ``prctl``; only when ``pdeathsig``: the kernel means the death of
+    the spawning *thread*, so a child spawned from any thread but the launcher's main one would
+    die with that thread), and a watchdog thread notices reparenting within ``period``."""
+    if pdeathsig:
+        with contextlib.suppress(Exception):
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != parent_pid:  # the parent died before prctl took effect
         os._exit(1)
 
@@ -64,7 +67,7 @@ def fast_exit(code: int) -> None:
 
 def child_setup(boot: dict[str, Any]) -> None:
     """The first thing a spawned child does."""
-    die_with_parent(int(boot["parent"]))
+    die_with_parent(int(boot["parent"]), bool(boot.get("pdeathsig", True)))
     child_signals()
     ensure_import_root()
     if boot.get("threads"):

@@ -15,6 +15,7 @@ import contextlib
 import multiprocessing
 import os
 import signal
+import threading
 from collections.abc import Callable
 from multiprocessing.process import BaseProcess
 from typing import Any, Protocol
@@ -39,6 +40,10 @@ class LocalChild:
 
     def __init__(self, target: Callable[[dict[str, Any]], None], boot: dict[str, Any], name: str):
         ctx = multiprocessing.get_context("spawn")
+        # the kernel's parent-death signal fires when the spawning *thread* ends: only a child
+        # of the main thread may use it (a Cluster started from a worker thread, or a rank the
+        # supervisor's thread restarts, relies on the watchdog alone: `child.die_with_parent`)
+        boot = {**boot, "pdeathsig": threading.current_thread() is threading.main_thread()}
         self.proc: BaseProcess = ctx.Process(target=target, args=(boot,), name=name, daemon=True)
         self.proc.start()
         self.pid = self.proc.pid or -1
