@@ -80,6 +80,13 @@ class WalkSpec:
     name: str
     ranks: tuple[int, ...] = ()  # every rank with a piece
     report: tuple[int, ...] = ()  # ranks that must report before the walk is done
+    # the control plan (`wgc.lower.control`): ranks that start on their first input (no
+    # `StartWalk`), ranks that hold nothing once their piece is done (no `Release` when the
+    # request ends normally), and the number of `ClientOut`s the walk's completion waits for
+    # besides ``report`` (every emit of the walk, when a rank that emits does not report)
+    lazy: tuple[int, ...] = ()
+    no_release: tuple[int, ...] = ()
+    done_emits: int = 0
     inputs: tuple[WalkInputSpec, ...] = ()
     # persisted channel -> the rank that keeps it (-1: the conductor, for a persisted walk input)
     persists: tuple[tuple[str, int], ...] = ()

@@ -168,7 +168,9 @@ class Value(Message, frozen=True, tag=8):
     the sender (a loop-carried value names the *next* iteration of its loop; a terminal or
     accumulated value drops the loop it leaves). The receiver keys the value by the iterations
     of its own call's loops that the tag names. ``signal``: a bare signal (no tensor; ``data``
-    is None)."""
+    is None). ``options`` (with ``flow``): the walk's *header*, on the first value a sender
+    sends to a rank whose piece starts on its first input (`Dest.starts`): the request's
+    option values, as `StartWalk` carries them; None on every other value."""
 
     DATA: ClassVar[bool] = True
     request: str
@@ -181,6 +183,8 @@ class Value(Message, frozen=True, tag=8):
     iters: Iters = ()
     signal: bool = False
     data: Any = None
+    flow: str = ""
+    options: tuple[tuple[str, Any], ...] | None = None
 
 
 class Until(Message, frozen=True, tag=9):

@@ -278,7 +278,10 @@ class Node:
         raise NotImplementedError(f"node `{self.name}` implements neither forward nor forward_one")
 
     def release(self, request_id: str) -> None:
-        """The request ended; drop anything held for it outside `CallContext.state`."""
+        """The request ended; drop anything held for it outside `CallContext.state`. For a
+        stateless node called in a piece that leaves nothing behind (`PieceSpec.needs_release`
+        false), the request ends here when that piece is done: a later walk of the request
+        may call the node again, and release it again."""
 
     def static_step(self, call: CapturedCall) -> StaticStep | None:
         """The call as a shape-static unit the runtime may capture

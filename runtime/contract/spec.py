@@ -62,7 +62,7 @@ from wgc_runtime.contract.kinds import (
     SourceKind,
 )
 
-SPEC_VERSION = 6
+SPEC_VERSION = 7
 """The version of these records that generated modules and ``plan.json`` are written for."""
 
 ITEMSIZE = {"bool": 1, "u8": 1, "i32": 4, "i64": 8, "f16": 2, "bf16": 2, "f32": 4}
@@ -143,6 +143,10 @@ class Dest:
     # ``stream`` on another rank: items the producer may send before their acknowledgements
     # (the owner's buffer capacity); 0: each waits for the previous one's
     credits: int = 0
+    # ``call`` on another rank whose piece starts on its first value (no `StartWalk`,
+    # `PieceSpec.needs_start`): the first value sent there per walk instance carries the
+    # walk's header (`Value.flow`, `Value.options`)
+    starts: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -260,7 +264,13 @@ class PieceSpec:
 
     ``body`` / ``nested``: the units and loops at the walk's top level here (the piece is done
     when they all are). ``producers``: stream -> the calls here that push to it; ``consumers``:
-    stream -> the calls here that take its chunks."""
+    stream -> the calls here that take its chunks.
+
+    The control messages (`wgc.lower.control`): ``needs_start``: the piece waits for
+    `StartWalk` (else it starts on the first value carrying the walk's header);
+    ``reports_done``: it sends `WalkDone` when done (else the conductor learns it from the
+    walk's other messages); ``needs_release``: it leaves request state behind (else the rank
+    drops the request's bookkeeping itself once the piece is done)."""
 
     walk: str
     rank: int
@@ -272,6 +282,9 @@ class PieceSpec:
     nested: tuple[str, ...] = ()
     producers: tuple[tuple[str, tuple[int, ...]], ...] = ()
     consumers: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    needs_start: bool = True
+    reports_done: bool = True
+    needs_release: bool = True
     source: str = ""
 
     def call(self, id: int) -> CallSpec | None:

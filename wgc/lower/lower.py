@@ -19,10 +19,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from wgc.diagnostics.diagnostic import Span
+from wgc.ir.decls import EngineKind
 from wgc.ir.expr import Value
 from wgc.ir.model import Model
 from wgc.ir.walk import EndKind, Walk
-from wgc.lower import capture, handoffs, memory, routes, streams
+from wgc.lower import capture, control, handoffs, memory, routes, streams
 from wgc.lower import kv as kv_plan
 from wgc.lower.assign import Assignment
 from wgc.lower.flowplan import FlowLowerer, taken_segments
@@ -112,11 +113,13 @@ def lower(
         for lw in lowered
     }
     kv_copies = kv_plan.copies(model, walk_groups, shared)
+    stateless = frozenset(n.name for n in model.nodes if n.engine is EngineKind.STATELESS)
     for lw in lowered:
         src = _source(lw.walk.span)
         ranks = lw.ranks()
+        ctl = control.walk_control({r: lw.piece(r, src) for r in ranks}, lw.inputs, stateless)
         for r in ranks:
-            pieces.setdefault(r, []).append(lw.piece(r, src))
+            pieces.setdefault(r, []).append(ctl.pieces[r])
         for c in capture.captures(lw, batching.capture, shapes):
             caps.setdefault(c.rank, []).append(c)
         route_rows.extend(routes.routes(lw))
@@ -127,13 +130,16 @@ def lower(
             WalkSpec(
                 name=name,
                 ranks=ranks,
-                report=ranks,
-                inputs=lw.inputs,
+                report=ctl.report,
+                inputs=ctl.inputs,
                 persists=lw.persists,
                 handoffs=handoffs.walk_handoffs(kv, name),
                 kv_groups=handoffs.walk_kv_groups(kv, name),
                 emits=emitted(lw.walk),
                 kv_copies=kv_copies.get(name, ()),
+                lazy=ctl.lazy,
+                no_release=ctl.no_release,
+                done_emits=ctl.done_emits,
                 source=src,
             )
         )

@@ -23,7 +23,7 @@ from wgc_runtime.contract.spec import (
     TypeSpec,
 )
 
-SPEC_VERSION = 6  # the `wgc_runtime.contract.spec` records this module is written for
+SPEC_VERSION = 7  # the `wgc_runtime.contract.spec` records this module is written for
 
 # ---------------------------------------------------------------- nodes
 
@@ -81,6 +81,9 @@ PIECE_PREFILL = PieceSpec(
         ),
     ),
     body=(0,),
+    needs_start=False,
+    reports_done=False,
+    needs_release=False,
     source="pi05.walk:95",
 )
 

@@ -21,7 +21,7 @@ from wgc_runtime.contract.flow import Fail, FlowGen, Persisted, Request, RunWalk
 from wgc_runtime.contract.kinds import DestKind, Edge, FinalMode, FlowKind, OptionType, Policy
 from wgc_runtime.contract.spec import Dest, KvCacheSpec, StreamSpec, TypeSpec
 
-SPEC_VERSION = 6  # the `wgc_runtime.contract.spec` records this module is written for
+SPEC_VERSION = 7  # the `wgc_runtime.contract.spec` records this module is written for
 
 # ---------------------------------------------------------------- walks
 

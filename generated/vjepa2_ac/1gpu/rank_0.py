@@ -30,7 +30,7 @@ from wgc_runtime.contract.spec import (
     TypeSpec,
 )
 
-SPEC_VERSION = 6  # the `wgc_runtime.contract.spec` records this module is written for
+SPEC_VERSION = 7  # the `wgc_runtime.contract.spec` records this module is written for
 
 # ---------------------------------------------------------------- nodes
 
@@ -1058,6 +1058,9 @@ PIECE_PREFILL_VIDEO_MPC = PieceSpec(
         ),
     ),
     body=(0, 1, 2, 3, 4, 5, 6),
+    needs_start=False,
+    reports_done=False,
+    needs_release=False,
     source="vjepa2_ac.walk:147",
 )
 

@@ -29,7 +29,7 @@ from wgc_runtime.contract.spec import (
     TypeSpec,
 )
 
-SPEC_VERSION = 6  # the `wgc_runtime.contract.spec` records this module is written for
+SPEC_VERSION = 7  # the `wgc_runtime.contract.spec` records this module is written for
 
 # ---------------------------------------------------------------- nodes
 
@@ -752,6 +752,7 @@ PIECE_PREFILL_VIDEO_MPC = PieceSpec(
                             rank=1,
                             call=4,
                             port="context",
+                            starts=True,
                         ),
                         Dest(
                             kind=DestKind.CALL,
@@ -759,6 +760,7 @@ PIECE_PREFILL_VIDEO_MPC = PieceSpec(
                             rank=1,
                             call=5,
                             port="context",
+                            starts=True,
                         ),
                     ),
                 ),
@@ -945,6 +947,9 @@ PIECE_PREFILL_VIDEO_MPC = PieceSpec(
         ),
     ),
     body=(0, 1, 2, 3, 6),
+    needs_start=False,
+    reports_done=False,
+    needs_release=False,
     source="vjepa2_ac.walk:147",
 )
 

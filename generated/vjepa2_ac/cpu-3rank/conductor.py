@@ -20,7 +20,7 @@ from wgc_runtime.contract.flow import Fail, FlowGen, Request, RunWalk
 from wgc_runtime.contract.kinds import DestKind, Edge, FlowKind, OptionType
 from wgc_runtime.contract.spec import BatchingSpec, Dest, KvCacheSpec, TypeSpec
 
-SPEC_VERSION = 6  # the `wgc_runtime.contract.spec` records this module is written for
+SPEC_VERSION = 7  # the `wgc_runtime.contract.spec` records this module is written for
 
 # ---------------------------------------------------------------- walks
 
@@ -185,28 +185,76 @@ WALK_PREFILL_VIDEO_ROLLOUT_STREAMING = WalkSpec(
 WALK_PREFILL_VIDEO_MPC = WalkSpec(
     name="prefill_video_mpc",
     ranks=(0, 1, 2),
-    report=(0, 1, 2),
+    lazy=(0, 1, 2),
+    no_release=(0, 1, 2),
+    done_emits=2,
     inputs=(
         WalkInputSpec(
             name="video",
             ranks=(0,),
-            dests=(Dest(kind=DestKind.CALL, edge=Edge.INPUT, rank=0, call=0, port="video"),),
+            dests=(
+                Dest(
+                    kind=DestKind.CALL,
+                    edge=Edge.INPUT,
+                    rank=0,
+                    call=0,
+                    port="video",
+                    starts=True,
+                ),
+            ),
             type=TypeSpec("u8", ("F", "H", "W", 3)),
         ),
         WalkInputSpec(
             name="goal",
             ranks=(0,),
-            dests=(Dest(kind=DestKind.CALL, edge=Edge.INPUT, rank=0, call=1, port="video"),),
+            dests=(
+                Dest(
+                    kind=DestKind.CALL,
+                    edge=Edge.INPUT,
+                    rank=0,
+                    call=1,
+                    port="video",
+                    starts=True,
+                ),
+            ),
             type=TypeSpec("u8", ("F", "H", "W", 3)),
         ),
         WalkInputSpec(
             name="plans",
             ranks=(1, 2),
             dests=(
-                Dest(kind=DestKind.CALL, edge=Edge.INPUT, rank=1, call=2, port="plans"),
-                Dest(kind=DestKind.CALL, edge=Edge.INPUT, rank=1, call=3, port="plans"),
-                Dest(kind=DestKind.CALL, edge=Edge.INPUT, rank=2, call=4, port="plans"),
-                Dest(kind=DestKind.CALL, edge=Edge.INPUT, rank=2, call=5, port="plans"),
+                Dest(
+                    kind=DestKind.CALL,
+                    edge=Edge.INPUT,
+                    rank=1,
+                    call=2,
+                    port="plans",
+                    starts=True,
+                ),
+                Dest(
+                    kind=DestKind.CALL,
+                    edge=Edge.INPUT,
+                    rank=1,
+                    call=3,
+                    port="plans",
+                    starts=True,
+                ),
+                Dest(
+                    kind=DestKind.CALL,
+                    edge=Edge.INPUT,
+                    rank=2,
+                    call=4,
+                    port="plans",
+                    starts=True,
+                ),
+                Dest(
+                    kind=DestKind.CALL,
+                    edge=Edge.INPUT,
+                    rank=2,
+                    call=5,
+                    port="plans",
+                    starts=True,
+                ),
             ),
             type=TypeSpec("f32", (4, 16, 7)),
         ),
@@ -214,10 +262,38 @@ WALK_PREFILL_VIDEO_MPC = WalkSpec(
             name="states",
             ranks=(1, 2),
             dests=(
-                Dest(kind=DestKind.CALL, edge=Edge.INPUT, rank=1, call=2, port="states"),
-                Dest(kind=DestKind.CALL, edge=Edge.INPUT, rank=1, call=3, port="states"),
-                Dest(kind=DestKind.CALL, edge=Edge.INPUT, rank=2, call=4, port="states"),
-                Dest(kind=DestKind.CALL, edge=Edge.INPUT, rank=2, call=5, port="states"),
+                Dest(
+                    kind=DestKind.CALL,
+                    edge=Edge.INPUT,
+                    rank=1,
+                    call=2,
+                    port="states",
+                    starts=True,
+                ),
+                Dest(
+                    kind=DestKind.CALL,
+                    edge=Edge.INPUT,
+                    rank=1,
+                    call=3,
+                    port="states",
+                    starts=True,
+                ),
+                Dest(
+                    kind=DestKind.CALL,
+                    edge=Edge.INPUT,
+                    rank=2,
+                    call=4,
+                    port="states",
+                    starts=True,
+                ),
+                Dest(
+                    kind=DestKind.CALL,
+                    edge=Edge.INPUT,
+                    rank=2,
+                    call=5,
+                    port="states",
+                    starts=True,
+                ),
             ),
             type=TypeSpec("f32", (16, 7)),
         ),

@@ -29,7 +29,7 @@ from wgc_runtime.contract.spec import (
     TypeSpec,
 )
 
-SPEC_VERSION = 6  # the `wgc_runtime.contract.spec` records this module is written for
+SPEC_VERSION = 7  # the `wgc_runtime.contract.spec` records this module is written for
 
 # ---------------------------------------------------------------- nodes
 
@@ -706,6 +706,7 @@ PIECE_PREFILL_VIDEO_MPC = PieceSpec(
                             rank=1,
                             call=2,
                             port="context",
+                            starts=True,
                         ),
                         Dest(
                             kind=DestKind.CALL,
@@ -713,6 +714,7 @@ PIECE_PREFILL_VIDEO_MPC = PieceSpec(
                             rank=1,
                             call=3,
                             port="context",
+                            starts=True,
                         ),
                         Dest(
                             kind=DestKind.CALL,
@@ -720,6 +722,7 @@ PIECE_PREFILL_VIDEO_MPC = PieceSpec(
                             rank=2,
                             call=4,
                             port="context",
+                            starts=True,
                         ),
                         Dest(
                             kind=DestKind.CALL,
@@ -727,6 +730,7 @@ PIECE_PREFILL_VIDEO_MPC = PieceSpec(
                             rank=2,
                             call=5,
                             port="context",
+                            starts=True,
                         ),
                     ),
                 ),
@@ -833,6 +837,9 @@ PIECE_PREFILL_VIDEO_MPC = PieceSpec(
         ),
     ),
     body=(0, 1, 6),
+    needs_start=False,
+    reports_done=False,
+    needs_release=False,
     source="vjepa2_ac.walk:147",
 )
 

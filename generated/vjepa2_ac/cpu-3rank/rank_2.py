@@ -23,7 +23,7 @@ from wgc_runtime.contract.spec import (
     TypeSpec,
 )
 
-SPEC_VERSION = 6  # the `wgc_runtime.contract.spec` records this module is written for
+SPEC_VERSION = 7  # the `wgc_runtime.contract.spec` records this module is written for
 
 # ---------------------------------------------------------------- nodes
 
@@ -100,7 +100,14 @@ PIECE_PREFILL_VIDEO_MPC = PieceSpec(
                     port="prediction",
                     type=TypeSpec("f32", (16, 32)),
                     dests=(
-                        Dest(kind=DestKind.CALL, edge=Edge.INTERNAL, rank=0, call=6, port="pred_2"),
+                        Dest(
+                            kind=DestKind.CALL,
+                            edge=Edge.INTERNAL,
+                            rank=0,
+                            call=6,
+                            port="pred_2",
+                            starts=True,
+                        ),
                     ),
                 ),
             ),
@@ -140,7 +147,14 @@ PIECE_PREFILL_VIDEO_MPC = PieceSpec(
                     port="prediction",
                     type=TypeSpec("f32", (16, 32)),
                     dests=(
-                        Dest(kind=DestKind.CALL, edge=Edge.INTERNAL, rank=0, call=6, port="pred_3"),
+                        Dest(
+                            kind=DestKind.CALL,
+                            edge=Edge.INTERNAL,
+                            rank=0,
+                            call=6,
+                            port="pred_3",
+                            starts=True,
+                        ),
                     ),
                 ),
             ),
@@ -149,6 +163,9 @@ PIECE_PREFILL_VIDEO_MPC = PieceSpec(
         ),
     ),
     body=(4, 5),
+    needs_start=False,
+    reports_done=False,
+    needs_release=False,
     source="vjepa2_ac.walk:147",
 )
 

@@ -19,7 +19,7 @@ from wgc_runtime.contract.flow import Fail, FlowGen, Persisted, Request, RunWalk
 from wgc_runtime.contract.kinds import DestKind, Edge, FlowKind, OptionType
 from wgc_runtime.contract.spec import BatchingSpec, Dest, TypeSpec
 
-SPEC_VERSION = 6  # the `wgc_runtime.contract.spec` records this module is written for
+SPEC_VERSION = 7  # the `wgc_runtime.contract.spec` records this module is written for
 
 # ---------------------------------------------------------------- walks
 
@@ -67,7 +67,10 @@ WALK_ENCODE_IMAGE = WalkSpec(
 WALK_GENERATE = WalkSpec(
     name="generate",
     ranks=(0, 1, 2),
-    report=(0, 1, 2),
+    report=(1, 2),
+    lazy=(0,),
+    no_release=(0,),
+    done_emits=1,
     inputs=(
         WalkInputSpec(
             name="context",

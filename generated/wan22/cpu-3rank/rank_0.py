@@ -22,7 +22,7 @@ from wgc_runtime.contract.spec import (
     TypeSpec,
 )
 
-SPEC_VERSION = 6  # the `wgc_runtime.contract.spec` records this module is written for
+SPEC_VERSION = 7  # the `wgc_runtime.contract.spec` records this module is written for
 
 # ---------------------------------------------------------------- nodes
 
@@ -237,6 +237,9 @@ PIECE_GENERATE = PieceSpec(
         ),
     ),
     body=(4,),
+    needs_start=False,
+    reports_done=False,
+    needs_release=False,
     source="wan22.walk:104",
 )
 

@@ -20,7 +20,7 @@ from wgc_runtime.contract.flow import Fail, FlowGen, Persisted, Request, RunWalk
 from wgc_runtime.contract.kinds import DestKind, Edge, FlowKind, OptionType
 from wgc_runtime.contract.spec import BatchingSpec, Dest, KvCacheSpec, TypeSpec
 
-SPEC_VERSION = 6  # the `wgc_runtime.contract.spec` records this module is written for
+SPEC_VERSION = 7  # the `wgc_runtime.contract.spec` records this module is written for
 
 # ---------------------------------------------------------------- walks
 
@@ -28,12 +28,23 @@ SPEC_VERSION = 6  # the `wgc_runtime.contract.spec` records this module is writt
 WALK_ENCODE = WalkSpec(
     name="encode",
     ranks=(0, 1),
-    report=(0, 1),
+    report=(1,),
+    lazy=(0,),
+    no_release=(0,),
     inputs=(
         WalkInputSpec(
             name="audio",
             ranks=(0,),
-            dests=(Dest(kind=DestKind.CALL, edge=Edge.INPUT, rank=0, call=0, port="audio"),),
+            dests=(
+                Dest(
+                    kind=DestKind.CALL,
+                    edge=Edge.INPUT,
+                    rank=0,
+                    call=0,
+                    port="audio",
+                    starts=True,
+                ),
+            ),
             type=TypeSpec("f32", ("S",)),
         ),
     ),

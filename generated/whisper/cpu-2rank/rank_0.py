@@ -23,7 +23,7 @@ from wgc_runtime.contract.spec import (
     TypeSpec,
 )
 
-SPEC_VERSION = 6  # the `wgc_runtime.contract.spec` records this module is written for
+SPEC_VERSION = 7  # the `wgc_runtime.contract.spec` records this module is written for
 
 # ---------------------------------------------------------------- nodes
 
@@ -117,6 +117,9 @@ PIECE_ENCODE = PieceSpec(
         ),
     ),
     body=(0, 1),
+    needs_start=False,
+    reports_done=False,
+    needs_release=False,
     source="whisper.walk:62",
 )
 

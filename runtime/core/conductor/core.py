@@ -7,7 +7,10 @@ the ranks (`deliver`), and sends through ``outbox(to, msg)`` (``to``: a rank, or
 **Requests.** At most ``max_concurrent_requests`` run at once; the rest wait in FIFO order (with
 a deadline). A request runs its flows side by side (`flows`), each flow's walks on the ranks
 (`walks`). The request ends when every flow ended (`Finished(ok=True)`), at the first `Fail` or
-failure reported by a rank, or on cancel; then every rank gets `Release`.
+failure reported by a rank, or on cancel; then `Release` goes to every rank that holds
+something of it (`RequestRun.holds`: a rank whose pieces are all plain, `WalkSpec.no_release`,
+drops its bookkeeping itself), or to every rank when the request failed or was cancelled (a
+value may still be on its way to a rank that never saw the walk).
 """
 
 from __future__ import annotations
@@ -97,6 +100,7 @@ class ConductorCore:
         self._next_walk_id = 0
         self.kv_used: dict[admission.PoolKey, int] = {}  # pages promised per KV pool
         self._on_stream = {f.stream: f.name for f in spec.flows if f.kind is FlowKind.ON_STREAM}
+        self._owners = {s.owner for s in spec.streams}  # hold a request's buffers
 
     def submit(self, request_id: str, request: Request) -> None:
         """Start the request now, or queue it behind the admission cap and the KV pools
@@ -143,6 +147,7 @@ class ConductorCore:
 
     def _start(self, request_id: str, request: Request) -> None:
         req = RequestRun(request_id, request, last_progress=self.clock())
+        req.holds |= self._owners
         self.active[request_id] = req
         self._promise(1)
         try:
@@ -172,7 +177,7 @@ class ConductorCore:
                 wait = req.walks.get(msg.walk_id)
                 if wait is not None:
                     wait.pending.discard(msg.rank)
-                    if not wait.pending:
+                    if wait.done():
                         self._walk_complete(req, msg.walk_id)
             elif isinstance(msg, StateImported):
                 wait = req.walks.get(msg.walk_id)
@@ -188,6 +193,11 @@ class ConductorCore:
                         req.id, msg.flow, msg.walk, msg.modality, msg.channel, msg.iters, msg.data
                     ),
                 )
+                wait = req.walks.get(msg.walk_id)
+                if wait is not None and wait.emits > 0:
+                    wait.emits -= 1
+                    if wait.done():
+                        self._walk_complete(req, msg.walk_id)
             elif isinstance(msg, ChunkReady):
                 flow_name = self._on_stream.get(msg.stream)
                 flow = req.flows.get(flow_name) if flow_name else None
@@ -195,7 +205,12 @@ class ConductorCore:
                     flow.chunks[msg.index] = msg
                     self._pump_stream_flow(req, flow)
             elif isinstance(msg, Failed):
-                raise Abort(msg.kind, msg.message, msg.flow, msg.walk, msg.node, msg.cause)
+                # a rank that started on a value (no `StartWalk`) may not know the flow
+                flow = msg.flow or next(
+                    (w.flow.spec.name for w in req.walks.values() if w.spec.name == msg.walk),
+                    None,
+                )
+                raise Abort(msg.kind, msg.message, flow, msg.walk, msg.node, msg.cause)
             else:
                 raise TypeError(f"the conductor cannot handle {type(msg).__name__}")
         except Abort as exc:
@@ -228,7 +243,8 @@ class ConductorCore:
                 ),
             )
         reason = "finished" if error is None else error.kind
-        for r in range(self.spec.world_size):
+        ranks = range(self.spec.world_size) if error is not None else sorted(req.holds)
+        for r in ranks:
             self.outbox(r, Release(req.id, reason))
         self._admit()
 

@@ -36,8 +36,7 @@ def waits(self: ConductorCore, request_id: str) -> list[str]:
                 f"`{wait.spec.name}` ({moves})"
             )
         elif wait is not None:
-            ranks = ", ".join(str(r) for r in sorted(wait.pending))
-            out.append(f"flow `{name}` waits for walk `{wait.spec.name}` (ranks {ranks})")
+            out.append(f"flow `{name}` waits for walk `{wait.spec.name}` ({wait.waits_for()})")
         elif f.spec.kind is FlowKind.ON_STREAM:
             out.append(f"flow `{name}` waits for chunk {f.index} of stream `{f.spec.stream}`")
         else:
@@ -62,8 +61,7 @@ def tick(self: ConductorCore, now: float | None = None) -> None:
         late = [w for w in req.walks.values() if now > w.deadline]
         if late:
             w = late[0]
-            ranks = ", ".join(str(r) for r in sorted(w.pending))
-            why = f"ranks {ranks} have not reported"
+            why = f"{w.waits_for()} have not reported"
             if w.moving:
                 moves = ", ".join(f"`{n}` to rank {r}" for n, r in sorted(w.moving))
                 why = f"node state still moving before it starts: {moves}"

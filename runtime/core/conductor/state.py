@@ -55,6 +55,18 @@ class WalkWait:
     # what starts the walk once they are
     moving: set[tuple[str, int]] = field(default_factory=set)
     start: Any = None  # Callable[[], None] | None
+    emits: int = 0  # `ClientOut`s still to come before the walk is done (`WalkSpec.done_emits`)
+
+    def done(self) -> bool:
+        return not self.pending and self.emits <= 0
+
+    def waits_for(self) -> str:
+        """What the walk still waits for, in words (for timeout and deadlock errors)."""
+        ranks = ", ".join(str(r) for r in sorted(self.pending))
+        parts = [f"ranks {ranks}"] if ranks else []
+        if self.emits > 0:
+            parts.append(f"{self.emits} emits")
+        return " and ".join(parts) or "nothing"
 
 
 @dataclass(eq=False)
@@ -70,5 +82,8 @@ class RequestRun:
     streams_done: set[str] = field(default_factory=set)
     streams_abandoned: set[str] = field(default_factory=set)
     state_at: dict[str, tuple[int, ...]] = field(default_factory=dict)  # node -> its group
+    # the ranks that hold something of the request (`Release` when it ends normally): the
+    # stream owners and every rank of its walks but `WalkSpec.no_release`
+    holds: set[int] = field(default_factory=set)
     last_progress: float = 0.0
     ended: bool = False

@@ -4,9 +4,10 @@ latencies, request outcomes, and per-request walk events.
 `ConductorStats` is a tap on the conductor's traffic, sans-I/O like the core it watches: the
 host loop shows it every message the core sends (`sent`) and every message from a rank
 (`received`) and the end of each request (`ended`). A walk instance is timed from its first
-`StartWalk` until every rank it waits for has sent `WalkDone` (the ranks of `WalkSpec.report`,
-plus a rank asked to acknowledge a `ForwardPersisted`); node-state moves before it are not part
-of it. Latencies go into cumulative histograms per walk (`BUCKETS`, seconds), outcomes are
+`StartWalk` or header-carrying `Value` (a lazy rank's start) until every rank it waits for has
+sent `WalkDone` (the ranks of `WalkSpec.report`, plus a rank asked to acknowledge a
+`ForwardPersisted`) and its `WalkSpec.done_emits` emits arrived; node-state moves before it are
+not part of it. Latencies go into cumulative histograms per walk (`BUCKETS`, seconds), outcomes are
 counted per `FailKind` (``ok`` for a finished request). For requests being *traced* (the
 playground asks), every walk start and finish is also queued as an event (`take_events`).
 """
@@ -18,7 +19,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from wgc_runtime.contract.conductor import ConductorSpec
-from wgc_runtime.contract.messages import Finished, ForwardPersisted, Message, StartWalk, WalkDone
+from wgc_runtime.contract.messages import (
+    ClientOut,
+    Finished,
+    ForwardPersisted,
+    Message,
+    StartWalk,
+    Value,
+    WalkDone,
+)
 
 BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
@@ -56,6 +65,7 @@ class _Timing:
     walk: str
     start: float
     pending: set[int]
+    emits: int = 0
 
 
 class ConductorStats:
@@ -64,6 +74,7 @@ class ConductorStats:
     def __init__(self, spec: ConductorSpec, clock: Callable[[], float]) -> None:
         self.clock = clock
         self.report = {w.name: frozenset(w.report) for w in spec.walks}
+        self.emits = {w.name: w.done_emits for w in spec.walks}
         self.walks: dict[str, WalkHistogram] = {w.name: WalkHistogram() for w in spec.walks}
         self.outcomes: dict[str, int] = {}
         self.traced: set[str] = set()
@@ -71,10 +82,14 @@ class ConductorStats:
         self._events: list[WalkEvent] = []
 
     def sent(self, msg: Message) -> None:
-        if isinstance(msg, StartWalk) and msg.walk_id not in self._timing:
+        if isinstance(msg, Value) and msg.options is None:
+            return  # a plain value, not a walk's start
+        if isinstance(msg, StartWalk | Value) and msg.walk_id not in self._timing:
             pending = set(self.report.get(msg.walk, ()))
             now = self.clock()
-            self._timing[msg.walk_id] = _Timing(msg.request, msg.flow, msg.walk, now, pending)
+            emits = self.emits.get(msg.walk, 0)
+            timing = _Timing(msg.request, msg.flow, msg.walk, now, pending, emits)
+            self._timing[msg.walk_id] = timing
             if msg.request in self.traced:
                 self._events.append(WalkEvent(msg.request, msg.flow, msg.walk, False, 0.0))
         elif isinstance(msg, ForwardPersisted) and msg.ack:
@@ -85,16 +100,20 @@ class ConductorStats:
             self.ended(msg.request, "ok" if msg.ok else str(msg.kind or "error"))
 
     def received(self, msg: Message) -> None:
-        if not isinstance(msg, WalkDone):
+        if not isinstance(msg, WalkDone | ClientOut):
             return
         timing = self._timing.get(msg.walk_id)
         if timing is None:
             return
-        if msg.rank in timing.pending:
+        if isinstance(msg, ClientOut):
+            if timing.emits <= 0:
+                return
+            timing.emits -= 1
+        elif msg.rank in timing.pending:
             timing.pending.discard(msg.rank)
         else:
             timing.pending.discard(-1)
-        if timing.pending:
+        if timing.pending or timing.emits > 0:
             return
         del self._timing[msg.walk_id]
         seconds = self.clock() - timing.start

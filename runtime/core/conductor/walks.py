@@ -1,13 +1,15 @@
 """Walks: a flow's `RunWalk` becomes a walk instance on the ranks.
 
-A fresh ``walk_id``; `StartWalk` to every rank in `WalkSpec.ranks`, then each walk input: a
-segment or option value is sent inline as a `Value` to every call destination (a missing
-optional input as a bare signal), emitted to the client or kept for a later walk when its
-destinations say so; a `Persisted` channel is resolved by the rank that keeps it
-(`ForwardPersisted`), which delivers it itself. The flow resumes when every rank in
-`WalkSpec.report` sent `WalkDone`; the walk's `persists` then say where each persisted channel of
-that flow lives. Persisted channels are per flow (flows run side by side, so a flow reads only
-what its own walks persisted).
+A fresh ``walk_id``; `StartWalk` to every rank in `WalkSpec.ranks` but the ``lazy`` ones (they
+start on their first value: the conductor's first `Value` to such a rank carries the walk's
+header, `Dest.starts`), then each walk input: a segment or option value is sent inline as a
+`Value` to every call destination (a missing optional input as a bare signal), emitted to the
+client or kept for a later walk when its destinations say so; a `Persisted` channel is resolved
+by the rank that keeps it (`ForwardPersisted`), which delivers it itself (a lazy rank it
+delivers to gets `StartWalk` then: the keeper sends no header). The flow resumes when every
+rank in `WalkSpec.report` sent `WalkDone` and the walk's ``done_emits`` emits arrived; the
+walk's `persists` then say where each persisted channel of that flow lives. Persisted channels
+are per flow (flows run side by side, so a flow reads only what its own walks persisted).
 
 **Node state.** A kv-cache node may run its walks on several rank groups (prefill on one,
 decode on another). The conductor tracks per request where each such node's state lives (the
@@ -64,15 +66,18 @@ def _launch(self: ConductorCore, req: RequestRun, flow: FlowRun, step: RunWalk) 
     wid = self._next_walk_id
     flow.waiting = wid
     wait = WalkWait(flow, ws, set(ws.report), self.clock() + self.walk_timeout_s)
+    wait.emits = ws.done_emits
     req.walks[wid] = wait
+    req.holds.update(r for r in ws.ranks if r not in ws.no_release)
 
     def start() -> None:
         options = tuple(self._options(req.request).items())
-        for r in ws.ranks:
+        started = {r for r in ws.ranks if r not in ws.lazy}
+        for r in sorted(started):
             self.outbox(r, StartWalk(req.id, wid, ws.name, name, options))
         for inp in ws.inputs:
-            self._deliver_input(req, flow, wid, ws, inp, step.args)
-        if not wait.pending:  # a walk with no rank to wait for
+            self._deliver_input(req, flow, wid, ws, inp, step.args, options, started)
+        if wait.done():  # a walk with nothing to wait for
             self._walk_complete(req, wid)
 
     self._move_state(req, wid, wait, ws)
@@ -115,8 +120,19 @@ def _options(self: ConductorCore, request: Request) -> dict[str, Any]:
 
 
 def _deliver_input(
-    self: ConductorCore, req, flow: FlowRun, wid: int, ws: WalkSpec, inp, args
+    self: ConductorCore,
+    req,
+    flow: FlowRun,
+    wid: int,
+    ws: WalkSpec,
+    inp,
+    args,
+    options: tuple[tuple[str, Any], ...] = (),
+    started: set[int] | None = None,
 ) -> None:
+    """Send walk input ``inp``; ``started``: the ranks that have the walk's header already
+    (`StartWalk`, or an earlier `Value` of this walk), updated here."""
+    started = set(ws.ranks) if started is None else started
     name = flow.spec.name
     if inp.name not in args:
         if not inp.optional:
@@ -142,6 +158,11 @@ def _deliver_input(
                 ack = loc not in ws.report and any(d.kind is not DestKind.CALL for d in inp.dests)
                 if ack:
                     req.walks[wid].pending.add(loc)
+                for d in inp.dests:  # the keeper sends no header: start lazy ranks here
+                    r = d.rank if d.rank is not None else 0
+                    if d.starts and r not in started:
+                        started.add(r)
+                        self.outbox(r, StartWalk(req.id, wid, ws.name, name, options))
                 fwd = ForwardPersisted(
                     req.id, wid, ws.name, name, inp.name, arg.name, inp.dests, ack
                 )
@@ -155,6 +176,10 @@ def _deliver_input(
             value = to_tensor(arg.data if isinstance(arg, Segment) else arg)
     for d in inp.dests:
         if d.kind is DestKind.CALL:
+            r = d.rank if d.rank is not None else 0
+            header = d.starts and r not in started
+            if header:
+                started.add(r)
             msg = Value(
                 req.id,
                 wid,
@@ -166,8 +191,10 @@ def _deliver_input(
                 (),
                 value is None,
                 value,
+                name if header else "",
+                options if header else None,
             )
-            self.outbox(d.rank if d.rank is not None else 0, msg)
+            self.outbox(r, msg)
         elif d.kind is DestKind.CLIENT:
             channel = d.channel or inp.name
             out = Output(req.id, name, ws.name, d.name or "", channel, (), value)

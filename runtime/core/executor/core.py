@@ -6,12 +6,17 @@ are handled in place. It never blocks and never starts a thread: a transport (or
 drives it. Everything it needs per piece was indexed by the compiler (`PieceIndex`).
 
 A `StartWalk` starts this rank's piece of one walk instance: its top-level units get instances,
-its top-level loops start (`loops`). Values arrive (`values`); ready instances are batched and
-run (`batching`; a call the plan lists as capturable runs in its captured step, `captured`,
-built by `prepare_captures` at worker start); their outputs are routed (`routing`,
-`streams`); loops advance and end (`loops`); node state moves between groups on request
-(`handoff`). A piece is done when its top-level units ran and its top-level loops ended;
-then `WalkDone` goes to the conductor.
+its top-level loops start (`loops`); a piece that needs none (`PieceSpec.needs_start`) starts
+on the first value carrying the walk's header (`Value.options`). Values arrive (`values`);
+ready instances are batched and run (`batching`; a call the plan lists as capturable runs in
+its captured step, `captured`, built by `prepare_captures` at worker start); their outputs are
+routed (`routing`, `streams`); loops advance and end (`loops`); node state moves between
+groups on request (`handoff`). A piece is done when its top-level units ran and its top-level
+loops ended; then `WalkDone` goes to the conductor (unless the plan says the conductor learns
+it otherwise, `PieceSpec.reports_done`). A piece that leaves nothing behind
+(`PieceSpec.needs_release`) drops the request's bookkeeping here once done and nothing else of
+the request is kept, and releases the request in the nodes it called (the walk id is
+remembered, to drop a late message).
 
 **Failures.** A node that raises or returns outputs that do not match its ports fails that
 request only (`Failed` to the conductor, with node, walk and message); its state here is dropped
@@ -26,7 +31,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from wgc_runtime.contract.kinds import FailKind
+from wgc_runtime.contract.kinds import Engine, FailKind
 from wgc_runtime.contract.messages import (
     CONDUCTOR,
     CopyKv,
@@ -156,6 +161,8 @@ class RankExecutor:
         }
         self.requests: dict[str, RequestState] = {}
         self.ended: OrderedDict[str, None] = OrderedDict()
+        # (request, walk id) of walks finished by a request dropped without `Release`
+        self._quit: OrderedDict[tuple[str, int], None] = OrderedDict()
         self._dirty: dict[tuple[int, int], WalkRun] = {}  # (id(walk run), unit) -> walk run
         self._ready: OrderedDict[tuple[str, int], deque[Inst]] = OrderedDict()
         self._seq = 0
@@ -237,6 +244,8 @@ class RankExecutor:
         return req
 
     def _walk(self, request: str, walk_id: int, walk: str) -> WalkRun | None:
+        if self._quit and (request, walk_id) in self._quit:
+            return None  # a late value for a walk of a request dropped here
         req = self._req(request)
         if walk_id in req.finished_walks:
             return None  # a late (speculative) value for a finished walk
@@ -258,9 +267,12 @@ class RankExecutor:
 
     def _on_start(self, m: StartWalk) -> None:
         w = self._walk(m.request, m.walk_id, m.walk)
-        if w is None or w.started:
-            return
-        w.started, w.flow, w.options = True, m.flow, dict(m.options)
+        if w is not None and not w.started:
+            self._begin(w, m.flow, m.options)
+
+    def _begin(self, w: WalkRun, flow: str, options: tuple[tuple[str, Any], ...]) -> None:
+        """Start this rank's piece of ``w`` (a `StartWalk`, or the first header value)."""
+        w.started, w.flow, w.options = True, flow, dict(options)
         p = w.piece
         w.top_remaining = len(p.spec.body) + len(p.spec.nested)
         for cid in p.spec.body:
@@ -278,7 +290,35 @@ class RankExecutor:
         req.walks.pop(w.walk_id, None)
         req.finished_walks.add(w.walk_id)
         self._kill_walk(w)
-        self.outbox(CONDUCTOR, WalkDone(req.id, w.walk_id, w.walk, self.rank))
+        spec = w.piece.spec
+        if spec.reports_done:
+            self.outbox(CONDUCTOR, WalkDone(req.id, w.walk_id, w.walk, self.rank))
+        if not spec.needs_release and self._holds_nothing(req):
+            del self.requests[req.id]  # no `Release` comes for a piece that leaves nothing
+            for wid in req.finished_walks:
+                self._quit[(req.id, wid)] = None
+            while len(self._quit) > _ENDED_KEEP:
+                self._quit.popitem(last=False)
+            for name in dict.fromkeys(c.node for c in spec.calls):  # the release rides here
+                node = self.nodes.get(name)
+                if node is not None:
+                    with contextlib.suppress(Exception):
+                        node.release(req.id)
+
+    def _holds_nothing(self, req: RequestState) -> bool:
+        """Whether the request keeps nothing on this rank but finished walk ids: no walk, no
+        persisted value, stream, state move, KV page, and no node but stateless ones called
+        (with nothing in their state dicts)."""
+        if self.requests.get(req.id) is not req or req.walks or req.persisted or req.streams:
+            return False
+        if req.stream_pending or req.credits or req.blocked or req.in_flight:
+            return False
+        if req.incoming or req.incoming_parts:
+            return False
+        for name, state in req.node_state.items():
+            if state or self.engines.get(name) is not Engine.STATELESS:
+                return False
+        return not any(p.pages_of(req.id) for p in self.kv.pools.values())
 
     def _add_inst(self, w: WalkRun, call: Unit, it: tuple[int, ...]) -> None:
         w.waiting.setdefault(call.id, {})[it] = Inst(w, call, it)

@@ -201,7 +201,7 @@ def _end_loop(self: RankExecutor, w: WalkRun, lr: LoopRun) -> None:
                     )
                 v = torch.stack(vals) if vals else None
             if d.kind is DestKind.CALL:
-                self._send_value(w.req.id, w.walk_id, w.walk, d, tag, v)
+                self._send_value(w.req.id, w.walk_id, w.walk, d, tag, v, w)
             else:
                 self._sink(w, d, v, key[1], lr.outer)
     w.loops.pop((lr.spec.name, lr.outer), None)

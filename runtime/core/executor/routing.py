@@ -120,7 +120,7 @@ def _dest(self: RankExecutor, w: WalkRun, call: Unit, it, d: Dest, v: Any, port:
             if it[j] + 1 >= lr.spec.max or lr.stops.get(it[j]) is True:
                 return  # no next iteration: the last iteration's value is never delivered
             tag = (*tag[:j], (d.loop, it[j] + 1))
-        self._send_value(req.id, w.walk_id, w.walk, d, tag, v)
+        self._send_value(req.id, w.walk_id, w.walk, d, tag, v, w)
     elif d.kind is DestKind.UNTIL:
         j = call.loops.index(d.loop) if d.loop in call.loops else len(it) - 1
         stop = truth(v)

@@ -156,6 +156,9 @@ class WalkRun:
     # reports `WalkDone` when they are (``done_pending`` until then)
     unacked: int = 0
     done_pending: bool = False
+    # the ranks this walk run sent the walk's header to (`Dest.starts`: their pieces start on
+    # their first value)
+    headed: set[int] = field(default_factory=set)
 
 
 @dataclass(eq=False)

@@ -56,6 +56,8 @@ def _on_value(self: RankExecutor, m: Value) -> None:
     w = self._walk(m.request, m.walk_id, m.walk)
     if w is None:
         return
+    if m.options is not None and not w.started and not w.piece.spec.needs_start:
+        self._begin(w, m.flow, m.options)  # the walk's header: this piece starts on it
     call = w.piece.units.get(m.call)
     if call is None:
         raise RequestAbort(
@@ -104,7 +106,15 @@ def _on_forward(self: RankExecutor, m: ForwardPersisted) -> None:
         self.outbox(CONDUCTOR, WalkDone(req.id, m.walk_id, m.walk, self.rank))
 
 
-def _send_value(self: RankExecutor, request, walk_id, walk, d: Dest, iters, value) -> None:
+def _send_value(
+    self: RankExecutor, request, walk_id, walk, d: Dest, iters, value, w: WalkRun | None = None
+) -> None:
+    """Send a value to ``d``; the first one per walk run ``w`` to a rank whose piece starts on
+    its first value (`Dest.starts`) carries the walk's header."""
+    header = d.starts and w is not None and d.rank not in w.headed
+    if header:
+        assert w is not None and d.rank is not None
+        w.headed.add(d.rank)
     msg = Value(
         request,
         walk_id,
@@ -116,6 +126,8 @@ def _send_value(self: RankExecutor, request, walk_id, walk, d: Dest, iters, valu
         iters,
         value is None,
         value,
+        w.flow if header and w is not None else "",
+        tuple(w.options.items()) if header and w is not None else None,
     )
     if d.rank == self.rank or d.rank is None:
         self._on_value(msg)

@@ -1,0 +1,145 @@
+"""Messages per request (issue 9): the control messages a walk costs are the ones its plan says
+(`wgc.lower.control`: `StartWalk` only to ranks that do not start on their first value,
+`WalkDone` only from `WalkSpec.report`, `Release` only to ranks that hold something), counted
+on `LocalCluster`'s log for the benchmark models (`benchmarks/models`): chain3 on 3 ranks (one
+message per data hop, goal ≤ 6), hop10 on 2, and tts on 2 ranks (an LM streaming to a vocoder:
+every piece keeps its control messages). A cancelled or late value never leaves state behind on
+a rank that starts on its first value or drops a request itself."""
+
+from __future__ import annotations
+
+import collections
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from wgc.driver import Driver
+from wgc_runtime.contract.conductor import ConductorSpec
+from wgc_runtime.contract.flow import Segment
+from wgc_runtime.contract.messages import Release, StartWalk, Value, WalkDone
+from wgc_runtime.core.conductor.stats import ConductorStats
+from wgc_runtime.host.local import LocalCluster
+
+ROOT = Path(__file__).resolve().parents[2]
+MODELS = ROOT / "benchmarks" / "models"
+
+
+def _cluster(tmp_path: Path, walk: str, placement: str) -> LocalCluster:
+    result = Driver().compile(str(MODELS / walk), str(MODELS / "placements" / placement))
+    assert result.ok, [d.message for d in result.errors]
+    for name, text in result.files.items():
+        (tmp_path / name).write_text(text)
+    return LocalCluster(tmp_path)
+
+
+def _logged(local: LocalCluster, inputs, want) -> list:
+    segs = [Segment(m, v) for m, v in inputs]
+    assert local.submit(local.request(segs, want)).result().ok  # warm
+    local.log = []
+    assert local.submit(local.request(segs, want)).result().ok
+    log, local.log = local.log, None
+    return log
+
+
+def _expected_control(spec: ConductorSpec, log: list) -> dict[str, int]:
+    """The control messages the plan implies for the walk instances the log shows."""
+    instances: dict[int, str] = {}
+    for _, m in log:
+        if hasattr(m, "walk_id") and getattr(m, "walk", None):
+            instances[m.walk_id] = m.walk
+    starts = dones = 0
+    holds = {s.owner for s in spec.streams}
+    for name in instances.values():
+        ws = spec.walk(name)
+        assert ws is not None
+        starts += len([r for r in ws.ranks if r not in ws.lazy])
+        dones += len(ws.report)
+        holds |= {r for r in ws.ranks if r not in ws.no_release}
+    return {"StartWalk": starts, "WalkDone": dones, "Release": len(holds)}
+
+
+def _control(counts: collections.Counter) -> dict[str, int]:
+    return {k: counts.get(k, 0) for k in ("StartWalk", "WalkDone", "Release")}
+
+
+X = [("x", torch.zeros(4))]
+
+
+@pytest.mark.parametrize(
+    ("walk", "placement", "inputs", "want", "total"),
+    [
+        ("chain3.walk", "chain3-3rank.yaml", X, ["tensor"], 6),
+        ("hop10.walk", "hop10-2rank.yaml", X, ["tensor"], 13),
+        ("tts.walk", "tts-2rank.yaml", [("text", "hello there")], ["audio"], 95),
+    ],
+)
+def test_messages_per_request_are_the_plans(tmp_path, walk, placement, inputs, want, total):
+    local = _cluster(tmp_path, walk, placement)
+    log = _logged(local, inputs, want)
+    counts = collections.Counter(type(m).__name__ for _, m in log)
+    assert _control(counts) == _expected_control(local.spec, log), counts
+    assert sum(counts.values()) == total, counts
+    for ex in local.ranks.values():
+        assert ex.requests == {}, f"rank {ex.rank} kept a request"
+
+
+def test_chain3_costs_one_message_per_data_hop(tmp_path) -> None:
+    local = _cluster(tmp_path, "chain3.walk", "chain3-3rank.yaml")
+    ws = local.spec.walk("chain")
+    assert ws is not None
+    assert ws.lazy == (0, 1, 2) and ws.report == () and ws.no_release == (0, 1, 2)
+    assert ws.done_emits == 1
+    # the conductor's tap (`/metrics`) times the walk from its first header value to its emit
+    stats = ConductorStats(local.spec, time.monotonic)
+    send, deliver = local.conductor.outbox, local.conductor.deliver
+
+    def tapped_send(to: int, msg) -> None:
+        stats.sent(msg)
+        send(to, msg)
+
+    def tapped_deliver(msg) -> None:
+        stats.received(msg)
+        deliver(msg)
+
+    local.conductor.outbox, local.conductor.deliver = tapped_send, tapped_deliver
+    log = _logged(local, X, ["tensor"])
+    counts = collections.Counter(type(m).__name__ for _, m in log)
+    assert counts == {"Value": 3, "ClientOut": 1, "Output": 1, "Finished": 1}
+    # the first value to each rank carries the walk's header (flow and options)
+    assert all(m.options is not None and m.flow == "main" for _, m in log if isinstance(m, Value))
+    assert stats.walks["chain"].n == 2 and stats.outcomes == {"ok": 2}
+
+
+def test_a_cancel_or_a_late_value_leaves_nothing_on_a_lazy_rank(tmp_path) -> None:
+    local = _cluster(tmp_path, "chain3.walk", "chain3-3rank.yaml")
+    segs = [Segment("x", torch.zeros(4))]
+    local.log = []
+    h = local.submit(local.request(segs, ["tensor"]))
+    to, first = local.queue.popleft()  # the conductor's value for rank 0
+    assert to == 0 and isinstance(first, Value)
+    local.ranks[0].deliver(first)
+    assert local.ranks[0].step()  # rank 0 ran its call: the value for rank 1 is on its way
+    hop = next(m for to, m in local.log if to == 1 and isinstance(m, Value))
+    local.cancel(h.id)
+    local.run()
+    assert not h.ok and h.error is not None and h.error.kind == "cancelled"
+    released = {to for to, m in local.log if isinstance(m, Release)}
+    assert released == {0, 1, 2}  # a failed or cancelled request releases every rank
+    local.ranks[1].deliver(hop)  # the value again, after the cancel
+    local.ranks[1].step()
+    for ex in local.ranks.values():
+        assert ex.requests == {}, f"rank {ex.rank} kept the cancelled request"
+
+    # a finished request: no `Release` came, and a late copy of a value is dropped
+    local.log = []
+    done = local.submit(local.request(segs, ["tensor"])).result()
+    assert done.ok
+    late = next(m for to, m in local.log if to == 2 and isinstance(m, Value))
+    assert not any(isinstance(m, Release | StartWalk | WalkDone) for _, m in local.log)
+    local.log = []
+    local.ranks[2].deliver(late)
+    while local.step():
+        pass
+    assert local.log == [] and local.ranks[2].requests == {}
