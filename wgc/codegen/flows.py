@@ -111,7 +111,7 @@ class _Emitter:
         self.last_where = ""
 
     def comment(self, depth: int, text: str) -> None:
-        width = pyfmt.WIDTH - len(INDENT * depth) - 2
+        width = max(pyfmt.WIDTH - len(INDENT * depth) - 2, 40)  # past it the line runs long
         for part in textwrap.wrap(text, width, break_long_words=False) or [""]:
             self.lines.append(Line(depth, "# " + part, comment=True))
 

@@ -55,6 +55,7 @@ _TABLE: tuple[tuple[str, Severity, str], ...] = (
     ("WG009", E, "invalid option declaration"),
     ("WG010", E, "cannot read source file"),
     ("WG011", E, "unknown node engine or engine argument"),
+    ("WG012", E, "construct nested too deeply"),
     # -- names (WG1xx): every name resolves, none is declared twice
     ("WG101", E, "duplicate declaration"),
     ("WG102", E, "unknown node"),
@@ -120,6 +121,7 @@ _TABLE: tuple[tuple[str, Severity, str], ...] = (
     ("WG705", E, "unknown value in walk argument"),
     ("WG706", E, "model declares walks but no flow"),
     ("WG707", E, "`request.first(m)` may find no segment"),
+    ("WG708", E, "flow nested too deeply or too large once subflows are expanded"),
     # -- placement (WG8xx): reserved for the placement stage
     ("WG801", E, "placement file is not valid YAML"),
     ("WG802", E, "unknown placement key"),

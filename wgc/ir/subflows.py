@@ -14,10 +14,17 @@ Hygiene: the body sees its parameters and its own `for` variables, never the cal
 variable of the body that the caller's scope also binds is renamed (`seg_2`), so a parameter's
 value always means what it meant at the call.
 
+Bounds (WG708, checked while expanding, so that no later stage meets more): once expanded, a
+flow nests at most `MAX_BLOCKS` statements (as the source may, WG012), at most `MAX_LOOPS`
+`for`/`repeat` loops (the generated conductor is Python, whose compiler refuses more than 20
+nested loop blocks in a function), subflow calls at most `MAX_BLOCKS` deep, and holds at most
+`MAX_STATEMENTS` statements (subflows that each call the next twice double per level). Where a
+bound is passed the statement is dropped, once reported per flow.
+
 Codes reported here: WG116 (an argument the subflow has no parameter for, or a parameter not
 passed), WG117 (a subflow that calls itself, directly or through others), WG112 (an argument
 passed twice), WG705 (a parameter the body uses as a segment, `p.FIELD` or `match
-p.modality`, passed something else).
+p.modality`, passed something else), WG708 (the bounds above).
 """
 
 from __future__ import annotations
@@ -42,6 +49,10 @@ from wgc.ir.flow import (
     Subflow,
     WalkCall,
 )
+from wgc.parse.depth import MAX_BLOCKS
+
+MAX_LOOPS = 20
+MAX_STATEMENTS = 100_000
 
 
 @dataclass(frozen=True)
@@ -50,6 +61,8 @@ class _Env:
     renames: dict[str, str] = field(default_factory=dict)  # a body `for` variable -> its name
     segvars: frozenset[str] = frozenset()  # `for` variables in scope, as finally named
     stack: tuple[tuple[str, Span], ...] = ()  # subflow calls being expanded, innermost first
+    blocks: int = 0  # statements the expansion is nested in (`for`, `if`, `match`, `repeat`)
+    loops: int = 0  # of which `for` and `repeat`: loops of the generated Python
 
 
 def expand(
@@ -63,6 +76,7 @@ def expand(
         if f.body is None:
             out.append(f)
         else:
+            ex.start(f)
             body = ex.block(f.body, _Env())
             out.append(dataclasses.replace(f, body=body, written=f.body))
     marked = [dataclasses.replace(s, called=s.name in ex.called) for s in subflows]
@@ -75,6 +89,13 @@ class _Expander:
         self.called: set[str] = set()
         self.diags: list[Diagnostic] = []
         self.counter = 1
+        self.size = 0  # statements the current flow's expansion holds
+        self.reported = False  # WG708 for the current flow
+
+    def start(self, flow: Flow) -> None:
+        self.flow = flow
+        self.size = 0
+        self.reported = False
 
     def block(self, blk: FBlock, env: _Env) -> FBlock:
         stmts: list[FStmt] = []
@@ -83,6 +104,25 @@ class _Expander:
         return FBlock(tuple(stmts), blk.span)
 
     def stmt(self, s: FStmt, env: _Env) -> list[FStmt]:
+        self.size += 1  # subflow calls too: expanding them is the work bounded
+        if self.size > MAX_STATEMENTS:
+            self.too_big(s, f"holds more than {MAX_STATEMENTS:,} statements", "", env)
+            return []
+        if isinstance(s, For | Repeat | Match | OptionMatch | If):
+            loop = isinstance(s, For | Repeat)
+            env = dataclasses.replace(env, blocks=env.blocks + 1, loops=env.loops + loop)
+            if env.blocks > MAX_BLOCKS:
+                self.too_big(s, f"nests statements more than {MAX_BLOCKS} deep", "", env)
+                return []
+            if env.loops > MAX_LOOPS:
+                self.too_big(
+                    s,
+                    f"nests more than {MAX_LOOPS} `for`/`repeat` loops",
+                    "the generated conductor is Python, which allows at most 20 nested loops "
+                    "in one function",
+                    env,
+                )
+                return []
         if isinstance(s, WalkCall):
             if s.walk in self.subflows:
                 return self.call(s, env)
@@ -97,7 +137,7 @@ class _Expander:
             # the body's own `for` variable hides a parameter of its name
             renames = {**env.renames, s.var: var} if env.stack else env.renames
             subst = {k: v for k, v in env.subst.items() if k != s.var}
-            inner = _Env(subst, renames, env.segvars | {var}, env.stack)
+            inner = _Env(subst, renames, env.segvars | {var}, env.stack, env.blocks, env.loops)
             return [For(var, self.block(s.body, inner), s.span)]
         if isinstance(s, Match):
             var = self.segment(s.var, env, s.span)
@@ -121,6 +161,9 @@ class _Expander:
         self.called.add(sub.name)
         if any(name == sub.name for name, _ in env.stack):
             self.recursion(c, sub, env)
+            return []
+        if len(env.stack) >= MAX_BLOCKS:
+            self.too_big(c, f"nests subflow calls more than {MAX_BLOCKS} deep", "", env)
             return []
         given: dict[str, FArg] = {}
         for a in c.args:
@@ -150,7 +193,9 @@ class _Expander:
             return []
         # the body's own scope: its parameters, and the caller's `for` variables only to avoid
         # capturing them (see `stmt`, `For`)
-        inner = _Env(given, {}, env.segvars, ((sub.name, c.span), *env.stack))
+        inner = _Env(
+            given, {}, env.segvars, ((sub.name, c.span), *env.stack), env.blocks, env.loops
+        )
         return list(self.block(sub.body, inner).stmts)
 
     def arg(self, a: FArg, env: _Env) -> FArg:
@@ -199,6 +244,24 @@ class _Expander:
         )
 
     # ---------------------------------------------------------------- diagnostics
+    def too_big(self, s: FStmt, what: str, note: str, env: _Env) -> None:
+        if self.reported:
+            return
+        self.reported = True
+        self.called.update(self.subflows)  # what was not expanded is not unused (no WG908)
+        self.diags.append(
+            diag(
+                "WG708",
+                f"flow `{self.flow.name}` {what}"
+                + (" once its subflows are expanded" if env.stack else ""),
+                s.span,
+                label="past the limit here",
+                labels=[Label(self.flow.name_span or self.flow.span, f"flow `{self.flow.name}`")],
+                help="run the inner part from a flow of its own, or flatten the nesting",
+                notes=(note,) if note else (),
+            )
+        )
+
     def recursion(self, c: WalkCall, sub: Subflow, env: _Env) -> None:
         chain = [name for name, _ in reversed(env.stack)] + [sub.name]
         self.diags.append(

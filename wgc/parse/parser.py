@@ -2,7 +2,8 @@
 
 Owns: loading the grammar (once per `Parser`), collecting comments for `wgc fmt`, and turning
 lark's exceptions into `WG001`-`WG003` diagnostics that say what was expected in words and
-recognise the common mistakes.
+recognise the common mistakes; a tree nested past the limits of `wgc.parse.depth` is WG012,
+reported here so that nothing recursive ever sees it (`wgc fmt` included).
 
 Building the LALR tables takes ~0.3 s; lark keeps them in a cache file (`grammar_cache`: in the
 user's own cache folder, mode 0700, named by the lark version; lark checks the grammar's and the
@@ -23,6 +24,7 @@ from lark import Lark, Token, Tree
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 
 from wgc.diagnostics.diagnostic import Diagnostic, Label, Span, diag, source_lines
+from wgc.parse.depth import too_deep
 from wgc.parse.grammar import grammar_text
 from wgc.parse.hints import context, describe_expected, hint_for
 
@@ -102,6 +104,9 @@ class Parser:
             tree = self._lark.parse(text)
         except UnexpectedInput as exc:
             return ParseResult(None, (), (self._syntax_error(exc, text, file),))
+        deep = too_deep(tree, file)  # before anything walks the tree recursively
+        if deep is not None:
+            return ParseResult(None, (), (deep,))
         lines = source_lines(text)
         comments = tuple(_comment(c, lines) for c in self._comments)
         return ParseResult(tree, comments, ())
