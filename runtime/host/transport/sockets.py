@@ -363,11 +363,14 @@ class Mesh:
         wary = self.guard.wary()  # after a bad frame, learn who sends each message
         while get(_EVENTS) & _POLLIN:
             first: Any = None
-            if wary:
-                first = inbox.recv(_NOBLOCK, copy=False)
-                token = first.bytes
-            else:
-                token = inbox.recv(_NOBLOCK)
+            try:
+                if wary:
+                    first = inbox.recv(_NOBLOCK, copy=False)
+                    token = first.bytes
+                else:
+                    token = inbox.recv(_NOBLOCK)
+            except zmq.Again:  # POLLIN with nothing to read: a CURVE peer's heartbeat does it
+                break
             if not get(_RCVMORE) or not hmac.compare_digest(token, secret):
                 peer = self._drain(first)
                 self._unauthenticated(peer)
@@ -477,7 +480,10 @@ class ClientPort:
         out = []
         sock = self.sock
         while sock.get(_EVENTS) & _POLLIN:  # no zmq.Again exception per call
-            frames = sock.recv_multipart(_NOBLOCK, copy=False)
+            try:
+                frames = sock.recv_multipart(_NOBLOCK, copy=False)
+            except zmq.Again:  # POLLIN with nothing to read: a CURVE client's heartbeat does it
+                break
             ident = frames[0].bytes
             name = client_name(ident)
             if self.guard.is_cut(name):
