@@ -9,7 +9,7 @@ installed), ``.wav`` audio (stdlib ``wave``), ``.npy`` arrays; each ``,FIELD=VAL
 the segment: a file, a JSON scalar or list, else text), or ``--request FILE.json`` (the general
 form: segments with fields, want, options, seed; `wgc.cli.request_input`), ``--want MODALITY``
 (repeatable), ``--option NAME=VALUE`` (JSON-ish: ints, floats, true/false, else a string),
-``-o OUTDIR`` (a folder, made before anything runs). Every input is read and bounded at the edge
+``-o OUTDIR`` (a folder, checked before anything runs). Every input is read and bounded at the edge
 (`wgc_runtime.host.inputs`, as the server reads its own; ``--limit NAME=VALUE`` changes a limit):
 a malformed or oversized one exits 1 naming the file and the reason. Every emitted output is
 written as it arrives: audio is appended to ``OUTDIR/<modality>.wav`` (16-bit PCM at the
@@ -45,6 +45,7 @@ from __future__ import annotations
 import codecs
 import contextlib
 import json
+import os
 import shutil
 import struct
 import sys
@@ -588,17 +589,21 @@ def input_limits(pairs: tuple[str, ...]) -> Limits:
 
 
 def output_dir(output: str | None) -> Path | None:
-    """``-o OUTDIR``, made now (before any compile or process): a path that is a file, or a
-    folder that cannot be made, is a user error."""
+    """``-o OUTDIR``, checked now (before any compile or process): a path that is a file, or a
+    folder that cannot be made, is a user error. The folder itself is made by the first output
+    written into it, so a request refused at the door leaves nothing behind."""
     if output is None:
         return None
     path = Path(output)
     if path.exists() and not path.is_dir():
         raise UserError(f"`-o {output}`: is a file, not a folder (outputs are written into it)")
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UserError(f"`-o {output}`: cannot make the folder ({exc.strerror or exc})") from None
+    base = path.absolute()
+    while not base.exists():
+        base = base.parent
+    if not base.is_dir():
+        raise UserError(f"`-o {output}`: cannot make the folder (`{base}` is a file)")
+    if not os.access(base, os.W_OK | os.X_OK):
+        raise UserError(f"`-o {output}`: cannot make the folder (`{base}`: permission denied)")
     return path
 
 
