@@ -133,3 +133,35 @@ def test_every_command_fits_a_small_stack_at_the_limits(text: str, tmp_path: Pat
         assert not isinstance(res.exception, RecursionError), args
     assert results[0].exit_code == 0, results[0].output
     assert results[-1].exit_code == 0, results[-1].output
+
+
+# ------------------------------------------------------------------ placements
+def _placement_codes(text: str) -> set[str]:
+    from wgc.placement.load import load
+
+    return {d.code for d in load("p.yaml", text)[1]}
+
+
+@pytest.mark.parametrize("depth", [32, 33, 100_000])
+def test_yaml_nesting_is_bounded_before_composing(depth: int):
+    ranks = "[" * (depth - 3) + "0" + "]" * (depth - 3)  # the top mapping, `place`, a group
+    text = f"devices: [cpu]\nplace:\n  - nodes: [A]\n    ranks: {ranks}\n"
+    found = _placement_codes(text)
+    assert ("WG824" in found) == (depth > 32), found
+    assert found <= {"WG803", "WG824"}, found
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "node_groups:\n  - node_names: [A]\n    ranks: [4096]\n",
+        "node_groups:\n  - node_names: [A]\n    ranks: [99999999999999999999]\n",
+        "node_groups:\n  - node_names: [A]\n    ranks: [0]\nrank_devices: {1000000000000: 0}\n",
+        "place:\n  - nodes: [A]\n    ranks: [1000000000000]\n",
+    ],
+)
+def test_ranks_are_bounded_before_anything_is_built_per_rank(text: str):
+    found = _placement_codes(text)
+    assert found & {"WG809", "WG803"}, found
+    ok = "node_groups:\n  - node_names: [A]\n    ranks: [4095]\n"
+    assert not _placement_codes(ok) & {"WG809", "WG803"}

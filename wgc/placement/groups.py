@@ -1,6 +1,10 @@
 """Reading rank groups (`place:`, M*: `node_groups:`) in both placement formats: their nodes,
 ranks, walks, `tp`, `sp` and `residency` (`wgc.placement.parallel`), and the checks of ranks
-against the devices. `wgc.placement.load` builds on `GroupReader`."""
+against the devices. `wgc.placement.load` builds on `GroupReader`.
+
+A rank is at most `MAX_RANK` (WG809), checked as it is read: a world derived from the largest
+rank (M*'s format, or no `devices`) is built rank by rank, so an unchecked rank of 10^12 would
+have the loader allocate for a trillion ranks."""
 
 from __future__ import annotations
 
@@ -11,6 +15,8 @@ from wgc.placement import parallel
 from wgc.placement.model import Group, Named
 from wgc.placement.yaml_reader import YamlReader, other
 from wgc.placement.yamlnodes import span
+
+MAX_RANK = 4095  # one worker process per rank: 4,096 ranks is far past any one deployment
 
 GROUP = {
     "wgc": ("nodes", "ranks", "walks", "tp", "sp", "residency"),
@@ -149,6 +155,8 @@ class GroupReader(YamlReader):
                     help="ranks count from 0",
                 )
                 continue
+            if not self.rank_in_range(r, s):
+                continue
             if r in ranks:
                 self.error(
                     "WG809",
@@ -162,6 +170,20 @@ class GroupReader(YamlReader):
             ranks.append(r)
             spans.append(s)
         return tuple(ranks), tuple(spans)
+
+    def rank_in_range(self, rank: int, where: Span) -> bool:
+        """False (and WG809) for a rank above `MAX_RANK`."""
+        if rank <= MAX_RANK:
+            return True
+        self.rank_trouble = True
+        self.error(
+            "WG809",
+            f"rank {rank} is above the largest rank wgc runs ({MAX_RANK:,})",
+            where,
+            label="too large",
+            help=f"ranks count from 0; a placement has at most {MAX_RANK + 1:,}",
+        )
+        return False
 
     def tp(self, entry, key: str, ranks: tuple[int, ...], ranks_entry, sp: int = 1) -> int:
         size = max(len(ranks), 1)

@@ -27,7 +27,8 @@ the group), WG822 (`sp` × `tp` not dividing the group), WG823 (a residency the 
 honour, warning), WG816 (capture buckets not positive, not ascending, or above `max_batch`), WG817
 (kv-cache, batching, concurrency or attention setting out of range), WG818 (device not `cpu`,
 `cuda`, `cuda:N` or `auto:N`), WG819 (host for a rank that does not exist), WG821 (a device
-whose rank no group uses).
+whose rank no group uses), WG824 (collections nested past `MAX_YAML_DEPTH`, checked before the
+YAML is composed).
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ CODES = (
     "WG821",
     "WG822",
     "WG823",
+    "WG824",
 )
 
 TOP = {
@@ -96,6 +98,7 @@ DEFAULT_CAPTURE = (1, 2, 4, 8, 16)
 _KV_DEFAULT = KvCache()  # slotted dataclasses have no class-level defaults to read
 _BATCHING_DEFAULT = Batching()
 DEFAULT_MAX_CONCURRENT = 16
+MAX_YAML_DEPTH = 32  # the deepest a valid placement goes is 4 (`place`, a group, `ranks`)
 _DEVICE = re.compile(r"^(cpu|cuda|cuda:\d+|auto:\d+)$")
 _DEVICE_LIKE = re.compile(r"^(?:gpu|cuda|auto)\s*[:/ _-]?\s*(\d+)$", re.IGNORECASE)
 
@@ -139,6 +142,8 @@ class _Loader(GroupReader):
 
     def compose(self) -> yaml.MappingNode | None:
         try:
+            if self.too_deep():
+                return None
             root = yaml.compose(self.text, Loader=yaml.SafeLoader)
         except yaml.MarkedYAMLError as exc:
             self.syntax(exc)
@@ -163,6 +168,28 @@ class _Loader(GroupReader):
             )
             return None
         return root
+
+    def too_deep(self) -> bool:
+        """WG824 when collections nest past `MAX_YAML_DEPTH`, found from PyYAML's event stream
+        (its parser keeps a stack of its own; its composer, which builds the nodes, recurses
+        once per level and would raise RecursionError a few hundred levels down)."""
+        depth = 0
+        for event in yaml.parse(self.text, Loader=yaml.SafeLoader):
+            if isinstance(event, yaml.CollectionStartEvent):
+                depth += 1
+                if depth > MAX_YAML_DEPTH:
+                    self.error(
+                        "WG824",
+                        f"placement nested more than {MAX_YAML_DEPTH} levels deep",
+                        mark_span(self.file, event.start_mark),
+                        label=f"level {depth} starts here",
+                        help="a placement is a mapping of lists and mappings a few levels deep; "
+                        "check the brackets and the indentation",
+                    )
+                    return True
+            elif isinstance(event, yaml.CollectionEndEvent):
+                depth -= 1
+        return False
 
     def syntax(self, exc: yaml.MarkedYAMLError) -> None:
         where = exc.problem_mark or exc.context_mark

@@ -98,7 +98,7 @@ def _rank_devices(r: _Loader, entry, groups: tuple[Group, ...], world: int) -> t
         pairs = []
         for k, v in node.value:
             rank = r.int_(k, "a `rank_devices` key (a rank)")
-            if rank is not None:
+            if rank is not None and r.rank_in_range(rank, span(r.file, k)):
                 pairs.append((rank, v, k))
     else:
         return tuple(f"auto:{i}" for i in range(world))
