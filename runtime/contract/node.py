@@ -369,8 +369,9 @@ class NodeOutputError(NodeError):
 
 class NodeInputError(NodeError, ValueError):
     """A node cannot take a value of the request (an option out of its range, an empty prompt):
-    the request's fault, reported as such (`Cause.INPUT`: HTTP 400, `wgc run` exit 1). Any
-    `ValueError` or `TypeError` a node raises counts as one; this names it on purpose."""
+    the request's fault, reported as such (`Cause.INPUT`: HTTP 400, `wgc run` exit 1). Only
+    this class counts: any other exception, a plain `ValueError` included (it may be a bug), is
+    the deployment's (HTTP 500)."""
 
 
 def check_outputs(

@@ -201,7 +201,7 @@ def test_a_raising_node_fails_its_request_and_others_continue(faults) -> None:
     with pytest.raises(RequestFailed) as info:
         bad.collect()
     error = info.value.error
-    assert error.kind == "node" and error.cause == "input"  # a ValueError: the request's fault
+    assert error.kind == "node" and error.cause == "input"  # a NodeInputError: the request's fault
     assert error.node == "source" and error.walk == "main"
     assert "the source was told to fail" in error.message
     assert len(slow.collect()) == 5

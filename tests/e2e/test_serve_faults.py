@@ -203,18 +203,19 @@ def test_ill_typed_values_are_400(faults, request_body, field, message) -> None:
 
 
 def test_a_value_a_node_refuses_is_400_and_a_node_bug_is_500(faults) -> None:
-    """Past the door, a node that refuses a value (raises `ValueError`) answers 400 with its
-    message; one that fails otherwise (a `RuntimeError`: a bug) stays a server error."""
+    """Past the door, a node that refuses a value (raises `NodeInputError`) answers 400 with its
+    message; one that fails otherwise (a plain `ValueError`, which may be a bug) stays a server
+    error."""
     status, reply = faults.post(NATIVE, body(fail=True))
     assert status == 400, reply
     error = reply["error"]
     assert error["code"] == "invalid_value" and error["type"] == "invalid_request_error"
-    told = "node `source` failed in walk `main`: ValueError: the source was told to fail"
+    told = "node `source` failed in walk `main`: NodeInputError: the source was told to fail"
     assert told in error["message"]
     status, reply = faults.post(NATIVE, body(crash=True))
     assert status == 500, reply
     assert reply["error"]["type"] == "server_error" and reply["error"]["code"] == "node"
-    assert "RuntimeError: the source was told to crash" in reply["error"]["message"]
+    assert "ValueError: the source was told to crash" in reply["error"]["message"]
     m = faults.metrics()
     assert m[("wgc_requests_total", (("outcome", "invalid_value"), ("route", NATIVE)))] >= 1
     assert faults.post(NATIVE, body())[0] == 200  # the deployment goes on

@@ -8,8 +8,9 @@ returning an exception in that item's place; a batched `forward` that raises is 
 item when the node is stateless, and fails every request of the batch when it keeps state
 (re-running would apply its state changes twice). Every result is checked against the node's
 declared output ports. A node's exception is the request's fault (`Cause.INPUT`) when it is a
-`ValueError` or `TypeError` (the node refused a value it was given: `NodeInputError`), else
-the deployment's (`Cause.INTERNAL`). Each call's time and rows go to `NodeStats`.
+`NodeInputError` (the node refused a value it was given, and said so), else the deployment's
+(`Cause.INTERNAL`: a stray `ValueError` may be a bug, e.g. a KV append of the wrong shape).
+Each call's time and rows go to `NodeStats`.
 """
 
 from __future__ import annotations
@@ -19,7 +20,14 @@ from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
 from wgc_runtime.contract.kinds import Cause, Engine, FailKind, InputMode
-from wgc_runtime.contract.node import CallContext, Node, NodeError, Work, check_outputs
+from wgc_runtime.contract.node import (
+    CallContext,
+    Node,
+    NodeError,
+    NodeInputError,
+    Work,
+    check_outputs,
+)
 from wgc_runtime.core.executor.state import (
     Inst,
     RequestAbort,
@@ -128,7 +136,7 @@ def _run_batch(self: RankExecutor, batch: list[tuple[Inst, Work]]) -> None:
         w = inst.walk
         if isinstance(result, BaseException):
             msg = f"node `{call.node}` failed in walk `{w.walk}`: {type(result).__name__}: "
-            cause = Cause.INPUT if isinstance(result, ValueError | TypeError) else Cause.INTERNAL
+            cause = Cause.INPUT if isinstance(result, NodeInputError) else Cause.INTERNAL
             abort = RequestAbort(FailKind.NODE, msg + str(result), w.walk, call.node, cause)
             self._fail(w.req.id, abort)
             continue

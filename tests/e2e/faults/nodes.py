@@ -1,13 +1,12 @@
 """Toy nodes for the multi-process failure tests (`tests/e2e/test_processes.py`).
 
-Request options drive them: ``fail`` (`Source` refuses its value: a `ValueError`), ``crash``
-(`Source` fails as a bug would: a `RuntimeError`), ``die`` (`Step` kills its own worker
-process with SIGKILL), ``steps`` (the loop's length), ``delay_ms`` (sleep per step) and
-``marker_dir`` (every node writes ``<node>-released-<request>`` there when the runtime releases
-the request, so a test can see that state was released on every rank). `Step` appends one K/V
-token per step to its request's cache in the runtime's paged pool (``ctx.kv``), so a test can
-see pages held while a request runs and freed when it ends.
-"""
+Request options drive them: ``fail`` (`Source` refuses its value: a `NodeInputError`), ``crash``
+(`Source` fails as a bug would: a plain `ValueError`, which is not a refusal), ``die`` (`Step`
+kills its own worker process with SIGKILL), ``steps`` (the loop's length), ``delay_ms`` (sleep
+per step) and ``marker_dir`` (every node writes ``<node>-released-<request>`` there when the
+runtime releases the request, so a test can see that state was released on every rank). `Step`
+appends one K/V token per step to its request's cache in the runtime's paged pool (``ctx.kv``),
+so a test can see pages held while a request runs and freed when it ends."""
 
 from __future__ import annotations
 
@@ -18,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from wgc_runtime.contract.node import Node
+from wgc_runtime.contract.node import Node, NodeInputError
 
 
 class _Marking(Node):
@@ -41,9 +40,9 @@ class Source(_Marking):
     def forward_one(self, inputs, ctx):
         self._remember(ctx)
         if ctx.options.get("fail"):
-            raise ValueError("the source was told to fail")
+            raise NodeInputError("the source was told to fail")
         if ctx.options.get("crash"):
-            raise RuntimeError("the source was told to crash")
+            raise ValueError("the source was told to crash")  # a plain one: not the request's fault
         return {"y": inputs["x"].float() + 1}
 
 
