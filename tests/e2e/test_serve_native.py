@@ -74,6 +74,13 @@ def test_native_json_sse_and_ndjson_carry_the_same_outputs(orpheus) -> None:
     traces = [(x["walk"], x["done"]) for x in lines if x["event"] == "trace"]
     assert ("prefill", False) in traces and ("decode", True) in traces
     assert lines[-1]["event"] == "done" and lines[-1]["outputs"] == n
+    # the request's own first audio and real-time factor, in the answer and in its done event
+    samples = sum(o["value"]["shape"][0] for o in outs)
+    for timing in (body["timing"], events[-1][1]["timing"], lines[-1]["timing"]):
+        assert timing["first_output_s"]["audio"] > 0
+        assert timing["audio_seconds"] == round(samples / 24_000, 6)
+        assert timing["real_time_factor"] > 0
+    assert body["timing"]["first_output_s"]["audio"] <= body["seconds"]
 
 
 def test_service_routes(orpheus) -> None:

@@ -105,7 +105,8 @@ class Server:
 
 @dataclass(eq=False)
 class Call:
-    """One request (see the module docstring); ``outputs`` counts them per modality."""
+    """One request (see the module docstring); ``outputs`` counts them per modality, ``first``
+    says when each modality's first output came (seconds after admission)."""
 
     server: Server
     route: str
@@ -119,6 +120,7 @@ class Call:
     pending: Pending | None = None
     t0: float = 0.0
     outputs: dict[str, int] = field(default_factory=dict)
+    first: dict[str, float] = field(default_factory=dict)
     audio_samples: int = 0
     audio_ends: float = 0.0  # when the audio received so far ends, played from its first chunk
     _closed: bool = False
@@ -247,8 +249,9 @@ class Call:
         n = self.outputs.get(msg.modality, 0)
         self.outputs[msg.modality] = n + 1
         if n == 0:
+            self.first[msg.modality] = time.monotonic() - self.t0
             self.server.metrics.first_output.labels(self.route, msg.modality).observe(
-                time.monotonic() - self.t0
+                self.first[msg.modality]
             )
         if msg.modality.startswith("audio") and msg.data is not None:
             self._audio(msg.modality, int(msg.data.numel()))
@@ -268,6 +271,17 @@ class Call:
             self.audio_ends = now
         self.audio_samples += samples
         self.audio_ends += samples / self.server.info.rate(modality)
+
+    def timing(self) -> dict[str, Any]:
+        """This request's own figures, as the native route reports them: its first output per
+        modality (seconds after admission) and, with audio, the audio's length and the
+        real-time factor (seconds taken per second of audio, so far)."""
+        out: dict[str, Any] = {"first_output_s": {k: round(v, 6) for k, v in self.first.items()}}
+        if self.audio_samples:
+            audio_s = self.audio_samples / self.server.info.rate("audio")
+            out["audio_seconds"] = round(audio_s, 6)
+            out["real_time_factor"] = round((time.monotonic() - self.t0) / audio_s, 6)
+        return out
 
     def _close(self, outcome: str) -> None:
         """End the call once: cancel it in the conductor unless it finished, record it."""

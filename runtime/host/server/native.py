@@ -7,6 +7,8 @@ loop iteration) and its value as a JSON tensor (`media.tensor_json`; text output
 their decoded ``text``): all at once, or streamed as they are emitted, as server-sent events
 (``stream: "sse"`` or true: ``output`` events, ``trace`` events when traced, then ``done`` or
 ``error``) or as NDJSON (``stream: "ndjson"``: one such event per line, named in ``"event"``).
+The answer (or its ``done`` event) says the request's own ``timing``: its first output per
+modality and, with audio, the audio's seconds and real-time factor.
 V-JEPA rollouts and π0.5 action chunks are served this way.
 
     curl -N localhost:8000/v1/requests -d '{"inputs": [{"modality": "text", "data": "hello"}],
@@ -116,6 +118,7 @@ def router(server: Server) -> APIRouter:
                     "model": server.info.name,
                     "outputs": [conv.output(o) for o in outs],
                     "seconds": round(time.monotonic() - t0, 6),
+                    "timing": call.timing(),
                 }
             )
         events = _events(call)
@@ -139,4 +142,5 @@ async def _events(call: Call) -> AsyncIterator[tuple[str, dict[str, Any]]]:
     except HttpError as exc:
         yield "error", {**exc.body(), "status": exc.status}
         return
-    yield "done", {"id": call.rid, "outputs": n, "seconds": round(time.monotonic() - t0, 6)}
+    seconds = round(time.monotonic() - t0, 6)
+    yield "done", {"id": call.rid, "outputs": n, "seconds": seconds, "timing": call.timing()}
