@@ -72,7 +72,7 @@ X = [("x", torch.zeros(4))]
     [
         ("chain3.walk", "chain3-3rank.yaml", X, ["tensor"], 6),
         ("hop10.walk", "hop10-2rank.yaml", X, ["tensor"], 13),
-        ("tts.walk", "tts-2rank.yaml", [("text", "hello there")], ["audio"], 95),
+        ("tts.walk", "tts-2rank.yaml", [("text", "hello there")], ["audio"], 93),
     ],
 )
 def test_messages_per_request_are_the_plans(tmp_path, walk, placement, inputs, want, total):

@@ -10,13 +10,15 @@ client. For a plain piece:
   (`Dest.starts`) and attaches the header to the first value it sends there per walk instance,
   so whichever value arrives first starts the piece. A plain piece that receives no value from
   the conductor or another rank (its inputs all come from its own calls) still gets `StartWalk`.
-* **completion** (``reports_done``): a call is *evidenced* when the conductor learns that it ran
-  without the rank saying so: a call on a reporting rank, a call whose value is emitted (when
-  the conductor counts the walk's emits, `WalkSpec.done_emits`), or a call whose value goes to
-  an evidenced call (that call ran, so its input arrived). A plain piece whose calls are all
-  evidenced does not send `WalkDone`. The conductor counts emits only when every emit of the
-  walk comes from a plain piece (a fixed number per walk instance) and no walk input is emitted
-  (a persisted input is emitted by the rank that keeps it, a dynamic choice).
+* **completion** (``reports_done``; also for a piece that is plain but for calls taking one
+  stream chunk each, like a vocoder's walk per window): a call is *evidenced* when the
+  conductor learns that it ran without the rank saying so: a call on a reporting rank, a call
+  whose value is emitted (when the conductor counts the walk's emits, `WalkSpec.done_emits`),
+  or a call whose value goes to an evidenced call outside any loop (that call ran, so its input
+  arrived). A piece whose calls are all evidenced does not send `WalkDone`. The conductor
+  counts emits only when every emit of the walk comes from such a piece (a fixed number per
+  walk instance) and no walk input is emitted (a persisted input is emitted by the rank that
+  keeps it, a dynamic choice).
 * **release** (``needs_release``): a plain piece leaves nothing behind: the rank drops the
   request's bookkeeping itself when the piece is done, and gets no `Release` when the request
   ends normally (a failed or cancelled request releases every rank).
@@ -50,14 +52,18 @@ class Control:
     done_emits: int
 
 
-def plain(piece: PieceSpec, stateless: frozenset[str]) -> bool:
-    """Whether ``piece`` only runs stateless calls once each (see the module docstring)."""
-    if piece.loops or piece.sinks or piece.producers or piece.consumers or not piece.calls:
+def plain(piece: PieceSpec, stateless: frozenset[str], chunks: bool = False) -> bool:
+    """Whether ``piece`` only runs stateless calls once each (see the module docstring);
+    ``chunks``: its calls may take stream chunks too (the buffers are the owner rank's state)."""
+    if piece.loops or piece.sinks or piece.producers or not piece.calls:
         return False
+    if piece.consumers and not chunks:
+        return False
+    modes = (InputMode.ONCE, InputMode.STREAM) if chunks else (InputMode.ONCE,)
     for c in piece.calls:
         if c.node not in stateless or c.loops or c.pushes:
             return False
-        if any(p.mode is not InputMode.ONCE for p in c.inputs):
+        if any(p.mode not in modes for p in c.inputs):
             return False
         if any(d.kind not in _PLAIN_DESTS for o in c.outputs for d in o.dests):
             return False
@@ -97,6 +103,8 @@ def walk_control(
     """The control plan of one walk whose rank ``r`` runs ``pieces[r]``."""
     ranks = sorted(pieces)
     plains = {r for r in ranks if plain(pieces[r], stateless)}
+    # pieces that may skip `WalkDone`: plain ones, and plain but for taking stream chunks
+    once = {r for r in ranks if plain(pieces[r], stateless, chunks=True)}
     calls = {c.id: c for r in ranks for c in pieces[r].calls}
     rank_of = {c.id: c.rank for c in calls.values()}
     emits = [
@@ -113,9 +121,9 @@ def walk_control(
         bool(emits)
         and not sink_emits
         and not input_emits
-        and all(rank_of[c] in plains for c in emits)
+        and all(rank_of[c] in once for c in emits)
     )
-    evidenced = {cid for cid, r in rank_of.items() if r not in plains}
+    evidenced = {cid for cid, r in rank_of.items() if r not in once}
     # an emit the conductor does not count must be followed by its rank's `WalkDone`
     unproven = set() if count_emits else set(emits)
     if count_emits:
@@ -130,7 +138,7 @@ def walk_control(
             if any(t in evidenced and not calls[t].loops for t in targets if t in calls):
                 evidenced.add(cid)
                 grew = True
-    quiet = {r for r in plains if all(c.id in evidenced for c in pieces[r].calls)}
+    quiet = {r for r in once if all(c.id in evidenced for c in pieces[r].calls)}
     lazy = frozenset(r for r in plains if _fed(pieces[r], rank_of))
     out: dict[int, PieceSpec] = {}
     for r in ranks:

@@ -71,7 +71,7 @@ WALK_DECODE = WalkSpec(
 WALK_SNAC_CHUNK = WalkSpec(
     name="snac_chunk",
     ranks=(1,),
-    report=(1,),
+    done_emits=1,
     emits=("audio",),
     source="orpheus.walk:110",
 )

@@ -76,7 +76,7 @@ WALK_DECODE = WalkSpec(
 WALK_SNAC_CHUNK = WalkSpec(
     name="snac_chunk",
     ranks=(2,),
-    report=(2,),
+    done_emits=1,
     emits=("audio",),
     source="orpheus.walk:110",
 )

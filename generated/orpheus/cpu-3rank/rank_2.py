@@ -119,6 +119,7 @@ PIECE_SNAC_CHUNK = PieceSpec(
     ),
     body=(0,),
     consumers=(("tokens", (0,)),),
+    reports_done=False,
     source="orpheus.walk:110",
 )
 

@@ -508,6 +508,7 @@ PIECE_DETOKENIZE = PieceSpec(
     ),
     body=(0,),
     consumers=(("text_tokens", (0,)),),
+    reports_done=False,
     source="qwen3_omni.walk:181",
 )
 

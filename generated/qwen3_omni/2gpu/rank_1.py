@@ -418,6 +418,7 @@ PIECE_CODE2WAV_CHUNK = PieceSpec(
     ),
     body=(0,),
     consumers=(("codes", (0,)),),
+    reports_done=False,
     source="qwen3_omni.walk:203",
 )
 

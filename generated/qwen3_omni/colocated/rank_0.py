@@ -625,6 +625,7 @@ PIECE_DETOKENIZE = PieceSpec(
     ),
     body=(0,),
     consumers=(("text_tokens", (0,)),),
+    reports_done=False,
     source="qwen3_omni.walk:181",
 )
 
@@ -887,6 +888,7 @@ PIECE_CODE2WAV_CHUNK = PieceSpec(
     ),
     body=(0,),
     consumers=(("codes", (0,)),),
+    reports_done=False,
     source="qwen3_omni.walk:203",
 )
 

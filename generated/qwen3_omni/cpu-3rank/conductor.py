@@ -95,7 +95,7 @@ WALK_THINKER_DECODE = WalkSpec(
 WALK_DETOKENIZE = WalkSpec(
     name="detokenize",
     ranks=(0,),
-    report=(0,),
+    done_emits=1,
     emits=("text",),
     source="qwen3_omni.walk:181",
 )
@@ -146,7 +146,7 @@ WALK_TALKER_DECODE = WalkSpec(
 WALK_CODE2WAV_CHUNK = WalkSpec(
     name="code2wav_chunk",
     ranks=(2,),
-    report=(2,),
+    done_emits=1,
     emits=("audio",),
     source="qwen3_omni.walk:203",
 )
