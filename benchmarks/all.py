@@ -149,6 +149,12 @@ BENCHES = (
         markdown=True,
     ),
     Bench(
+        "frontend_scale",
+        ("--ranks", "250", "--calls", "500", "--repeat", "3"),
+        ("--ranks", "10", "--calls", "20", "--repeat", "1"),
+        markdown=True,
+    ),
+    Bench(
         "cfg_labels",
         (),
         ("--prefix", "64", "--steps", "3", "--warmup", "1", "--repeats", "1", "--layers", "1"),

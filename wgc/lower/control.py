@@ -128,16 +128,19 @@ def walk_control(
     unproven = set() if count_emits else set(emits)
     if count_emits:
         evidenced |= set(emits)
-    grew = True
-    while grew:  # a call whose value feeds an evidenced top-level call ran too
-        grew = False
-        for cid, c in calls.items():
-            if cid in evidenced or cid in unproven:
-                continue
-            targets = (d.call for o in c.outputs for d in o.dests if d.kind is DestKind.CALL)
-            if any(t in evidenced and not calls[t].loops for t in targets if t in calls):
+    # a call whose value feeds an evidenced top-level call ran too: a worklist over who feeds
+    # whom (a pass over every call until none is added was quadratic along a chain of calls)
+    feeders: dict[int, list[int]] = {}
+    for cid, c in calls.items():
+        for t in {d.call for o in c.outputs for d in o.dests if d.kind is DestKind.CALL}:
+            if t in calls and not calls[t].loops:
+                feeders.setdefault(t, []).append(cid)
+    work = list(evidenced)
+    while work:
+        for cid in feeders.get(work.pop(), ()):
+            if cid not in evidenced and cid not in unproven:
                 evidenced.add(cid)
-                grew = True
+                work.append(cid)
     quiet = {r for r in once if all(c.id in evidenced for c in pieces[r].calls)}
     lazy = frozenset(r for r in plains if _fed(pieces[r], rank_of))
     out: dict[int, PieceSpec] = {}

@@ -75,6 +75,11 @@ class LoweredWalk:
     persists: tuple[tuple[str, int], ...] = ()
     loop_ranks: dict[str, tuple[int, ...]] = field(default_factory=dict)
     parents: dict[str, str | None] = field(default_factory=dict)  # loop -> enclosing loop
+    # rank -> (its calls, its sinks) in id order: built by the first `piece`, once the walk is
+    # lowered (a scan of every call per rank made a walk over R ranks cost R^2)
+    _by_rank: dict[int, tuple[list[CallSpec], list[SinkSpec]]] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
 
     def ranks(self) -> tuple[int, ...]:
         units = (*self.calls.values(), *self.sinks.values())
@@ -82,8 +87,14 @@ class LoweredWalk:
 
     def piece(self, rank: int, source: str) -> PieceSpec:
         """Rank ``rank``'s piece of the walk, indexed for the executor (`wgc.lower.index`)."""
-        calls = tuple(c for _, c in sorted(self.calls.items()) if c.rank == rank)
-        sinks = tuple(u for _, u in sorted(self.sinks.items()) if u.rank == rank)
+        if self._by_rank is None:
+            self._by_rank = {}
+            for _, c in sorted(self.calls.items()):
+                self._by_rank.setdefault(c.rank, ([], []))[0].append(c)
+            for _, u in sorted(self.sinks.items()):
+                self._by_rank.setdefault(u.rank, ([], []))[1].append(u)
+        mine = self._by_rank.get(rank, ([], []))
+        calls, sinks = tuple(mine[0]), tuple(mine[1])
         ports = [p for c in calls for p in c.inputs] + [u.input for u in sinks]
         read = {
             s.name

@@ -101,6 +101,16 @@ class Placement:
     groups_span: Span | None = field(default=None, compare=False)
     # M*'s own keys that wgc reads but does not use (e.g. `kv_cache.cpu_offload_pages`), dotted.
     ignored_keys: tuple[str, ...] = ()
+    # node -> the indices of the groups that name it: the rules and lowering ask for every
+    # (walk, node) of the model, so a scan of every group made a 1,000-rank placement quadratic
+    by_node: dict[str, tuple[int, ...]] = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        index: dict[str, list[int]] = {}
+        for i, g in enumerate(self.groups):
+            for name in g.node_names:
+                index.setdefault(name, []).append(i)
+        object.__setattr__(self, "by_node", {k: tuple(v) for k, v in index.items()})
 
     @property
     def world_size(self) -> int:
@@ -108,7 +118,7 @@ class Placement:
 
     def placed(self, node: str) -> bool:
         """`placed(NODE)` in a flow: some group names ``node`` (defaults do not count)."""
-        return any(node in g.node_names for g in self.groups)
+        return node in self.by_node
 
     def host(self, rank: int) -> str:
         return dict(self.hosts).get(rank, "127.0.0.1")

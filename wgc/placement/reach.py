@@ -128,7 +128,7 @@ def required_pairs(model: Model, placement: Placement) -> dict[Pair, Span]:
 
 
 def candidates(placement: Placement, walk: str, node: str) -> list[int]:
-    return [i for i, g in enumerate(placement.groups) if g.places(walk, node)]
+    return [i for i in placement.by_node.get(node, ()) if placement.groups[i].places(walk, node)]
 
 
 def default_group(placement: Placement, node: str) -> Group | None:
