@@ -165,3 +165,13 @@ def test_ranks_are_bounded_before_anything_is_built_per_rank(text: str):
     assert found & {"WG809", "WG803"}, found
     ok = "node_groups:\n  - node_names: [A]\n    ranks: [4095]\n"
     assert not _placement_codes(ok) & {"WG809", "WG803"}
+
+
+def test_a_huge_file_is_refused_before_it_is_lexed():
+    from wgc.parse.parser import MAX_SOURCE_CHARS
+    from wgc.placement.load import load
+
+    text = "model m\n" + "#" * MAX_SOURCE_CHARS + "\n"
+    assert codes(text) == {"WG010"}
+    assert [d.code for d in load("p.yaml", text)[1]] == ["WG010"]
+    assert "WG010" not in codes("model m\n" + "#" * (MAX_SOURCE_CHARS - 100) + "\n")

@@ -3,7 +3,8 @@
 Owns: loading the grammar (once per `Parser`), collecting comments for `wgc fmt`, and turning
 lark's exceptions into `WG001`-`WG003` diagnostics that say what was expected in words and
 recognise the common mistakes; a tree nested past the limits of `wgc.parse.depth` is WG012,
-reported here so that nothing recursive ever sees it (`wgc fmt` included).
+reported here so that nothing recursive ever sees it (`wgc fmt` included); a file past
+`MAX_SOURCE_CHARS` is WG010 before it is lexed.
 
 Building the LALR tables takes ~0.3 s; lark keeps them in a cache file (`grammar_cache`: in the
 user's own cache folder, mode 0700, named by the lark version; lark checks the grammar's and the
@@ -37,6 +38,21 @@ _WORDS = {
     "QMARK": "`?`",
     "$END": "end of file",
 }
+
+
+# The largest source file wgc reads (~40,000 node declarations; the lexer and parser run at
+# ~0.2-1 MB/s, so a 50 MB file would take minutes): larger is WG010, before lexing.
+MAX_SOURCE_CHARS = 4_000_000
+
+
+def too_large(file: str, size: int) -> Diagnostic:
+    """WG010 for a source or placement file of ``size`` characters, past `MAX_SOURCE_CHARS`."""
+    return diag(
+        "WG010",
+        f"cannot read `{file}`: {size:,} characters, past the {MAX_SOURCE_CHARS:,} wgc reads",
+        Span(file, 0, 0, 0, 0),
+        help="split the model, or generate a smaller one: no model needs a file this large",
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +115,8 @@ class Parser:
         return t.name.lower()
 
     def parse(self, text: str, file: str) -> ParseResult:
+        if len(text) > MAX_SOURCE_CHARS:
+            return ParseResult(None, (), (too_large(file, len(text)),))
         self._comments.clear()
         try:
             tree = self._lark.parse(text)

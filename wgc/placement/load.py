@@ -40,6 +40,7 @@ import yaml
 
 from wgc.diagnostics.diagnostic import Diagnostic, Label, Span, diag
 from wgc.ir.types import DTYPE_NAMES
+from wgc.parse.parser import MAX_SOURCE_CHARS, too_large
 from wgc.placement import mstar
 from wgc.placement.groups import GroupReader, ranks_phrase
 from wgc.placement.model import Batching, Group, KvCache, ParamOverride, Placement
@@ -118,6 +119,8 @@ def load(path: str, text: str | None = None) -> tuple[Placement | None, list[Dia
                     help="check the path and that the file is UTF-8 text",
                 )
             ]
+    if len(text) > MAX_SOURCE_CHARS:
+        return None, [too_large(path, len(text))]
     loader = _Loader(path, text)
     placement = loader.run()
     return placement, sorted(loader.diags, key=Diagnostic.sort_key)
