@@ -43,9 +43,10 @@ CODE = re.compile(r"\bWG\d{3}\b")
 
 # ------------------------------------------------------------------ inputs
 def walk_loops(depth: int) -> str:
-    opens = "".join(f"{'  ' * (i + 1)}loop l{i} max 2 {{\n" for i in range(depth))
-    closes = "".join(f"{'  ' * (i + 1)}}}\n" for i in reversed(range(depth)))
-    ind = "  " * (depth + 1)
+    # indented as a person would, up to 40 levels (past that the file would grow as depth^2)
+    opens = "".join(f"{'  ' * min(i + 1, 40)}loop l{i} max 2 {{\n" for i in range(depth))
+    closes = "".join(f"{'  ' * min(i + 1, 40)}}}\n" for i in reversed(range(depth)))
+    ind = "  " * min(depth + 1, 41)
     body = f"{ind}A(x) -> y = x\n{ind}emit y as tensor\n"
     return f"{HEAD}walk w(x?: f32[4]) {{\n{opens}{body}{closes}}}\n\nflow main {{ w() }}\n"
 
