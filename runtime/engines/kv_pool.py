@@ -60,6 +60,31 @@ DTYPES: dict[str, torch.dtype] = {
 }
 
 
+class PoolTooLarge(ValueError):
+    """The pool a placement asks for cannot fit the device it is to live on (checked before
+    anything is allocated: a placement's ``kv_cache.pages`` of 2^62 is a message, not an
+    overflow inside torch)."""
+
+
+def device_bytes(device: torch.device) -> int | None:
+    """The memory of ``device`` (a GPU's total, the host's physical memory for the CPU); None
+    where there is no such bound (``meta``)."""
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[1])
+    if device.type == "cpu":
+        import os
+
+        try:
+            return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+        except (ValueError, OSError, AttributeError):
+            return None
+    return None
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:,.1f} GiB" if n < 2**60 else f"{n:.3g} bytes"
+
+
 class PoolFull(RuntimeError):
     """The pool cannot hold what was asked: ``needed`` pages, ``free`` unreserved free pages."""
 
@@ -109,6 +134,15 @@ class PagedKVPool:
         self.layers, self.kv_heads, self.head_dim = layers, kv_heads, head_dim
         self.num_pages, self.page_size = pages, page_size
         self.dtype, self.device = dtype, torch.device(device)
+        need = layers * pages * 2 * page_size * kv_heads * head_dim * dtype.itemsize
+        have = device_bytes(self.device)
+        if have is not None and need > have:
+            raise PoolTooLarge(
+                f"the KV pool needs {_gib(need)} ({pages:,} pages of {page_size} tokens x "
+                f"{layers} layers x 2 x {kv_heads} kv heads x {head_dim} x {dtype.itemsize} bytes)"
+                f", more than the {self.device} has ({_gib(have)}): lower `kv_cache.pages` in "
+                "the placement"
+            )
         # None: any label is accepted (a bare pool in tests); else only the node's declared ones
         self.labels: frozenset[str] | None = None if labels is None else frozenset(labels)
         self.kv = torch.zeros(

@@ -228,3 +228,14 @@ def test_bytes_held_counts_used_pages_only():
     pool.append("a", "main", 5)
     per_page = 2 * 2 * 4 * 2 * 3 * 4  # layers, K/V, page_size, kv_heads, head_dim, f32
     assert pool.bytes_held() == 2 * per_page
+
+
+def test_a_pool_larger_than_its_device_is_refused_before_allocating() -> None:
+    from wgc_runtime.engines.kv_pool import PoolTooLarge, device_bytes
+
+    with pytest.raises(PoolTooLarge, match=r"lower `kv_cache.pages`") as info:
+        PagedKVPool(layers=2, kv_heads=2, head_dim=16, pages=2**62, page_size=16)
+    assert "more than the cpu has" in str(info.value)
+    # no bound on the meta device (the KV memory tests size real placements there)
+    assert device_bytes(torch.device("meta")) is None
+    assert device_bytes(torch.device("cpu")) > 2**20

@@ -38,6 +38,7 @@ from typing import Any
 from wgc_runtime.contract import control as c
 from wgc_runtime.contract import messages as m
 from wgc_runtime.contract.kinds import FailKind
+from wgc_runtime.engines.kv_pool import PoolTooLarge
 from wgc_runtime.host import loading
 from wgc_runtime.host.processes import child
 from wgc_runtime.host.processes.external import untrack_segment
@@ -233,9 +234,12 @@ def worker_main(boot: dict[str, Any]) -> None:
         except child.Stop:
             raise
         except BaseException as exc:
-            detail = "".join(traceback.format_exception_only(exc)).strip()
-            mesh.send("launcher", [c.StartFailed(rank, detail)])
-            traceback.print_exc()
+            if isinstance(exc, PoolTooLarge):  # the placement's fault: its message says so
+                mesh.send("launcher", [c.StartFailed(rank, str(exc))])
+            else:
+                detail = "".join(traceback.format_exception_only(exc)).strip()
+                mesh.send("launcher", [c.StartFailed(rank, detail)])
+                traceback.print_exc()
             code = 1
         if loop is not None:
             mesh.send("launcher", [c.Ready(rank, time.monotonic() - t0)])
