@@ -60,7 +60,14 @@ import torch
 from wgc_runtime.contract.capture import CapturedCall, StaticStep
 from wgc_runtime.contract.flow import SEED_OPTION
 from wgc_runtime.contract.kinds import Engine
-from wgc_runtime.contract.spec import AttentionSpec, BatchingSpec, CaptureSpec, KvCacheSpec
+from wgc_runtime.contract.spec import (
+    AttentionSpec,
+    BatchingSpec,
+    CaptureSpec,
+    KvCacheSpec,
+    render_type,
+    type_parts,
+)
 
 DTYPES: dict[str, torch.dtype] = {
     "bool": torch.bool,
@@ -72,22 +79,6 @@ DTYPES: dict[str, torch.dtype] = {
     "f32": torch.float32,
 }
 DTYPE_NAMES: dict[torch.dtype, str] = {v: k for k, v in DTYPES.items()}
-
-Dims = tuple[int | str, ...]
-
-
-def type_parts(t: Any) -> tuple[str, Dims]:
-    """``(dtype, dims)`` of a TypeSpec-like value: a `wgc_runtime.contract.spec.TypeSpec`, any
-    object with ``dtype`` and ``dims``, or a plain ``(dtype, dims)`` pair."""
-    if hasattr(t, "dtype") and hasattr(t, "dims"):
-        return str(t.dtype), tuple(t.dims)
-    dtype, dims = t
-    return str(dtype), tuple(dims)
-
-
-def render_type(t: Any) -> str:
-    dtype, dims = type_parts(t)
-    return f"{dtype}[{', '.join(str(d) for d in dims)}]"
 
 
 def render_tensor(x: Any) -> str:

@@ -89,6 +89,23 @@ def check_spec_version(found: int | None, where: str) -> None:
 # ---------------------------------------------------------------- types, sources, destinations
 
 
+Dims = tuple[int | str, ...]
+
+
+def type_parts(t: Any) -> tuple[str, Dims]:
+    """``(dtype, dims)`` of a TypeSpec-like value: a `wgc_runtime.contract.spec.TypeSpec`, any
+    object with ``dtype`` and ``dims``, or a plain ``(dtype, dims)`` pair."""
+    if hasattr(t, "dtype") and hasattr(t, "dims"):
+        return str(t.dtype), tuple(t.dims)
+    dtype, dims = t
+    return str(dtype), tuple(dims)
+
+
+def render_type(t: Any) -> str:
+    dtype, dims = type_parts(t)
+    return f"{dtype}[{', '.join(str(d) for d in dims)}]"
+
+
 @dataclass(frozen=True, slots=True)
 class TypeSpec:
     """A port type: dtype name and dims (an int, or a str for a symbolic dim or ``?``).

@@ -404,22 +404,14 @@ def walk_programs(draw) -> str:
 _TOKEN = re.compile(r'\s+|#[^\n]*|"(?:[^"\\\n]|\\.)*"|[A-Za-z_]\w*|\d+(?:\.\d*)?|->|=>|.', re.S)
 
 
-@st.composite
-def mutated_programs(draw) -> str:
-    """A program from `walk_programs()` with 1-4 random edits: likely, but not surely, invalid."""
-    toks = _TOKEN.findall(draw(walk_programs()))
-    for _ in range(draw(st.integers(1, 4))):
+def edit_tokens(draw, toks: list[str], most: int, junk: st.SearchStrategy[str]) -> str:
+    """``toks`` joined after 1 to ``most`` random edits: delete, duplicate or swap a token, or
+    insert one drawn from ``junk``."""
+    for _ in range(draw(st.integers(1, most))):
         edit = draw(st.sampled_from(["delete", "duplicate", "swap", "insert"]))
         i = draw(st.integers(0, max(len(toks) - 1, 0)))
         if edit == "insert" or not toks:
-            junk = draw(
-                st.text(
-                    alphabet=st.sampled_from(list("{}()[]=,.:;?|#\"'\\-> \nx1é")),
-                    min_size=1,
-                    max_size=3,
-                )
-            )
-            toks.insert(i, junk)
+            toks.insert(i, draw(junk))
         elif edit == "delete":
             del toks[i]
         elif edit == "duplicate":
@@ -428,6 +420,17 @@ def mutated_programs(draw) -> str:
             j = draw(st.integers(0, len(toks) - 1))
             toks[i], toks[j] = toks[j], toks[i]
     return "".join(toks)
+
+
+_JUNK = st.text(
+    alphabet=st.sampled_from(list("{}()[]=,.:;?|#\"'\\-> \nx1é")), min_size=1, max_size=3
+)
+
+
+@st.composite
+def mutated_programs(draw) -> str:
+    """A program from `walk_programs()` with 1-4 random edits: likely, but not surely, invalid."""
+    return edit_tokens(draw, _TOKEN.findall(draw(walk_programs())), 4, _JUNK)
 
 
 # ------------------------------------------------------------------ token soup

@@ -48,7 +48,7 @@ from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).parent))  # --import-mode=importlib: no package for tests/
 
-from gen_walk import mutated_programs, token_soup, walk_programs
+from gen_walk import edit_tokens, mutated_programs, token_soup, walk_programs
 
 from wgc.cli import main
 from wgc.config import Env
@@ -268,20 +268,9 @@ def mutated_placements(draw) -> str:
     """An example placement file with 1-6 token edits (delete, duplicate, swap, insert junk)."""
     path = draw(st.sampled_from(PLACEMENTS))
     toks = _YAML_TOKEN.findall(path.read_text(encoding="utf-8"))
-    for _ in range(draw(st.integers(1, 6))):
-        edit = draw(st.sampled_from(["delete", "duplicate", "swap", "insert"]))
-        i = draw(st.integers(0, max(len(toks) - 1, 0)))
-        if edit == "insert" or not toks:
-            toks.insert(i, draw(st.sampled_from(_YAML_JUNK)))
-        elif edit == "delete":
-            del toks[i]
-        elif edit == "duplicate":
-            toks.insert(i, toks[i])
-        else:
-            j = draw(st.integers(0, len(toks) - 1))
-            toks[i], toks[j] = toks[j], toks[i]
+    text = edit_tokens(draw, toks, 6, st.sampled_from(_YAML_JUNK))
     model = next(path.parent.parent.glob("*.walk"), CORPUS_MODEL).relative_to(ROOT)
-    return f"# model: {model.as_posix()}\n" + "".join(toks)
+    return f"# model: {model.as_posix()}\n" + text
 
 
 _MODELS: dict[Path, FrontEndResult] = {}

@@ -580,6 +580,16 @@ class WorkerDied(RuntimeError):
     pass
 
 
+limit_option = click.option(
+    "--limit",
+    "limits",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="An input limit, e.g. text_chars=4096 (see `wgc_runtime.host.inputs`).",
+)
+"""``--limit NAME=VALUE`` (repeatable; `wgc run` and `wgc serve`), read by `input_limits`."""
+
+
 def input_limits(pairs: tuple[str, ...]) -> Limits:
     """The deployment's input limits: the defaults with each ``--limit NAME=VALUE`` applied."""
     from wgc_runtime.host.inputs import Limits
@@ -662,13 +672,7 @@ def _deployment_error() -> type[Exception]:
     help="Seconds to wait for workers to load.",
 )
 @click.option("--timeout", type=float, default=None, help="Deadline of the request, seconds.")
-@click.option(
-    "--limit",
-    "limits",
-    multiple=True,
-    metavar="NAME=VALUE",
-    help="An input limit, e.g. text_chars=4096 (see `wgc_runtime.host.inputs`).",
-)
+@limit_option
 @click.pass_obj
 def run(
     env: Env,

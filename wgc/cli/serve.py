@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 import click
 
 from wgc.cli.errors import UserError
-from wgc.cli.run import _check_plan, input_limits, prepare, require_runtime
+from wgc.cli.run import _check_plan, input_limits, limit_option, prepare, require_runtime
 from wgc.cli.workers import Workers, worker_options
 from wgc.config import Env
 
@@ -112,13 +112,7 @@ def _sha256(path: str) -> str:
     help="Restarts of a dead worker within 10 minutes before the server stops (0: never).",
 )
 @worker_options
-@click.option(
-    "--limit",
-    "limits",
-    multiple=True,
-    metavar="NAME=VALUE",
-    help="An input limit, e.g. text_chars=4096 (see `wgc_runtime.host.inputs`).",
-)
+@limit_option
 @click.pass_obj
 def serve(
     env: Env,

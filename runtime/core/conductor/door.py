@@ -42,7 +42,7 @@ from typing import Any
 from wgc_runtime.contract.conductor import ConductorSpec, FlowSpec, WalkSpec
 from wgc_runtime.contract.flow import Fail, Persisted, Request, RunWalk, SimpleRequest
 from wgc_runtime.contract.kinds import FlowKind, OptionType
-from wgc_runtime.contract.spec import TypeSpec
+from wgc_runtime.contract.spec import TypeSpec, render_type
 
 DRY_RUN_STEPS = 10_000  # walks one flow may yield before the dry run stops looking
 _I64 = (-(2**63), 2**63 - 1)
@@ -268,7 +268,7 @@ def _walk_args(
         if inp is None or isinstance(arg, Persisted):
             continue
         to = f"walk `{ws.name}` input `{name}`" + (
-            f" ({_render(inp.type)})" if inp.type is not None else ""
+            f" ({render_type(inp.type)})" if inp.type is not None else ""
         )
         if isinstance(arg, _Missing):
             run.problems.append(
@@ -303,7 +303,7 @@ def _value_type(value: Any, t: TypeSpec | None, optional: bool) -> str:
         dtype, shape = _dtype_shape(value)
     except Exception:
         return f"{_show(value)} is not a tensor"
-    got, want = _render((dtype, shape)), _render(t)
+    got, want = render_type((dtype, shape)), render_type(t)
     if dtype != t.dtype:
         return f"expected dtype {t.dtype}, got {got}"
     if len(shape) != len(t.dims):
@@ -312,11 +312,6 @@ def _value_type(value: Any, t: TypeSpec | None, optional: bool) -> str:
         if isinstance(d, int) and shape[i] != d:
             return f"expected {want}, got {got} (dim {i} must be {d})"
     return ""
-
-
-def _render(t: TypeSpec | tuple[str, tuple[int, ...]]) -> str:
-    dtype, dims = (t.dtype, t.dims) if isinstance(t, TypeSpec) else t
-    return f"{dtype}[{', '.join(str(d) for d in dims)}]"
 
 
 # numpy's dtype names -> wgc's (`wgc_runtime.contract.node.DTYPES`; numpy has no bfloat16)
