@@ -171,7 +171,12 @@ def node_class(spec: NodeSpec) -> type[Node]:
     try:
         impl = getattr(importlib.import_module(module), cls)
     except (ImportError, AttributeError, ValueError) as exc:
-        raise DeploymentError(f"node `{spec.name}`: cannot import `{spec.impl}`: {exc}") from exc
+        where = ""
+        if isinstance(exc, ModuleNotFoundError) and exc.name == module.split(".")[0]:
+            where = f" (node modules are imported from the folder wgc runs in, {os.getcwd()})"
+        raise DeploymentError(
+            f"node `{spec.name}`: cannot import `{spec.impl}`: {exc}{where}"
+        ) from exc
     if not (isinstance(impl, type) and issubclass(impl, Node)):
         raise DeploymentError(f"node `{spec.name}`: `{spec.impl}` is not a `Node` subclass")
     return impl

@@ -353,8 +353,17 @@ class Cluster:
             raise DeploymentError(never_joined(ext, self, missing))
 
     def _check_alive(self) -> None:
+        assert self.mesh is not None
         for who, proc in self.procs.items():
             if proc.exitcode is not None:
+                # a child that failed to load says why, then exits: its reason may still be
+                # on its way, and says more than "died"
+                until = time.monotonic() + 1.0
+                while time.monotonic() < until:
+                    for msg in self.mesh.poll(100):
+                        if isinstance(msg, c.StartFailed):
+                            who_ = self._who(msg.who)
+                            raise DeploymentError(f"{who_} failed to start: {msg.error}")
                 raise DeploymentError(f"{ChildDied(who, proc.exitcode)} while starting")
 
     # ------------------------------------------------------------------ serving

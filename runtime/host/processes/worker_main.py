@@ -200,6 +200,7 @@ def worker_main(boot: dict[str, Any]) -> None:
     t0 = time.monotonic()
     arena = mesh = None
     code = 0
+    linger_ms = 0  # how long closing waits for queued messages (a StartFailed must arrive)
     try:
         a = boot.get("arena")  # none on a host the launcher does not share
         if a is not None:
@@ -234,13 +235,15 @@ def worker_main(boot: dict[str, Any]) -> None:
         except child.Stop:
             raise
         except BaseException as exc:
-            if isinstance(exc, PoolTooLarge):  # the placement's fault: its message says so
+            if isinstance(exc, loading.DeploymentError | PoolTooLarge):
+                # the deployment's own fault (a node impl that does not import, a pool past
+                # its device): the message says what to change, a traceback adds nothing
                 mesh.send("launcher", [c.StartFailed(rank, str(exc))])
             else:
                 detail = "".join(traceback.format_exception_only(exc)).strip()
                 mesh.send("launcher", [c.StartFailed(rank, detail)])
                 traceback.print_exc()
-            code = 1
+            code, linger_ms = 1, 1000
         if loop is not None:
             mesh.send("launcher", [c.Ready(rank, time.monotonic() - t0)])
             run_profiled(loop.run, f"rank{rank}")
@@ -252,7 +255,9 @@ def worker_main(boot: dict[str, Any]) -> None:
         code = 1
     finally:
         if mesh is not None:
-            mesh.close()
+            mesh.close(linger_ms)
+            if linger_ms:  # os._exit ends ZeroMQ's I/O thread: let it send what is queued first
+                mesh.ctx.destroy(linger=linger_ms)
         if arena is not None:
             arena.close()
     child.fast_exit(code)

@@ -441,9 +441,11 @@ class Mesh:
             self._pending.extend(self.poll(left * 1000))
         return self._pending.pop(0)
 
-    def close(self) -> None:
+    def close(self, linger_ms: int = 0) -> None:
+        """Close every socket; messages still queued are dropped, or sent for up to
+        ``linger_ms`` (a process's last words: why it failed to start)."""
         for sock in self._out.values():
-            sock.close(0)
+            sock.close(linger_ms)
         self._out.clear()
         self.inbox.close(0)
         if self._ipc is not None:

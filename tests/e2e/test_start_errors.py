@@ -1,0 +1,42 @@
+"""Start-up failures of the deployment's own making are one line, exit 1, no traceback, and
+always that line (never "rank 0 died while starting", whichever of its reason and its exit the
+launcher sees first): a placement whose KV pool cannot fit its device, refused before anything
+is allocated (a `kv_cache.pages` of 2^62 overflowed inside torch); node modules that do not
+import from the folder `wgc run` starts in."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from tests.e2e.runtime_support import ROOT
+
+
+def test_a_kv_pool_past_the_device_is_a_clear_exit_1(tmp_path) -> None:
+    yaml = (ROOT / "examples/llama/placements/cpu.yaml").read_text()
+    assert "pages: 512" in yaml
+    placement = tmp_path / "huge.yaml"
+    placement.write_text(yaml.replace("pages: 512", f"pages: {2**62}"))
+    walk = ROOT / "examples/llama/llama.walk"
+    cmd = [sys.executable, "-m", "wgc.cli", "run", str(walk), "--placement", str(placement)]
+    r = subprocess.run(
+        [*cmd, "--input", "text=hi", "--want", "text"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert r.returncode == 1, r.stderr
+    assert "error: rank 0 failed to start: the KV pool needs" in r.stderr
+    assert "lower `kv_cache.pages` in the placement" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_node_modules_missing_from_the_folder_wgc_runs_in_say_so(tmp_path) -> None:
+    walk = ROOT / "examples/orpheus/orpheus.walk"
+    for _ in range(3):  # the reason, every time: not "died while starting"
+        r = subprocess.run(
+            [sys.executable, "-m", "wgc.cli", "run", str(walk), "--input", "text=hi"],
+            cwd=tmp_path, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert r.returncode == 1, r.stderr
+        assert "error: rank 0 failed to start: node `LLM`: cannot import" in r.stderr
+        assert f"imported from the folder wgc runs in, {tmp_path}" in r.stderr
+        assert "Traceback" not in r.stderr
