@@ -20,7 +20,8 @@ from tests.e2e.runtime_support import ROOT, compile_faults, start, stop
 from wgc_runtime.host.client import Client
 
 X = [("x", torch.arange(4, dtype=torch.float32))]
-SLOW = {"steps": 1000, "delay_ms": 20}
+# long enough that none ends while the test looks (two run at once: 100 s each)
+SLOW = {"steps": 1000, "delay_ms": 100}
 
 # a client process that submits a long request, says so, and waits to be killed (no torch:
 # its replies are not decoded, only counted)
@@ -31,11 +32,12 @@ from wgc_runtime.host.transport.control_codec import ControlCodec
 sock = zmq.Context.instance().socket(zmq.DEALER)
 sock.connect(sys.argv[1])
 submit = c.Submit(sys.argv[2], (c.InputSegment("x", [0.0, 1.0, 2.0, 3.0]),), ("tensor",),
-                  {"steps": 1000, "delay_ms": 20})
+                  {"steps": 1000, "delay_ms": 100})
 sock.send_multipart(ControlCodec(c.CLIENT_IN).encode([submit]))
 sock.recv_multipart()  # accepted (or its first output)
 print("submitted", flush=True)
-sock.recv_multipart()  # wait here until killed
+while True:  # keep reading (keep-alives) until killed: a process that ended would cancel
+    sock.recv_multipart()
 """
 
 
