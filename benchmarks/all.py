@@ -82,16 +82,36 @@ def pi05_table(rows: list[dict]) -> str:
 
 
 def bagel_table(rows: list[dict]) -> str:
-    """`bagel_cfg.py --json`'s rows: seconds a request, median (best)."""
+    """`bagel_cfg.py --json`'s rows: ms a denoising step (a request's time over its 49 steps),
+    median (best), per runtime placement and the dense caches; dense / runtime per placement,
+    median (the rounds' range)."""
+    sides = [k for k in rows[0]["median_s"] if k != "dense"] if rows else []
     out = [
-        "| prompt | runtime (labels) | dense caches | dense / runtime |",
-        "| --- | --- | --- | --- |",
+        "| prompt | "
+        + " | ".join(f"runtime `{p}`" for p in sides)
+        + " | dense caches | "
+        + " | ".join(f"dense / `{p}`" for p in sides)
+        + " |",
+        "| --- " * (2 + 2 * len(sides)) + "|",
     ]
     for r in rows:
         m, b = r["median_s"], r["best_s"]
+
+        def ms(k: str, m=m, b=b) -> str:
+            return f"{1000 * m[k] / 49:.1f} ms ({1000 * b[k] / 49:.1f})"
+
+        gains = []
+        for p in sides:
+            spread = r["ratio_per_round"][p]
+            gains.append(
+                f"**{r['dense_over_runtime'][p]:.2f}×** ({min(spread):.2f}-{max(spread):.2f})"
+            )
         out.append(
-            f"| {r['prompt_bytes']} B | {m['runtime']:.3f} s ({b['runtime']:.3f}) "
-            f"| {m['dense']:.3f} s ({b['dense']:.3f}) | **{r['dense_over_runtime']:.2f}×** |"
+            f"| {r['prompt_bytes']} B | "
+            + " | ".join(ms(p) for p in sides)
+            + f" | {ms('dense')} | "
+            + " | ".join(gains)
+            + " |"
         )
     return "\n".join(out)
 
@@ -223,7 +243,7 @@ BENCHES = (
     Bench(
         "bagel_cfg",
         (),
-        ("--prompt-bytes", "16", "--repeat", "1"),
+        ("--prompt-bytes", "16", "--repeat", "2"),
         json=True,
         from_json=bagel_table,
     ),

@@ -2,17 +2,20 @@
 separate dense caches (what vLLM-Omni does) driven directly.
 
     .venv/bin/python benchmarks/bagel_cfg.py [--prompt-bytes 16 400] [--repeat 3]
-        [--threads 1] [--json out.json]
+        [--placements cpu-batched-cfg cpu] [--threads 1] [--json out.json]
 
-The model is `examples/bagel` at its tiny sizes (seeded random weights), one CPU rank
-(`placements/cpu.yaml`: the CFG-parallel walk, its three passes and `combine_cfg` in one
-process). One text-to-image request with a prompt of ``--prompt-bytes`` bytes. Sides,
-interleaved ``--repeat`` times:
+The model is `examples/bagel` at its tiny sizes (seeded random weights), one CPU rank. One
+text-to-image request with a prompt of ``--prompt-bytes`` bytes. Sides, interleaved
+``--repeat`` times:
 
-* **runtime (labels)**: the request through `LocalCluster`: the prompt prefilled once into
-  ``main`` and ``cfg_img`` (``cfg_text`` forked from ``main`` before it: shared pages), then 49
-  denoising steps, each three read-only passes of the latent block against the three labels and
-  BAGEL's guidance and Euler step, then the VAE decoder;
+* **runtime (labels)**, per placement, the request through `LocalCluster`: the prompt
+  prefilled once into ``main`` and ``cfg_img`` (``cfg_text`` forked from ``main`` before it:
+  shared pages), then 49 denoising steps, each three read-only passes of the latent block
+  against the three labels and BAGEL's guidance and Euler step, then the VAE decoder.
+  `placements/cpu-batched-cfg.yaml` (the CFG copies unplaced: the walk `image_gen`) makes each
+  step one `LLM` call whose three passes are one batched forward over the three labels' pages;
+  `placements/cpu.yaml` (the CFG-parallel walk `image_gen_cfg`) makes it four calls, the three
+  passes (`LLM`, `LLM_cfg_text`, `LLM_cfg_img`) and `combine_cfg`;
 * **dense caches**: the same weights called directly in this process: each label's context
   prefilled into its own `DenseKV` (contiguous tensors, nothing shared), then the same 49 steps
   (three passes against the three caches, guidance, Euler), then the VAE decoder.
@@ -30,6 +33,7 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,6 +49,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     ap.add_argument("--prompt-bytes", nargs="+", type=int, default=[16, 400])
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--placements", nargs="+", default=["cpu-batched-cfg", "cpu"])
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
@@ -62,13 +67,16 @@ def main() -> None:
     cpu = torch.device("cpu")
     model, vae = load_bagel("LLM", config, cpu, "llm"), load_vae("vae_decoder", config, cpu)
     cfg = model.config
-    cluster = LocalCluster(ROOT / "generated" / "bagel" / "cpu")
+    clusters = {p: LocalCluster(ROOT / "generated" / "bagel" / p) for p in args.placements}
 
-    def runtime(text: str, rid: str) -> torch.Tensor:
-        req = cluster.request([segment("text", text)], ["image"])
-        h = cluster.submit(req, rid).result()
-        assert h.ok, h.error
-        return h.outputs[0].tensor
+    def runtime(cluster: LocalCluster) -> Callable[[str, str], torch.Tensor]:
+        def run(text: str, rid: str) -> torch.Tensor:
+            req = cluster.request([segment("text", text)], ["image"])
+            h = cluster.submit(req, rid).result()
+            assert h.ok, h.error
+            return h.outputs[0].tensor
+
+        return run
 
     @torch.inference_mode()
     def dense(text: str, rid: str) -> torch.Tensor:
@@ -99,30 +107,51 @@ def main() -> None:
             ((img.float() * 0.5 + 0.5).clamp(0, 1) * 255).round().to(torch.uint8).permute(1, 2, 0)
         )
 
+    sides: dict[str, Callable[[str, str], torch.Tensor]] = {
+        **{p: runtime(c) for p, c in clusters.items()},
+        "dense": dense,
+    }
     rows = []
     for n in args.prompt_bytes:
         text = ("a red cube on a blue table, " * (n // 28 + 1))[:n]
         rid = f"bagel-{n}"
-        runtime(text, rid)  # warm-up
-        load, times, outs = loadavg(), {"runtime": [], "dense": []}, {}
+        for fn in sides.values():
+            fn(text, rid)  # warm-up
+        load = loadavg()
+        times: dict[str, list[float]] = {name: [] for name in sides}
+        outs: dict[str, torch.Tensor] = {}
         for _ in range(args.repeat):
-            for name, fn in (("runtime", runtime), ("dense", dense)):
+            for name, fn in sides.items():
                 t0 = time.perf_counter()
                 outs[name] = fn(text, rid)
                 times[name].append(time.perf_counter() - t0)
-        diff = int((outs["runtime"].int() - outs["dense"].int()).abs().max())
-        assert diff <= 1, f"the runtime's image differs from the dense caches' by {diff}"
+        diffs = {p: int((outs[p].int() - outs["dense"].int()).abs().max()) for p in clusters}
+        assert max(diffs.values()) <= 1, f"the runtime's image differs from the dense: {diffs}"
         med = {k: statistics.median(v) for k, v in times.items()}
         best = {k: min(v) for k, v in times.items()}
-        ratio = med["dense"] / med["runtime"]
+        ratios = {p: med["dense"] / med[p] for p in clusters}
+        spread = {p: [d / r for d, r in zip(times["dense"], times[p], strict=True)] for p in clusters}
         rows.append(
-            {"prompt_bytes": n, "median_s": med, "best_s": best, "dense_over_runtime": ratio}
+            {
+                "prompt_bytes": n,
+                "median_s": med,
+                "best_s": best,
+                "dense_over_runtime": ratios,
+                "ratio_per_round": spread,
+                "max_diff": diffs,
+                "load": [load, loadavg()],
+            }
+        )
+        per_step = ", ".join(
+            f"{k} {1000 * med[k] / (STEPS - 1):.1f} ms/step ({1000 * best[k] / (STEPS - 1):.1f})"
+            for k in sides
+        )
+        gains = ", ".join(
+            f"{p} {ratios[p]:.2f}x ({min(spread[p]):.2f}-{max(spread[p]):.2f})" for p in clusters
         )
         print(
-            f"prompt {n} B: runtime {med['runtime']:.3f}s ({best['runtime']:.3f}) = "
-            f"{1000 * med['runtime'] / (STEPS - 1):.1f} ms/step, dense {med['dense']:.3f}s "
-            f"({best['dense']:.3f}) = {1000 * med['dense'] / (STEPS - 1):.1f} ms/step: "
-            f"{ratio:.2f}x, max diff {diff}, load {load} -> {loadavg()}",
+            f"prompt {n} B: {per_step}; dense / runtime: {gains}; max diff {diffs}, "
+            f"load {load} -> {loadavg()}",
             flush=True,
         )
     if args.json:

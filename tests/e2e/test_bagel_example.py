@@ -3,12 +3,15 @@ on a checkpoint this test writes (``model.safetensors`` under BAGEL's module nam
 diffusers ``AutoencoderKL`` folder), loaded by the nodes' own loader:
 
 * text-to-image, image editing and image understanding through `LocalCluster` on every CPU
-  placement equal the reference: each CFG context (``main``, ``cfg_text``, ``cfg_img``) kept as
+  placement (``cpu``, ``cpu-2rank`` and ``cpu-3rank`` take the CFG-parallel walk
+  ``image_gen_cfg``; ``cpu-batched-cfg`` leaves the CFG copies unplaced, so ``image_gen`` runs
+  the three passes as one batched call over the three labels) equal the reference: each CFG context (``main``, ``cfg_text``, ``cfg_img``) kept as
   its own block list and run as a full dense pass from scratch at every step (three separate
   passes, no cache), BAGEL's guidance and the Euler step over the shifted schedule from the
   request's noise, then diffusers' decoder; greedy decoding by full passes over the sequence;
 * one placement serves a mixed stream of the three at once (the 1-rank and the 3-rank
-  CFG-parallel placements, and as processes), each output equal to the request's alone;
+  CFG-parallel placements, the batched one, and as processes), each output equal to the
+  request's alone;
 * `wgc run` writes the reference image as a PNG;
 * the checkpoint is what runs: the default seeded weights give another image.
 """
@@ -53,6 +56,7 @@ diffusers = pytest.importorskip("diffusers")
 
 STEPS, SHIFT, IMAGE_SIDE = 50, 3.0, 64  # the .walk's `steps`, `timestep_shift`, `image_side`
 PHOTO = torch.arange(24 * 40 * 3).reshape(24, 40, 3).mul(3).remainder(251).to(torch.uint8)
+BAGEL_PLACEMENTS = (*PLACEMENTS, "cpu-batched-cfg")  # the last: the single-node walk image_gen
 REQUESTS = {  # name -> (inputs, want, options)
     "t2i": ([segment("text", "a red cube")], ["image"], {}),
     "edit": ([segment("image", PHOTO), segment("text", "make it blue")], ["image"], {}),
@@ -82,7 +86,7 @@ def weights(tmp_path_factory):
 @pytest.fixture(scope="module")
 def plans(weights, tmp_path_factory):
     sets = {"checkpoint": str(weights[0])}
-    return {p: compile_to(tmp_path_factory.mktemp(p), "bagel", p, sets) for p in PLACEMENTS}
+    return {p: compile_to(tmp_path_factory.mktemp(p), "bagel", p, sets) for p in BAGEL_PLACEMENTS}
 
 
 # ---------------------------------------------------------------------------- the reference
@@ -163,7 +167,7 @@ def check(got, name: str, want: torch.Tensor) -> None:
         texts = torch.cat(got[("main", "decode", "text")])
         assert texts.tolist() == want.tolist()
         return
-    (image,) = got[("main", "image_gen_cfg", "image")]
+    (image,) = got.get(("main", "image_gen_cfg", "image")) or got[("main", "image_gen", "image")]
     assert image.shape == want.shape == (64, 64, 3) and image.dtype == torch.uint8
     diff = (image.int() - want.int()).abs()
     assert diff.max() <= 1 and diff.float().mean() < 0.01  # float rounding at a pixel's edge
@@ -171,14 +175,17 @@ def check(got, name: str, want: torch.Tensor) -> None:
 
 
 # ---------------------------------------------------------------------------- the tests
-@pytest.mark.parametrize("placement", PLACEMENTS)
+@pytest.mark.parametrize("placement", BAGEL_PLACEMENTS)
 @pytest.mark.parametrize("name", list(REQUESTS))
 def test_each_task_equals_the_reference_pipeline(weights, plans, placement, name) -> None:
     got = run_local(plans[placement], *REQUESTS[name], rid=f"{name}-0")
+    if name != "i2t":  # which denoising walk ran: the CFG copies placed or not
+        walk = "image_gen" if placement == "cpu-batched-cfg" else "image_gen_cfg"
+        assert [w for _, w, m in got if m == "image"] == [walk]
     check(got, name, reference(weights, name, f"{name}-0"))
 
 
-@pytest.mark.parametrize("placement", ["cpu", "cpu-3rank"])
+@pytest.mark.parametrize("placement", ["cpu", "cpu-3rank", "cpu-batched-cfg"])
 def test_one_placement_serves_a_mixed_stream(weights, plans, placement) -> None:
     from wgc_runtime.host.local import LocalCluster
 
