@@ -130,7 +130,9 @@ def main() -> None:
         med = {k: statistics.median(v) for k, v in times.items()}
         best = {k: min(v) for k, v in times.items()}
         ratios = {p: med["dense"] / med[p] for p in clusters}
-        spread = {p: [d / r for d, r in zip(times["dense"], times[p], strict=True)] for p in clusters}
+        spread = {
+            p: [d / r for d, r in zip(times["dense"], times[p], strict=True)] for p in clusters
+        }
         rows.append(
             {
                 "prompt_bytes": n,

@@ -5,10 +5,11 @@ diffusers ``AutoencoderKL`` folder), loaded by the nodes' own loader:
 * text-to-image, image editing and image understanding through `LocalCluster` on every CPU
   placement (``cpu``, ``cpu-2rank`` and ``cpu-3rank`` take the CFG-parallel walk
   ``image_gen_cfg``; ``cpu-batched-cfg`` leaves the CFG copies unplaced, so ``image_gen`` runs
-  the three passes as one batched call over the three labels) equal the reference: each CFG context (``main``, ``cfg_text``, ``cfg_img``) kept as
-  its own block list and run as a full dense pass from scratch at every step (three separate
-  passes, no cache), BAGEL's guidance and the Euler step over the shifted schedule from the
-  request's noise, then diffusers' decoder; greedy decoding by full passes over the sequence;
+  the three passes as one batched call over the three labels) equal the reference: each CFG
+  context (``main``, ``cfg_text``, ``cfg_img``) kept as its own block list and run as a full
+  dense pass from scratch at every step (three separate passes, no cache), BAGEL's guidance and
+  the Euler step over the shifted schedule from the request's noise, then diffusers' decoder;
+  greedy decoding by full passes over the sequence;
 * one placement serves a mixed stream of the three at once (the 1-rank and the 3-rank
   CFG-parallel placements, the batched one, and as processes), each output equal to the
   request's alone;
