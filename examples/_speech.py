@@ -31,7 +31,6 @@ import torch
 from wgc_runtime.components.sampling import Sampling
 from wgc_runtime.components.tokenizer import TextCodec
 from wgc_runtime.contract.node import (
-    DTYPES,
     SEED_OPTION,
     CallContext,
     Node,
@@ -133,14 +132,6 @@ def widen_(module: M, seed: int, std: float = 0.1) -> M:
         elif name.endswith("bias"):
             p.copy_(0.1 * noise)
     return module.eval()
-
-
-def weights_dtype(config: Mapping[str, Any], node: str) -> torch.dtype:
-    """The node's ``config dtype``: what its weights compute in (``f32`` by default)."""
-    name = str(config.get("dtype") or "f32")
-    if name not in ("f32", "bf16", "f16"):
-        raise NodeError(f"node `{node}`: `config dtype = {name!r}` (one of f32, bf16, f16)")
-    return DTYPES[name]
 
 
 def inference(fn: Callable[..., Any]) -> Callable[..., Any]:

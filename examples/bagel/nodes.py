@@ -28,8 +28,11 @@ renormalisation) and, when the context holds an image, editing (``cfg_img_scale_
 
 Weights: ``config checkpoint`` is a folder with ``model.safetensors`` under BAGEL's module names
 and ``vae/`` (a diffusers ``AutoencoderKL`` folder); without one, seeded random weights at the
-sizes ``config model`` names (`wgc_runtime.components.configs.bagel`). The nodes of one process
-that need the same part share one copy of its weights (`_weights`).
+sizes ``config model`` names (`wgc_runtime.components.configs.bagel`). ``config dtype`` (f32,
+bf16 or f16) is what the weights are held and computed in (a checkpoint's tensors are cast as
+they load; BAGEL ships bf16); the ports keep their declared types (latents f32, the ViT tokens
+bf16), cast at the node's edge. The nodes of one process that need the same part share one copy
+of its weights (`_weights`).
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ from typing import Any
 
 import torch
 
-from examples._batched import Batched, need
+from examples._batched import Batched, cast_weights, need, weights_dtype
 from wgc_runtime.components.autoencoder_kl import AutoencoderKL, VaeConfig
 from wgc_runtime.components.bagel import (
     Bagel,
@@ -87,6 +90,7 @@ def load_bagel(node: str, config: Mapping[str, Any], device: torch.device, part:
     ``model.safetensors``, else seeded random weights."""
     cfg = bagel_config(node, config)
     path, seed = str(config.get("checkpoint") or ""), int(config.get("seed", 0))
+    dtype = weights_dtype(config, node)
 
     def build() -> Bagel:
         model = Bagel(cfg, vit=part == "vit", llm=part == "llm")
@@ -95,14 +99,15 @@ def load_bagel(node: str, config: Mapping[str, Any], device: torch.device, part:
             load_converted(model, Path(path) / "model.safetensors", skip=skip)
         else:
             init_seeded(model, seed + (1 if part == "llm" else 2), keep=("pos_embed",))
-        return model.to(device).eval()
+        return cast_weights(model.to(device), dtype).eval()
 
-    return _weights((config.get("model"), path, seed, part, str(device)), build)
+    return _weights((config.get("model"), path, seed, part, str(device), dtype), build)
 
 
 def load_vae(node: str, config: Mapping[str, Any], device: torch.device) -> AutoencoderKL:
     cfg = bagel_config(node, config)
     path, seed = str(config.get("checkpoint") or ""), int(config.get("seed", 0))
+    dtype = weights_dtype(config, node)
 
     def build() -> AutoencoderKL:
         vae_cfg = cfg.vae
@@ -114,9 +119,9 @@ def load_vae(node: str, config: Mapping[str, Any], device: torch.device) -> Auto
         else:
             model = AutoencoderKL(vae_cfg)
             init_seeded(model, seed + 3)
-        return model.to(device).eval()
+        return cast_weights(model.to(device), dtype).eval()
 
-    return _weights((config.get("model"), path, seed, "vae", str(device)), build)
+    return _weights((config.get("model"), path, seed, "vae", str(device), dtype), build)
 
 
 def _guidance(config: Mapping[str, Any], images: int) -> Guidance:
@@ -144,13 +149,14 @@ class VitEncoder(Batched):
     def __init__(self, ctx: NodeContext) -> None:
         super().__init__(ctx)
         self.model = load_bagel(self.name, self.config, self.device, "vit")
+        self.dtype = weights_dtype(self.config, self.name)
 
     @torch.inference_mode()
     def forward(self, batch: Sequence[Work]) -> list[dict[str, torch.Tensor]]:
         size = self.model.config.vit.image_size
         out = []
         for w in batch:  # one image at a time: a batched convolution rounds differently
-            px = pixels(_image(w, self.name), size).to(self.device)
+            px = pixels(_image(w, self.name), size).to(self.device, self.dtype)
             out.append({"vit_embeddings": self.model.vit_tokens(px).to(torch.bfloat16).cpu()})
         return out
 
@@ -168,12 +174,13 @@ class VaeEncoder(Batched):
         self.vae = load_vae(self.name, self.config, self.device)
         self.cfg = bagel_config(self.name, self.config)
         self.side = int(self.config.get("image_side", 64))
+        self.dtype = weights_dtype(self.config, self.name)
 
     @torch.inference_mode()
     def forward(self, batch: Sequence[Work]) -> list[dict[str, torch.Tensor]]:
         p, out = self.cfg.latent_patch_size, []
         for w in batch:  # one image at a time: a batched convolution rounds differently
-            px = pixels(_image(w, self.name), self.side).to(self.device)
+            px = pixels(_image(w, self.name), self.side).to(self.device, self.dtype)
             out.append({"vae_latents": patchify(self.vae.encode(px)[0], p).float().cpu()})
         return out
 
@@ -183,6 +190,7 @@ class VaeDecoder(Batched):
         super().__init__(ctx)
         self.vae = load_vae(self.name, self.config, self.device)
         self.cfg = bagel_config(self.name, self.config)
+        self.dtype = weights_dtype(self.config, self.name)
 
     @torch.inference_mode()
     def forward(self, batch: Sequence[Work]) -> list[dict[str, torch.Tensor]]:
@@ -190,7 +198,7 @@ class VaeDecoder(Batched):
         for w in batch:  # one image at a time: a batched convolution rounds differently
             latents = w.inputs["latents"]
             assert latents is not None
-            img = self.vae.decode(unpatchify(latents, p, c)[None].to(self.device))[0]
+            img = self.vae.decode(unpatchify(latents, p, c)[None].to(self.device, self.dtype))[0]
             img = ((img.float() * 0.5 + 0.5).clamp(0, 1) * 255).round().to(torch.uint8)
             out.append({"image": img.permute(1, 2, 0).contiguous().cpu()})
         return out

@@ -33,6 +33,7 @@ from typing import Any
 
 import torch
 
+from examples._batched import cast_weights, weights_dtype
 from examples._speech import (
     NOISE,
     TOKENS,
@@ -46,7 +47,6 @@ from examples._speech import (
     sampling,
     speech_seed,
     text_codec,
-    weights_dtype,
     widen_,
 )
 from wgc_runtime.components.config import DecoderConfig
@@ -150,7 +150,8 @@ class LLM(Node):
     def __init__(self, ctx: NodeContext) -> None:
         super().__init__(ctx)
         self.tokens = orpheus_tokens(self.config)
-        self.model = build_lm(self.config, self.device).to(weights_dtype(self.config, self.name))
+        dtype = weights_dtype(self.config, self.name)
+        self.model = cast_weights(build_lm(self.config, self.device), dtype)
         self.text = text_codec(str(self.config.get("checkpoint") or ""), "orpheus")
         self.audio_only = bool(self.config.get("audio_only", True))
         self.kv_tokens = int(self.config["kv_tokens"])
@@ -329,7 +330,7 @@ class SnacDecoder(Node):
                 codebook_size=int(self.config["codebook"]),
             )
             snac = seeded_snac(cfg, int(self.config.get("seed", 0))).to(self.device)
-        snac = snac.to(weights_dtype(self.config, self.name))
+        snac = cast_weights(snac, weights_dtype(self.config, self.name))
         self.vocoder = OrpheusVocoder(snac, orpheus_tokens(self.config))
         rate = int(self.config.get("sample_rate", snac.config.sampling_rate))
         if rate != snac.config.sampling_rate:

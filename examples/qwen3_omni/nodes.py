@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 
+from examples._batched import cast_weights, weights_dtype
 from examples._speech import (
     TOKENS,
     RequestGenerator,
@@ -38,7 +39,6 @@ from examples._speech import (
     prompt_text,
     sampling,
     speech_seed,
-    weights_dtype,
 )
 from examples._speech import text_codec as load_codec
 from examples.qwen3_omni import weights
@@ -56,7 +56,7 @@ class AudioEncoder(Node):
         super().__init__(ctx)
         cfg = weights.omni_config(self.config)
         tower = weights.audio_tower(self.config, cfg, self.device)
-        self.tower = tower.to(weights_dtype(self.config, self.name))
+        self.tower = cast_weights(tower, weights_dtype(self.config, self.name))
         self.bins = int(cfg.thinker.audio.get("num_mel_bins", 128))
 
     @inference
@@ -80,7 +80,7 @@ class Thinker(Node):
                                text.head_dim)  # fmt: skip
         self.codec = load_codec(str(self.config.get("checkpoint") or ""), "qwen3_omni")
         model = weights.thinker(self.config, cfg, self.codec, self.device)
-        self.model = model.to(weights_dtype(self.config, self.name))
+        self.model = cast_weights(model, weights_dtype(self.config, self.name))
         self.prompt = weights.ChatPrompt(self.codec, cfg.tokens, weights.audio_ids(self.codec, cfg))
         self.accept = cfg.talker.accept_hidden_layer
         self.kv_tokens = int(self.config["kv_tokens"])
@@ -235,7 +235,7 @@ class Code2Wav(Node):
         super().__init__(ctx)
         cfg = weights.omni_config(self.config)
         model = weights.code2wav(self.config, cfg, self.device)
-        self.model = model.to(weights_dtype(self.config, self.name))
+        self.model = cast_weights(model, weights_dtype(self.config, self.name))
         self.chunk = int(self.config["chunk"])
         per_frame = int(self.config["samples_per_frame"])
         if per_frame != self.model.total_upsample:

@@ -30,13 +30,13 @@ from typing import Any, cast
 
 import torch
 
+from examples._batched import cast_weights, weights_dtype
 from examples._speech import (
     TALKER,
     forward_alone,
     inference,
     sampling,
     speech_seed,
-    weights_dtype,
 )
 from examples.qwen3_omni import weights
 from wgc_runtime.components.code_predictor import CodePredictorEngine, predictor_sampling
@@ -93,7 +93,7 @@ class Talker(Node):
         weights.check_geometry(self.name, self.config, text.num_layers, text.num_kv_heads,
                                text.head_dim)  # fmt: skip
         self.dtype = weights_dtype(self.config, self.name)
-        self.model = weights.talker(self.config, cfg, self.device).to(self.dtype)
+        self.model = cast_weights(weights.talker(self.config, cfg, self.device), self.dtype)
         self.thinker = cast(Thinker, _Multimodal(cfg))
         self.width = cfg.talker.thinker_hidden_size
         self._engine: TalkerEngine | None = None
