@@ -22,7 +22,8 @@ text-to-image request with a prompt of ``--prompt-bytes`` bytes. Sides, interlea
 
 The images are checked equal (≤ 1 u8 step). Reported per prompt length: seconds per request and
 per denoising step (the request's time over 49: the prefill and the decoder are a small part)
-of each side, median (best) of the repeats, dense / runtime (goal ≥ 1.5× per step), and the load.
+of each side, median (best) of the repeats, dense / runtime per placement (goal ≥ 1.5× per
+step) with its range over the rounds, and the load.
 """
 
 from __future__ import annotations
