@@ -152,7 +152,11 @@ class Snake1d(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         a = self.alpha
-        return x + (a + 1e-9).reciprocal() * torch.sin(a * x).pow(2)
+        if torch.is_grad_enabled():
+            return x + (a + 1e-9).reciprocal() * torch.sin(a * x).pow(2)
+        # the same operations in the same order, in one buffer (no autograd to keep inputs for)
+        y = torch.mul(a, x).sin_().square_()
+        return y.mul_((a + 1e-9).reciprocal()).add_(x)
 
 
 class ResidualUnit(nn.Module):
@@ -286,16 +290,31 @@ class SnacDecoder(nn.Module):
 
     @torch.inference_mode()
     def decode(
-        self, codes: list[torch.Tensor], generator: torch.Generator | None = None
+        self,
+        codes: list[torch.Tensor],
+        generator: torch.Generator | None = None,
+        span: tuple[int, int] | None = None,
     ) -> torch.Tensor:
-        """``codes[i]`` ``[B, n · vq_strides[0] / vq_strides[i]]`` → audio ``[B, 1, n · spf]``."""
+        """``codes[i]`` ``[B, n · vq_strides[0] / vq_strides[i]]`` → audio ``[B, 1, n · spf]``;
+        with ``span`` only those samples ``[B, 1, span[1] - span[0]]``, computing only what they
+        need (`wgc_runtime.components.snac_span`)."""
+        from wgc_runtime.components.snac_span import decode_span
+
         z = sum(q(c.long()) for q, c in zip(self.quantizer.quantizers, codes, strict=True))
         assert isinstance(z, torch.Tensor)
-        blocks = [m for m in self.decoder.modules() if isinstance(m, NoiseBlock)]
+        blocks = self._noise_blocks()
         for b in blocks:
             b.generator = generator
         try:
-            return self.decoder(z)
+            return self.decoder(z) if span is None else decode_span(self.decoder, z, span)
         finally:
             for b in blocks:
                 b.generator = None
+
+    def _noise_blocks(self) -> list[NoiseBlock]:
+        found = self.__dict__.get("_noise")
+        if found is None:  # a plain attribute, not a submodule: looked up once
+            found = self.__dict__["_noise"] = [
+                m for m in self.decoder.modules() if isinstance(m, NoiseBlock)
+            ]
+        return found
