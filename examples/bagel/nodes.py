@@ -21,7 +21,9 @@ node API.
 - `VaeDecoder`: latents → pixels (``u8``).
 
 Every call of a batch runs as ONE ragged forward over the pool (`PagedBlocks`): the
-executor hands the node all ready calls of one (walk, call) across requests. Guidance follows
+executor hands the node all ready calls of one (walk, call) across requests, and, on a rank
+that runs the CFG copies beside `LLM`, their passes of the same step too (`Node.serves_copies`):
+the CFG-parallel walk's three passes become one forward over the three labels. Guidance follows
 BAGEL's two profiles: text-to-image (``cfg_img_scale`` 1.0, interval [0.4, 1], global
 renormalisation) and, when the context holds an image, editing (``cfg_img_scale_edit`` 2.0,
 [0, 1], ``text_channel``).
@@ -227,7 +229,10 @@ class _Call:
 
 
 class LLM(Batched):
-    """The MoT backbone over the paged pool (module docstring)."""
+    """The MoT backbone over the paged pool (module docstring). Its copies' guidance passes
+    may come in its batches (`serves_copies`): every call reads its own work's KV handle."""
+
+    serves_copies = True
 
     def __init__(self, ctx: NodeContext) -> None:
         super().__init__(ctx)

@@ -30,7 +30,8 @@ Contract:
   cancelled or passes its deadline. A ``like X { label L }`` copy reads X's label L (its
   handle is read-only): in X's pool when both run on one rank group, else in a copy the
   runtime makes before each walk that reads it. Engines that batch requests themselves (a
-  decoder's continuous batching) take the pool and the request's key from the handle.
+  decoder's continuous batching) take the pool and the request's key from the handle. A node
+  class that sets `Node.serves_copies` may be handed its copies' calls in its own batches.
 * When a placement runs a kv-cache node's walks on different rank groups (prefill on one,
   decode on another), the request's state moves between them: its KV pages (every label) and
   what `export_state` turns the rest into (named tensors, which travel like any port value;
@@ -53,7 +54,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 import torch
 
@@ -251,7 +252,16 @@ class Work:
 
 class Node:
     """Base class of node implementations. Override `forward_one` (one request at a time) or
-    `forward` (a batch of ready requests of one walk); optionally `release`."""
+    `forward` (a batch of ready requests of one walk); optionally `release`.
+
+    ``serves_copies``: True when the class's batched `forward` may be handed, in one batch, the
+    ready calls of its ``like`` copies that read its pool on the same rank (a CFG branch's
+    passes beside the main one, in a ``par`` block) together with its own: each `Work`'s
+    context names its own node, KV handle (label) and state, so the node must read them from
+    the work, never from ``self``. The executor then runs the copies' calls in the owner's
+    `forward` (one forward instead of one per copy)."""
+
+    serves_copies: ClassVar[bool] = False
 
     def __init__(self, ctx: NodeContext) -> None:
         self.ctx = ctx

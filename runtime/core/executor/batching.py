@@ -10,7 +10,8 @@ item when the node is stateless, and fails every request of the batch when it ke
 declared output ports. A node's exception is the request's fault (`Cause.INPUT`) when it is a
 `NodeInputError` (the node refused a value it was given, and said so), else the deployment's
 (`Cause.INTERNAL`: a stray `ValueError` may be a bug, e.g. a KV append of the wrong shape).
-Each call's time and rows go to `NodeStats`.
+Each call's time and rows go to `NodeStats`. A batch may hold a node's ``like`` copies' calls
+too (`merging`): it runs in the owner's `forward`, each call checked and routed as its own.
 """
 
 from __future__ import annotations
@@ -106,13 +107,15 @@ def _work(self: RankExecutor, inst: Inst) -> Work | None:
 
 def _run_batch(self: RankExecutor, batch: list[tuple[Inst, Work]]) -> None:
     call = batch[0][0].call
-    node = self.nodes.get(call.node)
+    merged = any(inst.call is not call for inst, _ in batch)  # copies' calls too (`merging`)
+    name = self.merge_owner[call.node] if merged else call.node
+    node = self.nodes.get(name)
     if node is None:
         for inst, _ in batch:
             self._fail(
                 inst.walk.req.id,
                 RequestAbort(
-                    FailKind.NODE, f"node `{call.node}` is not loaded on rank {self.rank}", None
+                    FailKind.NODE, f"node `{name}` is not loaded on rank {self.rank}", None
                 ),
             )
         return
@@ -120,7 +123,7 @@ def _run_batch(self: RankExecutor, batch: list[tuple[Inst, Work]]) -> None:
     results: list[Any] | None = None
     checked = False  # a captured step's outputs were checked once for the whole batch
     t0 = perf_counter()
-    unit = self.captured.unit(batch[0][0].walk.walk, call.id, works)
+    unit = None if merged else self.captured.unit(batch[0][0].walk.walk, call.id, works)
     if unit is not None:
         try:
             results = self.captured.run(unit, works)
@@ -128,12 +131,20 @@ def _run_batch(self: RankExecutor, batch: list[tuple[Inst, Work]]) -> None:
         except Exception as exc:  # a step's failure fails its batch (its appends are made)
             results = [exc] * len(works)
     if results is None:
-        results = self._forward(node, call.node, works)
-    self.stats.call(call.node, len(works), perf_counter() - t0)
+        results = self._forward(node, name, works)
+    seconds = perf_counter() - t0
+    if merged:  # each node its rows, and the batch's time shared by rows
+        rows: dict[str, int] = {}
+        for inst, _ in batch:
+            rows[inst.call.node] = rows.get(inst.call.node, 0) + 1
+        for n, k in rows.items():
+            self.stats.call(n, k, seconds * k / len(batch))
+    else:
+        self.stats.call(call.node, len(works), seconds)
     for (inst, work), result in zip(batch, results, strict=True):
         if inst.walk.req.id not in self.requests:
             continue
-        w = inst.walk
+        w, call = inst.walk, inst.call
         if isinstance(result, BaseException):
             msg = f"node `{call.node}` failed in walk `{w.walk}`: {type(result).__name__}: "
             cause = Cause.INPUT if isinstance(result, NodeInputError) else Cause.INTERNAL

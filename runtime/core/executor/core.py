@@ -9,7 +9,8 @@ A `StartWalk` starts this rank's piece of one walk instance: its top-level units
 its top-level loops start (`loops`); a piece that needs none (`PieceSpec.needs_start`) starts
 on the first value carrying the walk's header (`Value.options`). Values arrive (`values`);
 ready instances are batched and run (`batching`; a call the plan lists as capturable runs in
-its captured step, `captured`, built by `prepare_captures` at worker start); their outputs are
+its captured step, `captured`, built by `prepare_captures` at worker start; a node's ``like``
+copies on this rank may run in its batches, `merging`); their outputs are
 routed (`routing`, `streams`); loops advance and end (`loops`); node state moves between
 groups on request (`handoff`). A piece is done when its top-level units ran and its top-level
 loops ended; then `WalkDone` goes to the conductor (unless the plan says the conductor learns
@@ -54,7 +55,7 @@ from wgc_runtime.contract.messages import (
 )
 from wgc_runtime.contract.node import Node
 from wgc_runtime.contract.spec import RankSpec, StreamSpec, Unit
-from wgc_runtime.core.executor import batching, handoff, loops, routing, streams, values
+from wgc_runtime.core.executor import batching, handoff, loops, merging, routing, streams, values
 from wgc_runtime.core.executor.captured import CapturedSteps, CaptureReport, Progress
 from wgc_runtime.core.executor.state import (
     Inst,
@@ -153,6 +154,10 @@ class RankExecutor:
         self.stats = NodeStats()  # node calls and stream buffers, for `/metrics`
         self.max_batch = max(1, int(max_batch))
         self.pieces = {p.walk: PieceIndex.of(p) for p in rank_spec.pieces}
+        # copies whose calls run in their owner's batches (`merging`), and per ready queue the
+        # queues that join it
+        self.merge_owner = merging.owners(rank_spec, self.nodes)
+        self._siblings_of: dict[tuple[str, int], tuple[tuple[str, int], ...]] = {}
         self.stream_specs: dict[str, StreamSpec] = {s.name: s for s in rank_spec.streams}
         self.engines = {n.name: n.engine for n in rank_spec.nodes}
         # every node's declared output types: what its results are checked against
@@ -215,6 +220,8 @@ class RankExecutor:
             if insts:
                 self._ready[key] = insts  # the rest waits for the next step (round robin)
             if batch:
+                if self.merge_owner:
+                    batch = merging.take_merged(self, key, batch)
                 self._run_batch(batch)
                 return True
         return ran
