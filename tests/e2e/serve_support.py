@@ -121,7 +121,7 @@ def served(target: str, *args: str, timeout: float = 120) -> Iterator[Served]:
         reader.join(5)
         assert code == 0, "".join(log)
         assert leaked_segments(f"wgc-{proc.pid}-") == set(), "shared memory left in /dev/shm"
-        gone_by = time.monotonic() + 5  # a child SIGKILLed last may take a moment to go
+        gone_by = time.monotonic() + 15  # a child SIGKILLed last may take a moment to go
         while [k for k in kids if _alive(k)] and time.monotonic() < gone_by:
             time.sleep(0.05)
         left = [k for k in kids if _alive(k)]

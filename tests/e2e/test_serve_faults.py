@@ -95,12 +95,16 @@ def held(s: Served) -> tuple[float, float, float]:
 def test_a_disconnect_storm_leaves_nothing_running(faults, tmp_path) -> None:
     slow = {"steps": 1000, "delay_ms": 20, "marker_dir": str(tmp_path)}
     before = faults.metrics().get(("wgc_conductor_requests_total", (("outcome", "cancelled"),)), 0)
+    t_normal = time.monotonic()
+    status, _ = faults.post(NATIVE, body(steps=2))
+    normal = time.monotonic() - t_normal
+    assert status == 200
     t0 = time.monotonic()
     with ThreadPoolExecutor(50) as pool:
         # half drop after their first output, half after 0.3 s, most of them still queued
         results = list(pool.map(lambda i: drop(faults, slow, 0.3 if i % 2 else None), range(50)))
     assert all(ok for ok, _ in results)
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 30  # generous: a loaded CI machine is slow, not wrong
     while held(faults) != (0, 0, 0) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert held(faults) == (0, 0, 0)
@@ -116,7 +120,7 @@ def test_a_disconnect_storm_leaves_nothing_running(faults, tmp_path) -> None:
         return {r for n, r in pairs if n == "source"}, {r for n, r in pairs if n == "step"}
 
     ran = sum(seen for _, seen in results)
-    deadline = time.monotonic() + 5  # a rank writes its marker when the release reaches it
+    deadline = time.monotonic() + 20  # a rank writes its marker when the release reaches it
     while len(released()[1]) < ran and time.monotonic() < deadline:
         time.sleep(0.05)
     sources, steps = released()
@@ -135,7 +139,7 @@ def test_a_disconnect_storm_leaves_nothing_running(faults, tmp_path) -> None:
     print(
         f"\ndisconnect storm: 50 dropped, all released in {storm:.2f} s; next request {quick:.3f} s"
     )
-    assert quick < 2.0
+    assert quick < max(2.0, 10 * normal)  # normal speed again (as fast as before the storm)
 
 
 def test_over_the_limit_is_429_with_retry_after(faults) -> None:
@@ -165,7 +169,7 @@ def test_over_the_limit_is_429_with_retry_after(faults) -> None:
     finally:
         for conn in conns:
             conn.close()
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 30  # generous: a loaded CI machine is slow, not wrong
     while held(faults) != (0, 0, 0) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert held(faults) == (0, 0, 0)
@@ -176,8 +180,8 @@ def test_past_the_deadline_is_504_and_the_request_is_cancelled(faults) -> None:
     status, reply = faults.post(NATIVE, {**body(steps=1000, delay_ms=20), "deadline": 0.5})
     assert status == 504 and reply["error"]["code"] == "timeout"
     assert reply["error"]["message"] == "the request's deadline (0.5 s) passed"
-    assert time.monotonic() - t0 < 3
-    deadline = time.monotonic() + 5
+    assert time.monotonic() - t0 < 10  # not the 20 s the request would take
+    deadline = time.monotonic() + 20
     while held(faults) != (0, 0, 0) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert held(faults) == (0, 0, 0)
@@ -233,7 +237,7 @@ def test_the_python_client_is_refused_at_the_door_and_may_reuse_an_id(faults) ->
         first_out = [o.value.tolist() for o in first.collect()]
         again = client.submit(x, ["tensor"], {"steps": 2}, deadline=30, request_id="same")
         assert [o.value.tolist() for o in again.collect()] == first_out and len(first_out) == 2
-        assert time.monotonic() - t0 < 5  # the reused id did not hang until its deadline
+        assert time.monotonic() - t0 < 15  # the reused id did not hang until its deadline (30 s)
 
 
 def test_load_200_requests_at_concurrency_32_none_lost(faults) -> None:
@@ -255,8 +259,8 @@ def test_load_200_requests_at_concurrency_32_none_lost(faults) -> None:
     assert [status for status, _, _ in results] == [200] * 200
     assert all(got == want for _, got, want in results)
     print(f"\nload: 200 requests at concurrency 32 in {seconds:.2f} s ({200 / seconds:.0f}/s)")
-    assert seconds < 60
-    deadline = time.monotonic() + 5
+    assert seconds < 120
+    deadline = time.monotonic() + 20
     while held(faults) != (0, 0, 0) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert held(faults) == (0, 0, 0)
@@ -308,7 +312,7 @@ def test_a_client_that_leaves_a_whole_answer_request_cancels_it(faults) -> None:
     assert held(faults)[0] == 10
     for conn in socks:
         conn.close()
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 30  # generous: a loaded CI machine is slow, not wrong
     while held(faults) != (0, 0, 0) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert held(faults) == (0, 0, 0)
