@@ -19,7 +19,7 @@ from typing import Any
 # The paper's rollout speed-ups and the issue's goals (issue 12, "Measure"), at H = 4, 15, 30.
 PAPER_ROLLOUT = {4: 2.08, 15: 3.76, 30: 12.5}
 GOAL_ROLLOUT = {4: 2.0, 15: 4.0, 30: 10.0}
-_META = ("tokens", "threads", "load", "load_after")  # speech_tts's keys that are no side
+_META = ("tokens", "threads", "repeat", "load", "load_after")  # speech_tts's keys that are no side
 
 
 def vjepa(ax: Any, rows: list[dict]) -> None:

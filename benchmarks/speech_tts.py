@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/speech_tts.py [--family orpheus|qwen3_omni]
         [--concurrency 1 4 16] [--tokens N] [--placements cpu cpu-2rank ...] [--threads 1]
-        [--json out.json]
+        [--repeat 3] [--json out.json]
 
 The model is `examples/<family>` at its tiny sizes, on tiny checkpoints in the references' own
 formats (`wgc_runtime.components.pipelines.checkpoints`: for Orpheus a transformers
@@ -29,17 +29,20 @@ most ``--tokens`` codec frames. Per concurrency ``c``:
   sequence), one request after another (it takes one conversation at a time). A reference
   request's first audio is its last: nothing is heard before its vocoder call ends.
 
-Reported per side and concurrency: throughput (seconds of audio per wall second), the median
-first-audio latency (from submission), the median real-time factor (a request's wall time per
-second of its audio), and wgc / reference ratios. Worker start (loading, capture) is outside
-the timings. Both sides use ``--threads`` intra-op threads (the workers through
-``OMP_NUM_THREADS``); on a shared machine, run it when the machine is otherwise idle and read
-the ratios of one run.
+Every deployment is started first (worker start, loading and capture are outside the timings);
+then ``--repeat`` rounds, each running every concurrency on the reference and on each placement
+in turn, so the sides are measured in the same minutes. Reported per side and concurrency, the
+median over the rounds (and their range): throughput (seconds of audio per wall second), the
+median first-audio latency (from submission), the median real-time factor (a request's wall
+time per second of its audio), and the wgc / reference ratios, each round's wgc over the same
+round's reference. Both sides use ``--threads`` intra-op threads (the workers through
+``OMP_NUM_THREADS``).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -217,6 +220,7 @@ def main() -> None:
     )
     ap.add_argument("--placements", nargs="+", default=["cpu", "cpu-2rank"])
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     os.environ["OMP_NUM_THREADS"] = str(args.threads)
@@ -227,7 +231,12 @@ def main() -> None:
     from wgc_runtime.host.processes.launcher import Cluster
 
     torch.set_num_threads(args.threads)
-    report: dict = {"tokens": args.tokens, "threads": args.threads, "load": os.getloadavg()}
+    report: dict = {
+        "tokens": args.tokens,
+        "threads": args.threads,
+        "repeat": args.repeat,
+        "load": os.getloadavg(),
+    }
     with tempfile.TemporaryDirectory() as tmp:
         ckpt = Path(tmp) / "ckpt"
         if args.family == "orpheus":
@@ -245,35 +254,77 @@ def main() -> None:
             request = (OMNI_TEXT, ["text", "audio"], options)
             warm = (OMNI_TEXT, ["text", "audio"], {"max_tokens": 2, "max_frames": 4})
             ref.run(1, 4)  # warm-up
-        report["reference"] = {c: ref.run(c, args.tokens) for c in args.concurrency}
-        for placement in args.placements:
-            folder = plan_for(args.family, placement, sets, Path(tmp) / placement)
-            with Cluster(str(folder), progress=None, ready_timeout=300) as cluster:
+        with contextlib.ExitStack() as stack:
+            addresses = {}
+            for placement in args.placements:
+                folder = plan_for(args.family, placement, sets, Path(tmp) / placement)
+                cluster = Cluster(str(folder), progress=None, ready_timeout=300)
+                stack.enter_context(cluster)
                 assert cluster.client_address is not None
+                addresses[placement] = cluster.client_address
                 served(cluster.client_address, 1, warm)  # warm-up
-                report[placement] = {
-                    c: served(cluster.client_address, c, request) for c in args.concurrency
-                }
+            rounds: dict[str, dict[int, list[dict]]] = {
+                side: {c: [] for c in args.concurrency} for side in ["reference", *addresses]
+            }
+            for _ in range(args.repeat):
+                for c in args.concurrency:
+                    rounds["reference"][c].append(ref.run(c, args.tokens))
+                    for placement, address in addresses.items():
+                        rounds[placement][c].append(served(address, c, request))
+    for side, per_c in rounds.items():
+        report[side] = {c: combine(rs, rounds["reference"][c]) for c, rs in per_c.items()}
     report["load_after"] = os.getloadavg()
     print_table(report, args)
     if args.json:
         args.json.write_text(json.dumps(report, indent=2))
 
 
+def combine(rounds: list[dict], reference: list[dict]) -> dict:
+    """One side's rounds at one concurrency: the medians, the ranges, and the per-round ratios
+    to the same round's reference (throughput: side / reference; first audio: reference /
+    side, above 1 is earlier)."""
+    med = statistics.median
+    ratio = [r["throughput"] / f["throughput"] for r, f in zip(rounds, reference, strict=True)]
+    first = [
+        f["first_audio_s"] / r["first_audio_s"] for r, f in zip(rounds, reference, strict=True)
+    ]
+    return {
+        "throughput": med(r["throughput"] for r in rounds),
+        "throughput_range": [
+            min(r["throughput"] for r in rounds),
+            max(r["throughput"] for r in rounds),
+        ],
+        "first_audio_s": med(r["first_audio_s"] for r in rounds),
+        "rtf": med(r["rtf"] for r in rounds),
+        "x_throughput": med(ratio),
+        "x_throughput_range": [min(ratio), max(ratio)],
+        "x_first_audio": med(first),
+        "x_first_audio_range": [min(first), max(first)],
+        "samples": sorted({s for r in rounds for s in r["samples"]}),
+        "rounds": rounds,
+    }
+
+
 def print_table(report: dict, args) -> None:
-    ref = report["reference"]
     unit = "audio tokens" if args.family == "orpheus" else "codec frames at most"
-    print(f"{args.family} TTS, {args.tokens} {unit} a request, {args.threads} thread(s)")
+    print(
+        f"{args.family} TTS, {args.tokens} {unit} a request, {args.threads} thread(s), "
+        f"median (range) of {args.repeat} round(s)"
+    )
     print("| side | c | audio s / wall s | first audio (s) | RTF | × throughput | × first audio |")
     print("|---|---|---|---|---|---|---|")
+
+    def span(lo_hi: list[float], fmt: str) -> str:
+        return "" if args.repeat < 2 else f" ({lo_hi[0]:{fmt}}-{lo_hi[1]:{fmt}})"
+
     for side in ["reference", *args.placements]:
         for c in args.concurrency:
             r = report[side][c]
-            ratio = r["throughput"] / ref[c]["throughput"]
-            first = ref[c]["first_audio_s"] / r["first_audio_s"]
             print(
-                f"| {side} | {c} | {r['throughput']:.2f} | {r['first_audio_s']:.3f} | "
-                f"{r['rtf']:.3f} | {ratio:.2f} | {first:.2f} |"
+                f"| {side} | {c} | {r['throughput']:.2f}{span(r['throughput_range'], '.2f')} "
+                f"| {r['first_audio_s']:.3f} | {r['rtf']:.3f} "
+                f"| {r['x_throughput']:.2f}{span(r['x_throughput_range'], '.2f')} "
+                f"| {r['x_first_audio']:.2f}{span(r['x_first_audio_range'], '.1f')} |"
             )
     print(f"load before {report['load']}, after {report['load_after']}")
 
