@@ -107,16 +107,16 @@ def test_a_rank_that_never_comes_is_an_error_within_the_timeout(plan, tmp_path) 
     join, run = tmp_path / "join.json", Run()
     t0 = time.monotonic()
     conductor = run.start(
-        "run", plan, "--external-workers", str(join), "--join-timeout", "15",
+        "run", plan, "--external-workers", str(join), "--join-timeout", "5",
         "--input", f"x={tmp_path / 'x.npy'}",
     )  # fmt: skip
     rank0 = run.start("worker", "--join", str(join), "--rank", "0")
     code, err = finish(conductor, 120)
     took = time.monotonic() - t0
     assert code == 1, err
-    assert "never joined within 15 s" in err and "Traceback" not in err
+    assert "never joined within 5 s" in err and "Traceback" not in err
     assert f"on 127.0.0.3: wgc worker --join {join} --rank 1" in err
-    assert 15 <= took < 60
+    assert 5 <= took < 60
     finish(rank0, 60)  # the conductor side stopped it, or it saw the conductor side go away
     assert not join.exists()
     assert run.left() == []
