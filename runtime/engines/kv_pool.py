@@ -36,6 +36,7 @@ conductor's thread while a worker steps the batch).
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Hashable, Iterable, Mapping
@@ -72,8 +73,6 @@ def device_bytes(device: torch.device) -> int | None:
     if device.type == "cuda":
         return int(torch.cuda.mem_get_info(device)[1])
     if device.type == "cpu":
-        import os
-
         try:
             return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
         except (ValueError, OSError, AttributeError):

@@ -1,12 +1,14 @@
-"""The KV toy model of the KV end-to-end tests (`test_kv_leaks`, `test_kv_copies`).
+"""The KV toy model of the KV end-to-end tests (`test_kv_leaks`, `test_kv_copies`,
+`test_like_merging`).
 
 BAGEL's KV story in miniature: `LLM`, a kv-cache node with labels ``main`` and ``cfg``,
 prefills each prompt segment into ``main`` and forks it into ``cfg`` (copy on branch), decodes
 into ``main``, and in a CFG-parallel denoising loop reads ``main`` while its copy `LLM_cfg`
-(``like LLM { label cfg }``) reads ``cfg``, wherever a placement puts it. `compile_into` writes
-a compiled plan of it (or any model) into a folder; `nodes` builds a rank's nodes for
-`LocalCluster`; request option ``fail = "NODE:WALK"`` makes that node raise in that walk, and
-``overflow`` makes a prefill append more tokens than any pool here holds.
+(``like LLM { label cfg }``) reads ``cfg``, wherever a placement puts it (`PLACEMENTS`: the
+layouts the tests run it on). `compile_into` writes a compiled plan of it (or any model) into a
+folder; `nodes` builds a rank's nodes for `LocalCluster`; request option ``fail =
+"NODE:WALK"`` makes that node raise in that walk, and ``overflow`` makes a prefill append more
+tokens than any pool here holds.
 """
 
 from __future__ import annotations
@@ -87,6 +89,47 @@ flow main {
   }
 }
 """
+
+# where a placement puts the copy and the decode walks (YAML without the settings)
+PLACEMENTS = {
+    "one-rank": "devices: [cpu]\nplace:\n  - nodes: [LLM, LLM_cfg, combine]\n    ranks: [0]\n",
+    "cfg-on-rank-1": """\
+devices: [cpu, cpu]
+place:
+  - nodes: [LLM, combine]
+    ranks: [0]
+  - nodes: [LLM_cfg]
+    ranks: [1]
+""",
+    "decode-on-rank-1": """\
+devices: [cpu, cpu]
+place:
+  - nodes: [LLM]
+    ranks: [0]
+    walks: [prefill, gen]
+  - nodes: [LLM]
+    ranks: [1]
+    walks: [decode]
+  - nodes: [combine]
+    ranks: [0]
+  - nodes: [LLM_cfg]
+    ranks: [1]
+""",
+    "decode-on-rank-1-cfg-on-rank-2": """\
+devices: [cpu, cpu, cpu]
+place:
+  - nodes: [LLM]
+    ranks: [0]
+    walks: [prefill, gen]
+  - nodes: [LLM]
+    ranks: [1]
+    walks: [decode]
+  - nodes: [combine]
+    ranks: [0]
+  - nodes: [LLM_cfg]
+    ranks: [2]
+""",
+}
 
 
 # ---------------------------------------------------------------------------------- the nodes

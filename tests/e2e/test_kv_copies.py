@@ -20,51 +20,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))  # --import-mode=importlib: no package for tests/
 
-from kv_toy import CLASSES, WALK, as_outputs, compile_into, nodes
+from kv_toy import CLASSES, PLACEMENTS, WALK, as_outputs, compile_into, nodes
 
 from wgc.interp import load_model, make_request, node_context, run_request, same_outputs, segment
 from wgc_runtime.host.local import LocalCluster
 
 SETTINGS = "kv_cache: {page_size: 4, pages: 64, dtype: f32}\nbatching: {max_batch: 4}\n"
-PLACEMENTS = {
-    "one-rank": "devices: [cpu]\nplace:\n  - nodes: [LLM, LLM_cfg, combine]\n    ranks: [0]\n",
-    "cfg-on-rank-1": """\
-devices: [cpu, cpu]
-place:
-  - nodes: [LLM, combine]
-    ranks: [0]
-  - nodes: [LLM_cfg]
-    ranks: [1]
-""",
-    "decode-on-rank-1": """\
-devices: [cpu, cpu]
-place:
-  - nodes: [LLM]
-    ranks: [0]
-    walks: [prefill, gen]
-  - nodes: [LLM]
-    ranks: [1]
-    walks: [decode]
-  - nodes: [combine]
-    ranks: [0]
-  - nodes: [LLM_cfg]
-    ranks: [1]
-""",
-    "decode-on-rank-1-cfg-on-rank-2": """\
-devices: [cpu, cpu, cpu]
-place:
-  - nodes: [LLM]
-    ranks: [0]
-    walks: [prefill, gen]
-  - nodes: [LLM]
-    ranks: [1]
-    walks: [decode]
-  - nodes: [combine]
-    ranks: [0]
-  - nodes: [LLM_cfg]
-    ranks: [2]
-""",
-}
 # per placement: whether the copy reads LLM's pool in place, and the label copies of `gen`
 PLANNED = {
     "one-rank": (True, ()),

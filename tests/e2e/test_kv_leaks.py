@@ -31,6 +31,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))  # --import-mode=importlib: no package for tests/
 
+from kv_toy import PLACEMENTS as TOY_PLACEMENTS
 from kv_toy import WALK, compile_into, nodes
 
 from wgc_runtime.contract import messages as M
@@ -44,30 +45,7 @@ kv_cache: {page_size: 4, pages: 24, dtype: f32}
 batching: {max_batch: 4, capture: [1, 2, 4]}
 max_concurrent_requests: 8
 """
-PLACEMENTS = {
-    "cfg-on-rank-1": """\
-devices: [cpu, cpu]
-place:
-  - nodes: [LLM, combine]
-    ranks: [0]
-  - nodes: [LLM_cfg]
-    ranks: [1]
-""",
-    "decode-on-rank-1": """\
-devices: [cpu, cpu]
-place:
-  - nodes: [LLM]
-    ranks: [0]
-    walks: [prefill, gen]
-  - nodes: [LLM]
-    ranks: [1]
-    walks: [decode]
-  - nodes: [combine]
-    ranks: [0]
-  - nodes: [LLM_cfg]
-    ranks: [1]
-""",
-}
+PLACEMENTS = {k: TOY_PLACEMENTS[k] for k in ("cfg-on-rank-1", "decode-on-rank-1")}
 # every pool (node, ranks) with its pages and pages per request: 16 tokens per label in pages
 # of 4, two labels (three requests fit), or the copy's one label
 BUDGETS = {

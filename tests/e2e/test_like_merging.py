@@ -10,10 +10,11 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 sys.path.insert(0, str(Path(__file__).parent))  # --import-mode=importlib: no package for tests/
 
-from kv_toy import CLASSES, WALK, Combine, as_outputs, compile_into
+from kv_toy import CLASSES, PLACEMENTS, WALK, Combine, as_outputs, compile_into
 from kv_toy import LLM as ToyLLM
 
 from wgc.interp import load_model, make_request, node_context, run_request, same_outputs, segment
@@ -22,15 +23,7 @@ from wgc_runtime.host.loading import node_context as rank_node_context
 from wgc_runtime.host.local import LocalCluster
 
 SETTINGS = "kv_cache: {page_size: 4, pages: 64, dtype: f32}\nbatching: {max_batch: 4}\n"
-ONE_RANK = "devices: [cpu]\nplace:\n  - nodes: [LLM, LLM_cfg, combine]\n    ranks: [0]\n"
-TWO_RANKS = """\
-devices: [cpu, cpu]
-place:
-  - nodes: [LLM, combine]
-    ranks: [0]
-  - nodes: [LLM_cfg]
-    ranks: [1]
-"""
+ONE_RANK, TWO_RANKS = PLACEMENTS["one-rank"], PLACEMENTS["cfg-on-rank-1"]
 
 
 def recording(serves: bool, batches: list[tuple[str, ...]]) -> type[Node]:
@@ -75,9 +68,7 @@ def run(tmp_path: Path, placement: str, serves: bool, n: int = 3):
     return batches, c
 
 
-def _rows(i: int):
-    import torch
-
+def _rows(i: int) -> torch.Tensor:
     return torch.rand(3, 4, generator=torch.Generator().manual_seed(i))
 
 

@@ -107,7 +107,8 @@ def _work(self: RankExecutor, inst: Inst) -> Work | None:
 
 def _run_batch(self: RankExecutor, batch: list[tuple[Inst, Work]]) -> None:
     call = batch[0][0].call
-    merged = any(inst.call is not call for inst, _ in batch)  # copies' calls too (`merging`)
+    # copies' calls too (`merging`): looked for only on a rank where some node merges
+    merged = bool(self.merge_owner) and any(inst.call is not call for inst, _ in batch)
     name = self.merge_owner[call.node] if merged else call.node
     node = self.nodes.get(name)
     if node is None:
