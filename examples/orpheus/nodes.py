@@ -16,9 +16,10 @@ over wgc's components (`wgc_runtime.components`: `LlamaDecoder` / `DecoderEngine
   graph); rows of requests that sample are re-chosen from its logits in ``finish``.
 - **`SnacDecoder`**: one ``sliding(28, 7)`` window of LM tokens → the 2048 samples of its
   second frame (`OrpheusVocoder.window`), or no samples for a window with a token that is not
-  an audio code (as the reference's range check). Each window decodes alone, with SNAC's noise
-  drawn from its own generator (`examples._speech`), so its audio is the same whatever else
-  ran in its batch.
+  an audio code (as the reference's range check). The ready windows of a batch, from any
+  requests, decode as one batch (the decoder is batch-invariant), each with SNAC's noise drawn
+  from its own generator (`examples._speech`), so its audio is the same whatever else ran in
+  its batch.
 
 Weights: a Hugging Face Llama checkpoint folder (``config checkpoint``; its ``config.json``
 must agree with the ``.walk`` sizes, which size the KV pool) and a SNAC folder (``config
@@ -340,14 +341,26 @@ class SnacDecoder(Node):
             )
 
     @inference
+    def forward(self, batch: Sequence[Work]) -> list[Any]:
+        """Every ready window, from whichever requests, decoded as one batch
+        (`OrpheusVocoder.windows`); each with its own noise, so its audio is what it would be
+        alone."""
+        results: list[Any] = [None] * len(batch)
+        rows, windows, noise = [], [], []
+        for i, w in enumerate(batch):
+            window = w.inputs.get("window")
+            if window is None:
+                results[i] = NodeError(f"node `{self.name}`: no window to decode")
+                continue
+            info = w.ctx.chunks.get("window")
+            k = info.index if info is not None else 0
+            rows.append(i)
+            windows.append(window.reshape(-1).to(self.device))
+            noise.append(torch.Generator().manual_seed(speech_seed(w.ctx) + NOISE + k))
+        for i, audio in zip(rows, self.vocoder.windows(windows, noise), strict=True):
+            # a token that is no audio code: no samples, as the reference
+            results[i] = {"audio": torch.zeros(0) if audio is None else audio.cpu()}
+        return results
+
     def forward_one(self, inputs, ctx):
-        window = inputs["window"]
-        if window is None:
-            raise NodeError(f"node `{self.name}`: no window to decode")
-        info = ctx.chunks.get("window")
-        k = info.index if info is not None else 0
-        noise = torch.Generator().manual_seed(speech_seed(ctx) + NOISE + k)
-        audio = self.vocoder.window(window.to(self.device), noise)
-        if audio is None:  # a token that is no audio code: no samples, as the reference
-            return {"audio": torch.zeros(0)}
-        return {"audio": audio.float().cpu()}
+        return forward_alone(self, inputs, ctx)

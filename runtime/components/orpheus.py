@@ -41,6 +41,7 @@ The two agree whenever every generated token is an audio token with a non-zero c
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -184,3 +185,27 @@ class OrpheusVocoder:
         keep = self.keep()
         audio = self.snac.decode(codes, generator, span=(keep.start, keep.stop))[:, 0].float()
         return audio if batched else audio[0]
+
+    def windows(
+        self, windows: Sequence[torch.Tensor], generators: Sequence[torch.Generator]
+    ) -> list[torch.Tensor | None]:
+        """Several requests' windows (``[28]`` each, every one with its own noise generator)
+        decoded as ONE batch: each one's audio ``[spf]`` fp32 bit for bit what `window` gives
+        it alone (the decoder is batch-invariant: `wgc_runtime.components.conv1d`), or None
+        for a window with a code out of range."""
+        out: list[torch.Tensor | None] = [None] * len(windows)
+        rows, codes, noise = [], [], []
+        for i, (w, g) in enumerate(zip(windows, generators, strict=True)):
+            c = window_codes(w[None], self.tokens)
+            if c is not None:
+                rows.append(i)
+                codes.append(c)
+                noise.append(g)
+        if not rows:
+            return out
+        stacked = [torch.cat(parts) for parts in zip(*codes, strict=True)]
+        keep = self.keep()
+        audio = self.snac.decode(stacked, noise, span=(keep.start, keep.stop))[:, 0].float()
+        for j, i in enumerate(rows):
+            out[i] = audio[j]
+        return out

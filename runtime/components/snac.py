@@ -15,6 +15,12 @@ refused. `NoiseBlock` adds ``randn · conv(x)`` like the package, but draws from
 `torch.Generator` (the package draws from the global one: seed it with the same value and the
 draws agree, which the parity test relies on).
 
+Batch-invariant without autograd: the convolutions are `wgc_runtime.components.conv1d`'s, and
+``sin`` / ``tanh`` run row by row (`per_row_`), so a row of a batched decode is bit for bit the
+row decoded alone, given the same noise (`draw_noise`: one generator per row, as a streaming
+vocoder decoding several requests' windows at once passes them). Equal to the package's decode
+to float rounding (~1e-6), not bit for bit.
+
 Sizes: one frame of codebook 0 is ``hop · vq_strides[0]`` samples (`SnacConfig.samples_per_frame`,
 2048 for the 24 kHz model: hop 512 = 8·8·4·2, stride 4).
 """
@@ -23,6 +29,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -31,6 +38,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from wgc_runtime.components.conv1d import conv1d, conv_transpose1d
 from wgc_runtime.components.convert import load_converted
 
 # the SNAC state dict holds the encoder and the quantizers' input projections too: decoding
@@ -128,8 +136,14 @@ class WNConv1d(nn.Module):
         return self._folded[1]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The convolution, batch-invariant (`wgc_runtime.components.conv1d`) where it can be:
+        a window's audio is the same whatever else its batch holds."""
         w = self.weight()
         if self.transpose:
+            if self.dilation == 1:
+                return conv_transpose1d(
+                    x, w, self.bias, self.stride, self.padding, self.output_padding, self.groups
+                )
             return F.conv_transpose1d(
                 x,
                 w,
@@ -140,6 +154,8 @@ class WNConv1d(nn.Module):
                 self.groups,
                 self.dilation,
             )
+        if self.stride == 1:
+            return conv1d(x, w, self.bias, self.padding, self.dilation, self.groups)
         return F.conv1d(x, w, self.bias, self.stride, self.padding, self.dilation, self.groups)
 
 
@@ -154,8 +170,9 @@ class Snake1d(nn.Module):
         a = self.alpha
         if torch.is_grad_enabled():
             return x + (a + 1e-9).reciprocal() * torch.sin(a * x).pow(2)
-        # the same operations in the same order, in one buffer (no autograd to keep inputs for)
-        y = torch.mul(a, x).sin_().square_()
+        # the same operations in the same order, in one buffer (no autograd to keep inputs
+        # for); ``sin`` row by row (`per_row_`)
+        y = per_row_(torch.Tensor.sin_, torch.mul(a, x)).square_()
         return y.mul_((a + 1e-9).reciprocal()).add_(x)
 
 
@@ -178,10 +195,37 @@ class ResidualUnit(nn.Module):
         return x + y
 
 
-class NoiseBlock(nn.Module):
-    """``x + randn[B, 1, T] · conv(x)``; the noise comes from `generator`."""
+Noise = torch.Generator | Sequence[torch.Generator] | None  # one for the batch, or one per row
 
-    generator: torch.Generator | None = None  # set by `SnacDecoder.decode` around a call
+
+def draw_noise(generator: Noise, shape: tuple[int, int, int], like: torch.Tensor) -> torch.Tensor:
+    """``randn(shape)``: from one generator (or the global one) as one draw, or with one
+    generator per row, each row's ``[1, 1, T]`` from its own (a row then gets the noise it would
+    get decoded alone)."""
+    if generator is None or isinstance(generator, torch.Generator):
+        return torch.randn(shape, generator=generator, device=like.device, dtype=like.dtype)
+    if len(generator) != shape[0]:
+        raise ValueError(f"{len(generator)} noise generators for {shape[0]} rows")
+    one = (1, *shape[1:])
+    rows = [torch.randn(one, generator=g, device=like.device, dtype=like.dtype) for g in generator]
+    return torch.cat(rows)
+
+
+def per_row_(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+    """``fn`` (an in-place elementwise op) on each row of contiguous ``x`` by itself: a
+    transcendental's vectorised and scalar paths may differ in the last bit, and which elements
+    take which depends on the tensor's size, so row by row every row is computed as it would be
+    alone (see `wgc_runtime.components.conv1d`)."""
+    x = x.contiguous()
+    for row in x:
+        fn(row)
+    return x
+
+
+class NoiseBlock(nn.Module):
+    """``x + randn[B, 1, T] · conv(x)``; the noise comes from `generator` (`draw_noise`)."""
+
+    generator: Noise = None  # set by `SnacDecoder.decode` around a call
 
     def __init__(self, dim: int):
         super().__init__()
@@ -189,8 +233,16 @@ class NoiseBlock(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, _, t = x.shape
-        noise = torch.randn((b, 1, t), generator=self.generator, device=x.device, dtype=x.dtype)
-        return x + noise * self.linear(x)
+        return x + draw_noise(self.generator, (b, 1, t), x) * self.linear(x)
+
+
+class Tanh(nn.Tanh):
+    """``tanh``, row by row without autograd (`per_row_`)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if torch.is_grad_enabled():
+            return torch.tanh(x)
+        return per_row_(torch.Tensor.tanh_, x.clone(memory_format=torch.contiguous_format))
 
 
 class DecoderBlock(nn.Module):
@@ -235,7 +287,7 @@ class Decoder(nn.Module):
             cin, out = ch // 2**i, ch // 2 ** (i + 1)
             groups = out if cfg.depthwise else 1
             layers.append(DecoderBlock(cin, out, stride, cfg.noise, groups))
-        layers += [Snake1d(out), WNConv1d(out, 1, 7, padding=3), nn.Tanh()]
+        layers += [Snake1d(out), WNConv1d(out, 1, 7, padding=3), Tanh()]
         self.model = nn.Sequential(*layers)
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
@@ -292,7 +344,7 @@ class SnacDecoder(nn.Module):
     def decode(
         self,
         codes: list[torch.Tensor],
-        generator: torch.Generator | None = None,
+        generator: Noise = None,
         span: tuple[int, int] | None = None,
     ) -> torch.Tensor:
         """``codes[i]`` ``[B, n · vq_strides[0] / vq_strides[i]]`` → audio ``[B, 1, n · spf]``;

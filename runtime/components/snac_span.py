@@ -25,15 +25,16 @@ from dataclasses import dataclass
 from typing import cast
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
+from wgc_runtime.components.conv1d import conv1d, conv_transpose1d
 from wgc_runtime.components.snac import (
     DecoderBlock,
     NoiseBlock,
     ResidualUnit,
     Snake1d,
     WNConv1d,
+    draw_noise,
 )
 
 Span = tuple[int, int]  # [start, end) in one layer's sample positions
@@ -128,18 +129,14 @@ def _conv(m: WNConv1d, x: torch.Tensor, s: _Step) -> torch.Tensor:
     (ia, ib), (a, b) = s.read, s.make
     if m.transpose:
         if (ia, ib) == (0, s.length_in):  # the whole input: the whole decode's own call
-            y = F.conv_transpose1d(x, w, m.bias, m.stride, m.padding, 0, m.groups, 1)
+            y = conv_transpose1d(x, w, m.bias, m.stride, m.padding, 0, m.groups)
             return y[..., a:b]
-        y = F.conv_transpose1d(x, w, m.bias, m.stride, 0, 0, m.groups, 1)
+        y = conv_transpose1d(x, w, m.bias, m.stride, 0, 0, m.groups)
         first = ia * m.stride - m.padding  # the position of y's first sample
         return y[..., a - first : b - first]
     k, d, p = w.shape[-1], m.dilation, m.padding
     left, right = ia - (a - p), (b - p + (k - 1) * d) - ib  # zeros only past the edges
-    if left == right == p:  # the whole input: the whole decode's own call
-        return F.conv1d(x, w, m.bias, 1, p, d, m.groups)
-    if left or right:
-        x = F.pad(x, (left, right))
-    return F.conv1d(x, w, m.bias, 1, 0, d, m.groups)
+    return conv1d(x, w, m.bias, (left, right), d, m.groups)
 
 
 def _run(steps: tuple[_Step, ...], x: torch.Tensor) -> torch.Tensor:
@@ -149,9 +146,7 @@ def _run(steps: tuple[_Step, ...], x: torch.Tensor) -> torch.Tensor:
             x = _conv(m, x, s)
         elif isinstance(m, NoiseBlock):
             b = x.shape[0]
-            noise = torch.randn(
-                (b, 1, s.length_in), generator=m.generator, device=x.device, dtype=x.dtype
-            )
+            noise = draw_noise(m.generator, (b, 1, s.length_in), x)
             x = x + noise[..., s.make[0] : s.make[1]] * m.linear(x)
         elif isinstance(m, ResidualUnit):
             inner = s.inner[0].read
