@@ -12,7 +12,9 @@ computes each row alone in the same order whatever the batch holds:
 - a convolution with one group is a sum over the kernel's taps, in tap order, of the weight
   matrix of that tap times the input shifted by its dilation (``torch.matmul`` of a matrix and
   a batch of matrices: one product per row; a 1x1 convolution is one product);
-- a depthwise convolution (one channel per group) is the same sum with a per-channel scale;
+- a depthwise convolution (one channel per group) is the same sum with a per-channel scale,
+  one fused multiply-add (``addcmul_``) per tap: one rounding per element wherever it sits
+  (ATen's vectorised and scalar paths both fuse it; the tests would see it if they did not);
 - a transposed convolution whose kernel is a multiple of its stride is one matrix product per
   row followed by the overlap-add of the kernel's stride-long pieces, in piece order.
 
@@ -51,14 +53,21 @@ def conv1d(
     n = x.shape[-1] - dilation * (k - 1)
     if n <= 0:
         raise ValueError(f"a convolution of {k} taps (dilation {dilation}) over {x.shape[-1]}")
-    y: torch.Tensor | None = None
-    for t in range(k):
-        part = x[..., t * dilation : t * dilation + n]
-        term = part * w[:, :, t] if depthwise else torch.matmul(w[:, :, t], part)
-        y = term if y is None else y.add_(term)
-    assert y is not None
+    taps = [x[..., t * dilation : t * dilation + n] for t in range(k)]
+    if depthwise:  # one fused multiply-add pass per tap, the bias first
+        scale = w[:, 0, :, None]  # [C, k, 1]
+        if bias is None:
+            y = taps[0] * scale[:, 0]
+        else:
+            y = torch.addcmul(bias[:, None], taps[0], scale[:, 0])
+        for t in range(1, k):
+            y.addcmul_(taps[t], scale[:, t])
+        return y
+    y = torch.matmul(w[:, :, 0], taps[0])
+    for t in range(1, k):
+        y.add_(torch.matmul(w[:, :, t], taps[t]))
     if bias is not None:
-        y = y.add_(bias[:, None])
+        y.add_(bias[:, None])
     return y
 
 

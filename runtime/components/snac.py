@@ -169,11 +169,11 @@ class Snake1d(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         a = self.alpha
         if torch.is_grad_enabled():
-            return x + (a + 1e-9).reciprocal() * torch.sin(a * x).pow(2)
-        # the same operations in the same order, in one buffer (no autograd to keep inputs
-        # for); ``sin`` row by row (`per_row_`)
+            return torch.addcmul(x, torch.sin(a * x).pow(2), (a + 1e-9).reciprocal())
+        # the same function in one buffer (no autograd to keep inputs for): ``sin`` row by
+        # row (`per_row_`), the scale and the sum one fused multiply-add
         y = per_row_(torch.Tensor.sin_, torch.mul(a, x)).square_()
-        return y.mul_((a + 1e-9).reciprocal()).add_(x)
+        return torch.addcmul(x, y, (a + 1e-9).reciprocal(), out=y)
 
 
 class ResidualUnit(nn.Module):
