@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/speech_tts.py [--family orpheus|qwen3_omni]
         [--concurrency 1 4 16] [--tokens N] [--placements cpu cpu-2rank ...] [--threads 1]
-        [--repeat 3] [--json out.json]
+        [--repeat 3] [--set NAME=VALUE ...] [--json out.json]
 
 The model is `examples/<family>` at its tiny sizes, on tiny checkpoints in the references' own
 formats (`wgc_runtime.components.pipelines.checkpoints`: for Orpheus a transformers
@@ -15,11 +15,14 @@ most ``--tokens`` codec frames. Per concurrency ``c``:
 
 * **wgc**: `Cluster` (the conductor and one worker process per rank, as `wgc run` starts them)
   on each ``--placements`` placement (Orpheus ``cpu``: the LM and the SNAC decoder colocated;
-  ``cpu-2rank``: split; Qwen3-Omni ``cpu``: everything on one rank, ``cpu-2rank``: the Thinker
-  apart from the Talker and Code2Wav (colocated), ``cpu-3rank``: each apart); ``c`` requests
+  ``cpu-2rank``: split; ``cpu-2rank-compiled``: split, the LM's decode step compiled by
+  inductor, its requests holding at most 320 tokens; Qwen3-Omni ``cpu``: everything on one
+  rank, ``cpu-2rank``: the Thinker apart from the Talker and Code2Wav (colocated),
+  ``cpu-3rank``: each apart); ``c`` requests
   submitted at once, one `Client` per request in its own thread, each timing its first audio
   chunk and its end. The executor batches the decode steps across requests and streams audio
-  chunk by chunk (Orpheus: each 28-token window to the SNAC decoder as it fills; Qwen3-Omni:
+  chunk by chunk (Orpheus: each 28-token window to the SNAC decoder as it fills, the windows
+  ready at once decoded as one batch, each bit for bit its audio alone; Qwen3-Omni:
   the Thinker's states to the Talker, 25-frame code chunks to Code2Wav).
 * **reference**, in this process. Orpheus: transformers' ``generate()`` on the same LM, the
   ``c`` prompts as one batch (identical prompts: no padding), greedy with Orpheus's audio-token
@@ -58,6 +61,10 @@ sys.path.insert(0, str(ROOT))
 RATE = 24_000
 TEXT = "hello there"  # the tiny checkpoint speaks 140 tokens and more for it
 OMNI_TEXT, OMNI_TOKENS = "hello there", 8  # Qwen3-Omni: its text tokens at most
+DEFAULT_PLACEMENTS = {
+    "orpheus": ("cpu", "cpu-2rank", "cpu-2rank-compiled"),
+    "qwen3_omni": ("cpu", "cpu-2rank"),
+}
 
 
 def plan_for(family: str, placement: str, sets: dict[str, str], out: Path) -> Path:
@@ -218,11 +225,24 @@ def main() -> None:
     ap.add_argument(
         "--tokens", type=int, default=140, help="Orpheus: audio tokens; Qwen3-Omni: codec frames"
     )
-    ap.add_argument("--placements", nargs="+", default=["cpu", "cpu-2rank"])
+    ap.add_argument(
+        "--placements",
+        nargs="+",
+        help="default: Orpheus cpu, cpu-2rank, cpu-2rank-compiled; Qwen3-Omni cpu, cpu-2rank",
+    )
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a .walk param for every placement (as `wgc compile --set`), e.g. kv_tokens=256",
+    )
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
+    if not args.placements:
+        args.placements = list(DEFAULT_PLACEMENTS[args.family])
     os.environ["OMP_NUM_THREADS"] = str(args.threads)
 
     import torch
@@ -242,6 +262,7 @@ def main() -> None:
         if args.family == "orpheus":
             lm, codec = checkpoints.orpheus(ckpt, seed=0)
             sets = {"checkpoint": str(ckpt / "lm"), "snac_checkpoint": str(ckpt / "snac")}
+            sets.update(kv.split("=", 1) for kv in args.set)
             ref: Reference | OmniReference = Reference(lm, codec)
             request = (TEXT, ["audio"], {"max_tokens": args.tokens})
             warm = (TEXT, ["audio"], {"max_tokens": 35})
@@ -249,6 +270,7 @@ def main() -> None:
         else:
             model = checkpoints.qwen3_omni(ckpt, seed=1)
             sets = {"checkpoint": str(ckpt)}
+            sets.update(kv.split("=", 1) for kv in args.set)
             ref = OmniReference(model, ckpt)
             options = {"max_tokens": OMNI_TOKENS, "max_frames": args.tokens}
             request = (OMNI_TEXT, ["text", "audio"], options)

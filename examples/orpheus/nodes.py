@@ -305,6 +305,10 @@ class LLM(Node):
         def finish(works: Sequence[Work], outputs: Mapping[str, torch.Tensor]) -> None:
             """Per row: the request's choice (sampled rows re-chosen from the step's logits),
             its history and its stop."""
+            with torch.inference_mode():  # a compiled step's outputs are inference tensors
+                choose_all(works, outputs)
+
+        def choose_all(works: Sequence[Work], outputs: Mapping[str, torch.Tensor]) -> None:
             n = len(works)
             logits = stash[min(b for b in stash if b >= n)]
             greedy = outputs["new_token"].reshape(-1).tolist()

@@ -1,0 +1,80 @@
+"""Orpheus on `cpu-2rank-compiled` (the LLM's decode step compiled by inductor, one artifact per
+batch bucket): the same requests as `test_speech_examples` speak bit for bit the audio of the
+eager `cpu-2rank` deployment, every decode step runs compiled, and a request wanting more tokens
+than the deployment's `kv_tokens` holds fails with a message naming it (and frees its pages).
+
+The shipped placement compiles five buckets at worker start; this test compiles two (``capture:
+[1, 4]``: the three requests run in bucket 4, the last ones in 1) to keep CI's time down."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+pytest.importorskip("transformers")
+pytest.importorskip("snac")
+
+from tests.e2e.speech_support import orpheus  # noqa: E402
+from tests.e2e.test_speech_examples import REQUESTS, audio_of, one_thread  # noqa: E402
+from wgc.cli.compile import sync  # noqa: E402
+from wgc.driver import Driver  # noqa: E402
+from wgc_runtime.contract.flow import Segment  # noqa: E402
+from wgc_runtime.engines.capture import inductor_available  # noqa: E402
+from wgc_runtime.host.local import LocalCluster  # noqa: E402
+
+pytestmark = pytest.mark.skipif(inductor_available() is not None, reason=str(inductor_available()))
+
+PLACEMENTS = ROOT / "examples" / "orpheus" / "placements"
+
+
+def compiled_plan(family, out: Path) -> Path:
+    text = (PLACEMENTS / "cpu-2rank-compiled.yaml").read_text()
+    shipped = "capture: [1, 2, 4, 8, 16]"
+    assert shipped in text and "backend: inductor" in text
+    place = out / "compiled-2-buckets.yaml"
+    place.write_text(text.replace(shipped, "capture: [1, 4]"))
+    walk = ROOT / "examples" / "orpheus" / "orpheus.walk"
+    result = Driver().compile(str(walk), str(place), family.sets)
+    assert result.ok, [d.message for d in result.errors]
+    sync(out / "plan", result.files, check=False)
+    return out / "plan"
+
+
+def run_all(folder: Path, requests: dict) -> tuple[LocalCluster, dict]:
+    c = LocalCluster(folder)
+    handles = {
+        rid: c.submit(c.request([Segment("text", text)], ["audio"], options), rid, seed=seed)
+        for rid, (text, options, seed) in requests.items()
+    }
+    c.run()
+    return c, handles
+
+
+def test_the_compiled_step_speaks_as_the_eager_one(tmp_path) -> None:
+    family = orpheus(tmp_path / "ckpt")
+    with one_thread():
+        _, want = run_all(family.compile(tmp_path / "eager", "cpu-2rank"), REQUESTS["orpheus"])
+        c, got = run_all(compiled_plan(family, tmp_path), REQUESTS["orpheus"])
+        for rid, h in got.items():
+            assert h.error is None, (rid, h.error)
+            audio = audio_of(h)
+            assert audio.numel() > 0 and torch.equal(audio, audio_of(want[rid])), rid
+        (decode,) = [ex for ex in c.ranks.values() if ex.captured.units]
+        runners = [u.runner for us in decode.captured.units.values() for u in us]
+        assert runners and all(r.backend == "inductor" and r.compile_error is None for r in runners)
+        assert sum(r.compiled_runs for r in runners) == decode.captured.runs > 0
+        assert decode.captured.fallbacks == 0
+
+        # more than `kv_tokens = 320` holds: a clear failure, and nothing left behind
+        h = c.submit(c.request([Segment("text", "hello")], ["audio"], {"max_tokens": 400}), "long")
+        c.run()
+    assert h.error is not None and "kv_tokens" in str(h.error), h.error
+    for ex in c.ranks.values():
+        assert not ex.requests and all(n == 0 for n in ex.kv.used_pages().values())
