@@ -30,7 +30,10 @@ out-of-range 4096 through: here the check is ``0 ≤ c < codebook_size``). This 
 ``.walk`` file's ``sliding(window = 28, stride = 7)`` with ``final drop``. The window's SNAC
 decode computes only the samples kept (`wgc_runtime.components.snac_span`: the same function,
 to ~1e-5 of float rounding, in about a third of the whole window's time at the real sizes and
-three quarters at the tiny ones, where per-layer overhead dominates).
+three quarters at the tiny ones, where per-layer overhead dominates). Windows that are ready at
+once, from any requests, decode as one batch (`OrpheusVocoder.windows`): the decoder is
+batch-invariant (`wgc_runtime.components.conv1d`) and each window draws its own noise, so a
+window's audio does not depend on its batch-mates.
 
 One difference from the reference, on purpose: ``tokens_decoder`` drops every token that is not
 a custom token *or whose code is 0* before windowing (``token > 0``), which shifts the frame

@@ -51,6 +51,7 @@ from zmq.utils.monitor import recv_monitor_message
 from wgc_runtime.contract import control as c
 from wgc_runtime.contract import messages as m
 from wgc_runtime.host.transport.keys import ClientKey
+from wgc_runtime.host.transport.sockets import watch
 
 if TYPE_CHECKING:
     import torch
@@ -185,7 +186,7 @@ class Client:
             (key if isinstance(key, ClientKey) else ClientKey.load(key)).apply(self.sock)
         # connection events: a dropped connection means the conductor is gone; a failed
         # handshake, that it refuses this client (a CURVE deployment: no key, or another one)
-        self._monitor = self.sock.get_monitor_socket(_WATCHED)
+        self._monitor = watch(self.sock, _WATCHED)
         self._poller = zmq.Poller()
         self._poller.register(self.sock, zmq.POLLIN)
         self._poller.register(self._monitor, zmq.POLLIN)

@@ -41,6 +41,7 @@ import zmq
 from zmq.utils.monitor import parse_monitor_message
 
 from wgc_runtime.host.transport.keys import Keys
+from wgc_runtime.host.transport.sockets import watch
 
 if TYPE_CHECKING:
     from wgc_runtime.host.processes.launcher import Cluster
@@ -137,7 +138,7 @@ class Liveness:
             self.sock.setsockopt(option, value)
         if keys is not None:
             keys.peer.apply(self.sock)
-        self.monitor = self.sock.get_monitor_socket(_WATCHED)
+        self.monitor = watch(self.sock, _WATCHED)
         self.sock.connect(address)
         self.connected = False
         self.gone = False

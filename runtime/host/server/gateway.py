@@ -30,6 +30,7 @@ from wgc_runtime.contract.kinds import FailKind
 from wgc_runtime.host.client import segment_wire
 from wgc_runtime.host.transport.codec import Codec
 from wgc_runtime.host.transport.keys import ClientKey
+from wgc_runtime.host.transport.sockets import watch
 
 
 @dataclass(eq=False)
@@ -55,7 +56,7 @@ class Gateway:
         self.sock.setsockopt(zmq.IDENTITY, f"http-{os.getpid()}-{uuid.uuid4().hex[:8]}".encode())
         if key is not None:  # a CURVE deployment: the server connects with its client key
             key.apply(self.sock)
-        self._monitor = self.sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+        self._monitor = watch(self.sock, zmq.EVENT_DISCONNECTED)
         self.sock.connect(address)
         self.codec = Codec(c.CLIENT_OUT)
         self.pending: dict[str, Pending] = {}

@@ -67,7 +67,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 import zmq
 
@@ -106,6 +106,18 @@ class FrameCodec(Protocol):
     def encode(self, msg: Any, place: Any = None) -> list[Any]: ...
 
     def decode(self, frames: Sequence[Any], resolve: Any = None) -> Any: ...
+
+
+_S = TypeVar("_S", bound=zmq.Socket)
+
+
+def watch(sock: _S, events: int) -> _S:
+    """``sock.get_monitor_socket(events)`` at an inproc address of its own. pyzmq's default names
+    the address by the socket's file descriptor, and a closed socket's monitor endpoint can
+    outlive the descriptor (libzmq's reaper unbinds it later), so a new socket reusing the
+    number could not be watched ("Address already in use": seen with many clients in threads)."""
+    addr = f"inproc://wgc-monitor-{secrets.token_hex(8)}"
+    return cast(_S, sock.get_monitor_socket(events, addr=addr))  # asyncio in, asyncio out
 
 
 def is_loopback(host: str) -> bool:
