@@ -312,10 +312,14 @@ class LLM(Node):
             n = len(works)
             logits = stash[min(b for b in stash if b >= n)]
             greedy = outputs["new_token"].reshape(-1).tolist()
+            stops = outputs["stop"].tolist()
             for i, w in enumerate(works):
                 token = self._choose(w, logits[i : i + 1].float(), int(greedy[i]))
-                outputs["new_token"][i, 0] = token
-                outputs["stop"][i] = self._stops(w, token)
+                stop = self._stops(w, token)
+                if token != greedy[i]:  # a sampled row (the step's own choice stands otherwise)
+                    outputs["new_token"][i, 0] = token
+                if stop != stops[i]:  # `max_tokens` reached, or a sampled end of speech
+                    outputs["stop"][i] = stop
 
         return StaticStep(fn=fn, extra=extra, prepare=prepare, finish=finish)
 
