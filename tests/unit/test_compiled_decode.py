@@ -157,3 +157,26 @@ def test_backend_argument():
         GraphRunner(_affine([]), INPUTS, (2,), backend="inductor", capture=True)
     with pytest.raises(GraphError, match="CUDA graphs need a CUDA device"):
         GraphRunner(_affine([]), INPUTS, (2,), backend="cuda_graph")
+
+
+@pytest.mark.slow
+@needs_inductor
+def test_a_compile_leaves_no_process_lock_behind() -> None:
+    """Inductor draws a tqdm progress bar while it compiles; tqdm's default lock is a
+    multiprocessing one, whose semaphore a worker process left registered at exit (the
+    resource tracker then warned of a leak when a deployment stopped). `compile_body` gives
+    tqdm a threading lock first. Run in a fresh interpreter: tqdm's lock is process-wide."""
+    import subprocess
+    import sys
+
+    code = (
+        "import threading, torch\n"
+        "from tqdm import tqdm\n"
+        "from wgc_runtime.engines.capture.inductor import compile_body\n"
+        "run = compile_body(lambda bufs: {'y': bufs['x'].sin() + 1}, 'lock_probe')\n"
+        "run({'x': torch.randn(8)})\n"
+        "lock = tqdm.get_lock()\n"
+        "assert type(lock) is type(threading.RLock()), type(lock)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]

@@ -14,6 +14,7 @@ not views (`wgc_runtime.components.attention.StaticDecode.prepare`).
 from __future__ import annotations
 
 import shutil
+import threading
 import types
 from collections.abc import Callable
 from typing import Any
@@ -37,6 +38,7 @@ def compile_body(body: Callable, label: str) -> Callable:
     opts: dict[str, str | int | bool | Callable[..., Any]] = {
         "guard_filter_fn": torch.compiler.keep_tensor_guards_unsafe
     }
+    _thread_lock_for_progress_bars()
     compiled = torch.compile(fresh, backend="inductor", fullgraph=True, dynamic=False, options=opts)
 
     def run(bufs):
@@ -45,6 +47,19 @@ def compile_body(body: Callable, label: str) -> Callable:
             return compiled(body, bufs)
 
     return run
+
+
+def _thread_lock_for_progress_bars() -> None:
+    """Give tqdm a threading lock before inductor draws its compile progress bar: tqdm's default
+    lock is a multiprocessing one, whose semaphore a worker (started by multiprocessing, and
+    ended without Python's clean-up) leaves registered, and the resource tracker then warns
+    about a leaked semaphore when the deployment stops."""
+    try:
+        from tqdm import tqdm
+    except ImportError:  # pragma: no cover - inductor brings tqdm
+        return
+    if getattr(tqdm, "_lock", None) is None:
+        tqdm.set_lock(threading.RLock())
 
 
 def inductor_available() -> str | None:
