@@ -16,10 +16,10 @@ refused. `NoiseBlock` adds ``randn · conv(x)`` like the package, but draws from
 draws agree, which the parity test relies on).
 
 Batch-invariant without autograd: the convolutions are `wgc_runtime.components.conv1d`'s, and
-``sin`` / ``tanh`` run row by row (`per_row_`), so a row of a batched decode is bit for bit the
-row decoded alone, given the same noise (`draw_noise`: one generator per row, as a streaming
-vocoder decoding several requests' windows at once passes them). Equal to the package's decode
-to float rounding (~1e-6), not bit for bit.
+``sin`` / ``tanh`` run row by row on the CPU (`per_row_`), so a row of a batched decode is bit
+for bit the row decoded alone, given the same noise (`draw_noise`: one generator per row, as a
+streaming vocoder decoding several requests' windows at once passes them). Equal to the
+package's decode to float rounding (~1e-6), not bit for bit.
 
 Sizes: one frame of codebook 0 is ``hop · vq_strides[0]`` samples (`SnacConfig.samples_per_frame`,
 2048 for the 24 kHz model: hop 512 = 8·8·4·2, stride 4).
@@ -215,8 +215,12 @@ def per_row_(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> tor
     """``fn`` (an in-place elementwise op) on each row of contiguous ``x`` by itself: a
     transcendental's vectorised and scalar paths may differ in the last bit, and which elements
     take which depends on the tensor's size, so row by row every row is computed as it would be
-    alone (see `wgc_runtime.components.conv1d`)."""
+    alone (see `wgc_runtime.components.conv1d`). On a GPU every element runs the same code
+    wherever it sits, so the op runs once over the batch."""
     x = x.contiguous()
+    if x.device.type != "cpu":
+        fn(x)
+        return x
     for row in x:
         fn(row)
     return x
