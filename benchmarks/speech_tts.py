@@ -262,7 +262,6 @@ def main() -> None:
         if args.family == "orpheus":
             lm, codec = checkpoints.orpheus(ckpt, seed=0)
             sets = {"checkpoint": str(ckpt / "lm"), "snac_checkpoint": str(ckpt / "snac")}
-            sets.update(kv.split("=", 1) for kv in args.set)
             ref: Reference | OmniReference = Reference(lm, codec)
             request = (TEXT, ["audio"], {"max_tokens": args.tokens})
             warm = (TEXT, ["audio"], {"max_tokens": 35})
@@ -270,12 +269,12 @@ def main() -> None:
         else:
             model = checkpoints.qwen3_omni(ckpt, seed=1)
             sets = {"checkpoint": str(ckpt)}
-            sets.update(kv.split("=", 1) for kv in args.set)
             ref = OmniReference(model, ckpt)
             options = {"max_tokens": OMNI_TOKENS, "max_frames": args.tokens}
             request = (OMNI_TEXT, ["text", "audio"], options)
             warm = (OMNI_TEXT, ["text", "audio"], {"max_tokens": 2, "max_frames": 4})
             ref.run(1, 4)  # warm-up
+        sets.update(kv.split("=", 1) for kv in args.set)
         with contextlib.ExitStack() as stack:
             addresses = {}
             for placement in args.placements:
