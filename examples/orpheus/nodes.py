@@ -19,7 +19,8 @@ over wgc's components (`wgc_runtime.components`: `LlamaDecoder` / `DecoderEngine
   an audio code (as the reference's range check). The ready windows of a batch, from any
   requests, decode as one batch (the decoder is batch-invariant), each with SNAC's noise drawn
   from its own generator (`examples._speech`), so its audio is the same whatever else ran in
-  its batch.
+  its batch. Under ``batching.backend: inductor`` on the CPU the decode is one compiled
+  program (`OrpheusVocoder.compile`, built when the node starts).
 
 Weights: a Hugging Face Llama checkpoint folder (``config checkpoint``; its ``config.json``
 must agree with the ``.walk`` sizes, which size the KV pool) and a SNAC folder (``config
@@ -59,6 +60,7 @@ from wgc_runtime.components.snac import SnacConfig
 from wgc_runtime.components.snac import SnacDecoder as Snac
 from wgc_runtime.components.tokenizer import TextCodec
 from wgc_runtime.contract.capture import CapturedCall, StaticPort, StaticStep
+from wgc_runtime.contract.kinds import CaptureBackend
 from wgc_runtime.contract.node import DTYPE_NAMES, KvCache, Node, NodeContext, NodeError, Work
 
 
@@ -341,6 +343,8 @@ class SnacDecoder(Node):
             snac = seeded_snac(cfg, int(self.config.get("seed", 0))).to(self.device)
         snac = cast_weights(snac, weights_dtype(self.config, self.name))
         self.vocoder = OrpheusVocoder(snac, orpheus_tokens(self.config))
+        if ctx.batching.backend == CaptureBackend.INDUCTOR and self.device.type == "cpu":
+            self.vocoder.compile()  # the windows' decode as one inductor program
         rate = int(self.config.get("sample_rate", snac.config.sampling_rate))
         if rate != snac.config.sampling_rate:
             raise NodeError(

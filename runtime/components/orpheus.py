@@ -33,7 +33,9 @@ to ~1e-5 of float rounding, in about a third of the whole window's time at the r
 three quarters at the tiny ones, where per-layer overhead dominates). Windows that are ready at
 once, from any requests, decode as one batch (`OrpheusVocoder.windows`): the decoder is
 batch-invariant (`wgc_runtime.components.conv1d`) and each window draws its own noise, so a
-window's audio does not depend on its batch-mates.
+window's audio does not depend on its batch-mates. `OrpheusVocoder.compile` makes that decode
+one inductor program (`wgc_runtime.components.snac_compiled`: ~2x faster at the tiny sizes,
+still batch-invariant, equal to the eager decode to float rounding).
 
 One difference from the reference, on purpose: ``tokens_decoder`` drops every token that is not
 a custom token *or whose code is 0* before windowing (``token > 0``), which shifts the frame
@@ -169,6 +171,24 @@ class OrpheusVocoder:
         self.snac, self.tokens = snac, tokens
         self.samples_per_frame = snac.config.samples_per_frame
         self.sample_rate = snac.config.sampling_rate
+
+    def compile(self) -> None:
+        """Decode windows with one compiled program from now on (`SnacDecoder.compile_span`,
+        `wgc_runtime.components.snac_compiled`), compiled here on a window of one and a batch of
+        two, so no request waits for it."""
+        keep = self.keep()
+        latent = WINDOW_FRAMES * self.snac.config.vq_strides[0]
+        self.snac.compile_span(latent, (keep.start, keep.stop))
+        device = next(self.snac.parameters()).device
+        ids = [self.tokens.audio_token(p, 1) for p in range(WINDOW_FRAMES * FRAME)]
+        window = torch.tensor(ids, device=device)
+        for n in (1, 2):
+            self.windows([window] * n, [torch.Generator().manual_seed(0) for _ in range(n)])
+
+    @property
+    def compiled(self) -> bool:
+        """Whether windows decode with the compiled program (`compile`)."""
+        return bool(self.snac.compiled_spans)
 
     def keep(self) -> slice:
         """The samples of a window's audio that are emitted: its second frame."""

@@ -358,6 +358,9 @@ class SnacDecoder(nn.Module):
 
         z = sum(q(c.long()) for q, c in zip(self.quantizer.quantizers, codes, strict=True))
         assert isinstance(z, torch.Tensor)
+        compiled = self.compiled_spans.get((z.shape[-1], span)) if span is not None else None
+        if compiled is not None:
+            return compiled.decode(z, generator)
         blocks = self._noise_blocks()
         for b in blocks:
             b.generator = generator
@@ -366,6 +369,22 @@ class SnacDecoder(nn.Module):
         finally:
             for b in blocks:
                 b.generator = None
+
+    def compile_span(self, latent_length: int, span: tuple[int, int]) -> None:
+        """From now on `decode` computes ``span`` of a decode of ``latent_length`` latent steps
+        with one compiled program (`wgc_runtime.components.snac_compiled`: inductor on the CPU,
+        compiled at its first two calls, of one row and of several)."""
+        from wgc_runtime.components.snac_compiled import CompiledSpan
+
+        label = f"snac_{latent_length}_{span[0]}_{span[1]}"
+        self.compiled_spans[(latent_length, span)] = CompiledSpan(
+            self.decoder, latent_length, span, label
+        )
+
+    @property
+    def compiled_spans(self) -> dict[tuple[int, tuple[int, int]], Any]:
+        """The compiled span decodes (`compile_span`) by (latent length, span)."""
+        return self.__dict__.setdefault("_compiled_spans", {})  # a plain attribute, no module
 
     def _noise_blocks(self) -> list[NoiseBlock]:
         found = self.__dict__.get("_noise")

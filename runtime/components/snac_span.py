@@ -41,7 +41,7 @@ Span = tuple[int, int]  # [start, end) in one layer's sample positions
 
 
 @dataclass(frozen=True, slots=True)
-class _Step:
+class Step:
     """One layer: the input span it reads, the output span it makes, its input length (for the
     edges: zero padding applies only there), and a residual unit's inner steps."""
 
@@ -49,7 +49,7 @@ class _Step:
     read: Span
     make: Span
     length_in: int
-    inner: tuple[_Step, ...] = ()
+    inner: tuple[Step, ...] = ()
 
 
 def _flat(layers: nn.Module) -> list[nn.Module]:
@@ -91,11 +91,11 @@ def _supported(m: nn.Module) -> bool:
     return isinstance(m, (Snake1d, nn.Tanh, NoiseBlock, ResidualUnit))
 
 
-def _plan(layers: list[nn.Module], make: Span, n: int) -> tuple[_Step, ...] | None:
+def _plan(layers: list[nn.Module], make: Span, n: int) -> tuple[Step, ...] | None:
     lengths = [n]
     for m in layers:
         lengths.append(_length_out(m, lengths[-1]))
-    steps: list[_Step] = []
+    steps: list[Step] = []
     for i in range(len(layers) - 1, -1, -1):
         m = layers[i]
         if not _supported(m):
@@ -105,15 +105,15 @@ def _plan(layers: list[nn.Module], make: Span, n: int) -> tuple[_Step, ...] | No
             if inner is None or lengths[i + 1] != lengths[i]:
                 return None
             read = (min(inner[0].read[0], make[0]), max(inner[0].read[1], make[1]))
-            steps.append(_Step(m, read, make, lengths[i], inner))
+            steps.append(Step(m, read, make, lengths[i], inner))
         else:
             read = _read(m, make, lengths[i])
-            steps.append(_Step(m, read, make, lengths[i]))
+            steps.append(Step(m, read, make, lengths[i]))
         make = steps[-1].read
     return tuple(reversed(steps))
 
 
-def plan_span(decoder: nn.Module, latent_length: int, span: Span) -> tuple[_Step, ...] | None:
+def plan_span(decoder: nn.Module, latent_length: int, span: Span) -> tuple[Step, ...] | None:
     """The steps that compute output samples ``span`` of a decode of ``latent_length`` latent
     steps, or None when a layer is of a kind this module does not know (decode it whole).
     Planned once per decoder, length and span (kept in a plain attribute of the decoder)."""
@@ -124,7 +124,7 @@ def plan_span(decoder: nn.Module, latent_length: int, span: Span) -> tuple[_Step
     return plans[key]
 
 
-def _conv(m: WNConv1d, x: torch.Tensor, s: _Step) -> torch.Tensor:
+def _conv(m: WNConv1d, x: torch.Tensor, s: Step) -> torch.Tensor:
     w = m.weight()
     (ia, ib), (a, b) = s.read, s.make
     if m.transpose:
@@ -139,7 +139,7 @@ def _conv(m: WNConv1d, x: torch.Tensor, s: _Step) -> torch.Tensor:
     return conv1d(x, w, m.bias, (left, right), d, m.groups)
 
 
-def _run(steps: tuple[_Step, ...], x: torch.Tensor) -> torch.Tensor:
+def _run(steps: tuple[Step, ...], x: torch.Tensor) -> torch.Tensor:
     for s in steps:
         m = s.layer
         if isinstance(m, WNConv1d):

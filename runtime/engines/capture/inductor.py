@@ -49,6 +49,41 @@ def compile_body(body: Callable, label: str) -> Callable:
     return run
 
 
+def _apply(fn, *args):
+    return fn(*args)
+
+
+def compile_rows(fn: Callable[..., torch.Tensor], label: str) -> Callable[..., torch.Tensor]:
+    """``torch.compile`` of ``fn(*tensors)``, every argument's dim 0 the batch: one artifact for
+    a batch of one row, one for every larger batch (dim 0 symbolic, so a node batching itself,
+    like a vocoder decoding the windows that are ready, compiles twice, not once per size). Like
+    `compile_body`: a code object of its own, tensor guards only, run in inference mode."""
+    opts: dict[str, str | int | bool | Callable[..., Any]] = {
+        "guard_filter_fn": torch.compiler.keep_tensor_guards_unsafe
+    }
+    _thread_lock_for_progress_bars()
+
+    def artifact(name: str, dynamic: bool | None) -> Callable[..., torch.Tensor]:
+        fresh = types.FunctionType(
+            _apply.__code__.replace(co_name=f"_wgc_{label}_{name}"), _apply.__globals__
+        )
+        return torch.compile(
+            fresh, backend="inductor", fullgraph=True, dynamic=dynamic, options=opts
+        )
+
+    one, rows = artifact("b1", False), artifact("rows", None)
+
+    def run(*args: torch.Tensor) -> torch.Tensor:
+        with torch.inference_mode():
+            if args[0].shape[0] == 1:
+                return one(fn, *args)
+            for a in args:
+                torch._dynamo.mark_dynamic(a, 0, min=2, max=1 << 16)
+            return rows(fn, *args)
+
+    return run
+
+
 def _thread_lock_for_progress_bars() -> None:
     """Give tqdm a threading lock before inductor draws its compile progress bar: tqdm's default
     lock is a multiprocessing one, whose semaphore a worker (started by multiprocessing, and

@@ -1,0 +1,149 @@
+"""SNAC's span decode (`wgc_runtime.components.snac_span`) as one compiled program: what a CPU
+deployment whose placement says ``batching.backend: inductor`` runs its vocoder windows with.
+
+At the tiny sizes a window's decode is ~800 small dispatched operations (the `Snake1d` s'
+``sin``, the depthwise taps, the overlap-adds), each a pass over a few thousand samples;
+inductor fuses the pointwise runs between the matrix products into C++ loops (a batch of 16
+Orpheus windows: ~7-10 ms against ~20 eager). `SpanProgram` is the plan's steps flattened
+into a function of plain tensors (the weights folded once, each `NoiseBlock`'s noise an
+argument, drawn by the caller from each row's generator exactly as the eager decode draws it),
+which dynamo traces whole (``fullgraph``); `CompiledSpan` compiles it with the batch dimension
+symbolic (`wgc_runtime.engines.capture.inductor.compile_rows`: one artifact for one row, one
+for any larger batch).
+
+Two properties, both tested (`tests/unit/test_snac_compiled.py`): the program equals the eager
+span decode to float rounding (inductor's fused loops round differently from the dispatched
+ops: ~1e-5, not bit for bit), and it stays batch-invariant: every row of a batch is bit for
+bit that row decoded alone, at every batch size and slot (inductor's loops run over the rows
+outermost, each row by the same code; the matrix products are the per-row ones of
+`wgc_runtime.components.conv1d`). A window's audio therefore does not depend on which other
+requests' windows shared its batch, in a compiled deployment as in an eager one; the two kinds
+of deployment differ from each other by that rounding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from wgc_runtime.components.conv1d import conv1d, conv_transpose1d
+from wgc_runtime.components.snac import (
+    Noise,
+    NoiseBlock,
+    ResidualUnit,
+    Snake1d,
+    WNConv1d,
+    draw_noise,
+)
+from wgc_runtime.components.snac_span import Span, Step, plan_span
+
+Op = Callable[[torch.Tensor, Sequence[torch.Tensor]], torch.Tensor]
+
+
+@dataclass(frozen=True, slots=True)
+class NoiseSlot:
+    """A `NoiseBlock`'s noise: drawn ``[B, 1, length]`` (the whole window's, as the eager decode
+    draws it), of which ``[start, end)`` is used."""
+
+    length: int
+    start: int
+    end: int
+
+
+class SpanProgram:
+    """`plan_span`'s steps of one (latent length, span) as a function of tensors:
+    ``program(z, noises)`` with ``z`` the latent ``[B, latent, T]`` and ``noises`` one
+    ``[B, 1, end - start]`` tensor per `NoiseSlot` (`slots`), in order."""
+
+    def __init__(self, steps: tuple[Step, ...]):
+        self.slots: list[NoiseSlot] = []
+        self.read = steps[0].read
+        self._ops = self._build(steps)
+
+    def __call__(self, z: torch.Tensor, noises: Sequence[torch.Tensor]) -> torch.Tensor:
+        x = z[..., self.read[0] : self.read[1]]
+        for op in self._ops:
+            x = op(x, noises)
+        return x
+
+    def _build(self, steps: tuple[Step, ...]) -> list[Op]:
+        return [self._op(s) for s in steps]
+
+    def _op(self, s: Step) -> Op:
+        m = s.layer
+        if isinstance(m, WNConv1d):
+            return _conv_op(m, s)
+        if isinstance(m, Snake1d):
+            alpha = m.alpha.detach().clone()
+            inv = (alpha + 1e-9).reciprocal()
+            return lambda x, _n: x + torch.sin(alpha * x).square() * inv
+        if isinstance(m, NoiseBlock):
+            k = len(self.slots)
+            self.slots.append(NoiseSlot(s.length_in, *s.make))
+            w = m.linear.weight().detach().clone()
+            return lambda x, n: x + n[k] * conv1d(x, w)
+        if isinstance(m, ResidualUnit):
+            inner = self._build(s.inner)
+            (ia, ib), lo = s.inner[0].read, s.read[0]
+            a, b = s.make[0] - lo, s.make[1] - lo
+
+            def residual(x: torch.Tensor, n: Sequence[torch.Tensor]) -> torch.Tensor:
+                y = x[..., ia - lo : ib - lo]
+                for op in inner:
+                    y = op(y, n)
+                return x[..., a:b] + y
+
+            return residual
+        if isinstance(m, nn.Tanh):
+            return lambda x, _n: torch.tanh(x)
+        raise TypeError(f"no compiled form of {type(m).__name__}")  # plan_span refuses them
+
+
+def _conv_op(m: WNConv1d, s: Step) -> Op:
+    """`snac_span._conv` with the weight folded and every offset a constant."""
+    w = m.weight().detach().clone()
+    bias = None if m.bias is None else m.bias.detach().clone()
+    (ia, ib), (a, b) = s.read, s.make
+    if m.transpose:
+        stride = m.stride
+        if (ia, ib) == (0, s.length_in):
+            pad, first = m.padding, 0
+        else:
+            pad, first = 0, ia * stride - m.padding
+        lo, hi = a - first, b - first
+        return lambda x, _n: conv_transpose1d(x, w, bias, stride, pad)[..., lo:hi]
+    k, d, groups = w.shape[-1], m.dilation, m.groups
+    left, right = ia - (a - m.padding), (b - m.padding + (k - 1) * d) - ib
+    return lambda x, _n: conv1d(x, w, bias, (left, right), d, groups)
+
+
+class CompiledSpan:
+    """A decoder's span decode at one latent length, compiled (module docstring); `decode`
+    takes what `snac_span.decode_span` takes, and the noise generators."""
+
+    def __init__(self, decoder: nn.Module, latent_length: int, span: Span, label: str):
+        from wgc_runtime.engines.capture.inductor import compile_rows
+
+        steps = plan_span(decoder, latent_length, span)
+        if steps is None:
+            raise ValueError("this decoder has a layer the span decode does not know")
+        self.latent_length, self.span = latent_length, span
+        self.program = SpanProgram(steps)
+        self._run = compile_rows(self._call, label)
+        self.runs = 0  # decodes run (the tests check windows take this path)
+
+    def _call(self, z: torch.Tensor, *noises: torch.Tensor) -> torch.Tensor:
+        return self.program(z, noises)
+
+    def decode(self, z: torch.Tensor, generator: Noise) -> torch.Tensor:
+        """Samples ``span`` of the decode of latent ``z`` ``[B, latent, latent_length]``."""
+        b = z.shape[0]
+        noises = [
+            draw_noise(generator, (b, 1, slot.length), z)[..., slot.start : slot.end].contiguous()
+            for slot in self.program.slots
+        ]
+        self.runs += 1
+        return self._run(z.contiguous(), *noises)
