@@ -30,7 +30,7 @@ seeded random weights at the declared sizes.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -195,7 +195,7 @@ class LLM(Node):
         for j, i in enumerate(rows):
             w = batch[i]
             masked = self._mask(logits[j : j + 1], w)
-            token = self._choose(w, masked, None)
+            token = self._choose(w, lambda m=masked: m, None)
             results[i] = self._result(w, token)
         return results
 
@@ -209,6 +209,7 @@ class LLM(Node):
             voice = str(w.ctx.options.get("voice", "tara"))
             ids = prompt_ids(self.text, self.tokens, voice, prompt_text(text, self.name))
             feed = torch.tensor(ids, dtype=torch.long)
+            # the prompt; the chosen tokens join it where a repetition penalty reads them
             st["history"], st["spoken"] = feed, 0
         else:
             token = w.inputs.get("token")
@@ -223,19 +224,21 @@ class LLM(Node):
             return logits
         return audio_mask(logits, self.tokens, [int(w.ctx.state["spoken"])])
 
-    def _choose(self, w: Work, masked: torch.Tensor, greedy: int | None) -> int:
-        """The request's next token from its (masked) logits ``[1, vocab]``; ``greedy``: the
-        captured step's argmax, kept when the request decodes plainly."""
+    def _choose(self, w: Work, masked: Callable[[], torch.Tensor], greedy: int | None) -> int:
+        """The request's next token from its (masked) logits ``[1, vocab]`` (``masked()``, read
+        only when the request samples or penalises); ``greedy``: the captured step's argmax,
+        kept when the request decodes plainly."""
         st = w.ctx.state
         params = sampling(w.ctx.options)
         if greedy is not None and plain(params):
             token = greedy
         elif params.do_sample:
             with RequestGenerator(st, "lm_generator", speech_seed(w.ctx) + TOKENS) as g:
-                token = int(choose(masked, params, [st["history"]], g)[0])
+                token = int(choose(masked(), params, [st["history"]], g)[0])
         else:
-            token = int(choose(masked, params, [st["history"]])[0])
-        st["history"] = torch.cat((st["history"], torch.tensor([token])))
+            token = int(choose(masked(), params, [st["history"]])[0])
+        if params.repetition_penalty != 1.0:  # the one reader of the history
+            st["history"] = torch.cat((st["history"], torch.tensor([token])))
         st["spoken"] = int(st["spoken"]) + 1
         return token
 
@@ -316,7 +319,7 @@ class LLM(Node):
             greedy = outputs["new_token"].reshape(-1).tolist()
             stops = outputs["stop"].tolist()
             for i, w in enumerate(works):
-                token = self._choose(w, logits[i : i + 1].float(), int(greedy[i]))
+                token = self._choose(w, lambda i=i: logits[i : i + 1].float(), int(greedy[i]))
                 stop = self._stops(w, token)
                 if token != greedy[i]:  # a sampled row (the step's own choice stands otherwise)
                     outputs["new_token"][i, 0] = token

@@ -252,3 +252,14 @@ def test_loader_hands_each_node_its_capture_units():
     llm = node_captures(rank, "LLM")
     assert [c.loop for c in llm] == ["decode_loop"] and llm[0].buckets
     assert node_captures(rank, "snac_decoder") == ()
+
+
+def test_a_stop_value_is_true_by_its_first_element() -> None:
+    from wgc_runtime.core.executor.state import truth
+
+    assert truth(None) is False and truth(True) is True and truth(0) is False
+    assert truth(torch.tensor(True)) is True and truth(torch.tensor([False])) is False
+    assert truth(torch.tensor([[1]])) is True and truth(torch.zeros(0)) is False
+    assert truth(torch.tensor([1, 0])) is True and truth(torch.tensor([0, 1])) is False
+    with torch.inference_mode():
+        assert truth(torch.ones(1, dtype=torch.bool).unbind(0)[0]) is True

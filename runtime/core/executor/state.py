@@ -188,5 +188,8 @@ def truth(v: Any) -> bool:
     if v is None:
         return False
     if isinstance(v, torch.Tensor):
-        return bool(v.reshape(-1)[0].item()) if v.numel() else False
+        n = v.numel()
+        if n == 1:  # the common case, one read (a stop of every decode step)
+            return bool(v)
+        return bool(v.reshape(-1)[0].item()) if n else False
     return bool(v)
