@@ -206,7 +206,7 @@ BENCHES = (
     ),
     Bench(
         "speech_tts",
-        (),
+        ("--repeat", "5"),
         ("--concurrency", "1", "--tokens", "35", "--placements", "cpu"),
         json=True,
     ),
