@@ -30,6 +30,7 @@ seeded random weights at the declared sizes.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -347,7 +348,10 @@ class SnacDecoder(Node):
         snac = cast_weights(snac, weights_dtype(self.config, self.name))
         self.vocoder = OrpheusVocoder(snac, orpheus_tokens(self.config))
         if ctx.batching.backend == CaptureBackend.INDUCTOR and self.device.type == "cpu":
+            t0 = time.perf_counter()
+            ctx.say("compiling the window decode (inductor)")
             self.vocoder.compile()  # the windows' decode as one inductor program
+            ctx.say(f"compiled the window decode in {time.perf_counter() - t0:.1f} s")
         rate = int(self.config.get("sample_rate", snac.config.sampling_rate))
         if rate != snac.config.sampling_rate:
             raise NodeError(

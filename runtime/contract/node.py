@@ -52,7 +52,7 @@ This module needs torch and nothing else; it never imports the compiler.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
@@ -135,6 +135,14 @@ class NodeContext:
     kv_cache: KvCacheSpec = KvCacheSpec()
     batching: BatchingSpec = BatchingSpec()
     attention: AttentionSpec = AttentionSpec()
+    # where a node says what its start-up is doing (a line each, shown with the rank's loading
+    # progress, e.g. a compile that takes seconds); None when nobody listens
+    progress: Callable[[str], None] | None = field(default=None, compare=False, repr=False)
+
+    def say(self, line: str) -> None:
+        """Report one line of start-up progress (nothing when nobody listens)."""
+        if self.progress is not None:
+            self.progress(f"`{self.name}`: {line}")
 
 
 class KvCache(Protocol):

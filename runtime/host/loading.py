@@ -139,7 +139,12 @@ def node_captures(rank: RankSpec, node: str) -> tuple[CaptureSpec, ...]:
     return tuple(cap for cap in rank.captures if node in cap.nodes)
 
 
-def node_context(rank: RankSpec, spec: NodeSpec, device: str | None = None) -> NodeContext:
+def node_context(
+    rank: RankSpec,
+    spec: NodeSpec,
+    device: str | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> NodeContext:
     from wgc_runtime.contract.node import NodeContext
 
     tp_rank = spec.ranks.index(rank.rank) if rank.rank in spec.ranks else 0
@@ -158,6 +163,7 @@ def node_context(rank: RankSpec, spec: NodeSpec, device: str | None = None) -> N
         kv_cache=rank.kv_cache,
         batching=rank.batching,
         attention=rank.attention,
+        progress=progress,
     )
 
 
@@ -190,7 +196,7 @@ def load_nodes(
     nodes: dict[str, Node] = {}
     for n in rank.nodes:
         t0 = time.monotonic()
-        ctx = node_context(rank, n, device)
+        ctx = node_context(rank, n, device, progress)
         if progress:
             progress(f"loading `{n.name}` ({n.impl}) on {ctx.device}")
         nodes[n.name] = node_class(n)(ctx)

@@ -263,3 +263,14 @@ def test_a_stop_value_is_true_by_its_first_element() -> None:
     assert truth(torch.tensor([1, 0])) is True and truth(torch.tensor([0, 1])) is False
     with torch.inference_mode():
         assert truth(torch.ones(1, dtype=torch.bool).unbind(0)[0]) is True
+
+
+def test_a_node_reports_start_up_progress_through_its_context() -> None:
+    from wgc_runtime.contract.node import NodeContext
+
+    lines: list[str] = []
+    ctx = NodeContext(name="vocoder", progress=lines.append)
+    ctx.say("compiling")
+    NodeContext(name="quiet").say("nobody hears this")
+    assert lines == ["`vocoder`: compiling"]
+    assert ctx == NodeContext(name="vocoder")  # the listener is no part of what a node is
