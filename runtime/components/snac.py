@@ -373,7 +373,8 @@ class SnacDecoder(nn.Module):
     def compile_span(self, latent_length: int, span: tuple[int, int]) -> None:
         """From now on `decode` computes ``span`` of a decode of ``latent_length`` latent steps
         with one compiled program (`wgc_runtime.components.snac_compiled`: inductor on the CPU,
-        compiled at its first two calls, of one row and of several)."""
+        compiled at its first two calls, of one row and of several). The program holds the
+        weights as they are now (folded once): compile after loading them."""
         from wgc_runtime.components.snac_compiled import CompiledSpan
 
         label = f"snac_{latent_length}_{span[0]}_{span[1]}"
