@@ -40,7 +40,7 @@ from wgc_runtime.components.snac import (
     WNConv1d,
     draw_noise,
 )
-from wgc_runtime.components.snac_span import Span, Step, plan_span
+from wgc_runtime.components.snac_span import Span, Step, conv_geometry, plan_span
 
 Op = Callable[[torch.Tensor, Sequence[torch.Tensor]], torch.Tensor]
 
@@ -105,21 +105,16 @@ class SpanProgram:
 
 
 def _conv_op(m: WNConv1d, s: Step) -> Op:
-    """`snac_span._conv` with the weight folded and every offset a constant."""
+    """`snac_span._conv` with the weight folded and every offset a constant
+    (`snac_span.conv_geometry`)."""
     w = m.weight().detach().clone()
     bias = None if m.bias is None else m.bias.detach().clone()
-    (ia, ib), (a, b) = s.read, s.make
     if m.transpose:
-        stride = m.stride
-        if (ia, ib) == (0, s.length_in):
-            pad, first = m.padding, 0
-        else:
-            pad, first = 0, ia * stride - m.padding
-        lo, hi = a - first, b - first
+        stride, (pad, lo) = m.stride, conv_geometry(m, s)
+        hi = lo + s.make[1] - s.make[0]
         return lambda x, _n: conv_transpose1d(x, w, bias, stride, pad)[..., lo:hi]
-    k, d, groups = w.shape[-1], m.dilation, m.groups
-    left, right = ia - (a - m.padding), (b - m.padding + (k - 1) * d) - ib
-    return lambda x, _n: conv1d(x, w, bias, (left, right), d, groups)
+    pads, d, groups = conv_geometry(m, s), m.dilation, m.groups
+    return lambda x, _n: conv1d(x, w, bias, pads, d, groups)
 
 
 class CompiledSpan:

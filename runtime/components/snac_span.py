@@ -124,19 +124,26 @@ def plan_span(decoder: nn.Module, latent_length: int, span: Span) -> tuple[Step,
     return plans[key]
 
 
-def _conv(m: WNConv1d, x: torch.Tensor, s: Step) -> torch.Tensor:
-    w = m.weight()
+def conv_geometry(m: WNConv1d, s: Step) -> tuple[int, int]:
+    """How step ``s`` runs convolution ``m`` on its input span: a transposed one, its padding
+    and the offset of the span's first sample in its output (``(padding, start)``); another,
+    the zeros it pads on the left and the right, only past the window's edges."""
     (ia, ib), (a, b) = s.read, s.make
     if m.transpose:
         if (ia, ib) == (0, s.length_in):  # the whole input: the whole decode's own call
-            y = conv_transpose1d(x, w, m.bias, m.stride, m.padding, 0, m.groups)
-            return y[..., a:b]
-        y = conv_transpose1d(x, w, m.bias, m.stride, 0, 0, m.groups)
-        first = ia * m.stride - m.padding  # the position of y's first sample
-        return y[..., a - first : b - first]
-    k, d, p = w.shape[-1], m.dilation, m.padding
-    left, right = ia - (a - p), (b - p + (k - 1) * d) - ib  # zeros only past the edges
-    return conv1d(x, w, m.bias, (left, right), d, m.groups)
+            return m.padding, a
+        return 0, a - (ia * m.stride - m.padding)  # y's first sample sits at ia·stride - pad
+    k, d, p = m.weight().shape[-1], m.dilation, m.padding
+    return ia - (a - p), (b - p + (k - 1) * d) - ib
+
+
+def _conv(m: WNConv1d, x: torch.Tensor, s: Step) -> torch.Tensor:
+    w = m.weight()
+    if m.transpose:
+        pad, lo = conv_geometry(m, s)
+        y = conv_transpose1d(x, w, m.bias, m.stride, pad, 0, m.groups)
+        return y[..., lo : lo + s.make[1] - s.make[0]]
+    return conv1d(x, w, m.bias, conv_geometry(m, s), m.dilation, m.groups)
 
 
 def _run(steps: tuple[Step, ...], x: torch.Tensor) -> torch.Tensor:

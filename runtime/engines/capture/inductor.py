@@ -26,12 +26,10 @@ def _trampoline(body, bufs):
     return body(bufs)
 
 
-def compile_body(body: Callable, label: str) -> Callable:
-    """``torch.compile`` of ``body`` through a private copy of `_trampoline`'s code: dynamo
-    caches per code object, so this artifact has a cache (and a recompile limit) of its own."""
-    fresh = types.FunctionType(
-        _trampoline.__code__.replace(co_name=f"_wgc_{label}"), _trampoline.__globals__
-    )
+def _compile(template: Callable, name: str, dynamic: bool | None) -> Callable:
+    """``torch.compile`` of a private copy of ``template``'s code: dynamo caches per code
+    object, so this artifact has a cache (and a recompile limit) of its own."""
+    fresh = types.FunctionType(template.__code__.replace(co_name=name), template.__globals__)
     # like a recorded graph, the artifact is replayed on the same static buffers without
     # re-checking the Python objects it closed over; only tensor guards (shapes, dtypes,
     # devices of buffers and the K/V pool) stay, which saves ~20 µs per tiny step
@@ -39,7 +37,13 @@ def compile_body(body: Callable, label: str) -> Callable:
         "guard_filter_fn": torch.compiler.keep_tensor_guards_unsafe
     }
     _thread_lock_for_progress_bars()
-    compiled = torch.compile(fresh, backend="inductor", fullgraph=True, dynamic=False, options=opts)
+    return torch.compile(fresh, backend="inductor", fullgraph=True, dynamic=dynamic, options=opts)
+
+
+def compile_body(body: Callable, label: str) -> Callable:
+    """``torch.compile`` of ``body`` through a private copy of `_trampoline`'s code
+    (`_compile`), shapes static."""
+    compiled = _compile(_trampoline, f"_wgc_{label}", dynamic=False)
 
     def run(bufs):
         # entered outside the compiled frame: dynamo cannot trace into inference mode
@@ -57,21 +61,10 @@ def compile_rows(fn: Callable[..., torch.Tensor], label: str) -> Callable[..., t
     """``torch.compile`` of ``fn(*tensors)``, every argument's dim 0 the batch: one artifact for
     a batch of one row, one for every larger batch (dim 0 symbolic, so a node batching itself,
     like a vocoder decoding the windows that are ready, compiles twice, not once per size). Like
-    `compile_body`: a code object of its own, tensor guards only, run in inference mode."""
-    opts: dict[str, str | int | bool | Callable[..., Any]] = {
-        "guard_filter_fn": torch.compiler.keep_tensor_guards_unsafe
-    }
-    _thread_lock_for_progress_bars()
-
-    def artifact(name: str, dynamic: bool | None) -> Callable[..., torch.Tensor]:
-        fresh = types.FunctionType(
-            _apply.__code__.replace(co_name=f"_wgc_{label}_{name}"), _apply.__globals__
-        )
-        return torch.compile(
-            fresh, backend="inductor", fullgraph=True, dynamic=dynamic, options=opts
-        )
-
-    one, rows = artifact("b1", False), artifact("rows", None)
+    `compile_body`: a code object of its own (`_compile`), tensor guards only, run in inference
+    mode."""
+    one = _compile(_apply, f"_wgc_{label}_b1", dynamic=False)
+    rows = _compile(_apply, f"_wgc_{label}_rows", dynamic=None)
 
     def run(*args: torch.Tensor) -> torch.Tensor:
         with torch.inference_mode():
