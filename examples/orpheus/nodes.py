@@ -159,8 +159,13 @@ class LLM(Node):
         self.text = text_codec(str(self.config.get("checkpoint") or ""), "orpheus")
         self.audio_only = bool(self.config.get("audio_only", True))
         self.kv_tokens = int(self.config["kv_tokens"])
+        self.decode_widths = int(self.config.get("decode_widths", 1))
+        if self.decode_widths < 1:
+            raise NodeError(
+                f"node `{self.name}`: `config decode_widths = {self.decode_widths}`: the "
+                "compiled decode step needs at least one page-table width"
+            )
         self._engine: DecoderEngine | None = None
-        self._logits: dict[int, torch.Tensor] = {}  # the captured step's, per bucket
 
     def engine(self, kv: KvCache | None) -> DecoderEngine:
         if kv is None:
@@ -267,18 +272,29 @@ class LLM(Node):
             )
 
     # ------------------------------------------------------------------ the captured step
-    def static_step(self, call: CapturedCall) -> StaticStep | None:
+    def static_step(self, call: CapturedCall) -> list[StaticStep] | None:
         if set(call.inputs) != {"token"} or call.kv is None:
             return None  # only the decode step (one token per request) is static
         engine = self.engine(call.kv)
-        width = engine.width_for(self.kv_tokens)
+        # compiled on the CPU the step reads its whole static page table: narrower forms too
+        forms = self.decode_widths if call.backend == "inductor" else 1
+        widths = engine.width_forms(self.kv_tokens, forms)
+        return [self._decode_form(call, engine, w, w == widths[-1]) for w in widths]
+
+    def _decode_form(
+        self, call: CapturedCall, engine: DecoderEngine, width: int, widest: bool
+    ) -> StaticStep:
+        """The decode step with page tables of ``width`` pages (the ``widest`` admits every
+        batch; a narrower one, batches whose rows all fit it after this step's token)."""
         bufs = engine.decode_buffers(width)
         extra = {name: StaticPort(b.dims, DTYPE_NAMES[b.dtype], b.pad) for name, b in bufs.items()}
         del extra["tokens"]  # the `token` port
         extra["spoken"] = StaticPort((), "i64", 0)  # each row's audio position (the mask)
         pad_page = int(bufs["block_tables"].pad)
         unit = engine.unit_for(call.backend)
-        tokens, audio_only, stash = self.tokens, self.audio_only, self._logits
+        tokens, audio_only = self.tokens, self.audio_only
+        stash: dict[int, torch.Tensor] = {}  # the step's logits, per bucket
+        room = width * engine.pool.page_size
 
         def fn(ports: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
             inputs = dict(ports)
@@ -289,6 +305,10 @@ class LLM(Node):
             stash[logits.shape[0]] = logits  # a graph's output buffer: valid after replays
             nxt = logits.argmax(-1)
             return {"new_token": nxt.reshape(-1, 1), "stop": nxt == tokens.end_of_speech}
+
+        def admits(works: Sequence[Work]) -> bool:
+            """Every row's sequence, with this step's token, fits ``width`` pages."""
+            return all(w.ctx.kv is not None and w.ctx.kv.length() < room for w in works)
 
         def prepare(w: Work) -> dict[str, Any]:
             """Append the row's token slot to its sequence: its slot, position, length, page
@@ -327,7 +347,14 @@ class LLM(Node):
                 if stop != stops[i]:  # `max_tokens` reached, or a sampled end of speech
                     outputs["stop"][i] = stop
 
-        return StaticStep(fn=fn, extra=extra, prepare=prepare, finish=finish)
+        return StaticStep(
+            fn=fn,
+            extra=extra,
+            prepare=prepare,
+            finish=finish,
+            admits=None if widest else admits,
+            label=f"page tables of {room} tokens",
+        )
 
 
 class SnacDecoder(Node):

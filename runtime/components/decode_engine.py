@@ -174,6 +174,13 @@ class DecoderEngine:
         """Page-table width of static buffers for sequences up to ``max_len`` tokens."""
         return self.pool.pages_for(max_len)
 
+    def width_forms(self, max_len: int, forms: int) -> tuple[int, ...]:
+        """Page-table widths of a decode step offered in ``forms`` forms (`StaticStep` forms,
+        narrowest first): the width for ``max_len`` tokens and its successive halves, at least
+        one page each (duplicates dropped)."""
+        full = self.width_for(max_len)
+        return tuple(sorted({max(1, full >> k) for k in range(max(1, forms))}))
+
     def decode_buffers(self, width: int) -> dict[str, StaticBuffer]:
         """The static inputs of one decode step (per row): token, position, slot, kv length,
         page table. Padding rows write to the scratch slot and attend to one token."""

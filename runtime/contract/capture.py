@@ -26,6 +26,16 @@ A `StaticStep` is
 * ``finish(works, outputs)``: called after each run with the batch's rows of every output
   (per-request bookkeeping the graph cannot do).
 
+* ``admits(works)``: for a step offered in several *forms* (below), whether this form can run
+  the batch (read before ``prepare``); None: every batch.
+* ``label``: what tells this form from the call's others in start-up reports (e.g. ``width 80``).
+
+`Node.static_step` may return a sequence of steps: forms of one call, each captured at every
+bucket, e.g. a decode step whose page tables are a quarter, half and all of the longest
+sequence's width (a compiled step reads its whole static width; short sequences then run the
+narrow form). A batch runs in the first form, in the order given, that admits it, so the last
+form should admit every batch the plan may send.
+
 Running a call through its step computes the same function as the node's `Node.forward`; the
 tests compare the two.
 
@@ -64,6 +74,8 @@ class StaticStep:
     extra: Mapping[str, StaticPort] = field(default_factory=dict)
     prepare: Callable[[Work], Mapping[str, Any]] | None = None
     finish: Callable[[Sequence[Work], Mapping[str, torch.Tensor]], None] | None = None
+    admits: Callable[[Sequence[Work]], bool] | None = None
+    label: str = ""
 
 
 @dataclass(frozen=True, slots=True)

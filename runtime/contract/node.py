@@ -292,9 +292,10 @@ class Node:
         false), the request ends here when that piece is done: a later walk of the request
         may call the node again, and release it again."""
 
-    def static_step(self, call: CapturedCall) -> StaticStep | None:
+    def static_step(self, call: CapturedCall) -> StaticStep | Sequence[StaticStep] | None:
         """The call as a shape-static unit the runtime may capture
-        (`wgc_runtime.contract.capture`), or None (the default): the call runs `forward`."""
+        (`wgc_runtime.contract.capture`; several: forms of the call, the first that admits a
+        batch runs it), or None (the default): the call runs `forward`."""
         return None
 
     def export_state(self, request_id: str, kept: dict[str, Any]) -> dict[str, torch.Tensor]:

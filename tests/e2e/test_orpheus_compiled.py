@@ -6,9 +6,11 @@ number of samples), every decode step runs compiled, every window decodes compil
 request wanting more tokens than the deployment's `kv_tokens` holds fails with a message naming
 it (and frees its pages).
 
-The shipped placement compiles five buckets at worker start; this test compiles one (``capture:
-[4]``: every batch of the three requests, three rows down to one, runs in it) to keep CI's time
-down."""
+The shipped placement compiles five buckets at three page-table widths at worker start; this
+test compiles one bucket (``capture: [4]``: every batch of the three requests, three rows down to
+one, runs in it) at two widths (``kv_tokens = 128``, ``decode_widths = 2``: tables of 64 and 128
+tokens; the longest request outgrows the narrow one, so rows move between forms mid-request) to
+keep CI's time down."""
 
 from __future__ import annotations
 
@@ -43,6 +45,9 @@ def compiled_plan(family, out: Path) -> Path:
     shipped = "capture: [1, 2, 4, 8, 16]"
     assert shipped in text and "backend: inductor" in text
     place = out / "compiled-1-bucket.yaml"
+    widths = "params: {kv_tokens: 320, decode_widths: 3}"
+    assert widths in text
+    text = text.replace(widths, "params: {kv_tokens: 128, decode_widths: 2}")
     place.write_text(text.replace(shipped, "capture: [4]"))
     walk = ROOT / "examples" / "orpheus" / "orpheus.walk"
     result = Driver().compile(str(walk), str(place), family.sets)
@@ -75,13 +80,15 @@ def test_the_compiled_step_speaks_as_the_eager_one(tmp_path) -> None:
         runners = [u.runner for us in decode.captured.units.values() for u in us]
         assert runners and all(r.backend == "inductor" and r.compile_error is None for r in runners)
         assert sum(r.compiled_runs for r in runners) == decode.captured.runs > 0
+        # the narrow form while every sequence fits 64 tokens, the wide one after
+        assert len(runners) == 2 and all(r.compiled_runs > 0 for r in runners)
         assert decode.captured.fallbacks == 0
         (node,) = [ex.nodes[n] for ex in c.ranks.values() for n in ex.nodes if n == "snac_decoder"]
         assert isinstance(node, SnacDecoder)
         assert node.vocoder.compiled  # every window decoded by the compiled program
         assert sum(cs.runs for cs in node.vocoder.snac.compiled_spans.values()) > 0
 
-        # more than `kv_tokens = 320` holds: a clear failure, and nothing left behind
+        # more than `kv_tokens = 128` holds: a clear failure, and nothing left behind
         h = c.submit(c.request([Segment("text", "hello")], ["audio"], {"max_tokens": 400}), "long")
         c.run()
     assert h.error is not None and "kv_tokens" in str(h.error), h.error

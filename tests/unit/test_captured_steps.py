@@ -140,3 +140,45 @@ def test_outputs_that_break_the_types_fail_the_batch_naming_the_node(tmp_path) -
         assert h.error is not None
         assert "node `Step`'s captured step returned" in (h.error.message or "")
         assert "expected f32[2, 4]" in (h.error.message or "")
+
+
+class Forms(Step):
+    """The step in two forms: ``small`` admits batches whose values all stay under 10, ``any``
+    every batch; each counts the rows it prepares."""
+
+    prepared: dict[str, int]
+
+    def static_step(self, call):
+        self.prepared = {"small": 0, "any": 0}
+        base = super().static_step(call)
+        assert isinstance(base, StaticStep) and base.prepare is not None
+        inner = base.prepare
+
+        def form(label: str, admits) -> StaticStep:
+            def prepare(work):
+                self.prepared[label] += 1
+                return inner(work)
+
+            return StaticStep(base.fn, base.extra, prepare, admits=admits, label=label)
+
+        def small(works):
+            return all(float(w.inputs["x"].max()) < 10 for w in works)
+
+        return [form("small", small), form("any", None)]
+
+
+def test_a_batch_runs_in_the_first_form_that_admits_it(tmp_path) -> None:
+    offsets = [0, 0.5, 1, 0.25]
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    c = _cluster(tmp_path / "a", Forms)
+    got = _outs(_serve(c, offsets))
+    assert got == _outs(_serve(_cluster(tmp_path / "b", Plain), offsets))
+    steps = c.ranks[0].captured
+    assert [u[0] for u in steps.report.units] == ["run:0 Step (small)", "run:0 Step (any)"]
+    assert [u.step.label for u in steps.units[("run", 0)]] == ["small", "any"]
+    node = c.ranks[0].nodes["Step"]
+    assert isinstance(node, Forms)
+    # the first iterations' values are small, the later ones are not: both forms ran
+    assert node.prepared["small"] > 0 and node.prepared["any"] > 0
+    assert steps.fallbacks == 0

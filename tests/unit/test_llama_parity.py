@@ -162,6 +162,17 @@ def test_static_decode_path_matches_reference(pair):
             assert (out[b] - ref).abs().max().item() < TOL
 
 
+def test_width_forms_halve_the_page_table(pair):
+    """A decode step's page-table forms: the width for the longest sequence and its halves,
+    narrowest first, never below one page, never repeated."""
+    eng = _engine(pair[1], page_size=4)
+    assert eng.width_for(32) == 8
+    assert eng.width_forms(32, 1) == (8,)
+    assert eng.width_forms(32, 3) == (2, 4, 8)
+    assert eng.width_forms(32, 9) == (1, 2, 4, 8)
+    assert eng.width_forms(20, 2) == (2, 5)
+
+
 # ---------------------------------------------------------------- loading and config errors
 
 

@@ -46,6 +46,7 @@ class CapturedUnit:
     runner: GraphRunner
     inputs: dict[str, TypeSpec]  # port -> static type
     out_types: dict[str, TypeSpec]
+    seconds: float = 0.0  # what capturing it took
 
     @property
     def outputs(self) -> tuple[str, ...]:
@@ -124,30 +125,37 @@ class CapturedSteps:
                 label = f"{cap.walk}:{call_id} {call.node}"
                 if cap.shape:
                     label += " at " + ", ".join(f"{k}={v}" for k, v in cap.shape)
-                if progress is not None:
-                    progress(f"capturing {label} at batch {list(cap.buckets)} ({self.backend})")
-                t0 = time.perf_counter()
                 try:
-                    unit = self._unit(cap, piece, call)
+                    units = self._units(cap, piece, call, label, progress)
                 except Exception as exc:  # a step that cannot be captured runs `forward`
                     skipped.append((label, f"{type(exc).__name__}: {exc}"))
                     continue
-                if unit is None:
+                if not units:
                     skipped.append((label, "the node offers no static step"))
                     continue
-                self.units.setdefault((cap.walk, call_id), []).append(unit)
-                done.append((label, tuple(unit.runner.buckets), time.perf_counter() - t0))
+                self.units.setdefault((cap.walk, call_id), []).extend(units)
+                for unit in units:
+                    named = f"{label} ({unit.step.label})" if unit.step.label else label
+                    done.append((named, tuple(unit.runner.buckets), unit.seconds))
         self.report = CaptureReport(
             self.backend, tuple(done), tuple(skipped), time.perf_counter() - t_all
         )
         return self.report
 
-    def _unit(self, cap: CaptureSpec, piece: PieceSpec, call: CallSpec) -> CapturedUnit | None:
+    def _units(
+        self,
+        cap: CaptureSpec,
+        piece: PieceSpec,
+        call: CallSpec,
+        label: str,
+        progress: Progress | None,
+    ) -> list[CapturedUnit]:
+        """One captured unit per form of the node's step (none: the node offers no step)."""
         types = dict(cap.ports)
         ins = {p.port: types.get(f"{call.id}#{p.port}") for p in call.inputs}
         outs = {p.port: types.get(f"{call.id}#{p.port}") for p in call.outputs}
         if any(t is None for t in (*ins.values(), *outs.values())):
-            return None
+            return []
         node = self.nodes[call.node]
         kv = self.kv.handle(call.node, PAD_REQUEST) if self.kv.has(call.node) else None
         asked = CapturedCall(
@@ -161,52 +169,66 @@ class CapturedSteps:
             backend=self.backend,
             kv=kv,
         )
-        step = node.static_step(asked)
-        if step is None:
-            return None
+        offered = node.static_step(asked)
+        if offered is None:
+            return []
+        forms = [offered] if isinstance(offered, StaticStep) else list(offered)
         prefix = f"{call.id}#"
         ports = tuple(p for p in cap.ports if p[0].startswith(prefix))
         sub = replace(cap, calls=(call.id,), ports=ports)
-        extra = {
-            name: StaticBuffer(tuple(sp.dims), DTYPES[sp.dtype], sp.pad)
-            for name, sp in step.extra.items()
-        }
-        fn = step.fn
-        body = body_unit(sub, piece, lambda _call, ports: fn(ports), extra)
-        # no carries: the executor passes every input of every run (rows join and leave)
-        runner = GraphRunner(
-            body.fn,
-            body.inputs,
-            sub.buckets,
-            device=self.device,
-            name=f"{cap.walk}:{call.id}",
-            backend=self.backend,
-        )
-        runner.capture()
-        return CapturedUnit(
-            walk=cap.walk,
-            call=call,
-            step=step,
-            runner=runner,
-            inputs={k: v for k, v in ins.items() if v is not None},
-            out_types={k: v for k, v in outs.items() if v is not None},
-        )
+        units = []
+        for i, step in enumerate(forms):
+            extra = {
+                name: StaticBuffer(tuple(sp.dims), DTYPES[sp.dtype], sp.pad)
+                for name, sp in step.extra.items()
+            }
+            fn = step.fn
+            body = body_unit(sub, piece, lambda _call, ports, fn=fn: fn(ports), extra)
+            # no carries: the executor passes every input of every run (rows join and leave)
+            runner = GraphRunner(
+                body.fn,
+                body.inputs,
+                sub.buckets,
+                device=self.device,
+                name=f"{cap.walk}:{call.id}" + (f"/{i}" if len(forms) > 1 else ""),
+                backend=self.backend,
+            )
+            if progress is not None:
+                named = f"{label} ({step.label})" if step.label else label
+                progress(f"capturing {named} at batch {list(cap.buckets)} ({self.backend})")
+            t0 = time.perf_counter()
+            runner.capture()
+            units.append(
+                CapturedUnit(
+                    walk=cap.walk,
+                    call=call,
+                    step=step,
+                    runner=runner,
+                    inputs={k: v for k, v in ins.items() if v is not None},
+                    out_types={k: v for k, v in outs.items() if v is not None},
+                    seconds=time.perf_counter() - t0,
+                )
+            )
+        return units
 
     # ------------------------------------------------------------------ serving
     def unit(self, walk: str, call: int, works: Sequence[Work] = ()) -> CapturedUnit | None:
-        """The unit of the call whose input shapes the batch's values have (the first, for a
-        call with one unit), or None."""
+        """The first unit of the call whose input shapes the batch's values have (the capture
+        list's shape buckets) and whose form admits the batch (`StaticStep.admits`), or None."""
         units = self.units.get((walk, call)) if self.units else None
         if not units:
             return None
-        if len(units) == 1 or not works:
+        if not works:
             return units[0]
+        if len(units) == 1:
+            u = units[0]
+            return u if u.step.admits is None or u.step.admits(works) else None
         first = works[0].inputs
         for u in units:
             if all(
                 isinstance(v := first.get(p), torch.Tensor) and v.shape == tuple(t.dims)
                 for p, t in u.inputs.items()
-            ):
+            ) and (u.step.admits is None or u.step.admits(works)):
                 return u
         return None
 
