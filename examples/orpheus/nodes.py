@@ -56,7 +56,7 @@ from wgc_runtime.components.config import DecoderConfig
 from wgc_runtime.components.decode_engine import DecoderEngine
 from wgc_runtime.components.decoder import LlamaDecoder
 from wgc_runtime.components.orpheus import OrpheusTokens, OrpheusVocoder, audio_mask
-from wgc_runtime.components.sampling import choose
+from wgc_runtime.components.sampling import Sampling, choose
 from wgc_runtime.components.snac import SnacConfig
 from wgc_runtime.components.snac import SnacDecoder as Snac
 from wgc_runtime.components.tokenizer import TextCodec
@@ -166,6 +166,7 @@ class LLM(Node):
                 "compiled decode step needs at least one page-table width"
             )
         self._engine: DecoderEngine | None = None
+        self._params: dict[str, Sampling] = {}  # each running request's sampling options
 
     def engine(self, kv: KvCache | None) -> DecoderEngine:
         if kv is None:
@@ -235,7 +236,9 @@ class LLM(Node):
         only when the request samples or penalises); ``greedy``: the captured step's argmax,
         kept when the request decodes plainly."""
         st = w.ctx.state
-        params = sampling(w.ctx.options)
+        params = self._params.get(w.ctx.request_id)
+        if params is None:  # read once a request: its options do not change
+            params = self._params[w.ctx.request_id] = sampling(w.ctx.options)
         if greedy is not None and plain(params):
             token = greedy
         elif params.do_sample:
@@ -259,7 +262,11 @@ class LLM(Node):
         spoken = int(w.ctx.state["spoken"])
         return token == self.tokens.end_of_speech or (limit > 0 and spoken >= limit)
 
+    def release(self, request_id: str) -> None:
+        self._params.pop(request_id, None)
+
     def export_state(self, request_id: str, kept: dict[str, Any]) -> dict[str, torch.Tensor]:
+        self._params.pop(request_id, None)  # the request moves on to another rank
         return super().export_state(request_id, normal_tensors(kept))
 
     def _check_room(self, kv: KvCache, new: int) -> None:

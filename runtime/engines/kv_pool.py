@@ -342,7 +342,9 @@ class PagedKVPool:
             table = self._tables.setdefault(request, {}).setdefault(label, PageTable())
             start, end = table.length, table.length + n_tokens
             grow = self.pages_for(end) - len(table.pages)
-            table.pages += self._take(request, grow, f"`{request}`/`{label}` (+{n_tokens} tokens)")
+            if grow > 0:  # most decode steps fill the last page and take none
+                what = f"`{request}`/`{label}` (+{n_tokens} tokens)"
+                table.pages += self._take(request, grow, what)
             table.length = end
             return start
 

@@ -94,3 +94,5 @@ def test_the_compiled_step_speaks_as_the_eager_one(tmp_path) -> None:
     assert h.error is not None and "kv_tokens" in str(h.error), h.error
     for ex in c.ranks.values():
         assert not ex.requests and all(n == 0 for n in ex.kv.used_pages().values())
+        for n in ex.nodes.values():  # the LM's per-request sampling options went with them
+            assert not getattr(n, "_params", {}), n
