@@ -116,6 +116,7 @@ def test_the_captured_step_computes_what_forward_computes(tmp_path) -> None:
     assert got == want and all(g is not None for g in got)
     steps = captured.ranks[0].captured
     assert [u[0] for u in steps.report.units] == ["run:0 Step"]
+    assert steps.report.summary().startswith("captured 1 step(s) x 2 bucket(s) (eager) in ")
     assert steps.runs > 0 and max(steps.batch_sizes) > 1 and steps.fallbacks == 0
     assert plain.ranks[0].captured.units == {}
     # 6 requests, buckets [2, 4]: batches of 5-6 ran the plain path (larger than every bucket)
@@ -176,6 +177,7 @@ def test_a_batch_runs_in_the_first_form_that_admits_it(tmp_path) -> None:
     assert got == _outs(_serve(_cluster(tmp_path / "b", Plain), offsets))
     steps = c.ranks[0].captured
     assert [u[0] for u in steps.report.units] == ["run:0 Step (small)", "run:0 Step (any)"]
+    assert steps.report.summary().startswith("captured 1 step(s) in 2 forms x 2 bucket(s)")
     assert [u.step.label for u in steps.units[("run", 0)]] == ["small", "any"]
     node = c.ranks[0].nodes["Step"]
     assert isinstance(node, Forms)

@@ -58,20 +58,24 @@ class CapturedUnit:
 
 @dataclass(frozen=True, slots=True)
 class CaptureReport:
-    """What `CapturedSteps.build` did: per unit ``walk:call node``, its buckets and seconds;
-    the units not captured with why."""
+    """What `CapturedSteps.build` did: per unit ``walk:call node`` (and its form's label), its
+    buckets and seconds; the units not captured with why; ``calls``: how many calls the units
+    are forms of."""
 
     backend: str
     units: tuple[tuple[str, tuple[int, ...], float], ...] = ()
     skipped: tuple[tuple[str, str], ...] = ()
     seconds: float = 0.0
+    calls: int = 0
 
     def summary(self) -> str:
         if not self.units:
             return f"no captured steps ({len(self.skipped)} capturable call(s) run eagerly)"
         buckets = sum(len(b) for _, b, _ in self.units)
+        calls = self.calls or len(self.units)
+        forms = f" in {len(self.units)} forms" if len(self.units) > calls else ""
         return (
-            f"captured {len(self.units)} step(s) x {buckets // len(self.units)} bucket(s) "
+            f"captured {calls} step(s){forms} x {buckets // len(self.units)} bucket(s) "
             f"({self.backend}) in {self.seconds:.2f} s"
         )
 
@@ -112,7 +116,7 @@ class CapturedSteps:
     def build(self, progress: Progress | None = None) -> CaptureReport:
         """Make and capture a runner for every capturable call whose node offers a step."""
         pieces = {p.walk: p for p in self.spec.pieces}
-        done, skipped = [], []
+        done, skipped, calls = [], [], 0
         t_all = time.perf_counter()
         for cap in self.spec.captures:
             piece = pieces.get(cap.walk)
@@ -134,11 +138,16 @@ class CapturedSteps:
                     skipped.append((label, "the node offers no static step"))
                     continue
                 self.units.setdefault((cap.walk, call_id), []).extend(units)
+                calls += 1
                 for unit in units:
                     named = f"{label} ({unit.step.label})" if unit.step.label else label
                     done.append((named, tuple(unit.runner.buckets), unit.seconds))
         self.report = CaptureReport(
-            self.backend, tuple(done), tuple(skipped), time.perf_counter() - t_all
+            self.backend,
+            tuple(done),
+            tuple(skipped),
+            time.perf_counter() - t_all,
+            calls=calls,
         )
         return self.report
 
