@@ -87,6 +87,7 @@ def test_compiled_step_matches_eager_logits_and_tokens(model):
     plain, _ = _run(model, None, capture=False)
     compiled, runner = _run(model, "inductor")
     assert runner.backend == "inductor" and runner.compile_error is None
+    assert all(b.compiled is not None and b.compiled.direct for b in runner._buckets.values())
     assert set(runner.compile_seconds) == {4}
     assert runner.compiled_runs > 0 and runner.eager_runs == 0
     for got, ref, ref2 in zip(compiled, eager, plain, strict=True):
@@ -128,6 +129,9 @@ def test_one_artifact_per_bucket_with_padding_and_carry():
     assert torch.equal(out["y"], x[:2] * 2)
     assert r.compiled_runs == 3 and r.eager_runs == 0
     assert counters["stats"]["unique_graphs"] == graphs  # no bucket recompiled
+    # after its compiling call each bucket runs dynamo's bytecode directly (no wrapper, no
+    # guards), carries included: the second run above read the carried value
+    assert all(b.compiled is not None and b.compiled.direct for b in r._buckets.values())
 
 
 def _breaks(bufs):
@@ -164,7 +168,7 @@ def test_backend_argument():
 def test_a_compile_leaves_no_process_lock_behind() -> None:
     """Inductor draws a tqdm progress bar while it compiles; tqdm's default lock is a
     multiprocessing one, whose semaphore a worker process left registered at exit (the
-    resource tracker then warned of a leak when a deployment stopped). `compile_body` gives
+    resource tracker then warned of a leak when a deployment stopped). `CompiledBody` gives
     tqdm a threading lock first. Run in a fresh interpreter: tqdm's lock is process-wide."""
     import subprocess
     import sys
@@ -172,8 +176,8 @@ def test_a_compile_leaves_no_process_lock_behind() -> None:
     code = (
         "import threading, torch\n"
         "from tqdm import tqdm\n"
-        "from wgc_runtime.engines.capture.inductor import compile_body\n"
-        "run = compile_body(lambda bufs: {'y': bufs['x'].sin() + 1}, 'lock_probe')\n"
+        "from wgc_runtime.engines.capture.inductor import CompiledBody\n"
+        "run = CompiledBody(lambda bufs: {'y': bufs['x'].sin() + 1}, 'lock_probe')\n"
         "run({'x': torch.randn(8)})\n"
         "lock = tqdm.get_lock()\n"
         "assert type(lock) is type(threading.RLock()), type(lock)\n"

@@ -45,7 +45,7 @@ import torch
 
 from wgc_runtime.contract.node import DTYPES
 from wgc_runtime.contract.spec import TypeSpec
-from wgc_runtime.engines.capture.inductor import compile_body
+from wgc_runtime.engines.capture.inductor import CompiledBody
 
 UnitFn = Callable[[Mapping[str, torch.Tensor]], Mapping[str, torch.Tensor]]
 BACKENDS = ("eager", "cuda_graph", "inductor")
@@ -79,7 +79,7 @@ class _Bucket:
     inputs: dict[str, torch.Tensor]
     outputs: dict[str, torch.Tensor] = field(default_factory=dict)
     graph: Any = None  # torch.cuda.CUDAGraph when captured
-    compiled: Any = None  # the `torch.compile`d body (backend "inductor")
+    compiled: CompiledBody | None = None  # the `torch.compile`d body (backend "inductor")
 
 
 def shared_pool(device: torch.device | str) -> Any:
@@ -178,7 +178,7 @@ class GraphRunner:
                 self._body(bucket.inputs)
         try:
             label = "".join(c if c.isalnum() else "_" for c in f"{self.name}_b{bucket.size}")
-            compiled = compile_body(self._body, label)
+            compiled = CompiledBody(self._body, label)
             t0 = time.perf_counter()
             compiled(bucket.inputs)
             self.compile_seconds[bucket.size] = time.perf_counter() - t0
