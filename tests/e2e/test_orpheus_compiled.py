@@ -15,6 +15,7 @@ keep CI's time down."""
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -96,3 +97,10 @@ def test_the_compiled_step_speaks_as_the_eager_one(tmp_path) -> None:
         assert not ex.requests and all(n == 0 for n in ex.kv.used_pages().values())
         for n in ex.nodes.values():  # the LM's per-request sampling options went with them
             assert not getattr(n, "_params", {}), n
+
+
+def test_no_page_table_width_is_refused_at_start(tmp_path) -> None:
+    family = orpheus(tmp_path / "ckpt")
+    family = replace(family, sets={**family.sets, "decode_widths": "0"})
+    with pytest.raises(Exception, match="decode_widths = 0"):
+        LocalCluster(family.compile(tmp_path / "plan", "cpu"))

@@ -5,6 +5,7 @@ fails its batch with the node's name; a node without a step runs `forward`."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -184,3 +185,20 @@ def test_a_batch_runs_in_the_first_form_that_admits_it(tmp_path) -> None:
     # the first iterations' values are small, the later ones are not: both forms ran
     assert node.prepared["small"] > 0 and node.prepared["any"] > 0
     assert steps.fallbacks == 0
+
+
+def test_a_form_whose_admits_raises_fails_its_batch_not_the_rank(tmp_path) -> None:
+    class Raising(Forms):
+        def static_step(self, call):
+            forms = super().static_step(call)
+
+            def admits(works):
+                raise ValueError("admits broke")
+
+            return [replace(forms[0], admits=admits), forms[1]]
+
+    c = _cluster(tmp_path, Raising)
+    hs = _serve(c, [0, 1])
+    for h in hs:
+        assert h.error is not None and "admits broke" in (h.error.message or ""), h.error
+    assert not c.ranks[0].requests  # the rank goes on, nothing left behind

@@ -124,13 +124,13 @@ def _run_batch(self: RankExecutor, batch: list[tuple[Inst, Work]]) -> None:
     results: list[Any] | None = None
     checked = False  # a captured step's outputs were checked once for the whole batch
     t0 = perf_counter()
-    unit = None if merged else self.captured.unit(batch[0][0].walk.walk, call.id, works)
-    if unit is not None:
-        try:
-            results = self.captured.run(unit, works)
+    try:  # a step's failure (choosing its form, or running) fails its batch
+        unit = None if merged else self.captured.unit(batch[0][0].walk.walk, call.id, works)
+        if unit is not None:
+            results = self.captured.run(unit, works)  # its appends are made
             checked = results is not None
-        except Exception as exc:  # a step's failure fails its batch (its appends are made)
-            results = [exc] * len(works)
+    except Exception as exc:
+        results = [exc] * len(works)
     if results is None:
         results = self._forward(node, name, works)
     seconds = perf_counter() - t0
