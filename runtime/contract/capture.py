@@ -25,10 +25,10 @@ A `StaticStep` is
   request only; the others run.
 * ``finish(works, outputs)``: called after each run with the batch's rows of every output
   (per-request bookkeeping the graph cannot do).
-
 * ``admits(works)``: for a step offered in several *forms* (below), whether this form can run
   the batch (read before ``prepare``); None: every batch.
-* ``label``: what tells this form from the call's others in start-up reports (e.g. ``width 80``).
+* ``label``: what tells this form from the call's others in start-up reports (e.g. ``page tables of
+  80 tokens``).
 
 `Node.static_step` may return a sequence of steps: forms of one call, each captured at every
 bucket, e.g. a decode step whose page tables are a quarter, half and all of the longest

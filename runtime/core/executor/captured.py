@@ -4,9 +4,11 @@ For every call of a `CaptureSpec` on this rank whose node offers a `StaticStep`
 (`Node.static_step`, `wgc_runtime.contract.capture`), `CapturedSteps.build` makes a
 `GraphRunner` over the step with the call's static port types and the plan's batch buckets,
 and captures it (CUDA graphs on a GPU; ``torch.compile`` per bucket with ``batching.backend:
-inductor``; the same static buffers run eagerly otherwise). A loop body with several calls on
-this rank gets one runner per call: the executor runs a body call by call (each call's batch
-forms from the requests whose inputs are ready), so the calls are captured one graph each.
+inductor``; the same static buffers run eagerly otherwise); a node offering its step in several
+forms (`StaticStep.admits`) gets a runner per form, and each batch runs in the first form that
+admits it. A loop body with several calls on this rank gets one runner per call: the executor
+runs a body call by call (each call's batch forms from the requests whose inputs are ready), so
+the calls are captured one graph each.
 
 `CapturedSteps.run` is the executor's path for a batch of such a call: stack the requests'
 port values, let the step fill its extra buffers (`StaticStep.prepare`), run at the smallest
@@ -47,6 +49,7 @@ class CapturedUnit:
     inputs: dict[str, TypeSpec]  # port -> static type
     out_types: dict[str, TypeSpec]
     seconds: float = 0.0  # what capturing it took
+    label: str = ""  # ``walk:call node`` and the form's label, for reports
 
     @property
     def outputs(self) -> tuple[str, ...]:
@@ -139,9 +142,7 @@ class CapturedSteps:
                     continue
                 self.units.setdefault((cap.walk, call_id), []).extend(units)
                 calls += 1
-                for unit in units:
-                    named = f"{label} ({unit.step.label})" if unit.step.label else label
-                    done.append((named, tuple(unit.runner.buckets), unit.seconds))
+                done.extend((u.label, tuple(u.runner.buckets), u.seconds) for u in units)
         self.report = CaptureReport(
             self.backend,
             tuple(done),
@@ -202,8 +203,8 @@ class CapturedSteps:
                 name=f"{cap.walk}:{call.id}" + (f"/{i}" if len(forms) > 1 else ""),
                 backend=self.backend,
             )
+            named = f"{label} ({step.label})" if step.label else label
             if progress is not None:
-                named = f"{label} ({step.label})" if step.label else label
                 progress(f"capturing {named} at batch {list(cap.buckets)} ({self.backend})")
             t0 = time.perf_counter()
             runner.capture()
@@ -216,6 +217,7 @@ class CapturedSteps:
                     inputs={k: v for k, v in ins.items() if v is not None},
                     out_types={k: v for k, v in outs.items() if v is not None},
                     seconds=time.perf_counter() - t0,
+                    label=named,
                 )
             )
         return units

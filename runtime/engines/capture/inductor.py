@@ -4,7 +4,8 @@ One ``torch.compile(fullgraph=True, dynamic=False)`` artifact per bucket (C++/Op
 the CPU: the elementwise ops between the matrix products fused, one call in place of dozens of
 dispatched ops). Each bucket compiles its own copy of `_trampoline`'s code object
 (`torch.compile` keeps its cache on the code object), so a bucket's artifact is its own and
-runners never evict one another's under dynamo's recompile limit. A compiled unit runs in
+runners never evict one another's under dynamo's recompile limit; after its compiling call a
+bucket runs dynamo's compiled bytecode directly (`CompiledBody`). A compiled unit runs in
 ``torch.inference_mode`` (entered around it: dynamo does not trace into it), so it must not
 enter inference mode itself. The unit must be traceable: no host reads, no data-dependent
 shapes, and mutations of the tensors it closes over (e.g. the K/V pool) made on base tensors,
