@@ -112,7 +112,8 @@ def _conv_op(m: WNConv1d, s: Step) -> Op:
     if m.transpose:
         stride, (pad, lo) = m.stride, conv_geometry(m, s)
         hi = lo + s.make[1] - s.make[0]
-        return lambda x, _n: conv_transpose1d(x, w, bias, stride, pad)[..., lo:hi]
+        groups = m.groups
+        return lambda x, _n: conv_transpose1d(x, w, bias, stride, pad, 0, groups)[..., lo:hi]
     pads, d, groups = conv_geometry(m, s), m.dilation, m.groups
     return lambda x, _n: conv1d(x, w, bias, pads, d, groups)
 

@@ -231,15 +231,13 @@ class CapturedSteps:
             return None
         if not works:
             return units[0]
-        if len(units) == 1:
-            u = units[0]
-            return u if u.step.admits is None or u.step.admits(works) else None
         first = works[0].inputs
         for u in units:
-            if all(
+            shaped = len(units) == 1 or all(  # one unit: `run` checks every value's shape
                 isinstance(v := first.get(p), torch.Tensor) and v.shape == tuple(t.dims)
                 for p, t in u.inputs.items()
-            ) and (u.step.admits is None or u.step.admits(works)):
+            )
+            if shaped and (u.step.admits is None or u.step.admits(works)):
                 return u
         return None
 
