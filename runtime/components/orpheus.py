@@ -55,6 +55,8 @@ from wgc_runtime.components.snac import SnacDecoder
 
 FRAME = 7  # tokens per SNAC frame
 WINDOW_FRAMES = 4  # frames per decoder window (28 tokens)
+# a frame's positions that carry each SNAC codebook's codes (1, 2 and 4 codes a frame)
+CODEBOOK_POSITIONS = ((0,), (1, 4), (2, 3, 5, 6))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -154,11 +156,7 @@ def window_codes(window: torch.Tensor, tokens: OrpheusTokens) -> list[torch.Tens
     if bool(((codes < 0) | (codes >= tokens.codebook_size)).any()):
         return None
     frames = codes.view(b, t // FRAME, FRAME)
-    return [
-        frames[:, :, [0]].reshape(b, -1),
-        frames[:, :, [1, 4]].reshape(b, -1),
-        frames[:, :, [2, 3, 5, 6]].reshape(b, -1),
-    ]
+    return [frames[:, :, list(p)].reshape(b, -1) for p in CODEBOOK_POSITIONS]
 
 
 class OrpheusVocoder:
@@ -217,16 +215,27 @@ class OrpheusVocoder:
         it alone (the decoder is batch-invariant: `wgc_runtime.components.conv1d`), or None
         for a window with a code out of range."""
         out: list[torch.Tensor | None] = [None] * len(windows)
-        rows, codes, noise = [], [], []
-        for i, (w, g) in enumerate(zip(windows, generators, strict=True)):
-            c = window_codes(w[None], self.tokens)
-            if c is not None:
-                rows.append(i)
-                codes.append(c)
-                noise.append(g)
+        if len(generators) != len(windows):
+            raise ValueError(f"{len(generators)} noise generators for {len(windows)} windows")
+        if not windows:
+            return out
+        if len({tuple(w.shape) for w in windows}) > 1:
+            raise ValueError("the windows of one batch have one length")
+        # every window's codes in one go; a window with a code out of range makes no audio
+        batch = torch.stack([w.reshape(-1) for w in windows])
+        b, t = batch.shape
+        if t % FRAME:
+            raise ValueError(f"a window holds whole frames of {FRAME} tokens, not {t}")
+        codes = self.tokens.code(batch.long(), torch.arange(t, device=batch.device))
+        valid = ((codes >= 0) & (codes < self.tokens.codebook_size)).all(dim=1)
+        rows = valid.nonzero().flatten().tolist()
         if not rows:
             return out
-        stacked = [torch.cat(parts) for parts in zip(*codes, strict=True)]
+        if len(rows) < b:
+            codes = codes[rows]
+        frames = codes.view(len(rows), t // FRAME, FRAME)
+        stacked = [frames[:, :, list(p)].reshape(len(rows), -1) for p in CODEBOOK_POSITIONS]
+        noise = [generators[i] for i in rows]
         keep = self.keep()
         audio = self.snac.decode(stacked, noise, span=(keep.start, keep.stop))[:, 0].float()
         for j, i in enumerate(rows):

@@ -184,6 +184,38 @@ def test_executor_routes_until_to_every_rank_of_the_loop(tmp_path) -> None:
     assert [d.ranks for d in until] == [(0, 1)]
 
 
+def test_a_rank_hands_its_own_values_and_stops_over_without_messages(tmp_path, monkeypatch):
+    """A carried value to a call of the same walk run on this rank, and a stop value for a loop
+    that runs on this rank only, are kept at once: no `Value` / `Until` is made for them (the
+    decode loop's per-token traffic); the run is the reference's."""
+    walk = tmp_path / "spec_demo.walk"
+    walk.write_text(SPEC_DEMO.replace("MODIFIER", ""), encoding="utf-8")
+    placement = tmp_path / "one.yaml"
+    placement.write_text(
+        "devices: [cpu]\nplace:\n  - nodes: [step, judge]\n    ranks: [0]\n", encoding="utf-8"
+    )
+    result = Driver().compile(str(walk), str(placement))
+    assert result.ok, [(d.code, d.message) for d in result.diagnostics]
+    folder = tmp_path / "gen"
+    folder.mkdir()
+    for name, text in result.files.items():
+        (folder / name).write_text(text, encoding="utf-8")
+    model = result.model
+    cluster = LocalCluster(folder, nodes_factory=lambda r: _nodes(model, {"step", "judge"}))
+    executor = cluster.ranks[0]
+    taken: list[M.Message] = []
+    on_value, on_until = executor._on_value, executor._on_until
+    monkeypatch.setattr(executor, "_on_value", lambda m: (taken.append(m), on_value(m)))
+    monkeypatch.setattr(executor, "_on_until", lambda m: (taken.append(m), on_until(m)))
+    h = cluster.submit(make_request(model, [segment("tensor", torch.tensor(0.0))], ["tensor"]))
+    cluster.run()
+    assert h.ok, h.error
+    assert [float(o.tensor) for o in h.outputs] == [1.0, 2.0, 3.0, 4.0]
+    # messages come only from elsewhere (the walk's input, from the conductor): the carried
+    # `x`, `judge`'s input and the stops went straight to their call and loop
+    assert taken == []
+
+
 # ---------------------------------------------------------------------------------- conductor
 
 

@@ -78,6 +78,8 @@ class RankExecutor:
     # values
     _key = staticmethod(values._key)
     _on_value = values._on_value
+    _store = values._store
+    _live = values._live
     _on_forward = values._on_forward
     _send_value = values._send_value
     _lookup = staticmethod(values._lookup)
@@ -108,6 +110,7 @@ class RankExecutor:
     _iteration_complete = loops._iteration_complete
     _advance = loops._advance
     _on_until = loops._on_until
+    _stop = loops._stop
     _release_held = loops._release_held
     _discard_iteration = loops._discard_iteration
     _end_loop = loops._end_loop

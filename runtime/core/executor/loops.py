@@ -122,21 +122,28 @@ def _advance(self: RankExecutor, w: WalkRun, lr: LoopRun) -> None:
 
 def _on_until(self: RankExecutor, m: Until) -> None:
     w = self._walk(m.request, m.walk_id, m.walk)
-    if w is None:
-        return
-    lr = w.loops.get((m.loop, m.outer))
+    if w is not None:
+        self._stop(w, m.loop, m.outer, m.iteration, m.stop)
+
+
+def _stop(
+    self: RankExecutor, w: WalkRun, loop: str, outer: tuple[int, ...], iteration: int, stop: bool
+) -> None:
+    """Loop ``loop``'s (instance ``outer``) stop value of ``iteration`` is known (an `Until`'s
+    fields; a call here that computes it for this rank only hands it over directly)."""
+    lr = w.loops.get((loop, outer))
     if lr is None:
-        w.early_stops.setdefault((m.loop, m.outer), {})[m.iteration] = m.stop
+        w.early_stops.setdefault((loop, outer), {})[iteration] = stop
         return
-    if lr.ended or (lr.last is not None and m.iteration > lr.last):
+    if lr.ended or (lr.last is not None and iteration > lr.last):
         return
-    lr.stops[m.iteration] = m.stop
-    if m.stop:
-        lr.last = m.iteration
-        for j in range(m.iteration + 1, lr.started):
+    lr.stops[iteration] = stop
+    if stop:
+        lr.last = iteration
+        for j in range(iteration + 1, lr.started):
             self._discard_iteration(w, lr, j)
     else:
-        self._release_held(w, lr, m.iteration + 1)
+        self._release_held(w, lr, iteration + 1)
     self._advance(w, lr)
 
 

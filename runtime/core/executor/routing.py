@@ -124,8 +124,12 @@ def _dest(self: RankExecutor, w: WalkRun, call: Unit, it, d: Dest, v: Any, port:
     elif d.kind is DestKind.UNTIL:
         j = call.loops.index(d.loop) if d.loop in call.loops else len(it) - 1
         stop = truth(v)
+        ranks = d.ranks or (self.rank,)
+        if len(ranks) == 1 and ranks[0] == self.rank and self._live(w, req.id, w.walk_id):
+            self._stop(w, d.loop or "", it[:j], it[j], stop)  # `_on_until` without the message
+            return
         msg = Until(req.id, w.walk_id, w.walk, d.loop or "", it[:j], it[j], stop)
-        for r in d.ranks or (self.rank,):
+        for r in ranks:
             if r == self.rank:
                 self._on_until(msg)
             else:

@@ -58,30 +58,44 @@ def _on_value(self: RankExecutor, m: Value) -> None:
         return
     if m.options is not None and not w.started and not w.piece.spec.needs_start:
         self._begin(w, m.flow, m.options)  # the walk's header: this piece starts on it
-    call = w.piece.units.get(m.call)
+    self._store(w, m.call, m.port, m.edge, m.loop, m.iters, None if m.signal else m.data)
+
+
+def _store(
+    self: RankExecutor,
+    w: WalkRun,
+    cid: int,
+    port_name: str,
+    edge: Edge,
+    loop_name: str | None,
+    iters: tuple[tuple[str, int], ...],
+    value: Any,
+) -> None:
+    """Keep a value for call ``cid``'s port of walk run ``w`` (a `Value`'s fields; a call on
+    this rank sends to another call of the same walk run here without the message)."""
+    call = w.piece.units.get(cid)
     if call is None:
         raise RequestAbort(
             FailKind.INTERNAL,
-            f"rank {self.rank}: walk `{m.walk}` has no call {m.call} here (value for `{m.port}`)",
-            m.walk,
+            f"rank {self.rank}: walk `{w.walk}` has no call {cid} here (value for `{port_name}`)",
+            w.walk,
         )
-    slot = (m.call, m.port)
-    value = None if m.signal else m.data
-    key = self._key(call, m.iters)
+    slot = (cid, port_name)
+    key = self._key(call, iters)
     port = w.piece.ports.get(slot)
     loop = port.loop if port is not None else None
-    if m.edge == Edge.LOOP_CARRIED:
+    if edge == Edge.LOOP_CARRIED:
         w.carried.setdefault(slot, {})[key] = value
-        w.carried_loop[slot] = loop or m.loop or ""
-    elif m.edge == Edge.LOOP_INIT or (port is not None and port.mode is InputMode.CARRIED):
+        w.carried_loop[slot] = loop or loop_name or ""
+    elif edge == Edge.LOOP_INIT or (port is not None and port.mode is InputMode.CARRIED):
         # iteration 0's value of a carried port (an earlier loop's yield comes as
         # `terminal`, once that loop has ended)
         w.inits.setdefault(slot, {})[key] = value
-        if loop or m.edge == Edge.LOOP_INIT:
-            w.carried_loop[slot] = loop or m.loop or ""
+        if loop or edge == Edge.LOOP_INIT:
+            w.carried_loop[slot] = loop or loop_name or ""
     else:
         w.values.setdefault(slot, {})[key] = value
-    self._dirty[(id(w), m.call)] = w
+    self._dirty[(id(w), cid)] = w
 
 
 def _on_forward(self: RankExecutor, m: ForwardPersisted) -> None:
@@ -111,6 +125,13 @@ def _send_value(
 ) -> None:
     """Send a value to ``d``; the first one per walk run ``w`` to a rank whose piece starts on
     its first value (`Dest.starts`) carries the walk's header."""
+    local = d.rank == self.rank or d.rank is None
+    if local and w is not None and self._live(w, request, walk_id):
+        # a call of the same walk run here: kept at once (what `_on_value` does with a
+        # `Value`; the piece has started, so no header is needed)
+        call = d.call if d.call is not None else -1
+        self._store(w, call, d.port or "", d.edge, d.loop, iters, value)
+        return
     header = d.starts and w is not None and d.rank not in w.headed
     if header:
         assert w is not None and d.rank is not None
@@ -129,10 +150,16 @@ def _send_value(
         w.flow if header and w is not None else "",
         tuple(w.options.items()) if header and w is not None else None,
     )
-    if d.rank == self.rank or d.rank is None:
+    if d.rank is None or d.rank == self.rank:
         self._on_value(msg)
     else:
         self.outbox(d.rank, msg)
+
+
+def _live(self: RankExecutor, w: WalkRun, request: str, walk_id: int) -> bool:
+    """Whether ``w`` is the running walk run ``walk_id`` of ``request`` here (what `_walk`
+    would find for them)."""
+    return self.requests.get(request) is w.req and w.req.walks.get(walk_id) is w
 
 
 def _lookup(store: dict[tuple[int, ...], Any] | None, key: tuple[int, ...]) -> Any:
