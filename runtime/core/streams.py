@@ -85,7 +85,10 @@ class Policy:
         return p
 
     def get(self, name: str) -> int:
-        return dict(self.params)[name]
+        for n, v in self.params:  # one to three parameters: no dict per call (`ready` asks)
+            if n == name:
+                return v
+        raise KeyError(name)
 
     def _validate(self) -> None:
         if self.kind == "fixed" and self.get("k") < 1:
@@ -247,7 +250,7 @@ class StreamBuffer:
             self.item_shape = tuple(item.shape)
         if self.dtype is None:
             self.dtype = item.dtype
-        if tuple(item.shape) != self.item_shape or item.dtype != self.dtype:
+        if item.shape != self.item_shape or item.dtype != self.dtype:
             raise StreamError(
                 f"stream `{self.name}`: item of shape {tuple(item.shape)} {item.dtype}, "
                 f"expected {self.item_shape} {self.dtype}"
