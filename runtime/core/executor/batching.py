@@ -162,8 +162,8 @@ def _run_batch(self: RankExecutor, batch: list[tuple[Inst, Work]]) -> None:
                 RequestAbort(FailKind.OUTPUT, f"{exc} (in walk `{w.walk}`)", w.walk, call.node),
             )
             continue
-        try:
-            self._after_call(inst, dict(result))
+        try:  # a captured step's rows are dicts of its own; a node's result is copied
+            self._after_call(inst, result if checked else dict(result))
         except RequestAbort as exc:
             self._fail(w.req.id, exc)
 

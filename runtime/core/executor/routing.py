@@ -81,7 +81,11 @@ def _route(self: RankExecutor, w: WalkRun, call: Unit, it, outputs: dict[str, An
     streams = frozenset(d.name or "" for d, _ in pushes)
 
     def start() -> None:
-        self._push_all(w, pushes, finish)
+        if len(pushes) == 1:  # the usual one stream: its push goes on to ``finish`` itself
+            d, v = pushes[0]
+            self._push(w, d, v, finish)
+        else:
+            self._push_all(w, pushes, finish)
 
     if self._push_blocked(w, key, streams):
         w.parked.append((key, streams, start))
