@@ -126,11 +126,19 @@ class Judge(Node):
 CLASSES = {"step": Step, "judge": Judge}
 
 
-def _compiled(tmp_path, modifier: str):
+ONE_RANK = """\
+devices: [cpu]
+place:
+  - nodes: [step, judge]
+    ranks: [0]
+"""
+
+
+def _compiled(tmp_path, modifier: str, placement_text: str = TWO_RANKS):
     walk = tmp_path / "spec_demo.walk"
     walk.write_text(SPEC_DEMO.replace("MODIFIER", modifier), encoding="utf-8")
-    placement = tmp_path / "two.yaml"
-    placement.write_text(TWO_RANKS, encoding="utf-8")
+    placement = tmp_path / "placement.yaml"
+    placement.write_text(placement_text, encoding="utf-8")
     result = Driver().compile(str(walk), str(placement))
     assert result.ok, [(d.code, d.message) for d in result.diagnostics]
     out = tmp_path / "gen"
@@ -188,19 +196,7 @@ def test_a_rank_hands_its_own_values_and_stops_over_without_messages(tmp_path, m
     """A carried value to a call of the same walk run on this rank, and a stop value for a loop
     that runs on this rank only, are kept at once: no `Value` / `Until` is made for them (the
     decode loop's per-token traffic); the run is the reference's."""
-    walk = tmp_path / "spec_demo.walk"
-    walk.write_text(SPEC_DEMO.replace("MODIFIER", ""), encoding="utf-8")
-    placement = tmp_path / "one.yaml"
-    placement.write_text(
-        "devices: [cpu]\nplace:\n  - nodes: [step, judge]\n    ranks: [0]\n", encoding="utf-8"
-    )
-    result = Driver().compile(str(walk), str(placement))
-    assert result.ok, [(d.code, d.message) for d in result.diagnostics]
-    folder = tmp_path / "gen"
-    folder.mkdir()
-    for name, text in result.files.items():
-        (folder / name).write_text(text, encoding="utf-8")
-    model = result.model
+    model, folder = _compiled(tmp_path, "", ONE_RANK)
     cluster = LocalCluster(folder, nodes_factory=lambda r: _nodes(model, {"step", "judge"}))
     executor = cluster.ranks[0]
     taken: list[M.Message] = []
