@@ -148,15 +148,26 @@ def window_codes(window: torch.Tensor, tokens: OrpheusTokens) -> list[torch.Tens
     """A window of whole frames (``[B, 7·n]`` audio tokens, starting at a frame boundary) as
     SNAC's three code tensors ``[B, n]``, ``[B, 2n]``, ``[B, 4n]``; None when any code is out
     of range (no audio for that window, like the reference)."""
-    b, t = window.shape
+    codes, rows = valid_window_codes(window, tokens)
+    return codes if len(rows) == window.shape[0] else None
+
+
+def valid_window_codes(
+    windows: torch.Tensor, tokens: OrpheusTokens
+) -> tuple[list[torch.Tensor], list[int]]:
+    """`window_codes` of the rows of ``windows`` whose codes are all in range, and those rows
+    (a row with a code out of range has no audio): every row mapped in one go."""
+    b, t = windows.shape
     if t % FRAME:
         raise ValueError(f"a window holds whole frames of {FRAME} tokens, not {t}")
-    pos = torch.arange(t, device=window.device)
-    codes = tokens.code(window.long(), pos)
-    if bool(((codes < 0) | (codes >= tokens.codebook_size)).any()):
-        return None
-    frames = codes.view(b, t // FRAME, FRAME)
-    return [frames[:, :, list(p)].reshape(b, -1) for p in CODEBOOK_POSITIONS]
+    codes = tokens.code(windows.long(), torch.arange(t, device=windows.device))
+    valid = ((codes >= 0) & (codes < tokens.codebook_size)).all(dim=1)
+    rows = valid.nonzero().flatten().tolist()
+    if len(rows) < b:
+        codes = codes[rows]
+    n = t // FRAME
+    frames = codes.view(len(rows), n, FRAME)
+    return [frames[:, :, list(p)].reshape(len(rows), n * len(p)) for p in CODEBOOK_POSITIONS], rows
 
 
 class OrpheusVocoder:
@@ -221,20 +232,10 @@ class OrpheusVocoder:
             return out
         if len({tuple(w.shape) for w in windows}) > 1:
             raise ValueError("the windows of one batch have one length")
-        # every window's codes in one go; a window with a code out of range makes no audio
         batch = torch.stack([w.reshape(-1) for w in windows])
-        b, t = batch.shape
-        if t % FRAME:
-            raise ValueError(f"a window holds whole frames of {FRAME} tokens, not {t}")
-        codes = self.tokens.code(batch.long(), torch.arange(t, device=batch.device))
-        valid = ((codes >= 0) & (codes < self.tokens.codebook_size)).all(dim=1)
-        rows = valid.nonzero().flatten().tolist()
+        stacked, rows = valid_window_codes(batch, self.tokens)
         if not rows:
             return out
-        if len(rows) < b:
-            codes = codes[rows]
-        frames = codes.view(len(rows), t // FRAME, FRAME)
-        stacked = [frames[:, :, list(p)].reshape(len(rows), -1) for p in CODEBOOK_POSITIONS]
         noise = [generators[i] for i in rows]
         keep = self.keep()
         audio = self.snac.decode(stacked, noise, span=(keep.start, keep.stop))[:, 0].float()
