@@ -8,7 +8,10 @@ nodes on the rank's device (reporting `Progress`), learn the `Peers`, report `Re
    rank's ``batching.max_batch``);
 2. hand messages for this rank straight back to the executor (same rank: by reference, no
    transport), send the rest, one batch per peer (small tensors inline, large ones as arena
-   descriptors on this host, frames elsewhere);
+   descriptors on this host, frames elsewhere) — or, while the rank is busy and its turns are
+   short, hold them over a few turns (`SendHold`: every send wakes the peer and both sides'
+   ZeroMQ I/O threads, ~50-100 µs of CPU a hop on a small machine; a 3 ms decode step would
+   send every turn); an idle rank, about to wait, sends at once;
 3. poll the inbox (without waiting while work is ready, else up to 20 ms, busy-polling first
    for `Tuning.busy_poll_us` after activity) and deliver what arrived (frames that do not decode
    are dropped by the transport); tell arena owners which blocks this rank is done with.
@@ -78,6 +81,27 @@ def peer_of(to: int) -> Peer:
     return "conductor" if to == m.CONDUCTOR else int(to)
 
 
+class SendHold:
+    """When a busy rank sends what its turns queued: at once when it is idle (it is about to
+    wait for messages, so holding could only delay), else once the oldest message has waited
+    ``hold_s`` or would pass it by holding over one more turn as long as the last (a long turn,
+    e.g. a vocoder batch, sends every turn; a ~3 ms decode step sends every few). A message is
+    held at most ``hold_s`` plus the misjudged turn; ``hold_s = 0`` sends every turn."""
+
+    def __init__(self, hold_s: float) -> None:
+        self.hold_s = hold_s
+        self.since: float | None = None  # the end of the turn that queued the oldest message
+
+    def send_now(self, now: float, turn_s: float, busy: bool) -> bool:
+        """At the end of a turn that took ``turn_s`` and left messages queued: send them?"""
+        if self.since is None:
+            self.since = now
+        if busy and now - self.since + turn_s < self.hold_s:
+            return False
+        self.since = None
+        return True
+
+
 class WorkerLoop:
     """The loop of one rank (see the module docstring)."""
 
@@ -97,6 +121,7 @@ class WorkerLoop:
         )
         self.running = True
         self.trouble = Trouble(f"rank {self.rank}")
+        self.hold = SendHold(TUNING.hold_us / 1e6)
 
     def _outbox(self, to: int, msg: m.Message) -> None:
         if to == self.rank:
@@ -139,15 +164,19 @@ class WorkerLoop:
         return ex.stats.usage(base, held)
 
     def run(self) -> None:
-        executor, local, mesh = self.executor, self.local, self.mesh
+        executor, local, mesh, hold = self.executor, self.local, self.mesh, self.hold
+        clock = time.perf_counter
         while self.running:
+            t0 = clock()
             busy = bool(executor.step())
             while local:
                 self.deliver(local.popleft())
                 busy = True
             executor.end_turn()  # the turn's stream credits back, one ack per producer
             if self.out:
-                self.flush()
+                now = clock()
+                if hold.send_now(now, now - t0, busy):  # never held into a wait (`SendHold`)
+                    self.flush()
             for msg in mesh.poll(0 if busy else IDLE_POLL_MS):
                 self.handle(msg)
             mesh.flush_releases()

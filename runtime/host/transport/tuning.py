@@ -15,6 +15,12 @@ at import:
     While spinning, give the core away between polls (``sched_yield``), so a spinner never holds
     a core a runnable peer needs (without it a 200 µs window made the chain *slower* on 2 cores,
     at 2.2x the CPU).
+``WGC_HOLD_US`` (default 10000; 0: send every turn)
+    How long a busy worker may hold the messages its turns queued before it sends them, as one
+    batch per peer (`worker_main.SendHold`): a turn shorter than this (a decode step) sends
+    every few turns instead of every one; an idle worker sends at once. Measured on a 2-core
+    VM (`benchmarks/README.md`): Orpheus at concurrency 16 on `cpu-2rank-compiled`, ~8% more
+    throughput than 0.
 ``WGC_IPC`` (default 1)
     Peers on the same host talk over ``ipc://`` (Unix domain) sockets instead of TCP loopback.
 ``WGC_PROFILE`` (default unset)
@@ -48,6 +54,7 @@ class Tuning:
     busy_poll_yield: bool = True
     ipc: bool = True
     profile: str | None = None
+    hold_us: float = 10_000.0
 
     @classmethod
     def from_env(cls) -> Tuning:
@@ -56,6 +63,7 @@ class Tuning:
             busy_poll_yield=_flag("WGC_BUSY_POLL_YIELD", True),
             ipc=_flag("WGC_IPC", True),
             profile=os.environ.get("WGC_PROFILE") or None,
+            hold_us=max(0.0, _float("WGC_HOLD_US", 10_000.0)),
         )
 
 

@@ -1,0 +1,129 @@
+"""A busy worker holds what its short turns queued and sends it as one batch per peer, within
+its bound; an idle one never holds a message into a wait (`worker_main.SendHold`)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from wgc_runtime.contract import messages as m
+from wgc_runtime.host.processes import worker_main
+from wgc_runtime.host.processes.worker_main import IDLE_POLL_MS, SendHold, WorkerLoop
+
+
+def test_an_idle_rank_sends_at_once() -> None:
+    hold = SendHold(0.010)
+    assert hold.send_now(now=1.0, turn_s=0.001, busy=False)
+    assert hold.since is None
+
+
+def test_short_busy_turns_hold_until_the_bound() -> None:
+    hold = SendHold(0.010)
+    # 3 ms turns: held while the oldest message plus one more turn stays under 10 ms
+    assert not hold.send_now(now=1.000, turn_s=0.003, busy=True)
+    assert not hold.send_now(now=1.003, turn_s=0.003, busy=True)
+    assert not hold.send_now(now=1.006, turn_s=0.003, busy=True)  # 6 + 3 ms: under 10
+    assert hold.send_now(now=1.009, turn_s=0.003, busy=True)  # 9 + 3 ms would pass it
+    assert hold.since is None  # the next message starts a new wait
+    assert not hold.send_now(now=1.012, turn_s=0.003, busy=True)
+    assert hold.since == 1.012
+
+
+def test_a_long_turn_sends_every_turn_and_zero_never_holds() -> None:
+    hold = SendHold(0.010)
+    assert hold.send_now(now=1.0, turn_s=0.015, busy=True)  # a vocoder batch: no holding
+    never = SendHold(0.0)
+    assert never.send_now(now=1.0, turn_s=0.0, busy=True)
+
+
+class _Clock:
+    """A turn takes ``turn_s`` of this clock (one `step`)."""
+
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def perf_counter(self) -> float:
+        return self.t
+
+    def monotonic(self) -> float:
+        return self.t
+
+
+class _Executor:
+    """Busy for ``busy_turns`` turns, each queuing one message for rank 1 and one for the
+    conductor; then idle."""
+
+    def __init__(self, outbox, clock: _Clock, busy_turns: int, turn_s: float) -> None:
+        self.outbox, self.clock = outbox, clock
+        self.busy_turns, self.turn_s = busy_turns, turn_s
+        self.turns = 0
+
+    def step(self) -> bool:
+        self.clock.t += self.turn_s
+        if self.turns >= self.busy_turns:
+            return False
+        self.turns += 1
+        self.outbox(1, m.StreamAck(f"r{self.turns}", "tokens", 1, 0))
+        self.outbox(m.CONDUCTOR, m.Release(f"r{self.turns}"))
+        return True
+
+    def end_turn(self) -> None:
+        pass
+
+
+class _Mesh:
+    def __init__(self, loop_ref: list, polls: int) -> None:
+        self.loop_ref, self.polls_left = loop_ref, polls
+        self.sent: list[tuple[object, list]] = []
+        self.polls: list[tuple[float, int]] = []  # (timeout, messages still queued)
+        self.guard = SimpleNamespace(dropped=0, cut_offs=0)
+
+    def send(self, peer, msgs) -> None:
+        self.sent.append((peer, list(msgs)))
+
+    def poll(self, timeout_ms: float) -> list:
+        loop = self.loop_ref[0]
+        self.polls.append((timeout_ms, len(loop.out)))
+        self.polls_left -= 1
+        if self.polls_left <= 0:
+            loop.running = False
+        return []
+
+    def flush_releases(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize(("turn_s", "most_sends"), [(0.003, 4), (0.02, 10)])
+def test_the_loop_batches_short_turns_and_never_waits_holding(
+    monkeypatch: pytest.MonkeyPatch, turn_s: float, most_sends: int
+) -> None:
+    clock = _Clock()
+    monkeypatch.setattr(worker_main, "time", clock)
+    holder: list = []
+    made: list[_Executor] = []
+
+    def executor(rank_spec, nodes, outbox, max_batch, device):
+        made.append(_Executor(outbox, clock, busy_turns=10, turn_s=turn_s))
+        return made[0]
+
+    monkeypatch.setattr("wgc_runtime.core.executor.RankExecutor", executor)
+    mesh = _Mesh(holder, polls=14)
+    spec = SimpleNamespace(rank=0, batching=SimpleNamespace(max_batch=16))
+    loop = WorkerLoop(spec, {}, mesh, "cpu")  # pyright: ignore[reportArgumentType]
+    loop.hold = SendHold(0.010)
+    holder.append(loop)
+    loop.run()
+
+    # every message arrived, in order per peer, as batches
+    to_rank = [msg.request for peer, msgs in mesh.sent if peer == 1 for msg in msgs]
+    to_conductor = [msg.request for peer, msgs in mesh.sent if peer == "conductor" for msg in msgs]
+    want = [f"r{i}" for i in range(1, 11)]
+    assert to_rank == want and to_conductor == want
+    sends = len([1 for peer, _ in mesh.sent if peer == 1])
+    assert sends <= most_sends  # 3 ms turns: every 3rd-4th turn; 20 ms turns: every turn
+    if turn_s > 0.010:
+        assert sends == 10
+    # a wait (a poll with a timeout) never starts with messages still held
+    assert all(queued == 0 for timeout, queued in mesh.polls if timeout == IDLE_POLL_MS)
+    assert any(timeout == IDLE_POLL_MS for timeout, _ in mesh.polls)
