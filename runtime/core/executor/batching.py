@@ -87,6 +87,9 @@ def _work(self: RankExecutor, inst: Inst) -> Work | None:
             inputs[p.port], chunks[p.port] = chunk.data, chunk.info
             self._stream_changed(w.req, name)
     self._consume(w, inst)
+    kv = w.req.kv_handles.get(call.node)
+    if kv is None and self.kv.has(call.node):
+        kv = w.req.kv_handles[call.node] = self.kv.handle(call.node, w.req.id)
     ctx = CallContext(
         request_id=w.req.id,
         walk=w.walk,
@@ -100,7 +103,7 @@ def _work(self: RankExecutor, inst: Inst) -> Work | None:
         chunks=chunks,
         reads=frozenset(inputs),
         writes=w.piece.writes.get(call.id, frozenset()),
-        kv=self.kv.handle(call.node, w.req.id) if self.kv.has(call.node) else None,
+        kv=kv,
     )
     return Work(inputs, ctx)
 

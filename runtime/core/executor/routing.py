@@ -65,7 +65,7 @@ def _route(self: RankExecutor, w: WalkRun, call: Unit, it, outputs: dict[str, An
     key = w.piece.order_key(call, it) if pushes else ()
 
     def finish() -> None:
-        if pushes and w.pushing.pop(key, None) is not None:
+        if pushes and w.pushing.pop(key, None) is not None and w.parked:
             self._unpark(w)
         seen: set = set()
         for d, v, port, k in rest:

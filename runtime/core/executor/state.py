@@ -181,6 +181,8 @@ class RequestState:
     # part count once `StateEnd` said it
     incoming: dict[tuple[int, str, int], dict[str, Any]] = field(default_factory=dict)
     incoming_parts: dict[tuple[int, str, int], int] = field(default_factory=dict)
+    # the request's KV handle per kv-cache node (a view of the rank's pool: made once)
+    kv_handles: dict[str, Any] = field(default_factory=dict)
 
 
 def truth(v: Any) -> bool:
