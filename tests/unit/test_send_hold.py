@@ -71,6 +71,11 @@ class _Executor:
     def end_turn(self) -> None:
         pass
 
+    def pending(self) -> bool:
+        return self.turns < self.busy_turns and not self.last_alone
+
+    last_alone = False  # the last busy turn leaves no work for the next one
+
 
 class _Mesh:
     def __init__(self, loop_ref: list, polls: int) -> None:
@@ -94,17 +99,14 @@ class _Mesh:
         pass
 
 
-@pytest.mark.parametrize(("turn_s", "most_sends"), [(0.003, 4), (0.02, 10)])
-def test_the_loop_batches_short_turns_and_never_waits_holding(
-    monkeypatch: pytest.MonkeyPatch, turn_s: float, most_sends: int
-) -> None:
+def _run_loop(monkeypatch: pytest.MonkeyPatch, turn_s: float, busy_turns: int = 10) -> _Mesh:
     clock = _Clock()
     monkeypatch.setattr(worker_main, "time", clock)
     holder: list = []
     made: list[_Executor] = []
 
     def executor(rank_spec, nodes, outbox, max_batch, device):
-        made.append(_Executor(outbox, clock, busy_turns=10, turn_s=turn_s))
+        made.append(_Executor(outbox, clock, busy_turns=busy_turns, turn_s=turn_s))
         return made[0]
 
     monkeypatch.setattr("wgc_runtime.core.executor.RankExecutor", executor)
@@ -114,6 +116,14 @@ def test_the_loop_batches_short_turns_and_never_waits_holding(
     loop.hold = SendHold(0.010)
     holder.append(loop)
     loop.run()
+    return mesh
+
+
+@pytest.mark.parametrize(("turn_s", "most_sends"), [(0.003, 4), (0.02, 10)])
+def test_the_loop_batches_short_turns_and_never_waits_holding(
+    monkeypatch: pytest.MonkeyPatch, turn_s: float, most_sends: int
+) -> None:
+    mesh = _run_loop(monkeypatch, turn_s)
 
     # every message arrived, in order per peer, as batches
     to_rank = [msg.request for peer, msgs in mesh.sent if peer == 1 for msg in msgs]
@@ -127,3 +137,12 @@ def test_the_loop_batches_short_turns_and_never_waits_holding(
     # a wait (a poll with a timeout) never starts with messages still held
     assert all(queued == 0 for timeout, queued in mesh.polls if timeout == IDLE_POLL_MS)
     assert any(timeout == IDLE_POLL_MS for timeout, _ in mesh.polls)
+
+
+def test_a_turn_that_leaves_no_work_sends_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A hop of a chain (one call, then nothing ready): its message goes at the end of the turn
+    that made it, not one idle turn later."""
+    monkeypatch.setattr(_Executor, "last_alone", True)
+    mesh = _run_loop(monkeypatch, 0.001, busy_turns=1)
+    assert [msg.request for _, msgs in mesh.sent for msg in msgs] == ["r1", "r1"]
+    assert mesh.polls[0] == (0, 0)  # sent before the first poll

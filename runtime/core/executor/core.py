@@ -229,6 +229,11 @@ class RankExecutor:
                 return True
         return ran
 
+    def pending(self) -> bool:
+        """Whether the next `step` may find work: call instances queued, or units whose
+        readiness changed and was not looked at yet."""
+        return bool(self._ready or self._dirty)
+
     def release(self, request: str) -> None:
         """The request ended: drop everything kept for it and release it in every node."""
         req = self.requests.pop(request, None)

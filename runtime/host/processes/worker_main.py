@@ -11,7 +11,7 @@ nodes on the rank's device (reporting `Progress`), learn the `Peers`, report `Re
    descriptors on this host, frames elsewhere) — or, while the rank is busy and its turns are
    short, hold them over a few turns (`SendHold`: every send wakes the peer and both sides'
    ZeroMQ I/O threads, ~50-100 µs of CPU a hop on a small machine; a 3 ms decode step would
-   send every turn); an idle rank, about to wait, sends at once;
+   send every turn); a rank with no work for its next turn, about to wait, sends at once;
 3. poll the inbox (without waiting while work is ready, else up to 20 ms, busy-polling first
    for `Tuning.busy_poll_us` after activity) and deliver what arrived (frames that do not decode
    are dropped by the transport); tell arena owners which blocks this rank is done with.
@@ -82,11 +82,12 @@ def peer_of(to: int) -> Peer:
 
 
 class SendHold:
-    """When a busy rank sends what its turns queued: at once when it is idle (it is about to
-    wait for messages, so holding could only delay), else once the oldest message has waited
-    ``hold_s`` or would pass it by holding over one more turn as long as the last (a long turn,
-    e.g. a vocoder batch, sends every turn; a ~3 ms decode step sends every few). A message is
-    held at most ``hold_s`` plus the misjudged turn; ``hold_s = 0`` sends every turn."""
+    """When a busy rank sends what its turns queued: at once when it is idle or its next turn
+    has no work yet (it is about to wait for messages, so holding could only delay), else once
+    the oldest message has waited ``hold_s`` or would pass it by holding over one more turn as
+    long as the last (a long turn, e.g. a vocoder batch, sends every turn; a ~3 ms decode step
+    sends every few). A message is held at most ``hold_s`` plus the misjudged turn;
+    ``hold_s = 0`` sends every turn."""
 
     def __init__(self, hold_s: float) -> None:
         self.hold_s = hold_s
@@ -175,7 +176,8 @@ class WorkerLoop:
             executor.end_turn()  # the turn's stream credits back, one ack per producer
             if self.out:
                 now = clock()
-                if hold.send_now(now, now - t0, busy):  # never held into a wait (`SendHold`)
+                # held only while the next turn has work: never into a wait (`SendHold`)
+                if hold.send_now(now, now - t0, busy and executor.pending()):
                     self.flush()
             for msg in mesh.poll(0 if busy else IDLE_POLL_MS):
                 self.handle(msg)
