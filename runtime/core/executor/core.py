@@ -11,7 +11,8 @@ on the first value carrying the walk's header (`Value.options`). Values arrive (
 ready instances are batched and run (`batching`; a call the plan lists as capturable runs in
 its captured step, `captured`, built by `prepare_captures` at worker start; a node's ``like``
 copies on this rank may run in its batches, `merging`); their outputs are
-routed (`routing`, `streams`); loops advance and end (`loops`); node state moves between
+routed (`routing`, `streams`); loops advance and end (`loops`; a decode loop whose one call
+feeds itself starts its next iteration in place, `stepping`); node state moves between
 groups on request (`handoff`). A piece is done when its top-level units ran and its top-level
 loops ended; then `WalkDone` goes to the conductor (unless the plan says the conductor learns
 it otherwise, `PieceSpec.reports_done`). A piece that leaves nothing behind
@@ -55,7 +56,16 @@ from wgc_runtime.contract.messages import (
 )
 from wgc_runtime.contract.node import Node
 from wgc_runtime.contract.spec import RankSpec, StreamSpec, Unit
-from wgc_runtime.core.executor import batching, handoff, loops, merging, routing, streams, values
+from wgc_runtime.core.executor import (
+    batching,
+    handoff,
+    loops,
+    merging,
+    routing,
+    stepping,
+    streams,
+    values,
+)
 from wgc_runtime.core.executor.captured import CapturedSteps, CaptureReport, Progress
 from wgc_runtime.core.executor.state import (
     Inst,
@@ -99,6 +109,7 @@ class RankExecutor:
     _after_call = routing._after_call
     _route_or_hold = routing._route_or_hold
     _route = routing._route
+    _deliver = routing._deliver
     _yield = routing._yield
     _dest = routing._dest
     _sink = routing._sink
@@ -161,6 +172,8 @@ class RankExecutor:
         # queues that join it
         self.merge_owner = merging.owners(rank_spec, self.nodes)
         self._siblings_of: dict[tuple[str, int], tuple[tuple[str, int], ...]] = {}
+        # (walk, call) -> how a decode loop's call starts its next iteration in place
+        self.self_steps = stepping.self_stepping(rank_spec)
         self.stream_specs: dict[str, StreamSpec] = {s.name: s for s in rank_spec.streams}
         self.engines = {n.name: n.engine for n in rank_spec.nodes}
         # every node's declared output types: what its results are checked against

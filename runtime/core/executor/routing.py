@@ -19,6 +19,7 @@ from wgc_runtime.contract.messages import (
     Until,
 )
 from wgc_runtime.contract.spec import Dest, Unit
+from wgc_runtime.core.executor import stepping
 from wgc_runtime.core.executor.state import (
     AFTER_LOOP,
     Inst,
@@ -50,34 +51,31 @@ def _route_or_hold(self: RankExecutor, w: WalkRun, loops, it, action: Callable[[
 
 
 def _route(self: RankExecutor, w: WalkRun, call: Unit, it, outputs: dict[str, Any], done) -> None:
-    pushes: list[tuple[Dest, Any]] = []
-    rest: list[tuple[Dest, Any, str, int]] = []
-    for o in call.outputs:
-        if o.port not in outputs:
-            continue
-        v = outputs[o.port]
-        for k, d in enumerate(o.dests):
-            if d.kind is DestKind.STREAM:
-                pushes.append((d, v))
-            else:
-                rest.append((d, v, o.port, k))
+    """Stream pushes first (in statement order, `streams`), then the other destinations; a
+    self-stepping call's next iteration starts in place when it can (`stepping`)."""
+    pushes = [
+        (d, outputs[o.port])
+        for o in call.outputs
+        if o.port in outputs
+        for d in o.dests
+        if d.kind is DestKind.STREAM
+    ]
+    step = self.self_steps.get((w.walk, call.id)) if self.self_steps else None
 
-    key = w.piece.order_key(call, it) if pushes else ()
-
-    def finish() -> None:
-        if pushes and w.pushing.pop(key, None) is not None and w.parked:
-            self._unpark(w)
-        seen: set = set()
-        for d, v, port, k in rest:
-            if d.edge in AFTER_LOOP:
-                self._yield(w, call, it, d, v, port, k, seen)
-            else:
-                self._dest(w, call, it, d, v, port)
-        done()
+    def deliver() -> None:
+        if step is None or not stepping.step_on(self, w, call, it, outputs, step):
+            self._deliver(w, call, it, outputs, done)
 
     if not pushes:
-        finish()
+        deliver()
         return
+    key = w.piece.order_key(call, it)
+
+    def finish() -> None:
+        if w.pushing.pop(key, None) is not None and w.parked:
+            self._unpark(w)
+        deliver()
+
     streams = frozenset(d.name or "" for d, _ in pushes)
 
     def start() -> None:
@@ -91,6 +89,23 @@ def _route(self: RankExecutor, w: WalkRun, call: Unit, it, outputs: dict[str, An
         w.parked.append((key, streams, start))
     else:
         start()
+
+
+def _deliver(self: RankExecutor, w: WalkRun, call: Unit, it, outputs: dict[str, Any], done) -> None:
+    """Every destination of the call's outputs but streams, in port order, then ``done``."""
+    seen: set = set()
+    for o in call.outputs:
+        if o.port not in outputs:
+            continue
+        v = outputs[o.port]
+        for k, d in enumerate(o.dests):
+            if d.kind is DestKind.STREAM:
+                continue
+            if d.edge in AFTER_LOOP:
+                self._yield(w, call, it, d, v, o.port, k, seen)
+            else:
+                self._dest(w, call, it, d, v, o.port)
+    done()
 
 
 def _yield(self, w: WalkRun, call: Unit, it, d: Dest, v: Any, port: str, k: int, seen) -> None:

@@ -1,0 +1,159 @@
+"""Self-stepping loops: a decode loop's next iteration started in place, without the general
+routing.
+
+A loop is *self-stepping* on this rank when its body is one call here that feeds itself: every
+input is carried from one of its own outputs (or is a once-per-walk value), it computes the
+loop's ``until`` here, and its other outputs go only to streams (`self_stepping` finds such
+calls from the plan: the shape of an autoregressive decode loop, ``LLM(token) -> token =
+new_token, stop``). After a confirmed iteration whose stop is false, the general path stores the
+carried value, hands the stop over (`loops._stop`), counts the unit done, starts the next
+iteration, marks it dirty and looks at its readiness on the next step: ~15 dict and closure
+steps per row per decode step. `step_on` does what they add up to (the stop recorded, the
+iteration complete, the next one started, its instance queued with its input values) when
+nothing else is in the way: no speculative or held effects, no iteration already started
+ahead, not the loop's last iteration. Otherwise it declines and the caller routes as usual, so
+the two paths leave the same state (the unit and property suites run both).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from wgc_runtime.contract.kinds import DestKind, Edge, InputMode, SourceKind
+from wgc_runtime.contract.spec import CallSpec, Dest, PieceSpec, RankSpec, Unit
+from wgc_runtime.core.executor.state import MISSING, Inst, WalkRun, truth
+from wgc_runtime.core.executor.values import _lookup
+
+if TYPE_CHECKING:
+    from wgc_runtime.core.executor.core import RankExecutor
+
+
+@dataclass(frozen=True, slots=True)
+class SelfStep:
+    """A self-stepping call: its loop, the output port of the loop's stop, which output feeds
+    which of its inputs, and its once-per-walk inputs."""
+
+    loop: str
+    max: int
+    stop: str
+    carried: tuple[tuple[str, str], ...]  # (output port, input port)
+    once: tuple[str, ...]
+
+
+def self_stepping(rank_spec: RankSpec) -> dict[tuple[str, int], SelfStep]:
+    """(walk, call) -> its `SelfStep`, for every self-stepping call of the rank's pieces."""
+    found = {}
+    for piece in rank_spec.pieces:
+        for call in piece.calls:
+            step = _of(piece, call, rank_spec.rank)
+            if step is not None:
+                found[(piece.walk, call.id)] = step
+    return found
+
+
+def _of(piece: PieceSpec, call: CallSpec, rank: int) -> SelfStep | None:
+    if not call.loops:
+        return None
+    loop = piece.loop(call.loops[-1])
+    if loop is None or loop.body != (call.id,) or loop.nested or loop.ranks != (rank,):
+        return None
+    until = loop.until
+    if until is None or until.kind is not SourceKind.CALL or until.call != call.id:
+        return None
+    carried, once, feeds = [], [], {}
+    for p in call.inputs:
+        if p.mode is InputMode.ONCE:
+            once.append(p.port)
+        elif (
+            p.mode is InputMode.CARRIED
+            and p.loop == loop.name
+            and p.src.kind is SourceKind.CALL
+            and p.src.call == call.id
+            and p.src.rank in (None, rank)
+        ):
+            feeds[p.port] = p.src.port
+        else:
+            return None
+    stops = 0
+    for o in call.outputs:
+        for d in o.dests:
+            if _feeds_itself(d, call, loop.name, rank) and feeds.get(d.port or "") == o.port:
+                carried.append((o.port, d.port or ""))
+            elif d.kind is DestKind.UNTIL and d.loop == loop.name and o.port == until.port:
+                if d.ranks not in ((), (rank,)):
+                    return None
+                stops += 1
+            elif d.kind is not DestKind.STREAM:
+                return None
+    if stops != 1 or sorted(p for _, p in carried) != sorted(feeds):
+        return None
+    return SelfStep(loop.name, loop.max, until.port or "", tuple(carried), tuple(once))
+
+
+def _feeds_itself(d: Dest, call: CallSpec, loop: str, rank: int) -> bool:
+    return (
+        d.kind is DestKind.CALL
+        and d.edge is Edge.LOOP_CARRIED
+        and d.carried
+        and d.loop == loop
+        and d.call == call.id
+        and d.rank in (None, rank)
+    )
+
+
+def step_on(
+    self: RankExecutor,
+    w: WalkRun,
+    call: Unit,
+    it: tuple[int, ...],
+    outputs: dict[str, Any],
+    step: SelfStep,
+) -> bool:
+    """Start iteration ``it[-1] + 1`` of the call's loop in place, after iteration ``it``'s
+    stream pushes (see the module docstring); False (nothing changed) when the general routing
+    must run instead."""
+    if self.requests.get(w.req.id) is not w.req or w.req.walks.get(w.walk_id) is not w:
+        return False
+    stop = outputs.get(step.stop, MISSING)
+    i = it[-1]
+    if stop is MISSING or i + 1 >= step.max or truth(stop):
+        return False  # the loop's last iteration
+    lr = w.loops.get((step.loop, it[:-1]))
+    if (
+        lr is None
+        or lr.ended
+        or lr.last is not None
+        or lr.started != i + 1  # an iteration already started ahead (speculation)
+        or lr.completed != i - 1
+        or lr.remaining.get(i) != 1
+        or lr.held
+        or lr.on_start
+        or i in lr.stops
+        or not lr.confirmed(i)
+        or (len(it) > 1 and self._confirmed(w, call.loops[:-1], it[:-1]) is not None)
+    ):
+        return False
+    nxt = (*it[:-1], i + 1)
+    inputs: dict[str, Any] = {}
+    for out, port in step.carried:
+        v = outputs.get(out, MISSING)
+        if v is MISSING:
+            return False
+        inputs[port] = v
+    for port in step.once:
+        v = _lookup(w.values.get((call.id, port)), nxt)
+        if v is MISSING:
+            return False
+        inputs[port] = v
+    # what `_stop(False)`, `_unit_done` and `_start_iteration` leave for a one-call body
+    lr.stops[i] = False
+    lr.remaining[i] = 0
+    lr.completed = i
+    lr.started = i + 2
+    lr.remaining[i + 1] = 1
+    inst = Inst(w, call, nxt, queued=True, inputs=inputs)
+    w.waiting.setdefault(call.id, {})[nxt] = inst
+    self._ready.setdefault((w.walk, call.id), deque()).append(inst)
+    return True
