@@ -141,7 +141,9 @@ def test_the_decode_loop_shape_is_found(tmp_path) -> None:
     _, ranks = load_plan(folder)
     found = self_stepping(ranks[0])
     assert list(found.values()) == [
-        SelfStep(loop="L", max=6, stop="stop", carried=(("new_tok", "tok"),), once=("inc",))
+        SelfStep(
+            loop="L", max=6, stop="stop", carried=(("new_tok", "tok"),), once=("inc",), solo=True
+        )
     ]
     assert self_stepping(ranks[1]) == {}  # the stream's consumer has no loop
 
@@ -235,3 +237,34 @@ def test_a_request_cancelled_between_steps_leaves_nothing(tmp_path) -> None:
     assert not h.ok and keep.ok
     assert [float(o.tensor) for o in keep.outputs] == [8.0, 12.0]
     assert all(not e.requests for e in cluster.ranks.values())
+
+
+def test_a_stream_with_an_earlier_producer_keeps_statement_order(tmp_path) -> None:
+    """A call before the loop pushes to the same stream, and becomes ready after the loop's
+    first iteration (it waits for `twice`): the loop's call is not its stream's only producer
+    (``solo`` false), so its pushes wait for the earlier one; the items come in statement
+    order, as the reference's."""
+    walk = WALK.replace("BODY", "").replace("node total:", TWICE + "node total:")
+    walk = walk.replace(
+        "  prep(tok) -> inc\n",
+        "  prep(tok) -> inc\n  twice(tok = inc) -> y\n  dec(tok = y, inc) -> first = new_tok\n",
+    )
+    (tmp_path / "m.walk").write_text(walk, encoding="utf-8")
+    (tmp_path / "p.yaml").write_text(TWO_RANKS.replace("dec]", "dec, twice]"), "utf-8")
+    result = Driver().compile(str(tmp_path / "m.walk"), str(tmp_path / "p.yaml"))
+    assert result.ok, [(d.code, d.message) for d in result.diagnostics]
+    model, out = result.model, tmp_path / "gen"
+    out.mkdir()
+    for name, text in result.files.items():
+        (out / name).write_text(text, encoding="utf-8")
+    _, ranks = load_plan(out)
+    (step,) = self_stepping(ranks[0]).values()
+    assert not step.solo
+    want = []
+    for s in [0, 1]:
+        req = make_request(model, [segment("tensor", torch.tensor([s]))], ["tensor"])
+        ref = run_request(model, req, nodes=_nodes(model, set(CLASSES)))
+        want.append([float(x) for x in ref.of("tensor")])
+    # items 2 + 1 = 3 (before the loop), then the loop's 1..6 (from the walk's input)
+    assert want[0] == [4.0, 3.0, 5.0, 7.0, 9.0, 11.0]
+    assert _run(_cluster(model, out, in_place=True), model, [0, 1]) == want

@@ -61,7 +61,8 @@ def _take_batch(self: RankExecutor, insts: deque[Inst]) -> list[tuple[Inst, Work
         inst.walk.waiting.get(inst.call.id, {}).pop(inst.it, None)
         streams = inst.walk.piece.pushes.get(inst.call.id)
         if streams:
-            inst.walk.pushing[inst.walk.piece.order_key(inst.call, inst.it)] = streams
+            inst.key = inst.walk.piece.order_key(inst.call, inst.it)
+            inst.walk.pushing[inst.key] = streams
         seen.add(inst.walk.req.id)
         batch.append((inst, work))
     insts.extendleft(reversed(skipped))

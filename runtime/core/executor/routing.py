@@ -35,8 +35,11 @@ def _after_call(self: RankExecutor, inst: Inst, outputs: dict[str, Any]) -> None
     """Route a call's outputs (held while its iteration is speculative), then count it."""
     w, call = inst.walk, inst.call
 
+    def done() -> None:
+        self._unit_done(w, call.loops, inst.it)
+
     def route() -> None:
-        self._route(w, call, inst.it, outputs, lambda: self._unit_done(w, call.loops, inst.it))
+        self._route(w, call, inst.it, outputs, done, inst.key)
 
     self._route_or_hold(w, call.loops, inst.it, route)
 
@@ -50,9 +53,18 @@ def _route_or_hold(self: RankExecutor, w: WalkRun, loops, it, action: Callable[[
     lr.held.setdefault(i, []).append((loops, it, action))
 
 
-def _route(self: RankExecutor, w: WalkRun, call: Unit, it, outputs: dict[str, Any], done) -> None:
+def _route(
+    self: RankExecutor,
+    w: WalkRun,
+    call: Unit,
+    it,
+    outputs: dict[str, Any],
+    done,
+    key: tuple[int, ...] | None = None,
+) -> None:
     """Stream pushes first (in statement order, `streams`), then the other destinations; a
-    self-stepping call's next iteration starts in place when it can (`stepping`)."""
+    self-stepping call's next iteration starts in place when it can (`stepping`). ``key``: the
+    instance's order key, when it has one already."""
     pushes = [
         (d, outputs[o.port])
         for o in call.outputs
@@ -69,7 +81,8 @@ def _route(self: RankExecutor, w: WalkRun, call: Unit, it, outputs: dict[str, An
     if not pushes:
         deliver()
         return
-    key = w.piece.order_key(call, it)
+    if key is None:
+        key = w.piece.order_key(call, it)
 
     def finish() -> None:
         if w.pushing.pop(key, None) is not None and w.parked:
@@ -85,7 +98,9 @@ def _route(self: RankExecutor, w: WalkRun, call: Unit, it, outputs: dict[str, An
         else:
             self._push_all(w, pushes, finish)
 
-    if self._push_blocked(w, key, streams):
+    # a self-stepping call that is its streams' only producer is never held back: its earlier
+    # iterations pushed first (they complete in order) and nothing else pushes to them
+    if not (step is not None and step.solo) and self._push_blocked(w, key, streams):
         w.parked.append((key, streams, start))
     else:
         start()

@@ -105,6 +105,8 @@ class Inst:
     # ready, values are bound once per key), for `_work`; None: look again (stream chunks can
     # go to another instance meanwhile)
     inputs: dict[str, Any] | None = None
+    # its place in statement order (`PieceIndex.order_key`), once it registered its pushes
+    key: tuple[int, ...] | None = None
 
 
 @dataclass(eq=False)

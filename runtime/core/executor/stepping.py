@@ -33,13 +33,16 @@ if TYPE_CHECKING:
 @dataclass(frozen=True, slots=True)
 class SelfStep:
     """A self-stepping call: its loop, the output port of the loop's stop, which output feeds
-    which of its inputs, and its once-per-walk inputs."""
+    which of its inputs, its once-per-walk inputs, and whether it is the only producer of its
+    streams in its piece (then its pushes never wait for an earlier producer's,
+    `streams._push_blocked`: its own earlier iterations pushed first)."""
 
     loop: str
     max: int
     stop: str
     carried: tuple[tuple[str, str], ...]  # (output port, input port)
     once: tuple[str, ...]
+    solo: bool = False  # it is the only producer of every stream it pushes to (in its piece)
 
 
 def self_stepping(rank_spec: RankSpec) -> dict[tuple[str, int], SelfStep]:
@@ -89,7 +92,9 @@ def _of(piece: PieceSpec, call: CallSpec, rank: int) -> SelfStep | None:
                 return None
     if stops != 1 or sorted(p for _, p in carried) != sorted(feeds):
         return None
-    return SelfStep(loop.name, loop.max, until.port or "", tuple(carried), tuple(once))
+    producers = dict(piece.producers)
+    solo = all(producers.get(s) == (call.id,) for s in call.pushes)
+    return SelfStep(loop.name, loop.max, until.port or "", tuple(carried), tuple(once), solo)
 
 
 def _feeds_itself(d: Dest, call: CallSpec, loop: str, rank: int) -> bool:
