@@ -110,9 +110,10 @@ class Total(Node):
 CLASSES = {"prep": Prep, "dec": Dec, "total": Total, "twice": Twice}
 
 
-def _compiled(tmp_path, placement: str, body: str = ""):
+def _compiled(tmp_path, placement: str, walk_text: str = WALK.replace("BODY", "")):
+    """The model and the folder its plan is written to."""
     walk = tmp_path / "tight_demo.walk"
-    walk.write_text(WALK.replace("BODY", body), encoding="utf-8")
+    walk.write_text(walk_text, encoding="utf-8")
     place = tmp_path / "placement.yaml"
     place.write_text(placement, encoding="utf-8")
     result = Driver().compile(str(walk), str(place))
@@ -167,14 +168,7 @@ node twice: stateless {
 )
 def test_a_loop_that_does_more_than_feed_itself_is_not_self_stepping(tmp_path, body) -> None:
     walk = WALK.replace("BODY", body).replace("node total:", TWICE + "node total:")
-    (tmp_path / "m.walk").write_text(walk, encoding="utf-8")
-    (tmp_path / "p.yaml").write_text(ONE_RANK.replace("total]", "total, twice]"), "utf-8")
-    result = Driver().compile(str(tmp_path / "m.walk"), str(tmp_path / "p.yaml"))
-    assert result.ok, [(d.code, d.message) for d in result.diagnostics]
-    out = tmp_path / "gen"
-    out.mkdir()
-    for name, text in result.files.items():
-        (out / name).write_text(text, encoding="utf-8")
+    _, out = _compiled(tmp_path, ONE_RANK.replace("total]", "total, twice]"), walk)
     _, ranks = load_plan(out)
     assert self_stepping(ranks[0]) == {}
 
@@ -249,14 +243,7 @@ def test_a_stream_with_an_earlier_producer_keeps_statement_order(tmp_path) -> No
         "  prep(tok) -> inc\n",
         "  prep(tok) -> inc\n  twice(tok = inc) -> y\n  dec(tok = y, inc) -> first = new_tok\n",
     )
-    (tmp_path / "m.walk").write_text(walk, encoding="utf-8")
-    (tmp_path / "p.yaml").write_text(TWO_RANKS.replace("dec]", "dec, twice]"), "utf-8")
-    result = Driver().compile(str(tmp_path / "m.walk"), str(tmp_path / "p.yaml"))
-    assert result.ok, [(d.code, d.message) for d in result.diagnostics]
-    model, out = result.model, tmp_path / "gen"
-    out.mkdir()
-    for name, text in result.files.items():
-        (out / name).write_text(text, encoding="utf-8")
+    model, out = _compiled(tmp_path, TWO_RANKS.replace("dec]", "dec, twice]"), walk)
     _, ranks = load_plan(out)
     (step,) = self_stepping(ranks[0]).values()
     assert not step.solo
