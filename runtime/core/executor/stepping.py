@@ -12,7 +12,9 @@ steps per row per decode step. `step_on` does what they add up to (the stop reco
 iteration complete, the next one started, its instance queued with its input values) when
 nothing else is in the way: no speculative or held effects, no iteration already started
 ahead, not the loop's last iteration. Otherwise it declines and the caller routes as usual, so
-the two paths leave the same state (the unit and property suites run both).
+the two paths leave the same state (`tests/unit/test_self_stepping.py` runs both against the
+reference interpreter; every example's decode loop, through the property and e2e suites,
+takes this path).
 """
 
 from __future__ import annotations
