@@ -121,7 +121,7 @@ def step_on(
     """Start iteration ``it[-1] + 1`` of the call's loop in place, after iteration ``it``'s
     stream pushes (see the module docstring); False (nothing changed) when the general routing
     must run instead."""
-    if self.requests.get(w.req.id) is not w.req or w.req.walks.get(w.walk_id) is not w:
+    if not self._live(w, w.req.id, w.walk_id):
         return False
     stop = outputs.get(step.stop, MISSING)
     i = it[-1]
