@@ -8,7 +8,7 @@ Orpheus windows: ~9-11 ms against ~20 eager, on one core). `SpanProgram` is the 
 flattened into a function of plain tensors (the weights folded once, each `NoiseBlock`'s noise
 an argument, drawn by the caller from each row's generator exactly as the eager decode draws
 it), which dynamo traces whole (``fullgraph``); `CompiledSpan` compiles it with the batch
-dimension symbolic (`wgc_runtime.engines.capture.inductor.compile_rows`: one artifact for one
+dimension symbolic (`wgc_runtime.engines.capture.inductor.CompiledRows`: one artifact for one
 row, one for any larger batch).
 
 Two properties, both tested (`tests/unit/test_snac_compiled.py`): the program equals the eager
@@ -123,14 +123,14 @@ class CompiledSpan:
     takes what `snac_span.decode_span` takes, and the noise generators."""
 
     def __init__(self, decoder: nn.Module, latent_length: int, span: Span, label: str):
-        from wgc_runtime.engines.capture.inductor import compile_rows
+        from wgc_runtime.engines.capture.inductor import CompiledRows
 
         steps = plan_span(decoder, latent_length, span)
         if steps is None:
             raise ValueError("this decoder has a layer the span decode does not know")
         self.latent_length, self.span = latent_length, span
         self.program = SpanProgram(steps)
-        self._run = compile_rows(self._call, label)
+        self._run = CompiledRows(self._call, label)
         self.runs = 0  # decodes run (the tests check windows take this path)
 
     def _call(self, z: torch.Tensor, *noises: torch.Tensor) -> torch.Tensor:

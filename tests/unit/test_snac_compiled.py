@@ -106,3 +106,6 @@ def test_compiled_windows_equal_eager_and_do_not_depend_on_their_batch() -> None
                 assert out is not None and torch.equal(out, one), (b, i)
     (span,) = compiled.snac.compiled_spans.values()
     assert span.runs >= 1 + 9 + 5  # the warm-up's, each alone, each batch
+    # after their compiling calls both artifacts ran their code directly (no guard check): the
+    # equalities above are of that path, at batch sizes other than the one that compiled
+    assert span._run.direct(True) and span._run.direct(False)
