@@ -39,9 +39,9 @@ def _compile(
     contiguous rows, are what the artifact was compiled for by construction, and the tensor
     guards still check them wherever a call goes through ``torch.compile``), and, for a static
     artifact, ``cpp_wrapper`` (the wrapper that allocates the intermediate buffers and calls
-    the kernels generated as C++ instead of Python). Measured paired on Orpheus's tiny LM at
-    concurrency 16 (`benchmarks/README.md`): the LM rank's CPU per round -5% for the first,
-    -11% more for the second."""
+    the kernels generated as C++ instead of Python). Measured paired on Orpheus at concurrency 16
+    (`benchmarks/speech_paired.py`, `benchmarks/README.md`): with both, the LM rank's CPU per
+    round 3-14% lower over three runs."""
     fresh = types.FunctionType(template.__code__.replace(co_name=name), template.__globals__)
     # like a recorded graph, the artifact is replayed on the same static buffers without
     # re-checking the Python objects it closed over; only tensor guards (shapes, dtypes,
