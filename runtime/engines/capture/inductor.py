@@ -37,7 +37,7 @@ def _compile(
     is most of a step: ``size_asserts`` off (the generated wrapper otherwise checks the size
     and strides of every input on every call; a runner's static buffers, and a vocoder's
     contiguous rows, are what the artifact was compiled for by construction, and the tensor
-    guards still check them wherever a call goes through ``torch.compile``), and, for a static
+    guards check them on each artifact's compiling call), and, for a static
     artifact, ``cpp_wrapper`` (the wrapper that allocates the intermediate buffers and calls
     the kernels generated as C++ instead of Python). Measured paired on Orpheus at concurrency 16
     (`benchmarks/speech_paired.py`, `benchmarks/README.md`): with both, the LM rank's CPU per
@@ -140,7 +140,8 @@ class CompiledRows:
                 for a in args:
                     torch._dynamo.mark_dynamic(a, 0, min=2, max=1 << 16)
                 out = self._rows(self.fn, *args)
-            self._direct[single] = _direct(self._one if single else self._rows)
+            if single not in self._direct:  # looked for once: None keeps the guarded path
+                self._direct[single] = _direct(self._one if single else self._rows)
             return out
 
 
