@@ -20,7 +20,11 @@ over wgc's components (`wgc_runtime.components`: `LlamaDecoder` / `DecoderEngine
   requests, decode as one batch (the decoder is batch-invariant), each with SNAC's noise drawn
   from its own generator (`examples._speech`), so its audio is the same whatever else ran in
   its batch. Under ``batching.backend: inductor`` on the CPU the decode is one compiled
-  program (`OrpheusVocoder.compile`, built when the node starts).
+  program (`OrpheusVocoder.compile`, built when the node starts). Window ``k``'s noise depends
+  on the request's seed and ``k`` only, so the node draws it ahead (`Node.expect` notes a
+  request when its first token reaches the rank, `Node.idle` draws one window's noise at a time
+  while the rank waits for the LM: `NoiseAhead`, at most the windows ``option max_tokens``
+  allows): the same numbers, off the decodes' path.
 
 Weights: a Hugging Face Llama checkpoint folder (``config checkpoint``; its ``config.json``
 must agree with the ``.walk`` sizes, which size the KV pool) and a SNAC folder (``config
@@ -55,14 +59,22 @@ from examples._speech import (
 from wgc_runtime.components.config import DecoderConfig
 from wgc_runtime.components.decode_engine import DecoderEngine
 from wgc_runtime.components.decoder import LlamaDecoder
-from wgc_runtime.components.orpheus import OrpheusTokens, OrpheusVocoder, audio_mask
+from wgc_runtime.components.orpheus import NoiseAhead, OrpheusTokens, OrpheusVocoder, audio_mask
 from wgc_runtime.components.sampling import Sampling, choose
 from wgc_runtime.components.snac import SnacConfig
 from wgc_runtime.components.snac import SnacDecoder as Snac
 from wgc_runtime.components.tokenizer import TextCodec
 from wgc_runtime.contract.capture import CapturedCall, StaticPort, StaticStep
 from wgc_runtime.contract.kinds import CaptureBackend
-from wgc_runtime.contract.node import DTYPE_NAMES, KvCache, Node, NodeContext, NodeError, Work
+from wgc_runtime.contract.node import (
+    DTYPE_NAMES,
+    CallContext,
+    KvCache,
+    Node,
+    NodeContext,
+    NodeError,
+    Work,
+)
 
 
 def orpheus_tokens(config: Mapping[str, Any]) -> OrpheusTokens:
@@ -364,6 +376,9 @@ class LLM(Node):
         )
 
 
+IDLE_WINDOWS = 4  # windows' noise drawn per `SnacDecoder.idle` call
+
+
 class SnacDecoder(Node):
     """The SNAC window vocoder (see the module docstring)."""
 
@@ -381,6 +396,7 @@ class SnacDecoder(Node):
             snac = seeded_snac(cfg, int(self.config.get("seed", 0))).to(self.device)
         snac = cast_weights(snac, weights_dtype(self.config, self.name))
         self.vocoder = OrpheusVocoder(snac, orpheus_tokens(self.config))
+        self.ahead = NoiseAhead(self.vocoder.window_noise)
         if ctx.batching.backend == CaptureBackend.INDUCTOR and self.device.type == "cpu":
             t0 = time.perf_counter()
             ctx.say("compiling the window decode (inductor)")
@@ -409,11 +425,32 @@ class SnacDecoder(Node):
             k = info.index if info is not None else 0
             rows.append(i)
             windows.append(window.reshape(-1).to(self.device))
-            noise.append(torch.Generator().manual_seed(speech_seed(w.ctx) + NOISE + k))
+            seed = speech_seed(w.ctx) + NOISE
+            drawn = self.ahead.take(w.ctx.request_id, seed, k)  # drawn while the rank waited
+            noise.append(drawn or torch.Generator().manual_seed(seed + k))
         for i, audio in zip(rows, self.vocoder.windows(windows, noise), strict=True):
             # a token that is no audio code: no samples, as the reference
             results[i] = {"audio": torch.zeros(0) if audio is None else audio.cpu()}
         return results
+
+    def expect(self, ctx: CallContext) -> None:
+        """Note the request's windows' noise, to draw in `idle` (window ``k``'s from the seed
+        ``speech_seed + NOISE + k``, as `forward` would): as many windows as its
+        ``max_tokens`` tokens fill."""
+        windows = self.vocoder.windows_of(int(ctx.options.get("max_tokens", 0) or 0))
+        self.ahead.expect(ctx.request_id, speech_seed(ctx) + NOISE, windows)
+
+    def idle(self) -> bool:
+        """Draw a few windows' noise (`IDLE_WINDOWS`, ~0.3 ms at the tiny sizes)."""
+        drew = False
+        for _ in range(IDLE_WINDOWS):
+            if not self.ahead.step():
+                break
+            drew = True
+        return drew
+
+    def release(self, request_id: str) -> None:
+        self.ahead.drop(request_id)
 
     def forward_one(self, inputs, ctx):
         return forward_alone(self, inputs, ctx)

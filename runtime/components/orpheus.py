@@ -46,12 +46,13 @@ The two agree whenever every generated token is an audio token with a non-zero c
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
 
-from wgc_runtime.components.snac import SnacDecoder
+from wgc_runtime.components.snac import DrawnNoise, SnacDecoder
 
 FRAME = 7  # tokens per SNAC frame
 WINDOW_FRAMES = 4  # frames per decoder window (28 tokens)
@@ -180,6 +181,7 @@ class OrpheusVocoder:
         self.snac, self.tokens = snac, tokens
         self.samples_per_frame = snac.config.samples_per_frame
         self.sample_rate = snac.config.sampling_rate
+        self._noise: tuple[tuple[int, ...], torch.dtype, torch.device] | None = None
 
     def compile(self) -> None:
         """Decode windows with one compiled program from now on (`SnacDecoder.compile_span`,
@@ -198,6 +200,20 @@ class OrpheusVocoder:
     def compiled(self) -> bool:
         """Whether windows decode with the compiled program (`compile`)."""
         return bool(self.snac.compiled_spans)
+
+    def window_noise(self, generator: torch.Generator) -> tuple[torch.Tensor, ...]:
+        """A window's noise drawn now from ``generator``, as its decode would draw it: give it
+        to `windows` as a `DrawnNoise` in the generator's place (`NoiseAhead`)."""
+        if self._noise is None:  # the window's noise blocks' lengths, and the weights' kind
+            p = next(self.snac.parameters())
+            lengths = self.snac.noise_lengths(WINDOW_FRAMES * self.snac.config.vq_strides[0])
+            self._noise = (lengths, p.dtype, p.device)
+        return DrawnNoise.draw(generator, *self._noise)
+
+    @staticmethod
+    def windows_of(tokens: int) -> int:
+        """How many windows a stream of ``tokens`` tokens fills (`sliding(28, 7)`)."""
+        return max(0, (tokens - WINDOW_FRAMES * FRAME) // FRAME + 1)
 
     def keep(self) -> slice:
         """The samples of a window's audio that are emitted: its second frame."""
@@ -219,7 +235,9 @@ class OrpheusVocoder:
         return audio if batched else audio[0]
 
     def windows(
-        self, windows: Sequence[torch.Tensor], generators: Sequence[torch.Generator]
+        self,
+        windows: Sequence[torch.Tensor],
+        generators: Sequence[torch.Generator | DrawnNoise],
     ) -> list[torch.Tensor | None]:
         """Several requests' windows (``[28]`` each, every one with its own noise generator)
         decoded as ONE batch: each one's audio ``[spf]`` fp32 bit for bit what `window` gives
@@ -242,3 +260,70 @@ class OrpheusVocoder:
         for j, i in enumerate(rows):
             out[i] = audio[j]
         return out
+
+
+class NoiseAhead:
+    """Requests' window noise drawn before their windows fill: what a vocoder rank does while it
+    waits for the LM (the first window needs 28 decode steps), so the draws are not on the path
+    of the decodes. Window ``k``'s noise comes from a generator seeded with the request's noise
+    seed plus ``k`` alone (``examples.orpheus.nodes``), so it can be drawn at any time, in any
+    order, with the same numbers. `expect` notes a request (its seed and how many windows it
+    may fill, at most ``limit``); each `step` draws one window's, round robin over the
+    requests, earliest windows first; `take` hands window ``k``'s over once (None when it was
+    not drawn yet, or for another seed: the caller then draws it itself); `drop` forgets a
+    request. Held: at most ``limit`` windows a request (~54 KB each: 13,440 samples)."""
+
+    def __init__(
+        self, draw: Callable[[torch.Generator], tuple[torch.Tensor, ...]], limit: int = 32
+    ):
+        self._draw, self.limit = draw, limit
+        self._plans: dict[str, list[int]] = {}  # request -> [seed, next k to draw, windows]
+        self._drawn: dict[str, dict[int, tuple[torch.Tensor, ...]]] = {}
+        self._queue: deque[str] = deque()  # requests with windows left to draw
+        self.drawn = self.used = 0  # windows drawn ahead, and of those handed to a decode
+
+    def expect(self, request: str, seed: int, windows: int) -> None:
+        if request in self._plans:
+            return
+        self._plans[request] = [seed, 0, min(windows, self.limit)]
+        self._drawn[request] = {}
+        if windows > 0:
+            self._queue.append(request)
+
+    def step(self) -> bool:
+        """Draw one window's noise; False when none is left to draw."""
+        while self._queue:
+            request = self._queue.popleft()
+            plan = self._plans.get(request)
+            if plan is None or plan[1] >= plan[2]:
+                continue  # dropped, or all drawn (or taken) meanwhile
+            seed, k, _ = plan
+            self._drawn[request][k] = self._draw(torch.Generator().manual_seed(seed + k))
+            plan[1] = k + 1
+            self.drawn += 1
+            if plan[1] < plan[2]:
+                self._queue.append(request)
+            return True
+        return False
+
+    def take(self, request: str, seed: int, k: int) -> DrawnNoise | None:
+        plan = self._plans.get(request)
+        if plan is None or plan[0] != seed:
+            return None
+        drawn = self._drawn[request]
+        for old in [j for j in drawn if j < k]:  # windows decode in order: those are stale
+            del drawn[old]
+        plan[1] = max(plan[1], k + 1)  # never draw what was already decoded
+        tensors = drawn.pop(k, None)
+        if tensors is None:
+            return None
+        self.used += 1
+        return DrawnNoise(tensors)
+
+    def drop(self, request: str) -> None:
+        self._plans.pop(request, None)
+        self._drawn.pop(request, None)
+
+    def held(self) -> int:
+        """Windows drawn and not handed over yet."""
+        return sum(len(d) for d in self._drawn.values())

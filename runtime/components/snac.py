@@ -195,19 +195,73 @@ class ResidualUnit(nn.Module):
         return x + y
 
 
-Noise = torch.Generator | Sequence[torch.Generator] | None  # one for the batch, or one per row
+class DrawnNoise:
+    """One row's noise for one decode, drawn beforehand: the ``[1, 1, T]`` tensors a generator
+    gives the decode's `NoiseBlock` s, in their order (`draw`), handed out in that order in the
+    generator's place (`take`, through `draw_noise`). A decode given it sees exactly the numbers
+    the generator would have given it then. One object serves one decode (it is used up)."""
+
+    def __init__(self, tensors: Sequence[torch.Tensor]):
+        self._tensors = list(tensors)
+        self._next = 0
+
+    @classmethod
+    def draw(
+        cls,
+        generator: torch.Generator,
+        lengths: Sequence[int],
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str = "cpu",
+    ) -> tuple[torch.Tensor, ...]:
+        """The draws of a decode whose noise blocks see ``lengths`` samples (`noise_lengths`),
+        as `draw_noise` makes them from ``generator``: make a `DrawnNoise` of them."""
+        return tuple(
+            torch.randn((1, 1, n), generator=generator, device=device, dtype=dtype) for n in lengths
+        )
+
+    def take(self, shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
+        """The next draw, which must be of ``shape`` with ``like``'s dtype and device."""
+        if self._next >= len(self._tensors):
+            raise ValueError(f"noise drawn for {len(self._tensors)} noise blocks, asked for more")
+        t = self._tensors[self._next]
+        if tuple(t.shape) != tuple(shape) or t.dtype != like.dtype or t.device != like.device:
+            raise ValueError(
+                f"noise drawn as {tuple(t.shape)} {t.dtype} on {t.device}, asked for "
+                f"{tuple(shape)} {like.dtype} on {like.device}"
+            )
+        self._next += 1
+        return t
 
 
-def draw_noise(generator: Noise, shape: tuple[int, int, int], like: torch.Tensor) -> torch.Tensor:
+# one generator for the batch, or one per row (or a row's noise drawn beforehand)
+Noise = torch.Generator | Sequence[torch.Generator | DrawnNoise] | None
+
+
+def draw_noise(
+    generator: Noise,
+    shape: tuple[int, int, int],
+    like: torch.Tensor,
+    span: tuple[int, int] | None = None,
+) -> torch.Tensor:
     """``randn(shape)``: from one generator (or the global one) as one draw, or with one
     generator per row, each row's ``[1, 1, T]`` from its own (a row then gets the noise it would
-    get decoded alone)."""
+    get decoded alone), or from its `DrawnNoise`. With ``span`` only samples ``[start, end)``
+    of that draw, contiguous (the whole ``T`` is drawn all the same)."""
+    a, b = span if span is not None else (0, shape[-1])
     if generator is None or isinstance(generator, torch.Generator):
-        return torch.randn(shape, generator=generator, device=like.device, dtype=like.dtype)
+        out = torch.randn(shape, generator=generator, device=like.device, dtype=like.dtype)
+        return out if span is None else out[..., a:b].contiguous()
     if len(generator) != shape[0]:
         raise ValueError(f"{len(generator)} noise generators for {shape[0]} rows")
     one = (1, *shape[1:])
-    rows = [torch.randn(one, generator=g, device=like.device, dtype=like.dtype) for g in generator]
+    rows = [
+        (
+            g.take(one, like)
+            if isinstance(g, DrawnNoise)
+            else torch.randn(one, generator=g, device=like.device, dtype=like.dtype)
+        )[..., a:b]
+        for g in generator
+    ]
     return torch.cat(rows)
 
 
@@ -386,6 +440,13 @@ class SnacDecoder(nn.Module):
     def compiled_spans(self) -> dict[tuple[int, tuple[int, int]], Any]:
         """The compiled span decodes (`compile_span`) by (latent length, span)."""
         return self.__dict__.setdefault("_compiled_spans", {})  # a plain attribute, no module
+
+    def noise_lengths(self, latent_length: int) -> tuple[int, ...]:
+        """What each `NoiseBlock` of a decode of ``latent_length`` latent steps draws, in order
+        (a whole decode's and a span decode's draws alike: `snac_span`): for `DrawnNoise.draw`."""
+        from wgc_runtime.components.snac_span import noise_lengths
+
+        return noise_lengths(self.decoder, latent_length)
 
     def _noise_blocks(self) -> list[NoiseBlock]:
         found = self.__dict__.get("_noise")

@@ -113,7 +113,9 @@ def _conv_op(m: WNConv1d, s: Step) -> Op:
         stride, (pad, lo) = m.stride, conv_geometry(m, s)
         hi = lo + s.make[1] - s.make[0]
         groups = m.groups
-        return lambda x, _n: conv_transpose1d(x, w, bias, stride, pad, 0, groups)[..., lo:hi]
+        # a short input with many taps (the first upsampling): the products as xᵀ · W
+        first = s.read[1] - s.read[0] < w.shape[1] * w.shape[2] // 8
+        return lambda x, _n: conv_transpose1d(x, w, bias, stride, pad, 0, groups, first)[..., lo:hi]
     pads, d, groups = conv_geometry(m, s), m.dilation, m.groups
     return lambda x, _n: conv1d(x, w, bias, pads, d, groups)
 
@@ -140,7 +142,7 @@ class CompiledSpan:
         """Samples ``span`` of the decode of latent ``z`` ``[B, latent, latent_length]``."""
         b = z.shape[0]
         noises = [
-            draw_noise(generator, (b, 1, slot.length), z)[..., slot.start : slot.end].contiguous()
+            draw_noise(generator, (b, 1, slot.length), z, (slot.start, slot.end))
             for slot in self.program.slots
         ]
         self.runs += 1

@@ -113,6 +113,17 @@ def _plan(layers: list[nn.Module], make: Span, n: int) -> tuple[Step, ...] | Non
     return tuple(reversed(steps))
 
 
+def noise_lengths(decoder: nn.Module, latent_length: int) -> tuple[int, ...]:
+    """The input length of each `NoiseBlock` of a decode of ``latent_length`` latent steps, in
+    order: each draws noise that long (the whole window's, in a span decode too)."""
+    out, n = [], latent_length
+    for m in _flat(cast(nn.Module, decoder.model)):
+        if isinstance(m, NoiseBlock):
+            out.append(n)
+        n = _length_out(m, n)
+    return tuple(out)
+
+
 def plan_span(decoder: nn.Module, latent_length: int, span: Span) -> tuple[Step, ...] | None:
     """The steps that compute output samples ``span`` of a decode of ``latent_length`` latent
     steps, or None when a layer is of a kind this module does not know (decode it whole).

@@ -203,7 +203,10 @@ class Until(Message, frozen=True, tag=9):
 class StreamItem(Message, frozen=True, tag=10):
     """One item for stream ``stream``, sent on a credit; once the item is in the buffer (at once,
     or after a consumer made room) the owner gives the credit back (`StreamAck`). ``seq``
-    numbers the sender's items (the order they are accepted in)."""
+    numbers the sender's items (the order they are accepted in). ``options``: the producing
+    walk's header on the first item a rank sends for a (request, stream) — the request's option
+    values, as `StartWalk` carries them — so the owner's consumer node learns the request before
+    its first chunk (`Node.expect`); None on every other item."""
 
     DATA: ClassVar[bool] = True
     request: str
@@ -211,6 +214,7 @@ class StreamItem(Message, frozen=True, tag=10):
     seq: int
     src_rank: int
     data: Any = None
+    options: tuple[tuple[str, Any], ...] | None = None
 
 
 class StreamAck(Message, frozen=True, tag=11):

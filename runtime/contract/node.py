@@ -260,7 +260,8 @@ class Work:
 
 class Node:
     """Base class of node implementations. Override `forward_one` (one request at a time) or
-    `forward` (a batch of ready requests of one walk); optionally `release`.
+    `forward` (a batch of ready requests of one walk); optionally `release`, and `expect` with
+    `idle` to prepare for a request ahead of its calls.
 
     ``serves_copies``: True when the class's batched `forward` may be handed, in one batch, the
     ready calls of its ``like`` copies that read its pool on the same rank (a CFG branch's
@@ -291,6 +292,21 @@ class Node:
         stateless node called in a piece that leaves nothing behind (`PieceSpec.needs_release`
         false), the request ends here when that piece is done: a later walk of the request
         may call the node again, and release it again."""
+
+    def expect(self, ctx: CallContext) -> None:
+        """A request will call this node on this rank: the first item of a stream that feeds
+        one of its ports arrived here (once per request and stream, before the stream's first
+        chunk). ``ctx`` has the request's id, options and this node's `CallContext.state`
+        (``walk`` empty, ``call`` -1). A node may note work it can do ahead for the request
+        (e.g. random draws that depend on the request's seed only) to do in `idle`; nothing
+        it prepares may change what its calls compute. The default does nothing."""
+
+    def idle(self) -> bool:
+        """Do a little of the work noted by `expect` (a fraction of a millisecond: the rank
+        looks for messages between calls) while the rank has nothing to run; True when some
+        was done, False when none is left. Called only between calls, never with one running;
+        the default has none."""
+        return False
 
     def static_step(self, call: CapturedCall) -> StaticStep | Sequence[StaticStep] | None:
         """The call as a shape-static unit the runtime may capture

@@ -184,6 +184,8 @@ class LocalCluster:
         for ex in self.ranks.values():
             ex.end_turn()  # the turn's stream credits back, one ack per producer
         moved = moved or bool(self.queue)
+        if not moved:  # nothing to run: the nodes' work ahead (`RankExecutor.idle`)
+            moved = any(ex.idle() for ex in self.ranks.values())
         self.conductor.tick()
         return moved
 

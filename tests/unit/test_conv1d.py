@@ -74,15 +74,18 @@ def test_a_grouped_convolution_falls_back_to_functional() -> None:
     [(64, 32, 15, 8, 4, 0), (16, 8, 288, 4, 2, 0), (8, 4, 1067, 2, 1, 0), (8, 4, 5, 2, 0, 1)],
     ids=lambda s: "x".join(map(str, s)),
 )
-def test_conv_transpose1d_equals_functional_and_is_batch_invariant(threads, shape) -> None:
+@pytest.mark.parametrize("steps_first", [False, True], ids=["Wt.x", "xt.W"])
+def test_conv_transpose1d_equals_functional_and_is_batch_invariant(
+    threads, shape, steps_first
+) -> None:
     cin, cout, n, r, p, op = shape
     x, b = rand(16, cin, n, seed=n), rand(cout, seed=2)
     w = rand(cin, cout, 2 * r, seed=r) / cin**0.5
     want = F.conv_transpose1d(x, w, b, r, p, op)
-    got = K.conv_transpose1d(x, w, b, r, p, op)
+    got = K.conv_transpose1d(x, w, b, r, p, op, steps_first=steps_first)
     assert got.shape == want.shape
     assert (got - want).abs().max().item() <= 1e-5
-    invariant(lambda t: K.conv_transpose1d(t, w, b, r, p, op), x)
+    invariant(lambda t: K.conv_transpose1d(t, w, b, r, p, op, steps_first=steps_first), x)
 
 
 def test_a_transposed_kernel_off_the_stride_falls_back_to_functional() -> None:

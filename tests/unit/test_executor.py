@@ -38,6 +38,7 @@ def _samples() -> list[M.Message]:
         M.Value("r", 1, "w", 2, "x", "loop_carried", "L", (("L", 4),), False, None),
         M.Until("r", 1, "w", "L", (2,), 5, True),
         M.StreamItem("r", "s", 7, 0, {"slot": 3, "nbytes": 64}),
+        M.StreamItem("r", "s", 1, 0, None, (("seed", 7), ("voice", "leo"))),
         M.StreamAck("r", "s", 7, 1),
         M.WalkDone("r", 1, "w", 0),
         M.ChunkReady("r", "s", 2, False, True),

@@ -71,6 +71,19 @@ class _Executor:
     def end_turn(self) -> None:
         pass
 
+    def idle(self) -> bool:  # `RankExecutor.idle`: ``work_ahead`` calls do some, then none
+        self.idle_calls += 1
+        if self.idle_error is not None and self.idle_calls == 1:
+            raise self.idle_error
+        if self.work_ahead > 0:
+            self.work_ahead -= 1
+            return True
+        return False
+
+    idle_calls = 0
+    work_ahead = 0
+    idle_error: Exception | None = None
+
     def pending(self) -> bool:
         return self.turns < self.busy_turns and not self.last_alone
 
@@ -99,11 +112,13 @@ class _Mesh:
         pass
 
 
-def _run_loop(monkeypatch: pytest.MonkeyPatch, turn_s: float, busy_turns: int = 10) -> _Mesh:
+def _run_loop(
+    monkeypatch: pytest.MonkeyPatch, turn_s: float, busy_turns: int = 10, made: list | None = None
+) -> _Mesh:
     clock = _Clock()
     monkeypatch.setattr(worker_main, "time", clock)
     holder: list = []
-    made: list[_Executor] = []
+    made = [] if made is None else made
 
     def executor(rank_spec, nodes, outbox, max_batch, device):
         made.append(_Executor(outbox, clock, busy_turns=busy_turns, turn_s=turn_s))
@@ -146,3 +161,31 @@ def test_a_turn_that_leaves_no_work_sends_at_once(monkeypatch: pytest.MonkeyPatc
     mesh = _run_loop(monkeypatch, 0.001, busy_turns=1)
     assert [msg.request for _, msgs in mesh.sent for msg in msgs] == ["r1", "r1"]
     assert mesh.polls[0] == (0, 0)  # sent before the first poll
+
+
+def test_an_idle_rank_does_its_nodes_work_ahead_before_waiting(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With nothing to run, the loop asks the executor for work ahead (`RankExecutor.idle`) and
+    looks for messages without waiting while there is some; it waits only once there is none.
+    While a turn runs work, it never asks."""
+    monkeypatch.setattr(_Executor, "work_ahead", 3)
+    made: list[_Executor] = []
+    mesh = _run_loop(monkeypatch, 0.001, busy_turns=2, made=made)
+    (ex,) = made
+    timeouts = [t for t, _ in mesh.polls]
+    # two busy turns (no asking), three turns of work ahead, then waits
+    assert timeouts[:5] == [0] * 5 and timeouts[5:] == [IDLE_POLL_MS] * (len(timeouts) - 5)
+    assert ex.work_ahead == 0 and ex.idle_calls == len(timeouts) - 2
+
+
+def test_work_ahead_that_fails_is_reported_and_the_loop_goes_on(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(_Executor, "idle_error", RuntimeError("boom"))
+    made: list[_Executor] = []
+    mesh = _run_loop(monkeypatch, 0.001, busy_turns=1, made=made)
+    err = capsys.readouterr().err
+    assert "work ahead" in err and "boom" in err
+    assert [msg.request for _, msgs in mesh.sent for msg in msgs] == ["r1", "r1"]
+    assert any(t == IDLE_POLL_MS for t, _ in mesh.polls)

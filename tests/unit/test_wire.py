@@ -30,6 +30,7 @@ SAMPLES: list[m.Message] = [
     m.Value("r1", 3, "chain", 7, "x", Edge.INTERNAL, None, (), True, None),
     m.Until("r1", 3, "chain", "steps", (1, 2), 5, True),
     m.StreamItem("r1", "tokens", 9, 0, "text data"),
+    m.StreamItem("r1", "tokens", 1, 0, "first", (("max_tokens", 70), ("voice", "tara"))),
     m.StreamAck("r1", "tokens", 9, 1),
     m.StatePart("r1", 3, "LLM", "int:x", 0, 5),
     m.StateEnd("r1", 3, "LLM", 0, 2),

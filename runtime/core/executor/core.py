@@ -139,6 +139,7 @@ class RankExecutor:
     _unpark = streams._unpark
     _push_all = streams._push_all
     _send_item = streams._send_item
+    _expect = streams._expect
     end_turn = streams.end_turn
     # handoff
     _targets = handoff._targets
@@ -175,6 +176,9 @@ class RankExecutor:
         # (walk, call) -> how a decode loop's call starts its next iteration in place
         self.self_steps = stepping.self_stepping(rank_spec)
         self.stream_specs: dict[str, StreamSpec] = {s.name: s for s in rank_spec.streams}
+        # the nodes that prepare for a request ahead of its calls (`Node.expect`, `Node.idle`)
+        self.expecting = {n: x for n, x in self.nodes.items() if _overrides(x, "expect")}
+        self._idlers = [x for x in self.nodes.values() if _overrides(x, "idle")]
         self.engines = {n.name: n.engine for n in rank_spec.nodes}
         # every node's declared output types: what its results are checked against
         self.port_types: dict[str, dict[str, Any]] = {
@@ -241,6 +245,21 @@ class RankExecutor:
                 self._run_batch(batch)
                 return True
         return ran
+
+    def idle(self) -> bool:
+        """Let the nodes do a little of their prepared work (`Node.idle`) while the rank has
+        nothing to run: the host calls it instead of waiting; True when some was done (the
+        host then looks for messages without waiting and calls it again). A node whose
+        `idle` raises is not asked again (work ahead is never needed: its calls do the work
+        themselves) and the exception goes to the host to report."""
+        for node in self._idlers:
+            try:
+                if node.idle():
+                    return True
+            except Exception:
+                self._idlers.remove(node)
+                raise
+        return False
 
     def pending(self) -> bool:
         """Whether the next `step` may find work: call instances queued, or units whose
@@ -364,3 +383,7 @@ class RankExecutor:
             Failed(request, exc.kind, exc.message, flow, exc.walk, exc.node, self.rank, exc.cause),
         )
         self.release(request)
+
+
+def _overrides(node: Node, method: str) -> bool:
+    return getattr(type(node), method, None) is not getattr(Node, method)

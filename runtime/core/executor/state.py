@@ -179,6 +179,10 @@ class RequestState:
     credits: dict[tuple[str, int], int] = field(default_factory=dict)
     blocked: dict[tuple[str, int], deque] = field(default_factory=dict)
     in_flight: dict[tuple[str, int], deque] = field(default_factory=dict)
+    # the (stream, owner) pairs this rank sent the request's header to (its first item), and
+    # the streams whose consumer node here learned the request (`Node.expect`)
+    headed: set[tuple[str, int]] = field(default_factory=set)
+    expected: set[str] = field(default_factory=set)
     # node states arriving from another group: (walk id, node, src rank) -> parts, and the
     # part count once `StateEnd` said it
     incoming: dict[tuple[int, str, int], dict[str, Any]] = field(default_factory=dict)

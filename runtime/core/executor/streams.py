@@ -38,7 +38,7 @@ from wgc_runtime.contract.messages import (
     StreamDone,
     StreamItem,
 )
-from wgc_runtime.contract.node import DTYPES
+from wgc_runtime.contract.node import DTYPES, CallContext
 from wgc_runtime.contract.spec import Dest
 from wgc_runtime.core.executor.state import (
     RequestAbort,
@@ -76,6 +76,8 @@ def _buffer(self: RankExecutor, req: RequestState, name: str) -> StreamBuffer:
 def _push(self: RankExecutor, w: WalkRun, d: Dest, v: Any, cont: Callable[[], None]) -> None:
     req, name = w.req, d.name or ""
     if d.rank is None or d.rank == self.rank:
+        if name not in req.expected:
+            self._expect(req, name, w.options)
         self._enqueue_item(req, name, (0, self.rank, v, cont))
         return
     key = (name, d.rank)
@@ -95,11 +97,44 @@ def _send_item(self: RankExecutor, w: WalkRun, key: tuple[str, int], v: Any) -> 
     req.in_flight.setdefault(key, deque()).append(w)
     w.unacked += 1
     self._seq += 1
-    self.outbox(key[1], StreamItem(req.id, key[0], self._seq, self.rank, v))
+    header = None
+    if key not in req.headed:  # the first item to this owner carries the request's options
+        req.headed.add(key)
+        header = tuple(w.options.items())
+    self.outbox(key[1], StreamItem(req.id, key[0], self._seq, self.rank, v, header))
 
 
 def _on_stream_item(self: RankExecutor, m: StreamItem) -> None:
-    self._enqueue_item(self._req(m.request), m.stream, (m.seq, m.src_rank, m.data, None))
+    req = self._req(m.request)
+    if m.options is not None:
+        self._expect(req, m.stream, dict(m.options))
+    self._enqueue_item(req, m.stream, (m.seq, m.src_rank, m.data, None))
+
+
+def _expect(self: RankExecutor, req: RequestState, name: str, options: dict[str, Any]) -> None:
+    """The first item of stream ``name`` for ``req`` is here: its consumer node on this rank
+    learns the request (`Node.expect`), once, before the stream's first chunk."""
+    if name in req.expected:
+        return
+    req.expected.add(name)
+    s = self.stream_specs.get(name)
+    node_name = s.consumer[0] if s is not None else ""
+    node = self.expecting.get(node_name)
+    if node is None:
+        return
+    ctx = CallContext(
+        request_id=req.id,
+        walk="",
+        call=-1,
+        node=node_name,
+        options=options,
+        state=req.node_state.setdefault(node_name, {}),
+    )
+    try:
+        node.expect(ctx)
+    except Exception as exc:  # a node's failure fails its request, as in a call
+        msg = f"node `{node_name}` failed to prepare for the request: {type(exc).__name__}: {exc}"
+        raise RequestAbort(FailKind.NODE, msg, None, node_name) from exc
 
 
 def _on_stream_ack(self: RankExecutor, m: StreamAck) -> None:

@@ -158,6 +158,14 @@ class WorkerLoop:
                 self._outbox(m.CONDUCTOR, m.Failed(request, FailKind.INTERNAL, why, rank=self.rank))
                 self.executor.release(request)
 
+    def idle(self) -> bool:
+        """`RankExecutor.idle`; a node that fails at it is reported (and not asked again)."""
+        try:
+            return self.executor.idle()
+        except Exception as exc:
+            self.trouble.report("a node's work ahead (`idle`)", exc)
+            return True
+
     def usage(self) -> c.Usage:
         guard, ex = self.mesh.guard, self.executor
         pages = tuple(sorted(ex.kv.used_pages().items()))
@@ -180,6 +188,8 @@ class WorkerLoop:
                 # held only while the next turn has work: never into a wait (`SendHold`)
                 if hold.send_now(now, now - t0, busy and executor.pending()):
                     self.flush()
+            if not busy:  # nothing to run: the nodes' work ahead, a little at a time
+                busy = self.idle()
             for msg in mesh.poll(0 if busy else IDLE_POLL_MS):
                 self.handle(msg)
             mesh.flush_releases()
