@@ -410,11 +410,13 @@ class SnacDecoder(nn.Module):
         need (`wgc_runtime.components.snac_span`)."""
         from wgc_runtime.components.snac_span import decode_span
 
+        if span is not None:
+            latent = codes[0].shape[-1] * self.config.vq_strides[0]
+            compiled = self.compiled_spans.get((latent, span))
+            if compiled is not None:  # the codebooks are in the program
+                return compiled.decode_codes(codes, generator)
         z = sum(q(c.long()) for q, c in zip(self.quantizer.quantizers, codes, strict=True))
         assert isinstance(z, torch.Tensor)
-        compiled = self.compiled_spans.get((z.shape[-1], span)) if span is not None else None
-        if compiled is not None:
-            return compiled.decode(z, generator)
         blocks = self._noise_blocks()
         for b in blocks:
             b.generator = generator
@@ -433,8 +435,12 @@ class SnacDecoder(nn.Module):
 
         label = f"snac_{latent_length}_{span[0]}_{span[1]}"
         self.compiled_spans[(latent_length, span)] = CompiledSpan(
-            self.decoder, latent_length, span, label
+            self.decoder, self.codebooks(), latent_length, span, label
         )
+
+    def codebooks(self) -> list[_Codebook]:
+        """The codebooks' decoding halves, coarsest first."""
+        return [cast(_Codebook, q) for q in self.quantizer.quantizers]
 
     @property
     def compiled_spans(self) -> dict[tuple[int, tuple[int, int]], Any]:
