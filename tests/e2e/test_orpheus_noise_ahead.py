@@ -3,7 +3,9 @@ the SNAC rank learns each request from the first token that reaches it — its o
 that first `StreamItem` from another rank (``cpu-2rank``), or on the local push (``cpu``) — and
 an idle rank draws the noise before the windows fill. Every window then decodes with noise drawn
 ahead, and the audio is bit for bit the audio of the same deployment drawing it at decode time,
-for greedy, seeded-sampling and penalised requests alike; nothing is left held afterwards."""
+for greedy, seeded-sampling and penalised requests alike; nothing is left held afterwards. A
+node whose `idle` raises is not asked again (its calls draw their own noise); one whose `expect`
+raises fails that request with the node's name, on either path, leaving nothing behind."""
 
 from __future__ import annotations
 
@@ -106,3 +108,20 @@ def test_a_node_failing_at_work_ahead_is_not_asked_again(tmp_path) -> None:
     h = c.submit(c.request([Segment("text", "hi")], ["audio"], {"max_tokens": 35}), "r")
     c.run()
     assert h.error is None and audio_of(h).numel() > 0  # its calls draw their own noise
+
+
+@pytest.mark.parametrize("placement", ["cpu", "cpu-2rank"])
+def test_a_node_failing_to_prepare_fails_its_request_with_its_name(tmp_path, placement) -> None:
+    family = orpheus(tmp_path / "ckpt")
+    c = LocalCluster(family.compile(tmp_path / placement, placement))
+
+    def broken(ctx) -> None:
+        raise ValueError(f"cannot prepare {ctx.request_id}")
+
+    vocoder(c).expect = broken  # type: ignore[method-assign]
+    h = c.submit(c.request([Segment("text", "hi")], ["audio"], {"max_tokens": 35}), "r")
+    c.run()
+    assert h.error is not None, "the request went on"
+    assert "snac_decoder" in str(h.error) and "failed to prepare" in str(h.error), h.error
+    for ex in c.ranks.values():  # nothing left behind
+        assert not ex.requests and all(n == 0 for n in ex.kv.used_pages().values())
