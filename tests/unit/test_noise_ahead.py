@@ -6,33 +6,17 @@ never draws a window that was decoded already."""
 
 from __future__ import annotations
 
-import random
-
 import pytest
 import torch
 
-from wgc_runtime.components.configs.orpheus import TINY_SNAC, TINY_TOKENS
-from wgc_runtime.components.orpheus import FRAME, WINDOW_FRAMES, NoiseAhead, OrpheusVocoder
-from wgc_runtime.components.random_init import init_seeded
-from wgc_runtime.components.snac import DrawnNoise, SnacDecoder, draw_noise
+from tests.unit import test_conv1d as shared
+from wgc_runtime.components.configs.orpheus import TINY_SNAC
+from wgc_runtime.components.orpheus import WINDOW_FRAMES, NoiseAhead, OrpheusVocoder
+from wgc_runtime.components.snac import DrawnNoise, draw_noise
 
 LATENT = WINDOW_FRAMES * TINY_SNAC.vq_strides[0]
-
-
-@pytest.fixture(scope="module")
-def vocoder() -> OrpheusVocoder:
-    snac = SnacDecoder(TINY_SNAC)
-    init_seeded(snac, 0)
-    return OrpheusVocoder(snac.eval(), TINY_TOKENS)
-
-
-def windows(n: int, seed: int) -> list[torch.Tensor]:
-    rng = random.Random(seed)
-    ids = [
-        [TINY_TOKENS.audio_token(p, rng.randrange(1, 64)) for p in range(WINDOW_FRAMES * FRAME)]
-        for _ in range(n)
-    ]
-    return [torch.tensor(row) for row in ids]
+vocoder = shared.vocoder  # the tiny vocoder (a module fixture), and valid windows
+windows = shared.windows
 
 
 def gen(seed: int) -> torch.Generator:
