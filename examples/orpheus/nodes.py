@@ -22,9 +22,9 @@ over wgc's components (`wgc_runtime.components`: `LlamaDecoder` / `DecoderEngine
   its batch. Under ``batching.backend: inductor`` on the CPU the decode is one compiled
   program (`OrpheusVocoder.compile`, built when the node starts). Window ``k``'s noise depends
   on the request's seed and ``k`` only, so the node draws it ahead (`Node.expect` notes a
-  request when its first token reaches the rank, `Node.idle` draws one window's noise at a time
-  while the rank waits for the LM: `NoiseAhead`, at most the windows ``option max_tokens``
-  allows): the same numbers, off the decodes' path.
+  request when its first token reaches the rank, `Node.idle` draws a few windows' noise at a
+  time while the rank waits for the LM: `NoiseAhead`, at most the windows ``option
+  max_tokens`` allows): the same numbers, off the decodes' path.
 
 Weights: a Hugging Face Llama checkpoint folder (``config checkpoint``; its ``config.json``
 must agree with the ``.walk`` sizes, which size the KV pool) and a SNAC folder (``config
