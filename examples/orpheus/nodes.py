@@ -425,9 +425,8 @@ class SnacDecoder(Node):
             k = info.index if info is not None else 0
             rows.append(i)
             windows.append(window.reshape(-1).to(self.device))
-            seed = speech_seed(w.ctx) + NOISE
-            drawn = self.ahead.take(w.ctx.request_id, seed, k)  # drawn while the rank waited
-            noise.append(drawn or torch.Generator().manual_seed(seed + k))
+            # drawn while the rank waited, or drawn now from the same seed
+            noise.append(self.ahead.window(w.ctx.request_id, speech_seed(w.ctx) + NOISE, k))
         for i, audio in zip(rows, self.vocoder.windows(windows, noise), strict=True):
             # a token that is no audio code: no samples, as the reference
             results[i] = {"audio": torch.zeros(0) if audio is None else audio.cpu()}

@@ -320,6 +320,10 @@ class NoiseAhead:
         self.used += 1
         return DrawnNoise(tensors)
 
+    def window(self, request: str, seed: int, k: int) -> DrawnNoise | torch.Generator:
+        """Window ``k``'s noise for its decode: drawn ahead (`take`), else its generator."""
+        return self.take(request, seed, k) or torch.Generator().manual_seed(seed + k)
+
     def drop(self, request: str) -> None:
         self._plans.pop(request, None)
         self._drawn.pop(request, None)

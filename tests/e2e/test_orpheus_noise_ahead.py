@@ -47,7 +47,7 @@ def run(c: LocalCluster, *, idle: bool) -> dict:
         if idle:  # as a rank between its calls: everything noted so far is drawn first
             for ex in c.ranks.values():
                 while ex.idle():
-                    pass
+                    continue
         if not c.step():
             c.settle()
     return handles
@@ -64,12 +64,14 @@ def test_noise_drawn_ahead_speaks_the_same_audio(tmp_path, placement) -> None:
         c = LocalCluster(folder)
         sent: list[StreamItem] = []
         send = c._send
-        c._send = lambda to, msg: (
-            sent.append(msg) if isinstance(msg, StreamItem) else None,
-            send(to, msg),
-        )[1]  # type: ignore[method-assign]
+
+        def recording(to, msg) -> None:  # the ranks' messages, the stream items kept
+            if isinstance(msg, StreamItem):
+                sent.append(msg)
+            send(to, msg)
+
         for ex in c.ranks.values():
-            ex.outbox = c._send
+            ex.outbox = recording
         got = run(c, idle=True)
     node = vocoder(c)
     windows = 0

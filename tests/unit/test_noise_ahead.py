@@ -75,6 +75,11 @@ def test_draw_noise_with_a_span_is_that_span_of_the_whole_draw() -> None:
     assert torch.equal(one, torch.randn((2, 1, 40), generator=gen(4))[..., 5:17])
 
 
+def draw_all(ahead: NoiseAhead) -> None:
+    while ahead.step():
+        continue
+
+
 def _ahead(limit: int = 32) -> tuple[NoiseAhead, list[int]]:
     seeds: list[int] = []
 
@@ -91,8 +96,7 @@ def test_requests_are_drawn_round_robin_earliest_windows_first() -> None:
     ahead.expect("a", 100, 3)
     ahead.expect("b", 200, 2)
     ahead.expect("a", 999, 9)  # once per request: a second note changes nothing
-    while ahead.step():
-        pass
+    draw_all(ahead)
     assert seeds == [100, 200, 101, 201, 102]
     assert ahead.drawn == 5 and ahead.held() == 5
     got = ahead.take("a", 100, 0)
@@ -109,8 +113,7 @@ def test_a_window_decoded_first_is_never_drawn_and_older_ones_go() -> None:
     assert ahead.step() and seeds == [10]
     assert ahead.take("a", 10, 2) is None  # window 2 decoded before it was drawn
     assert ahead.held() == 0  # window 0's draw is stale: windows decode in order
-    while ahead.step():
-        pass
+    draw_all(ahead)
     assert seeds == [10, 13, 14]
 
 
@@ -118,8 +121,7 @@ def test_the_limit_bounds_what_a_request_holds_and_drop_frees_it() -> None:
     ahead, seeds = _ahead(limit=4)
     ahead.expect("a", 0, 50)
     ahead.expect("none", 0, 0)  # fills no window
-    while ahead.step():
-        pass
+    draw_all(ahead)
     assert seeds == [0, 1, 2, 3] and ahead.held() == 4
     ahead.drop("a")
     assert ahead.held() == 0 and ahead.take("a", 0, 0) is None
