@@ -4,16 +4,17 @@ rounds are too noisy to show it.
     .venv/bin/python benchmarks/speech_paired.py [--rounds 24] [--placement cpu-2rank-compiled]
         [--base OTHER_CHECKOUT] [--env-a K=V ...] [--env-b K=V ...]
 
-Deployment A runs the runtime of ``--base`` (another checkout, e.g. a ``git worktree`` of the
-previous commit: its ``runtime/`` folder is imported as ``wgc_runtime`` by A's processes) or of
-this checkout; deployment B runs this checkout's. ``--env-a`` / ``--env-b`` add environment
-variables to one deployment's processes (e.g. ``TORCHINDUCTOR_CPP_WRAPPER=1``). Both compile the
-same plan from this checkout (`speech_tts.plan_for`, the tiny checkpoints), start, warm up, and
-then serve ``--rounds`` rounds of `speech_tts`'s c = 16 request each, alternating which goes
-first. Printed: each side's throughput (median and range), the median of the per-round ratios
-B / A, and each process's CPU time per round (user + system from ``/proc/<pid>/stat``, the
-round's start to its end): on a shared machine a process's CPU for a round varies far less
-than the round's wall time, so a few percent of a rank's work shows here that the throughput
+Deployment A runs the code of ``--base`` (another checkout, e.g. a ``git worktree`` of the
+previous commit: A's processes import its ``runtime/`` folder as ``wgc_runtime`` and its
+``examples/`` folder, the nodes, as ``examples``) or of this checkout; deployment B runs this
+checkout's. ``--env-a`` / ``--env-b`` add environment variables to one deployment's processes
+(e.g. ``TORCHINDUCTOR_CPP_WRAPPER=1``). Both compile the same plan from this checkout
+(`speech_tts.plan_for`, the tiny checkpoints), start, warm up, and then serve ``--rounds``
+rounds of `speech_tts`'s c = 16 request each, alternating which goes first. Printed: each
+side's throughput (median and range), the median of the per-round ratios B / A, and each
+process's CPU time per round (user + system from ``/proc/<pid>/stat``, the round's start to
+its end): on a shared machine a process's CPU for a round varies far less than the round's
+wall time, so a few percent of a rank's work shows here that the throughput
 ratio cannot resolve.
 """
 
@@ -28,8 +29,9 @@ from contextlib import ExitStack
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
+for _p in (str(ROOT), str(ROOT / "benchmarks")):  # once: a spawned child re-runs this module,
+    if _p not in sys.path:  # and must keep a base deployment's shim (`start`) first
+        sys.path.insert(0, _p)
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -53,7 +55,8 @@ def env_pairs(pairs: list[str]) -> dict[str, str]:
 
 def start(stack: ExitStack, folder: Path, env: dict[str, str], base: Path | None):
     """A `Cluster` on ``folder`` whose processes see ``env`` and, with ``base``, import
-    ``base/runtime`` as ``wgc_runtime`` (spawned processes take this process's ``sys.path``)."""
+    ``base/runtime`` as ``wgc_runtime`` and ``base/examples`` (the nodes) as ``examples``
+    (spawned processes take this process's ``sys.path``)."""
     from wgc_runtime.host.processes.launcher import Cluster
 
     saved_env, saved_path = dict(os.environ), list(sys.path)
@@ -62,6 +65,7 @@ def start(stack: ExitStack, folder: Path, env: dict[str, str], base: Path | None
         if base is not None:
             shim = Path(tempfile.mkdtemp(prefix="wgc-base-"))
             (shim / "wgc_runtime").symlink_to((base / "runtime").resolve())
+            (shim / "examples").symlink_to((base / "examples").resolve())
             sys.path.insert(0, str(shim))
         cluster = Cluster(str(folder), progress=None, ready_timeout=900)
         stack.enter_context(cluster)

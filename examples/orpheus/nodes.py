@@ -75,6 +75,7 @@ from wgc_runtime.contract.node import (
     NodeError,
     Work,
 )
+from wgc_runtime.engines.kv_pool import SequenceFull
 
 
 def orpheus_tokens(config: Mapping[str, Any]) -> OrpheusTokens:
@@ -179,6 +180,7 @@ class LLM(Node):
             )
         self._engine: DecoderEngine | None = None
         self._params: dict[str, Sampling] = {}  # each running request's sampling options
+        self._table_rows: dict[int, dict[str, Any]] = {}  # per decode width (`_decode_form`)
 
     def engine(self, kv: KvCache | None) -> DecoderEngine:
         if kv is None:
@@ -276,9 +278,11 @@ class LLM(Node):
 
     def release(self, request_id: str) -> None:
         self._params.pop(request_id, None)
+        for rows in self._table_rows.values():
+            rows.pop(request_id, None)
 
     def export_state(self, request_id: str, kept: dict[str, Any]) -> dict[str, torch.Tensor]:
-        self._params.pop(request_id, None)  # the request moves on to another rank
+        self.release(request_id)  # the request moves on to another rank
         return super().export_state(request_id, normal_tensors(kept))
 
     def _check_room(self, kv: KvCache, new: int) -> None:
@@ -329,21 +333,31 @@ class LLM(Node):
             """Every row's sequence, with this step's token, fits ``width`` pages."""
             return all(w.ctx.kv is not None and w.ctx.kv.length() < room for w in works)
 
+        pool, limit = engine.pool, self.kv_tokens
+        # request -> (its page list, that list's length, the padded table row made from it):
+        # a row changes when the sequence takes a page, once in `page_size` steps
+        rows = self._table_rows.setdefault(width, {})
+
         def prepare(w: Work) -> dict[str, Any]:
             """Append the row's token slot to its sequence: its slot, position, length, page
             table (padded with the padding page) and audio position."""
             kv = w.ctx.kv
             assert kv is not None
-            self._check_room(kv, 1)
-            pool, label = engine.pool, kv.labels[0]
-            (slot,) = pool.append_slots(kv.request, label, 1)
-            length = pool.seq_len(kv.request, label)
-            table = pool.page_table(kv.request, label)
+            try:
+                slot, length, pages = pool.append_token(kv.request, kv.labels[0], limit)
+            except SequenceFull:
+                self._check_room(kv, 1)  # the node's own message
+                raise
+            row = rows.get(kv.request)
+            if row is None or row[0] is not pages or row[1] != len(pages):
+                table = torch.full((width,), pad_page, dtype=torch.int32)
+                table[: len(pages)] = torch.tensor(pages, dtype=torch.int32)
+                row = rows[kv.request] = (pages, len(pages), table)
             return {
                 "positions": length - 1,
                 "slots": slot,
                 "kv_lens": length,
-                "block_tables": table + [pad_page] * (width - len(table)),
+                "block_tables": row[2],
                 "spoken": int(w.ctx.state["spoken"]),
             }
 

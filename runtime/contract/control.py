@@ -34,7 +34,7 @@ from typing import Any
 
 import msgspec
 
-from wgc_runtime.contract.messages import CORE, Finished, Message, Output
+from wgc_runtime.contract.messages import CORE, Finished, Message, Output, StreamItems
 
 PeerName = int | str  # a rank, "conductor" or "launcher"
 
@@ -227,6 +227,7 @@ LAUNCHER = (
     Usage,
     ArenaFree,
 )
-INBOX = (*CORE, *LAUNCHER)  # what a rank's or the conductor's inbox accepts
+# what a rank's or the conductor's inbox accepts (`StreamItems`: the transport packs items)
+INBOX = (*CORE, StreamItems, *LAUNCHER)
 CLIENT_IN = (Submit, Cancel, Ping, GetStats)  # what the conductor's client port accepts
 CLIENT_OUT = (Accepted, Output, Alive, Finished, Pong, Stats, WalkTrace)  # what a client accepts

@@ -59,6 +59,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 import msgspec
+import torch
 
 from wgc_runtime.contract.kinds import Cause, Edge, FailKind
 from wgc_runtime.contract.spec import Dest
@@ -215,6 +216,80 @@ class StreamItem(Message, frozen=True, tag=10):
     src_rank: int
     data: Any = None
     options: tuple[tuple[str, Any], ...] | None = None
+
+
+class StreamItems(Message, frozen=True, tag=22):
+    """Consecutive `StreamItem`s of one producer rank for one stream, bound for one owner in
+    one send, as one message: item ``i`` is ``(requests[i], seqs[i], data[i])``, the items'
+    tensors stacked in ``data`` (``[n, *item dims]``: one tensor to encode and decode instead
+    of n). Only the transport packs and unpacks them (`pack_items`, `unpack_items`); a core
+    sees the `StreamItem`s. A message whose lengths disagree does not decode."""
+
+    DATA: ClassVar[bool] = True
+    stream: str
+    src_rank: int
+    requests: tuple[str, ...]
+    seqs: tuple[int, ...]
+    data: Any = None
+
+    def __post_init__(self) -> None:
+        n = len(self.requests)
+        shape = getattr(self.data, "shape", ())
+        if len(self.seqs) != n or not shape or shape[0] != n:
+            raise ValueError(
+                f"StreamItems of {n} requests, {len(self.seqs)} seqs and data of shape "
+                f"{list(shape)}: one of each per item"
+            )
+
+
+def pack_items(msgs: list[Message], most_bytes: int = 1024) -> list[Message]:
+    """``msgs`` (for one peer, in order) with each run of two or more consecutive
+    `StreamItem`s of one (stream, producer) without an ``options`` header, whose data are CPU
+    tensors of one shape and dtype of at most ``most_bytes`` each, as one `StreamItems`; the
+    order of everything else is kept."""
+    out: list[Message] = []
+    run: list[StreamItem] = []
+
+    def close() -> None:
+        if len(run) == 1:
+            out.append(run[0])
+        elif run:
+            data = torch.stack([x.data for x in run])
+            requests = tuple(x.request for x in run)
+            seqs = tuple(x.seq for x in run)
+            out.append(StreamItems(run[0].stream, run[0].src_rank, requests, seqs, data))
+        run.clear()
+
+    for msg in msgs:
+        if msg.__class__ is StreamItem and msg.options is None:  # pyright: ignore
+            item: StreamItem = msg  # pyright: ignore[reportAssignmentType]
+            d = item.data
+            if isinstance(d, torch.Tensor) and d.is_cpu and d.nbytes <= most_bytes:
+                if run:
+                    first = run[0]
+                    f = first.data
+                    if (
+                        item.stream != first.stream
+                        or item.src_rank != first.src_rank
+                        or d.dtype != f.dtype
+                        or d.shape != f.shape
+                    ):
+                        close()
+                run.append(item)
+                continue
+        close()
+        out.append(msg)
+    close()
+    return out
+
+
+def unpack_items(msg: StreamItems) -> list[StreamItem]:
+    """The `StreamItem`s ``msg`` packs, in order (their data views of its tensor)."""
+    rows = msg.data.unbind(0)
+    return [
+        StreamItem(r, msg.stream, q, msg.src_rank, d)
+        for r, q, d in zip(msg.requests, msg.seqs, rows, strict=True)
+    ]
 
 
 class StreamAck(Message, frozen=True, tag=11):

@@ -84,6 +84,10 @@ def _gib(n: int) -> str:
     return f"{n / 2**30:,.1f} GiB" if n < 2**60 else f"{n:.3g} bytes"
 
 
+class SequenceFull(ValueError):
+    """`PagedKVPool.append_token` with a ``limit`` the sequence already reached."""
+
+
 class PoolFull(RuntimeError):
     """The pool cannot hold what was asked: ``needed`` pages, ``free`` unreserved free pages."""
 
@@ -332,6 +336,27 @@ class PagedKVPool:
         start = self._grow(request, label, n_tokens)
         pages, ps = self._tables[request][label].pages, self.page_size
         return [pages[p // ps] * ps + p % ps for p in range(start, start + n_tokens)]
+
+    def append_token(
+        self, request: Hashable, label: str, limit: int | None = None
+    ) -> tuple[int, int, list[int]]:
+        """One decode step's append, in one call: ``label``'s sequence grows by one token;
+        returns ``(slot, new length, its page ids)``: the table's own list, not a copy (read
+        it, never change it; a table only ever grows in place, and a table made anew is a new
+        list, so a caller may keep what it derived from the list while it is the same object
+        of the same length). With ``limit``, a sequence already holding ``limit`` tokens is not
+        grown: `SequenceFull` (a `ValueError`) instead."""
+        self._check_label(label)
+        with self._cond:
+            table = self._tables.setdefault(request, {}).setdefault(label, PageTable())
+            start = table.length
+            if limit is not None and start + 1 > limit:
+                raise SequenceFull(f"`{request}`/`{label}` holds {start} of {limit} tokens")
+            pages, ps = table.pages, self.page_size
+            if start >= len(pages) * ps:  # the last page is full (or there is none)
+                pages += self._take(request, 1, f"`{request}`/`{label}` (+1 tokens)")
+            table.length = start + 1
+            return pages[start // ps] * ps + start % ps, start + 1, pages
 
     def _grow(self, request: Hashable, label: str, n_tokens: int) -> int:
         """Lengthen the sequence by ``n_tokens`` (pages allocated as needed); its old length."""

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from wgc_runtime.engines import PagedKVPool, PoolFull
+from wgc_runtime.engines.kv_pool import SequenceFull
 
 LABELS = ("main", "cfg_text", "cfg_img")
 
@@ -33,6 +34,25 @@ def test_append_returns_slots_on_the_label_pages():
     expect = [pages[p // 4] * 4 + p % 4 for p in range(9)]
     assert torch.cat([s1, s2]).tolist() == expect
     assert s1.dtype == torch.long
+
+
+def test_append_token_is_one_decode_step_append_with_a_limit():
+    pool, twin = small_pool(), small_pool()
+    pool.append("r", "main", 3)
+    twin.append("r", "main", 3)
+    pages = None
+    for n in range(4, 10):  # across two page boundaries
+        slot, length, pages = pool.append_token("r", "main", limit=9)
+        (want,) = twin.append_slots("r", "main", 1)
+        assert (slot, length) == (want, n)
+        assert pages is pool._tables["r"]["main"].pages  # the table's own list, no copy
+        assert pages == pool.page_table("r", "main") == twin.page_table("r", "main")
+    with pytest.raises(SequenceFull, match="holds 9 of 9 tokens"):
+        pool.append_token("r", "main", limit=9)
+    assert pool.seq_len("r", "main") == 9  # refused: nothing grew
+    pool.free("r")
+    _, _, fresh = pool.append_token("r", "main")
+    assert fresh is not pages  # a table made anew is a new list
 
 
 def test_pool_is_sized_from_the_placement():

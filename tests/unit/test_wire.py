@@ -4,6 +4,7 @@ validation into what that socket accepts; tensors intact; malformed frames dropp
 from __future__ import annotations
 
 import msgpack
+import msgspec
 import pytest
 import torch
 
@@ -31,6 +32,7 @@ SAMPLES: list[m.Message] = [
     m.Until("r1", 3, "chain", "steps", (1, 2), 5, True),
     m.StreamItem("r1", "tokens", 9, 0, "text data"),
     m.StreamItem("r1", "tokens", 1, 0, "first", (("max_tokens", 70), ("voice", "tara"))),
+    m.StreamItems("tokens", 0, ("r1",), (9,), torch.tensor([[7]])),
     m.StreamAck("r1", "tokens", 9, 1),
     m.StatePart("r1", 3, "LLM", "int:x", 0, 5),
     m.StateEnd("r1", 3, "LLM", 0, 2),
@@ -297,3 +299,56 @@ def test_the_client_port_drops_what_is_not_a_client_message() -> None:
     finally:
         sock.close(0)
         port.close()
+
+
+def _item(rid: str, seq: int, value: int = 0, stream: str = "tokens", **kw) -> m.StreamItem:
+    return m.StreamItem(rid, stream, seq, 0, torch.tensor([value]), **kw)
+
+
+def test_consecutive_stream_items_travel_as_one_message_and_come_back_in_order() -> None:
+    done = m.StreamDone("r9", "tokens")
+    msgs: list[m.Message] = [
+        _item("r1", 1, 10, options=(("voice", "tara"),)),  # a header: sent as it is
+        _item("r1", 2, 11),
+        _item("r2", 3, 12),
+        _item("r1", 4, 13),
+        done,  # ends the run: nothing moves past another message
+        _item("r2", 5, 14),
+        _item("r3", 6, 15, stream="other"),  # another stream: a run of one stays an item
+        m.StreamItem("r4", "other", 7, 0, torch.zeros(600)),  # too large to stack
+        m.StreamItem("r4", "other", 8, 0, torch.zeros(600)),
+    ]
+    packed = m.pack_items(msgs)
+    kinds = [type(x).__name__ for x in packed]
+    assert kinds == [
+        "StreamItem", "StreamItems", "StreamDone", "StreamItem", "StreamItem", "StreamItem",
+        "StreamItem",
+    ]  # fmt: skip
+    run = packed[1]
+    assert isinstance(run, m.StreamItems)
+    assert run.requests == ("r1", "r2", "r1") and run.seqs == (2, 3, 4)
+    (back,) = _round_trip(INBOX, [run])  # one tensor on the wire for the three items
+    unpacked = m.unpack_items(back)
+    assert [(x.request, x.seq, int(x.data[0])) for x in unpacked] == [
+        ("r1", 2, 11),
+        ("r2", 3, 12),
+        ("r1", 4, 13),
+    ]
+    assert all(x.data.shape == (1,) and x.options is None for x in unpacked)
+    flat = [y for x in packed for y in (m.unpack_items(x) if isinstance(x, m.StreamItems) else [x])]
+    assert [(type(x), getattr(x, "seq", None)) for x in flat] == [
+        (type(x), getattr(x, "seq", None)) for x in msgs
+    ]
+
+
+def test_stream_items_whose_lengths_disagree_are_refused() -> None:
+    with pytest.raises(ValueError, match="one of each per item"):
+        m.StreamItems("tokens", 0, ("r1", "r2"), (1,), torch.zeros(2, 1))
+    with pytest.raises(ValueError, match="one of each per item"):
+        m.StreamItems("tokens", 0, ("r1",), (1,), "not a tensor")
+    bad = m.StreamItems("tokens", 0, ("r1", "r2"), (1, 2), torch.zeros(2, 1))
+    frames = INBOX.encode([bad])
+    cut = msgspec.msgpack.decode(frames[0])  # the same message with one seq missing
+    cut[0][4] = cut[0][4][:1]
+    with pytest.raises(CodecError):
+        INBOX.decode([msgspec.msgpack.encode(cut)])

@@ -134,7 +134,8 @@ class WorkerLoop:
     def flush(self) -> None:
         out, self.out = self.out, []
         for to, msgs in batches(out).items():
-            self.mesh.send(peer_of(to), msgs)
+            # a decode step's items for one owner travel as one message (`StreamItems`)
+            self.mesh.send(peer_of(to), m.pack_items(msgs) if to >= 0 else msgs)
 
     def handle(self, msg: m.Message) -> None:
         cls = msg.__class__
@@ -144,6 +145,9 @@ class WorkerLoop:
             self.mesh.set_peers(msg.table)  # pyright: ignore[reportAttributeAccessIssue]
         elif cls is c.GetUsage:
             self.mesh.send("launcher", [self.usage()])
+        elif cls is m.StreamItems:
+            for item in m.unpack_items(msg):  # pyright: ignore[reportArgumentType]
+                self.deliver(item)
         elif not isinstance(msg, c.LAUNCHER):
             self.deliver(msg)
 
