@@ -15,7 +15,7 @@ from wgc_runtime.components.configs.orpheus import TINY_SNAC, TINY_TOKENS
 from wgc_runtime.components.orpheus import FRAME, WINDOW_FRAMES, OrpheusVocoder
 from wgc_runtime.components.random_init import init_seeded
 from wgc_runtime.components.snac import SnacDecoder
-from wgc_runtime.components.snac_compiled import SpanProgram
+from wgc_runtime.components.snac_compiled import REALIZE_OPCOUNT, SpanProgram
 from wgc_runtime.components.snac_span import plan_span
 from wgc_runtime.engines.capture import inductor_available
 
@@ -109,3 +109,5 @@ def test_compiled_windows_equal_eager_and_do_not_depend_on_their_batch() -> None
     # after their compiling calls both artifacts ran their code directly (no guard check): the
     # equalities above are of that path, at batch sizes other than the one that compiled
     assert span._run.direct(True) and span._run.direct(False)
+    # compiled with the snake activations stored once (not recomputed in every conv tap)
+    assert span._run.realize_opcount == REALIZE_OPCOUNT is not None

@@ -28,7 +28,12 @@ def _trampoline(body, bufs):
 
 
 def _compile(
-    template: Callable, name: str, dynamic: bool | None, *, cpp_wrapper: bool = False
+    template: Callable,
+    name: str,
+    dynamic: bool | None,
+    *,
+    cpp_wrapper: bool = False,
+    realize_opcount: int | None = None,
 ) -> Callable:
     """``torch.compile`` of a private copy of ``template``'s code: dynamo caches per code
     object, so this artifact has a cache (and a recompile limit) of its own.
@@ -41,7 +46,12 @@ def _compile(
     artifact, ``cpp_wrapper`` (the wrapper that allocates the intermediate buffers and calls
     the kernels generated as C++ instead of Python). Measured paired on Orpheus at concurrency 16
     (`benchmarks/speech_paired.py`, `benchmarks/README.md`): with both, the LM rank's CPU per
-    round 3-14% lower over three runs."""
+    round 3-14% lower over three runs.
+
+    ``realize_opcount``: inductor's ``realize_opcount_threshold`` for this artifact: an
+    elementwise result read by several consumers is stored once when it takes more than this
+    many ops, instead of being recomputed inside each consumer (None: inductor's default, 50
+    ops on the CPU; see `CompiledRows`)."""
     fresh = types.FunctionType(template.__code__.replace(co_name=name), template.__globals__)
     # like a recorded graph, the artifact is replayed on the same static buffers without
     # re-checking the Python objects it closed over; only tensor guards (shapes, dtypes,
@@ -52,6 +62,8 @@ def _compile(
     }
     if cpp_wrapper:
         opts["cpp_wrapper"] = True
+    if realize_opcount is not None:
+        opts["realize_opcount_threshold"] = realize_opcount
     _thread_lock_for_progress_bars()
     return torch.compile(fresh, backend="inductor", fullgraph=True, dynamic=dynamic, options=opts)
 
@@ -116,12 +128,20 @@ class CompiledRows:
     `CompiledBody`: a code object of its own (`_compile`), run in inference mode, and after its
     compiling call each artifact's compiled bytecode is called directly, without the guard check
     (the caller passes contiguous rows of the dtypes and trailing shapes it was compiled for;
-    dynamo's bytecode reads the batch size off the first tensor itself)."""
+    dynamo's bytecode reads the batch size off the first tensor itself).
 
-    def __init__(self, fn: Callable[..., torch.Tensor], label: str) -> None:
+    ``realize_opcount`` (`_compile`): a program whose costly elementwise results feed several
+    taps of a convolution written as shifted sums, like the SNAC decoder's snake activations
+    (``x + sin(a x)^2 / a``) before each kernel-7 convolution, runs faster when they are stored
+    once than when inductor recomputes them in every tap."""
+
+    def __init__(
+        self, fn: Callable[..., torch.Tensor], label: str, realize_opcount: int | None = None
+    ) -> None:
         self.fn = fn
-        self._one = _compile(_apply, f"_wgc_{label}_b1", dynamic=False)
-        self._rows = _compile(_apply, f"_wgc_{label}_rows", dynamic=None)
+        self.realize_opcount = ops = realize_opcount
+        self._one = _compile(_apply, f"_wgc_{label}_b1", dynamic=False, realize_opcount=ops)
+        self._rows = _compile(_apply, f"_wgc_{label}_rows", dynamic=None, realize_opcount=ops)
         self._direct: dict[bool, Callable | None] = {}  # single row? -> the artifact's code
 
     def direct(self, single: bool) -> bool:
