@@ -12,7 +12,9 @@ nodes on the rank's device (reporting `Progress`), learn the `Peers`, report `Re
    short, hold them over a few turns (`SendHold`: every send wakes the peer and both sides'
    ZeroMQ I/O threads, ~50 µs of the sender's CPU alone for a lone send on a small machine,
    and a 3 ms decode step would send every turn); a rank with no work for its next turn,
-   about to wait, sends at once;
+   about to wait, sends at once. Consecutive stream items for one rank go as one `StreamItems`
+   message (a decode step's 16 tokens: one tensor to encode and decode, `messages.pack_items`),
+   taken apart again at the receiving rank's inbox;
 3. poll the inbox (without waiting while work is ready, else up to 20 ms, busy-polling first
    for `Tuning.busy_poll_us` after activity) and deliver what arrived (frames that do not decode
    are dropped by the transport); tell arena owners which blocks this rank is done with.
