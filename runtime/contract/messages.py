@@ -249,6 +249,7 @@ def pack_items(msgs: list[Message], most_bytes: int = 1024) -> list[Message]:
     order of everything else is kept."""
     out: list[Message] = []
     run: list[StreamItem] = []
+    run_key = None
 
     def close() -> None:
         if len(run) == 1:
@@ -261,26 +262,26 @@ def pack_items(msgs: list[Message], most_bytes: int = 1024) -> list[Message]:
         run.clear()
 
     for msg in msgs:
-        if msg.__class__ is StreamItem and msg.options is None:  # pyright: ignore
-            item: StreamItem = msg  # pyright: ignore[reportAssignmentType]
-            d = item.data
-            if isinstance(d, torch.Tensor) and d.is_cpu and d.nbytes <= most_bytes:
-                if run:
-                    first = run[0]
-                    f = first.data
-                    if (
-                        item.stream != first.stream
-                        or item.src_rank != first.src_rank
-                        or d.dtype != f.dtype
-                        or d.shape != f.shape
-                    ):
-                        close()
-                run.append(item)
-                continue
-        close()
-        out.append(msg)
+        key = _stack_key(msg, most_bytes)
+        if key is None or key != run_key:
+            close()
+        run_key = key
+        if key is None:
+            out.append(msg)
+        else:
+            run.append(msg)  # pyright: ignore[reportArgumentType]
     close()
     return out
+
+
+def _stack_key(msg: Message, most_bytes: int) -> tuple | None:
+    """What items must share to be stacked together (`pack_items`); None: not stackable."""
+    if msg.__class__ is not StreamItem or msg.options is not None:  # pyright: ignore
+        return None
+    d = msg.data  # pyright: ignore[reportAttributeAccessIssue]
+    if not isinstance(d, torch.Tensor) or not d.is_cpu or d.nbytes > most_bytes:
+        return None
+    return (msg.stream, msg.src_rank, d.dtype, d.shape)  # pyright: ignore
 
 
 def unpack_items(msg: StreamItems) -> list[StreamItem]:
