@@ -30,18 +30,19 @@ class Client:
         self.cond = threading.Condition()
         self.versions: dict[str, int] = {}
 
-        @self.lc.feature(lsp.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS)
-        def _diagnostics(params: lsp.PublishDiagnosticsParams) -> None:
+        def diagnostics(params: lsp.PublishDiagnosticsParams) -> None:
             with self.cond:
                 self.diagnostics[params.uri] = list(params.diagnostics)
                 self.published[params.uri] = self.published.get(params.uri, 0) + 1
                 self.cond.notify_all()
 
-        @self.lc.feature("wgc/planChanged")
-        def _plan_changed(params) -> None:
+        def plan_changed(params) -> None:
             with self.cond:
                 self.notes.append(("wgc/planChanged", params))
                 self.cond.notify_all()
+
+        self.lc.feature(lsp.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS)(diagnostics)
+        self.lc.feature("wgc/planChanged")(plan_changed)
 
         self.run(self.lc.start_io(sys.executable, "-m", "wgc.cli", "lsp", "--stdio"))
         self.run(

@@ -19,22 +19,6 @@ from dataclasses import dataclass
 
 from lark import Token, Tree
 
-SYMBOL_KINDS = (
-    "model",
-    "param",
-    "type",
-    "option",
-    "node",
-    "port",
-    "stream",
-    "walk",
-    "channel",
-    "loop",
-    "flow",
-    "subflow",
-    "var",
-)
-
 
 @dataclass(frozen=True, slots=True)
 class Symbol:
@@ -128,12 +112,21 @@ class _Indexer:
 
     # -- the tree --------------------------------------------------------------------------
     def item(self, t: Tree) -> None:
-        c = t.children
-        handler = getattr(self, f"_{t.data}", None)
+        handler = {
+            "model_decl": self._model_decl,
+            "param_decl": self._param_decl,
+            "type_decl": self._type_decl,
+            "option_decl": self._option_decl,
+            "node_decl": self._node_decl,
+            "stream_decl": self._stream_decl,
+            "walk_decl": self._walk_decl,
+            "flow_decl": self._flow_decl,
+            "subflow_decl": self._subflow_decl,
+        }.get(str(t.data))
         if handler is not None:
             handler(t)
             return
-        for child in c:
+        for child in t.children:
             if isinstance(child, Tree):
                 self.item(child)
 

@@ -116,20 +116,16 @@ def make_server() -> LanguageServer:
                 if other.is_placement and other.model_path and _same(other.model_path, doc.path):
                     ws.publish(ws.analyse(uri_of(other.path)))
 
-    @server.feature(lsp.TEXT_DOCUMENT_DID_OPEN)
     def did_open(params: lsp.DidOpenTextDocumentParams) -> None:
         refresh(params.text_document.uri)
 
-    @server.feature(lsp.TEXT_DOCUMENT_DID_CHANGE)
     def did_change(params: lsp.DidChangeTextDocumentParams) -> None:
         refresh(params.text_document.uri)
 
-    @server.feature(lsp.TEXT_DOCUMENT_DID_SAVE)
     def did_save(params: lsp.DidSaveTextDocumentParams) -> None:
         if not _path(params.text_document.uri).endswith((".yaml", ".yml")):
             server.protocol.notify(PLAN_CHANGED, {"uri": params.text_document.uri})
 
-    @server.feature(lsp.TEXT_DOCUMENT_DID_CLOSE)
     def did_close(params: lsp.DidCloseTextDocumentParams) -> None:
         ws.docs.pop(_path(params.text_document.uri), None)
         server.text_document_publish_diagnostics(
@@ -141,7 +137,6 @@ def make_server() -> LanguageServer:
         pos = params.position
         return doc, doc.at(pos.line, pos.character)
 
-    @server.feature(lsp.TEXT_DOCUMENT_HOVER)
     def on_hover(params: lsp.HoverParams) -> lsp.Hover | None:
         doc, hits = at(params)
         for occ in hits:
@@ -151,7 +146,6 @@ def make_server() -> LanguageServer:
                 return lsp.Hover(lsp.MarkupContent(lsp.MarkupKind.Markdown, text), rng)
         return None
 
-    @server.feature(lsp.TEXT_DOCUMENT_DEFINITION)
     def on_definition(params: lsp.DefinitionParams) -> list[lsp.Location] | None:
         doc, hits = at(params)
         if doc.is_placement:
@@ -166,7 +160,6 @@ def make_server() -> LanguageServer:
                 out.append(_location(doc.path, decl))
         return out or None
 
-    @server.feature(lsp.TEXT_DOCUMENT_REFERENCES)
     def on_references(params: lsp.ReferenceParams) -> list[lsp.Location] | None:
         doc, hits = at(params)
         out: list[lsp.Location] = []
@@ -174,7 +167,6 @@ def make_server() -> LanguageServer:
             out += rename.references(doc, occ.symbol, ws.buffer, params.context.include_declaration)
         return out or None
 
-    @server.feature(lsp.TEXT_DOCUMENT_PREPARE_RENAME)
     def on_prepare_rename(params: lsp.PrepareRenameParams) -> lsp.Range | None:
         _, hits = at(params)
         if not hits or hits[0].symbol.kind == "model":
@@ -182,7 +174,6 @@ def make_server() -> LanguageServer:
         o = hits[0]
         return lsp.Range(lsp.Position(o.line, o.start), lsp.Position(o.line, o.end))
 
-    @server.feature(lsp.TEXT_DOCUMENT_RENAME)
     def on_rename(params: lsp.RenameParams) -> lsp.WorkspaceEdit | None:
         doc, hits = at(params)
         if not hits:
@@ -191,9 +182,6 @@ def make_server() -> LanguageServer:
         occ = next((o for o in hits if o.symbol.kind == "channel"), hits[0])
         return rename.rename_edits(doc, occ.symbol, params.new_name, ws.buffer)
 
-    @server.feature(
-        lsp.TEXT_DOCUMENT_COMPLETION, lsp.CompletionOptions(trigger_characters=[".", " ", "["])
-    )
     def on_completion(params: lsp.CompletionParams) -> lsp.CompletionList:
         doc = ws.doc(params.text_document.uri)
         line, col = params.position.line, params.position.character
@@ -203,7 +191,6 @@ def make_server() -> LanguageServer:
             items = complete.complete_walk(doc, line, col)
         return lsp.CompletionList(is_incomplete=False, items=items)
 
-    @server.feature(lsp.TEXT_DOCUMENT_FORMATTING)
     def on_formatting(params: lsp.DocumentFormattingParams) -> list[lsp.TextEdit] | None:
         doc = ws.doc(params.text_document.uri)
         if doc.is_placement:
@@ -214,15 +201,10 @@ def make_server() -> LanguageServer:
         end = lsp.Position(len(doc.text.split("\n")), 0)
         return [lsp.TextEdit(lsp.Range(lsp.Position(0, 0), end), result.text)]
 
-    @server.feature(lsp.TEXT_DOCUMENT_SEMANTIC_TOKENS_FULL, semantic.LEGEND)
     def on_semantic_tokens(params: lsp.SemanticTokensParams) -> lsp.SemanticTokens:
         doc = ws.doc(params.text_document.uri)
         return lsp.SemanticTokens(data=semantic.semantic_tokens(doc))
 
-    @server.feature(
-        lsp.TEXT_DOCUMENT_CODE_ACTION,
-        lsp.CodeActionOptions(code_action_kinds=[lsp.CodeActionKind.QuickFix]),
-    )
     def on_code_action(params: lsp.CodeActionParams) -> list[lsp.CodeAction] | None:
         uri = params.text_document.uri
         actions = []
@@ -246,7 +228,6 @@ def make_server() -> LanguageServer:
             )
         return actions or None
 
-    @server.feature(PLAN_REQUEST)
     def on_plan(params) -> dict:
         uri = _get(params, "uri")
         placement = _get(params, "placement")
@@ -254,6 +235,32 @@ def make_server() -> LanguageServer:
             return {"error": "`wgc/plan` needs the model's `uri`"}
         return live_plan(_path(uri), _path(placement) if placement else None)
 
+    # what the server answers: (method, its options, the handler)
+    for method, options, handler in (
+        (lsp.TEXT_DOCUMENT_DID_OPEN, None, did_open),
+        (lsp.TEXT_DOCUMENT_DID_CHANGE, None, did_change),
+        (lsp.TEXT_DOCUMENT_DID_SAVE, None, did_save),
+        (lsp.TEXT_DOCUMENT_DID_CLOSE, None, did_close),
+        (lsp.TEXT_DOCUMENT_HOVER, None, on_hover),
+        (lsp.TEXT_DOCUMENT_DEFINITION, None, on_definition),
+        (lsp.TEXT_DOCUMENT_REFERENCES, None, on_references),
+        (lsp.TEXT_DOCUMENT_PREPARE_RENAME, None, on_prepare_rename),
+        (lsp.TEXT_DOCUMENT_RENAME, None, on_rename),
+        (
+            lsp.TEXT_DOCUMENT_COMPLETION,
+            lsp.CompletionOptions(trigger_characters=[".", " ", "["]),
+            on_completion,
+        ),
+        (lsp.TEXT_DOCUMENT_FORMATTING, None, on_formatting),
+        (lsp.TEXT_DOCUMENT_SEMANTIC_TOKENS_FULL, semantic.LEGEND, on_semantic_tokens),
+        (
+            lsp.TEXT_DOCUMENT_CODE_ACTION,
+            lsp.CodeActionOptions(code_action_kinds=[lsp.CodeActionKind.QuickFix]),
+            on_code_action,
+        ),
+        (PLAN_REQUEST, None, on_plan),
+    ):
+        server.feature(method, options)(handler)
     return server
 
 
