@@ -106,6 +106,13 @@ def test_placement_checked_against_the_model_being_edited(client, copy):
     client.change(m_uri, good.replace("snac_decoder", "vocoder"))
     after = client.wait_diagnostics(p_uri, seen)
     assert any("snac_decodr" in d.message and "vocoder" in d.message for d in after)
+    # a model with errors: the placement says its rules did not run, and why
+    seen = client.published[p_uri]
+    client.change(m_uri, good.replace(CALL, CALL.replace("LLM(", "LLMM(")))
+    after = client.wait_diagnostics(p_uri, seen)
+    (note,) = [d for d in after if d.code == "WG102"]
+    assert note.severity == lsp.DiagnosticSeverity.Information
+    assert "placement rules did not run" in note.message and "LLMM" in note.message
     client.change(m_uri, good)
 
 

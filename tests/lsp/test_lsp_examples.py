@@ -22,6 +22,7 @@ from wgc.driver import Driver
 from wgc.fmt import format_source
 from wgc.lsp.names import index
 from wgc.lsp.placement_refs import placements_of
+from wgc.lsp.semantic import TOKEN_TYPES
 from wgc.parse.parser import Parser
 from wgc.placement.check import check_placement
 
@@ -166,6 +167,20 @@ def test_formatting_semantic_tokens_completion(client, path):
     data = client.semantic_tokens(uri)
     assert data and len(data) % 5 == 0
     model = Driver().front_end(str(path)).model
+    # decode the relative encoding; every declared node, walk and stream is coloured as one
+    tokens, line, col = {}, 0, 0
+    for i in range(0, len(data), 5):
+        dl, dc, length, kind, mods = data[i : i + 5]
+        line, col = line + dl, (col + dc if dl == 0 else dc)
+        tokens[(line, col)] = (length, TOKEN_TYPES[kind], mods)
+    for decls, kind in (
+        (model.nodes, "class"),
+        (model.walks, "function"),
+        (model.streams, "event"),
+    ):
+        for d in decls:
+            at = (d.name_span.line - 1, d.name_span.col - 1)
+            assert tokens[at] == (len(d.name), kind, 1), (d.name, tokens.get(at))  # 1: declaration
     node = model.nodes[0]
     labels = client.completion(uri, 0, 0)
     assert {"node", "walk", "text", "image"} <= set(labels)

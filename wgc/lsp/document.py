@@ -104,7 +104,9 @@ def analyse_placement(
         if model_text is None:
             model_text = Path(model_path).read_text(encoding="utf-8", errors="replace")
         front = driver.front_end(model_path, model_text)
-        if not front.errors:
+        if front.errors:
+            diags += front.errors  # shown at the top of the placement: its rules did not run
+        else:
             model = front.model
     placed = check_placement(model, path, text)
     diags += placed.diagnostics

@@ -248,7 +248,7 @@ def make_server() -> LanguageServer:
         (lsp.TEXT_DOCUMENT_RENAME, None, on_rename),
         (
             lsp.TEXT_DOCUMENT_COMPLETION,
-            lsp.CompletionOptions(trigger_characters=[".", " ", "["]),
+            lsp.CompletionOptions(trigger_characters=[".", "["]),
             on_completion,
         ),
         (lsp.TEXT_DOCUMENT_FORMATTING, None, on_formatting),
