@@ -133,6 +133,10 @@ def test_placement_definition_and_completion(client, copy):
     kv = next(i for i, x in enumerate(lines) if x.startswith("kv_cache"))
     client.change(p_uri, "\n".join([*lines[:kv], "kv_cache:", "  pa", *lines[kv + 1 :]]))
     assert set(client.completion(p_uri, kv + 1, 4)) == {"page_size", "pages", "dtype"}
+    block = ["place:", "  - nodes:", "      - ", "    ranks: [0]"]
+    client.change(p_uri, "\n".join(["devices: [cpu]", *block]))
+    assert set(client.completion(p_uri, 3, 8)) == {"LLM", "snac_decoder"}
+    assert "ranks" in client.completion(p_uri, 4, 4)
     client.change(p_uri, text)
 
 

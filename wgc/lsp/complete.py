@@ -90,6 +90,12 @@ def complete_placement(doc: Document, line: int, col: int) -> list[lsp.Completio
             return [_item(n.name, "node") for n in model.nodes]
         return [_item(w.name, "walk") for w in model.walks]
     path = _key_path(doc.lines, line, len(before) - len(before.lstrip(" -")))
+    if key_here is not None and before.lstrip().startswith("-") and model is not None:
+        # an item of a block list: `nodes:` / `walks:` on the lines above
+        if path[-1:] in (["nodes"], ["node_names"]):
+            return [_item(n.name, "node") for n in model.nodes]
+        if path[-1:] in (["walks"], ["graph_walks"]):
+            return [_item(w.name, "walk") for w in model.walks]
     if key_here is not None and path[-1:] == ["params"] and model is not None:
         return [_item(p.name, "param", repr(p.value)) for p in model.params]
     if key_here is not None:
