@@ -133,8 +133,10 @@ def test_rename_every_kind_keeps_the_model_checking(client, path):
     uri = client.open(path)
     text = path.read_text()
     base = Driver().front_end(str(path), text).model
+    per_kind: dict[str, int] = {}
     for sym, occ in first_of_each(path).items():
-        if sym.kind not in RENAMED_KINDS:
+        per_kind[sym.kind] = per_kind.get(sym.kind, 0) + 1
+        if sym.kind not in RENAMED_KINDS or per_kind[sym.kind] > 3:  # three of each kind
             continue
         new = f"{sym.name}_r"
         edit = client.rename(uri, occ.line, occ.start, new)
