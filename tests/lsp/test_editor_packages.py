@@ -1,6 +1,7 @@
 """The VS Code package: its TextMate grammar gives every token of every example a scope (checked
 with vscode-textmate and vscode-oniguruma, the engine VS Code itself runs, from the npm registry),
-its manifest names files that exist, and its extension script is valid JavaScript. The `.vsix`
+its manifest names files that exist, and its extension script starts `wgc lsp` and shows the plan
+(run against stand-ins for VS Code's API). The `.vsix`
 itself is built by `.ci/run` (`vsce package`), which takes a minute of npm downloads.
 """
 
@@ -60,3 +61,12 @@ def test_manifest_names_what_exists() -> None:
         assert f'"{command}"' in script, f"{command} is contributed but never registered"
     assert '"wgc/plan"' in script and '"lsp"' in script
     subprocess.run([_need("node"), "--check", str(VSCODE / manifest["main"])], check=True)
+
+
+def test_extension_starts_the_server_and_shows_the_plan() -> None:
+    """extension.js against stand-ins for VS Code's API and the language client."""
+    out = subprocess.run(
+        [_need("node"), "extension-smoke.js"], cwd=CHECKER, capture_output=True, text=True,
+        timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stdout + out.stderr

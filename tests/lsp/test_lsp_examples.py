@@ -204,5 +204,7 @@ def test_live_plan_and_save_notification(client):
     assert "LLM" in result.html and result.placement.endswith("cpu.yaml")
     two = ROOT / "examples/orpheus/placements/cpu-2rank.yaml"
     assert "rank 1" in client.plan(uri, two.as_uri()).html.lower()
+    missing = client.plan(uri, (ROOT / "examples/orpheus/placements/none.yaml").as_uri())
+    assert "WG010" in missing.error and "none.yaml" in missing.error
     client.save(uri)
     assert client.wait_note("wgc/planChanged").uri == uri
