@@ -156,6 +156,10 @@ class Client:
         )
         return list(self.run(self.lc.text_document_code_action_async(params)) or [])
 
+    def outline(self, uri: str) -> list[lsp.DocumentSymbol]:
+        params = lsp.DocumentSymbolParams(lsp.TextDocumentIdentifier(uri))
+        return list(self.run(self.lc.text_document_document_symbol_async(params)) or [])
+
     def save(self, uri: str) -> None:
         self.lc.text_document_did_save(
             lsp.DidSaveTextDocumentParams(lsp.TextDocumentIdentifier(uri))

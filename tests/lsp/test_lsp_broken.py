@@ -127,6 +127,8 @@ def test_placement_definition_and_completion(client, copy):
     (loc,) = client.definition(p_uri, line, lines[line].index("LLM") + 1)
     assert loc.uri == model.resolve().as_uri()
     assert model.read_text().split("\n")[loc.range.start.line].startswith("node LLM")
+    hover = client.hover(p_uri, line, lines[line].index("LLM") + 1)
+    assert hover.contents.value.startswith("```walk\nnode LLM: kv_cache")
     assert {"devices", "place", "kv_cache", "batching"} <= set(client.completion(p_uri, 0, 0))
     col = lines[line].index("LLM")
     assert {"LLM", "snac_decoder"} <= set(client.completion(p_uri, line, col))

@@ -183,6 +183,15 @@ def test_formatting_semantic_tokens_completion(client, path):
         for d in decls:
             at = (d.name_span.line - 1, d.name_span.col - 1)
             assert tokens[at] == (len(d.name), kind, 1), (d.name, tokens.get(at))  # 1: declaration
+    symbols = client.outline(uri)
+    top = {(s.name, s.kind) for s in symbols}
+    assert {(n.name, lsp.SymbolKind.Class) for n in model.nodes} <= top
+    assert {(w.name, lsp.SymbolKind.Function) for w in model.walks} <= top
+    assert {(f.name, lsp.SymbolKind.Module) for f in model.flows} <= top
+    for s in symbols:
+        if s.kind == lsp.SymbolKind.Class:
+            n = model.node(s.name)
+            assert [c.name for c in s.children or []] == [p.name for p in (*n.inputs, *n.outputs)]
     node = model.nodes[0]
     labels = client.completion(uri, 0, 0)
     assert {"node", "walk", "text", "image"} <= set(labels)

@@ -19,7 +19,7 @@ def hover_text(doc: Document, occ: Occurrence) -> str | None:
     if model is None:
         return None
     sym = occ.symbol
-    head = _signature(model, sym)
+    head = signature(model, sym)
     if head is None:
         return None
     parts = [f"```walk\n{head}\n```"]
@@ -37,7 +37,7 @@ def hover_text(doc: Document, occ: Occurrence) -> str | None:
     return "\n\n".join(parts)
 
 
-def _signature(model: Model, sym: Symbol) -> str | None:
+def signature(model: Model, sym: Symbol) -> str | None:
     """The one-line summary of ``sym``; None when the model has no such symbol."""
     kind, name = sym.kind, sym.name
     if kind == "node":

@@ -3,9 +3,9 @@
 Every open `.walk` and placement file is analysed on open and on each change (`Workspace`);
 the analysis is kept until the next change, and every request reads it. Editing a model
 re-diagnoses its open placement files, since their checks run against it. Besides the standard
-requests the server answers `wgc/plan` (`{"uri", "placement"?}` -> `{"html"}` or `{"error"}`, see
-`wgc.lsp.plan`) and, on each save of a model, notifies `wgc/planChanged` (`{"uri"}`) so an open
-plan view can ask again.
+requests (the outline included) the server answers `wgc/plan` (`{"uri", "placement"?}` ->
+`{"html"}` or `{"error"}`, see `wgc.lsp.plan`) and, on each save of a model, notifies
+`wgc/planChanged` (`{"uri"}`) so an open plan view can ask again.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from wgc.lsp import complete, hover, rename, semantic
 from wgc.lsp.convert import to_lsp, uri_of
 from wgc.lsp.document import Document, EditorDriver, analyse_placement, analyse_walk
 from wgc.lsp.impl import find_class
-from wgc.lsp.names import Occurrence
+from wgc.lsp.names import Occurrence, Symbol
+from wgc.lsp.outline import outline
 from wgc.lsp.placement_refs import names_in
 from wgc.lsp.plan import live_plan
 from wgc.parse.parser import Parser
@@ -139,6 +140,8 @@ def make_server() -> LanguageServer:
 
     def on_hover(params: lsp.HoverParams) -> lsp.Hover | None:
         doc, hits = at(params)
+        if doc.is_placement:
+            return _placement_hover(doc, params.position)
         for occ in hits:
             text = hover.hover_text(doc, occ)
             if text is not None:
@@ -201,6 +204,10 @@ def make_server() -> LanguageServer:
         end = lsp.Position(len(doc.text.split("\n")), 0)
         return [lsp.TextEdit(lsp.Range(lsp.Position(0, 0), end), result.text)]
 
+    def on_outline(params: lsp.DocumentSymbolParams) -> list[lsp.DocumentSymbol] | None:
+        doc = ws.doc(params.text_document.uri)
+        return outline(doc.model) if doc.model is not None and not doc.is_placement else None
+
     def on_semantic_tokens(params: lsp.SemanticTokensParams) -> lsp.SemanticTokens:
         doc = ws.doc(params.text_document.uri)
         return lsp.SemanticTokens(data=semantic.semantic_tokens(doc))
@@ -252,6 +259,7 @@ def make_server() -> LanguageServer:
             on_completion,
         ),
         (lsp.TEXT_DOCUMENT_FORMATTING, None, on_formatting),
+        (lsp.TEXT_DOCUMENT_DOCUMENT_SYMBOL, None, on_outline),
         (lsp.TEXT_DOCUMENT_SEMANTIC_TOKENS_FULL, semantic.LEGEND, on_semantic_tokens),
         (
             lsp.TEXT_DOCUMENT_CODE_ACTION,
@@ -287,6 +295,21 @@ def _impl_target(doc: Document, pos: lsp.Position) -> lsp.Location | None:
         return None
     here = lsp.Position(cls.line, cls.col)
     return lsp.Location(uri_of(cls.file), lsp.Range(here, here))
+
+
+def _placement_hover(doc: Document, pos: lsp.Position) -> lsp.Hover | None:
+    """A node, walk or param named in a placement file: what the model declares."""
+    if doc.model is None:
+        return None
+    for n in names_in(doc.text):
+        if n.line == pos.line and n.start <= pos.character <= n.end:
+            head = hover.signature(doc.model, Symbol(n.kind, "", n.name))
+            if head is None:
+                return None
+            rng = lsp.Range(lsp.Position(n.line, n.start), lsp.Position(n.line, n.end))
+            value = f"```walk\n{head}\n```"
+            return lsp.Hover(lsp.MarkupContent(lsp.MarkupKind.Markdown, value), rng)
+    return None
 
 
 def _placement_definition(ws: Workspace, doc: Document, pos: lsp.Position):
