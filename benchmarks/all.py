@@ -174,6 +174,7 @@ BENCHES = (
         ("--ranks", "10", "--calls", "20", "--repeat", "1"),
         markdown=True,
     ),
+    Bench("lsp_check", ("--repeat", "3"), ("--repeat", "1", "--no-protocol"), markdown=True),
     Bench(
         "cfg_labels",
         (),

@@ -23,7 +23,7 @@ from wgc.cli.errors import guarded
 from wgc.cli.explain import explain
 from wgc.config import Env
 
-_OPTIONAL_COMMANDS = ("show", "fmt", "compile", "run", "serve", "worker")
+_OPTIONAL_COMMANDS = ("show", "fmt", "compile", "run", "serve", "worker", "lsp")
 
 
 def _version() -> str:

@@ -1,0 +1,52 @@
+"""From a node's `impl "pkg.mod:Class"` to the Python class, without importing anything.
+
+Importing node code in an editor would run it (and pull in torch), so the module is looked for
+as a file: `pkg/mod.py` or `pkg/mod/__init__.py` under the model's folder and each folder above
+it, then under `sys.path`. The class is found with `ast`; its line and docstring are what
+go-to-definition and hover show.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True, slots=True)
+class PyClass:
+    file: str
+    line: int  # 0-based, the `class` line
+    col: int
+    docstring: str | None
+
+
+def module_file(module: str, near: str) -> Path | None:
+    """The source file of ``module`` (dotted), searched from ``near``'s folder upwards."""
+    rel = Path(*module.split("."))
+    roots = [*Path(near).resolve().parents, *(Path(p) for p in sys.path if p)]
+    for root in roots:
+        for candidate in (root / rel.with_suffix(".py"), root / rel / "__init__.py"):
+            if candidate.is_file():
+                return candidate
+    return None
+
+
+def find_class(impl: str, near: str) -> PyClass | None:
+    """``impl`` (`pkg.mod:Class`) as a class in a file; None when it cannot be found."""
+    module, _, name = impl.partition(":")
+    if not module or not name:
+        return None
+    path = module_file(module, near)
+    if path is None:
+        return None
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+        return None
+    target = name.split(".")[0]
+    for stmt in tree.body:
+        if isinstance(stmt, ast.ClassDef) and stmt.name == target:
+            return PyClass(str(path), stmt.lineno - 1, stmt.col_offset, ast.get_docstring(stmt))
+    return PyClass(str(path), 0, 0, None)
