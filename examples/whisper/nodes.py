@@ -38,9 +38,9 @@ from examples._speech import (
     inference,
     prompt_text,
     speech_seed,
-    widen_,
 )
 from wgc_runtime.components.configs import whisper as tiny
+from wgc_runtime.components.random_init import init_seeded
 from wgc_runtime.components.sampling import choose
 from wgc_runtime.components.tokenizer import TextCodec
 from wgc_runtime.components.whisper import (
@@ -57,6 +57,7 @@ from wgc_runtime.components.whisper import (
 from wgc_runtime.components.whisper_text import WhisperTokens
 from wgc_runtime.contract.node import Node, NodeContext, NodeError, NodeInputError, Work
 
+GAIN = 2.0  # random weights at twice fan-in scale: a tiny random decoder's tokens then vary
 WINDOW_STATE = ("prompt", "task", "text_ids", "done", "limit", "generated")
 TIMESTAMP = re.compile(rb"<\|\d+\.\d+\|>")
 
@@ -112,7 +113,7 @@ class Encoder(Node):
         if path:
             load_part(model, path, "model.encoder.", cfg)
         else:
-            widen_(model, int(self.config.get("seed", 0)))
+            init_seeded(model, int(self.config.get("seed", 0)), GAIN, keep=("embed_positions",))
             with torch.no_grad():
                 model.embed_positions.weight.copy_(sinusoids(cfg.max_source_positions, cfg.d_model))
         self.model = cast_weights(model.eval(), weights_dtype(self.config, self.name))
@@ -143,7 +144,7 @@ class Decoder(Node):
                 path, previous=previous, max_target_positions=cfg.max_target_positions
             )
         else:
-            widen_(model, int(self.config.get("seed", 1)))
+            init_seeded(model, int(self.config.get("seed", 1)), GAIN)
             raw = tiny.tiny_generation(self.text.tokenizer)
             self.tokens = WhisperTokens.from_dict(
                 raw, previous=previous, max_target_positions=cfg.max_target_positions
