@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from examples._batched import cast_weights, weights_dtype
+from examples._batched import cast_weights, need, weights_dtype
 from examples._speech import (
     RequestGenerator,
     check_sizes,
@@ -95,7 +95,7 @@ def text_codec(checkpoint: str) -> TextCodec:
 class Frontend(Node):
     def forward_one(self, inputs, ctx):
         mels, frames = self.out_shape("mel")
-        audio = inputs["audio"]
+        audio = need(inputs, "audio", self.name)
         if audio.numel() > frames * 160:
             raise NodeInputError(
                 f"node `{self.name}`: a clip of {audio.numel()} samples is longer than the "
@@ -121,7 +121,7 @@ class Encoder(Node):
 
     @inference
     def forward_one(self, inputs, ctx):
-        states = self.model(inputs["mel"].to(self.device))
+        states = self.model(need(inputs, "mel", self.name).to(self.device))
         return {"audio_features": states.float().cpu()}
 
 
@@ -172,7 +172,8 @@ class Decoder(Node):
                     if w.ctx.state.get("done", True):
                         results[i] = self._ended(w)
                     else:
-                        rows.append((i, [int(w.inputs["token"].reshape(-1)[0])]))
+                        token = need(w.inputs, "token", self.name)
+                        rows.append((i, [int(token.reshape(-1)[0])]))
                 else:
                     (detect if self._open(w) else rows).append((i, w.ctx.state["prompt"]))
             except (NodeError, NodeInputError) as exc:  # fails this request only
@@ -196,7 +197,7 @@ class Decoder(Node):
         for label in (MAIN, CROSS):  # a new window: the last one's sequences go
             if kv.length(label):
                 kv.drop(label)
-        k, v = self.model.cross_kv(w.inputs["audio_features"].to(self.device))
+        k, v = self.model.cross_kv(need(w.inputs, "audio_features", self.name).to(self.device))
         kv.append(k, v, label=CROSS)
         for key in WINDOW_STATE:
             w.ctx.state.pop(key, None)
@@ -211,7 +212,9 @@ class Decoder(Node):
         if task not in self.tokens.tasks:
             raise NodeInputError(f"node `{self.name}`: this checkpoint has no task `{task}`")
         text = w.inputs.get("prompt")
-        ids = self.text.encode(" " + prompt_text(text, self.name).strip()) if text is not None else []
+        ids = (
+            self.text.encode(" " + prompt_text(text, self.name).strip()) if text is not None else []
+        )
         if len(ids) > self.tokens.max_prompt:
             raise NodeInputError(
                 f"node `{self.name}`: the text prompt is {len(ids)} tokens; Whisper takes at "
@@ -223,7 +226,9 @@ class Decoder(Node):
             st["prompt"] = [self.tokens.start]
             return True
         if language not in self.tokens.languages:
-            raise NodeInputError(f"node `{self.name}`: this checkpoint has no language `{language}`")
+            raise NodeInputError(
+                f"node `{self.name}`: this checkpoint has no language `{language}`"
+            )
         st["prompt"] = self._prompt(w, self.tokens.languages[language], detected=False)
         return False
 

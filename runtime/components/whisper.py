@@ -30,7 +30,7 @@ import math
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -208,6 +208,10 @@ class _Decoder(nn.Module):
         self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.decoder_layers))
         self.layer_norm = nn.LayerNorm(cfg.d_model)
 
+    def blocks(self) -> list[DecoderLayer]:
+        """The layers, typed (a `ModuleList` yields plain modules)."""
+        return [cast(DecoderLayer, m) for m in self.layers]
+
 
 class _Model(nn.Module):
     """Holds ``decoder`` under the checkpoint's ``model.`` prefix."""
@@ -245,7 +249,7 @@ class WhisperTextDecoder(nn.Module):
         ``[layers, frames, heads, head_dim]`` each (for ``ctx.kv.append(k, v, label=CROSS)``)."""
         x = states.to(self.proj_out.weight.dtype)
         ks, vs = [], []
-        for layer in self.model.decoder.layers:
+        for layer in self.model.decoder.blocks():
             a = layer.encoder_attn
             ks.append(a.split(a.k_proj(x)))
             vs.append(a.split(a.v_proj(x)))
@@ -282,7 +286,7 @@ class WhisperTextDecoder(nn.Module):
         assert slots is not None  # prepare_step maps every new token
         b.self_backend.plan(b.self_meta)
         b.cross_backend.plan(b.cross_meta)
-        for i, layer in enumerate(dec.layers):
+        for i, layer in enumerate(dec.blocks()):
             kv_layer = b.pool.layer(i)
             a = layer.self_attn
             h = layer.self_attn_layer_norm(x)
@@ -340,7 +344,7 @@ def load_part(module: nn.Module, path: str | Path, prefix: str, cfg: WhisperConf
     mine = {prefix + n: n for n in target}
     shapes = []
     by_file: dict[Path, list[str]] = {}
-    for name, local in mine.items():
+    for name in mine:
         if name in where:
             by_file.setdefault(where[name], []).append(name)
     with torch.no_grad():
@@ -349,7 +353,9 @@ def load_part(module: nn.Module, path: str | Path, prefix: str, cfg: WhisperConf
                 for name in names:
                     t, dst = f.get_tensor(name), target[mine[name]]
                     if tuple(t.shape) != tuple(dst.shape):
-                        shapes.append(f"`{name}`: checkpoint {tuple(t.shape)}, model {tuple(dst.shape)}")
+                        shapes.append(
+                            f"`{name}`: checkpoint {tuple(t.shape)}, model {tuple(dst.shape)}"
+                        )
                         continue
                     dst.copy_(t.to(dst.dtype))
     if missing or unexpected or shapes:

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import subprocess
 import wave
-from pathlib import Path
 
 import pytest
 import torch
 
 from tests.e2e.real_support import ROOT, compile_to, run_local
-from wgc.interp import segment
 from tests.unit.whisper_support import clip, generate, hf_model, hf_tokenizer, write_checkpoint
+from wgc.interp import segment
 from wgc_runtime.components.configs import whisper as tiny
 
 transformers = pytest.importorskip("transformers")
@@ -85,7 +84,7 @@ def test_an_early_end_of_text_stops_as_generate_does(served) -> None:
 
 
 def test_a_text_prompt_and_two_windows(served) -> None:
-    hf, ckpt, plans = served
+    hf, _, plans = served
     first, second = clip(), clip(2.0, seed=9)
     inputs = [segment("text", "names: Ada"), segment("audio", first), segment("audio", second)]
     got = run_local(plans["cpu-2rank"], inputs, ["text"], {"language": "en"})
@@ -106,7 +105,7 @@ def test_a_checkpoint_without_its_tokenizer_is_refused(served, tmp_path) -> None
     for f in ("config.json", "generation_config.json", "model.safetensors"):
         (bare / f).write_bytes((ckpt / f).read_bytes())
     plan = compile_to(tmp_path / "plan", "whisper", "cpu", {"checkpoint": str(bare)})
-    with pytest.raises(Exception, match="has no tokenizer.json"):
+    with pytest.raises(Exception, match=r"has no tokenizer\.json"):
         LocalCluster(plan)
 
 

@@ -86,7 +86,9 @@ def test_the_checkpoint_loads_strictly_whole_or_sharded(hf, ckpt, tmp_path) -> N
     del missing["model.encoder.layers.1.fc2.bias"]
     save_file(missing, tmp_path / "bad" / "model.safetensors")
     for part, prefix in ((WhisperTextDecoder(cfg), ""), (WhisperEncoder(cfg), "model.encoder.")):
-        with pytest.raises(CheckpointError, match=r"missing \(1\): model.encoder.layers.1.fc2.bias"):
+        with pytest.raises(
+            CheckpointError, match=r"missing \(1\): model.encoder.layers.1.fc2.bias"
+        ):
             load_part(part, tmp_path / "bad", prefix, cfg)
     save_file({**tensors, "model.extra": torch.zeros(1)}, tmp_path / "bad" / "model.safetensors")
     with pytest.raises(CheckpointError, match=r"unexpected \(1\): model.extra"):
@@ -117,7 +119,7 @@ def test_encoder_states_and_decoder_logits_are_transformers(hf, ckpt, features) 
         b = dec.batch(pool, be, [(r, len(t)) for r, t in step])
         flat = torch.tensor([i for _, t in step for i in t])
         logits = dec.logits(dec.step(flat, b))
-        for (r, t), part in zip(step, logits.split([len(t) for _, t in step]), strict=True):
+        for (r, _), part in zip(step, logits.split([len(t) for _, t in step]), strict=True):
             got[r].append(part)
     for r, s in enumerate((states, second)):
         with torch.no_grad():

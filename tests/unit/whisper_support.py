@@ -44,7 +44,6 @@ def hf_model(eos_scale: float = 1.0, seed: int = 3) -> Any:
     tok = Tokenizer.from_file(str(tiny.path_of()))
     for key, value in tiny.tiny_generation(tok).items():
         setattr(model.generation_config, key, value)
-    model.generation_config.forced_decoder_ids = None
     return model
 
 
