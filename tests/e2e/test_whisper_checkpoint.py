@@ -3,7 +3,9 @@ end: audio in, text out, through the compiled runtime (`LocalCluster`, both plac
 processes (`wgc run` with a WAV file), equal to ``WhisperForConditionalGeneration.generate``
 on the feature extractor's features of the same audio, decoded by ``WhisperTokenizerFast``:
 a given language, a detected one, translation, a text prompt, an early end of text, two
-windows in one request; a checkpoint without its tokenizer is refused."""
+windows in one request, four requests decoded as one batch; sampling seeded by the request; a
+checkpoint without its tokenizer, timestamps, a clip past the window and an overlong prompt
+refused with their reasons."""
 
 from __future__ import annotations
 
@@ -131,3 +133,74 @@ def test_wgc_run_reads_a_wav_and_writes_the_transcript(served, tmp_path) -> None
     want = expected(hf, pcm.float() / 32767, language="en")
     assert (tmp_path / "out" / "text.txt").read_text() == want
     assert run.stdout.startswith(want)
+
+
+def test_concurrent_requests_decode_as_one_batch_with_their_own_results(served, monkeypatch):
+    """Four requests at once (a given language, a detected one, translation, a prompt): the
+    decoder runs their ready calls together (prompts, detection passes and decode steps in one
+    ragged batch), and each transcript is still `generate`'s."""
+    from examples.whisper import nodes
+    from wgc_runtime.host.local import LocalCluster
+
+    hf, _, plans = served
+    sizes: list[int] = []
+    forward = nodes.Decoder.forward
+
+    def counting(self, batch):
+        sizes.append(len(batch))
+        return forward(self, batch)
+
+    monkeypatch.setattr(nodes.Decoder, "forward", counting)
+    audio, other = clip(), clip(2.0, seed=4)
+    tok = hf_tokenizer()
+    ids = torch.tensor(tok.get_prompt_ids("names: Ada"))
+    cases = [
+        ([segment("audio", audio)], {"language": "en"}, expected(hf, audio, language="en")),
+        ([segment("audio", other)], {}, expected(hf, other, task="transcribe")),
+        (
+            [segment("audio", other)],
+            {"language": "fr", "task": "translate"},
+            expected(hf, other, language="fr", task="translate"),
+        ),
+        (
+            [segment("text", "names: Ada"), segment("audio", audio)],
+            {"language": "en"},
+            expected(hf, audio, len(ids) + 4, language="en", prompt_ids=ids),
+        ),
+    ]
+    c = LocalCluster(plans["cpu"], strict=True)
+    handles = [
+        c.submit(c.request(inputs, ["text"], options), f"c{i}")
+        for i, (inputs, options, _) in enumerate(cases)
+    ]
+    for h, (_, _, want) in zip(handles, cases, strict=True):
+        done = h.result()
+        assert done.ok, done.error
+        got = b"".join(bytes(o.tensor.tolist()) for o in done.outputs if o.modality == "text")
+        assert got.decode(errors="replace") == want
+    assert max(sizes) > 1
+
+
+def test_requests_the_decoder_cannot_serve_fail_with_their_reason(served) -> None:
+    from wgc_runtime.host.local import LocalCluster
+
+    _, _, plans = served
+    c = LocalCluster(plans["cpu"], strict=True)
+    for inputs, options, reason in (
+        ([segment("audio", clip())], {"timestamps": True}, "timestamps are not supported"),
+        ([segment("audio", clip(31.0))], {}, "longer than the 30 s window"),
+        ([segment("text", "x " * 300), segment("audio", clip())], {}, "Whisper takes at most 223"),
+    ):
+        h = c.submit(c.request(inputs, ["text"], options)).result()
+        assert not h.ok and reason in str(h.error), h.error
+
+
+def test_sampling_at_a_temperature_is_seeded_by_the_request(served) -> None:
+    _, _, plans = served
+    audio = [segment("audio", clip())]
+    hot = {"language": "en", "temperature": 1.5}
+    a = text_of(run_local(plans["cpu"], audio, ["text"], hot, rid="s0"))
+    b = text_of(run_local(plans["cpu-2rank"], audio, ["text"], hot, rid="s0"))
+    c = text_of(run_local(plans["cpu"], audio, ["text"], hot, rid="s1"))
+    greedy = text_of(run_local(plans["cpu"], audio, ["text"], {"language": "en"}, rid="s0"))
+    assert a == b and a != c and a != greedy
