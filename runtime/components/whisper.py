@@ -155,8 +155,9 @@ class EncoderLayer(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         a = self.self_attn
         h = self.self_attn_layer_norm(x)
-        q, k, v = (a.split(p(h)).transpose(0, 1) for p in (a.q_proj, a.k_proj, a.v_proj))
-        o = F.scaled_dot_product_attention(q, k, v)  # [heads, frames, dim]
+        # [1, heads, frames, dim]: 4-d inputs take SDPA's fused CPU kernel (3-d: 9x slower)
+        q, k, v = (a.split(p(h)).transpose(0, 1)[None] for p in (a.q_proj, a.k_proj, a.v_proj))
+        o = F.scaled_dot_product_attention(q, k, v)[0]
         x = x + a.out_proj(o.transpose(0, 1).reshape(x.shape))
         return x + self.fc2(F.gelu(self.fc1(self.final_layer_norm(x))))
 
