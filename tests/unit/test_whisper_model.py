@@ -3,12 +3,14 @@
 checkpoint loaded strictly (one file or shards; a missing or an extra name refused), the
 encoder's states and the decoder's logits over the paged pool (a prompt, then cached steps,
 two requests in one ragged batch) equal to ``WhisperForConditionalGeneration``'s, the decoding
-rules' prompt and length limit equal to ``generate``'s, and the tiny tokenizer's text equal to
-``WhisperTokenizerFast.decode``."""
+rules' prompt and length limit equal to ``generate``'s, the tiny tokenizer's text equal to
+``WhisperTokenizerFast.decode``, and at large-v3's sizes every parameter named and shaped as
+transformers' (the real placement declaring those sizes)."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -158,3 +160,38 @@ def test_the_shipped_tiny_tokenizer_rebuilds_byte_for_byte(tmp_path) -> None:
     out = tmp_path / "t.json"
     tiny.build_tokenizer().save(str(out), pretty=False)
     assert out.read_bytes() == tiny.path_of().read_bytes()
+
+
+def test_the_real_sizes_name_and_shape_every_parameter_as_transformers() -> None:
+    """large-v3's config (`configs.whisper.REAL`): our encoder and decoder hold exactly
+    transformers' parameter names, each of its shape (built on the meta device: no weights)."""
+    cfg = WhisperConfig.from_dict(tiny.REAL)
+    real = transformers.WhisperConfig(**{k: v for k, v in tiny.REAL.items() if k != "model_type"})
+    with torch.device("meta"):
+        theirs = transformers.WhisperForConditionalGeneration(real).state_dict()
+        enc, dec = WhisperEncoder(cfg), WhisperTextDecoder(cfg)
+    mine = {f"model.encoder.{k}": v for k, v in enc.state_dict().items()}
+    mine.update(dec.state_dict())
+    assert {k: tuple(v.shape) for k, v in mine.items()} == {
+        k: tuple(v.shape) for k, v in theirs.items()
+    }
+    assert (cfg.n_frames, cfg.head_dim) == (3000, 64)
+
+
+def test_the_real_placement_declares_the_real_sizes() -> None:
+    import yaml
+
+    root = Path(__file__).resolve().parents[2]
+    params = yaml.safe_load((root / "examples/whisper/placements/real-1gpu.yaml").read_text())
+    real = tiny.REAL
+    assert params["params"] | {"vocab": real["vocab_size"]} == {
+        "n_mels": real["num_mel_bins"],
+        "d_model": real["d_model"],
+        "encoder_layers": real["encoder_layers"],
+        "decoder_layers": real["decoder_layers"],
+        "heads": real["decoder_attention_heads"],
+        "head_dim": real["d_model"] // real["decoder_attention_heads"],
+        "ffn": real["decoder_ffn_dim"],
+        "vocab": real["vocab_size"],
+        "dtype": "f16",
+    }
