@@ -136,9 +136,9 @@ def test_wgc_run_reads_a_wav_and_writes_the_transcript(served, tmp_path) -> None
 
 
 def test_concurrent_requests_decode_as_one_batch_with_their_own_results(served, monkeypatch):
-    """Four requests at once (a given language, a detected one, translation, a prompt): the
-    decoder runs their ready calls together (prompts, detection passes and decode steps in one
-    ragged batch), and each transcript is still `generate`'s."""
+    """Five requests at once (a given language, a detected one, translation, a prompt with
+    each): the decoder runs their ready calls together (prompts, detection passes and decode
+    steps in one ragged batch), and each transcript is still `generate`'s."""
     from examples.whisper import nodes
     from wgc_runtime.host.local import LocalCluster
 
@@ -166,6 +166,11 @@ def test_concurrent_requests_decode_as_one_batch_with_their_own_results(served, 
             [segment("text", "names: Ada"), segment("audio", audio)],
             {"language": "en"},
             expected(hf, audio, len(ids) + 4, language="en", prompt_ids=ids),
+        ),
+        (  # detected from the audio alone, then the prompt before the start of transcript
+            [segment("text", "names: Ada"), segment("audio", other)],
+            {},
+            expected(hf, other, len(ids) + 4, task="transcribe", prompt_ids=ids),
         ),
     ]
     c = LocalCluster(plans["cpu"], strict=True)
