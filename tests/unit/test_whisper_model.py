@@ -178,20 +178,37 @@ def test_the_real_sizes_name_and_shape_every_parameter_as_transformers() -> None
     assert (cfg.n_frames, cfg.head_dim) == (3000, 64)
 
 
-def test_the_real_placement_declares_the_real_sizes() -> None:
-    import yaml
+def test_the_real_placement_declares_the_real_sizes(tmp_path) -> None:
+    """On the compiled real-1gpu plan: the decoder's KV geometry, the feature and state ports
+    and every size a node checks against its checkpoint are large-v3's."""
+    from wgc.cli.compile import sync
+    from wgc.driver import Driver
+    from wgc_runtime.contract.spec import TypeSpec
+    from wgc_runtime.host.loading import load_plan
 
-    root = Path(__file__).resolve().parents[2]
-    params = yaml.safe_load((root / "examples/whisper/placements/real-1gpu.yaml").read_text())
-    real = tiny.REAL
-    assert params["params"] | {"vocab": real["vocab_size"]} == {
-        "n_mels": real["num_mel_bins"],
-        "d_model": real["d_model"],
-        "encoder_layers": real["encoder_layers"],
-        "decoder_layers": real["decoder_layers"],
-        "heads": real["decoder_attention_heads"],
-        "head_dim": real["d_model"] // real["decoder_attention_heads"],
-        "ffn": real["decoder_ffn_dim"],
-        "vocab": real["vocab_size"],
-        "dtype": "f16",
-    }
+    root = Path(__file__).resolve().parents[2] / "examples" / "whisper"
+    result = Driver().compile(str(root / "whisper.walk"), str(root / "placements/real-1gpu.yaml"))
+    assert result.ok, [d.message for d in result.errors]
+    sync(tmp_path, result.files, check=False)
+    _, ranks = load_plan(tmp_path)
+    nodes = {n.name: n for r in ranks for n in r.nodes}
+    real = WhisperConfig.from_dict(tiny.REAL)
+    config = {name: dict(n.config) for name, n in nodes.items()}
+    dec = config["decoder"]
+    assert (
+        (dec["layers"], dec["kv_heads"], dec["head_dim"])
+        == (32, 20, 64)
+        == (
+            real.decoder_layers,
+            real.decoder_attention_heads,
+            real.head_dim,
+        )
+    )
+    for name in ("encoder", "decoder"):
+        c = config[name]
+        got = (c["n_mels"], c["audio_ctx"], c["d_model"], c["ffn"], c["vocab"], c["dtype"])
+        want = (real.num_mel_bins, real.max_source_positions, real.d_model)
+        assert got == (*want, real.decoder_ffn_dim, real.vocab_size, "f16")
+    assert config["encoder"]["layers"] == real.encoder_layers
+    assert dict(nodes["frontend"].outputs)["mel"] == TypeSpec("f32", (128, 3000))
+    assert dict(nodes["encoder"].outputs)["audio_features"] == TypeSpec("f32", (1500, 1280))
