@@ -1,33 +1,16 @@
 """Helpers for the examples' toy node implementations: deterministic stand-ins for real models.
 
-Every toy computes its outputs from its inputs and the request with tiny torch ops (hashes,
-averages, fixed linear maps); randomness is seeded from the request, so the reference
-interpreter and the compiled runtime produce identical outputs. Kv-cache toys keep their context
-in the runtime's paged KV cache (`ctx.kv`: `kv_rows` appends, `kv_summary` attends),
-so every example exercises the KV engine the way a real model does. The model issues replace
-them with real tiny models.
+Every toy computes its outputs from its inputs and the request with tiny torch ops (averages,
+fixed linear maps); randomness is seeded from the request, so the reference interpreter and the
+compiled runtime produce identical outputs. Only Wan2.2's nodes use them now; the model issues
+replace them with real tiny models.
 """
 
 from __future__ import annotations
 
-import hashlib
-
 import torch
 
-from wgc_runtime.contract.node import CallContext, KvCache
-
-
-def digest(*values: object) -> int:
-    """A stable 62-bit hash of tensors, ints and strings (shape, dtype and content)."""
-    h = hashlib.blake2b(digest_size=8)
-    for v in values:
-        if isinstance(v, torch.Tensor):
-            t = v.detach().cpu().contiguous()
-            h.update(f"{t.dtype}{tuple(t.shape)}".encode())
-            h.update(t.to(torch.float64).numpy().tobytes())
-        else:
-            h.update(repr(v).encode())
-    return int.from_bytes(h.digest()) >> 2
+from wgc_runtime.contract.node import CallContext
 
 
 def fixed_matrix(rows: int, cols: int, salt: int = 0) -> torch.Tensor:
@@ -55,52 +38,3 @@ def embed(x: torch.Tensor, rows: int, dim: int, dtype: torch.dtype, salt: int = 
 def noise(shape: tuple[int, ...], ctx: CallContext, salt: str) -> torch.Tensor:
     """Standard normal noise every node of the request agrees on (seeded by request and salt)."""
     return torch.randn(shape, generator=ctx.generator(salt, per_call=False))
-
-
-def eos_after(ctx: CallContext, default: int) -> int:
-    """The toy's end-of-sequence step count: request option `eos_after` (toy only)."""
-    return int(ctx.options.get("eos_after", default))
-
-
-# ---------------------------------------------------------------- the KV cache (`ctx.kv`)
-
-
-def _rows(x: torch.Tensor) -> torch.Tensor:
-    """``x`` as f32 feature rows (its first dim; a scalar is one row; ids scaled into [0, 1))."""
-    if x.dtype in (torch.int32, torch.int64, torch.uint8):
-        x = (x % 997).to(torch.float32) / 997
-    x = x.to(torch.float32)
-    if x.dim() == 0:
-        return x.reshape(1, 1)
-    features = 1
-    for d in x.shape[1:]:
-        features *= d
-    return x.reshape(x.shape[0], max(1, features))
-
-
-def kv_rows(x: torch.Tensor, kv: KvCache, salt: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Toy keys and values for the rows of ``x``: ``[layers, rows, kv_heads, head_dim]``, the
-    rows' features through fixed maps (a different one per layer)."""
-    feats = _rows(x)
-    width = kv.kv_heads * kv.head_dim
-    base = feats @ fixed_matrix(feats.shape[1], width, salt) / feats.shape[1] ** 0.5
-    shape = (feats.shape[0], kv.kv_heads, kv.head_dim)
-    k = torch.stack([torch.sin(base + 0.5 * i).reshape(shape) for i in range(kv.layers)])
-    v = torch.stack([torch.cos(base - 0.5 * i).reshape(shape) for i in range(kv.layers)])
-    return k, v
-
-
-def kv_query(x: torch.Tensor, kv: KvCache, salt: int) -> torch.Tensor:
-    """Toy queries for the rows of ``x``: ``[rows, kv_heads, head_dim]``."""
-    feats = _rows(x)
-    width = kv.kv_heads * kv.head_dim
-    q = torch.tanh(feats @ fixed_matrix(feats.shape[1], width, salt + 100))
-    return q.reshape(feats.shape[0], kv.kv_heads, kv.head_dim)
-
-
-def kv_summary(kv: KvCache, x: torch.Tensor, salt: int, label: str | None = None) -> int:
-    """A hash of what the last row of ``x`` (already appended) attends to in ``label``."""
-    if x.dim() > 0 and x.shape[0] == 0:
-        return digest("empty", kv.length(label))
-    last = x[-1:] if x.dim() > 0 else x
-    return digest(kv.attend(kv_query(last, kv, salt), label=label))
