@@ -47,6 +47,7 @@ from typing import Any
 import torch
 
 from examples._batched import Batched, cast_weights, need, weights_dtype
+from examples._weights import part
 from wgc_runtime.components.autoencoder_kl import AutoencoderKL, VaeConfig
 from wgc_runtime.components.bagel import (
     Bagel,
@@ -65,6 +66,7 @@ from wgc_runtime.components.convert import load_converted
 from wgc_runtime.components.random_init import init_seeded
 from wgc_runtime.components.siglip import pixels
 from wgc_runtime.contract.node import CallContext, Node, NodeContext, NodeError, Work
+from wgc_runtime.contract.weights import WeightParts
 
 LABELS = ("main", "cfg_text", "cfg_img")
 _LLM_PARTS = ("language_model.", "time_embedder.", "vae2llm.", "llm2vae.", "latent_pos_embed.")
@@ -126,6 +128,23 @@ def load_vae(node: str, config: Mapping[str, Any], device: torch.device) -> Auto
     return _weights((config.get("model"), path, seed, "vae", str(device), dtype), build)
 
 
+def bagel_parts(node: str, config: Mapping[str, Any], part_name: str) -> list[WeightParts]:
+    """What a node holding the part ``"llm"``, ``"vit"`` or ``"vae"`` will hold (`Node.weights`:
+    the checkpoint's ``model.safetensors`` / ``vae/`` counted when given)."""
+    cfg = bagel_config(node, config)
+    path = str(config.get("checkpoint") or "")
+    if part_name == "vae":
+        where = str(Path(path) / "vae") if path else ""
+        return [part("bagel", "vae", config, lambda: AutoencoderKL(cfg.vae), checkpoint=where)]
+    where = str(Path(path) / "model.safetensors") if path else ""
+    names = _LLM_PARTS if part_name == "llm" else _VIT_PARTS
+
+    def build() -> Bagel:
+        return Bagel(cfg, vit=part_name == "vit", llm=part_name == "llm")
+
+    return [part("bagel", part_name, config, build, checkpoint=where, names=names)]
+
+
 def _guidance(config: Mapping[str, Any], images: int) -> Guidance:
     text = float(config.get("cfg_text_scale", 4.0))
     if images > 0:
@@ -148,6 +167,10 @@ def _start(inputs, ctx: CallContext, shape) -> tuple[torch.Tensor, int]:
 
 
 class VitEncoder(Batched):
+    @classmethod
+    def weights(cls, config):
+        return bagel_parts("VitEncoder", config, "vit")
+
     def __init__(self, ctx: NodeContext) -> None:
         super().__init__(ctx)
         self.model = load_bagel(self.name, self.config, self.device, "vit")
@@ -171,6 +194,10 @@ def _image(w: Work, node: str) -> torch.Tensor:
 
 
 class VaeEncoder(Batched):
+    @classmethod
+    def weights(cls, config):
+        return bagel_parts("VaeEncoder", config, "vae")
+
     def __init__(self, ctx: NodeContext) -> None:
         super().__init__(ctx)
         self.vae = load_vae(self.name, self.config, self.device)
@@ -188,6 +215,10 @@ class VaeEncoder(Batched):
 
 
 class VaeDecoder(Batched):
+    @classmethod
+    def weights(cls, config):
+        return bagel_parts("VaeDecoder", config, "vae")
+
     def __init__(self, ctx: NodeContext) -> None:
         super().__init__(ctx)
         self.vae = load_vae(self.name, self.config, self.device)
@@ -233,6 +264,10 @@ class LLM(Batched):
     may come in its batches (`serves_copies`): every call reads its own work's KV handle."""
 
     serves_copies = True
+
+    @classmethod
+    def weights(cls, config):
+        return bagel_parts("LLM", config, "llm")
 
     def __init__(self, ctx: NodeContext) -> None:
         super().__init__(ctx)

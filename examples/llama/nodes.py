@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from examples._weights import lm_parts
 from wgc_runtime.components.config import DecoderConfig
 from wgc_runtime.components.decode_engine import DecoderEngine
 from wgc_runtime.components.decoder import LlamaDecoder
@@ -73,6 +74,10 @@ def build_model(config: Mapping[str, Any], device: str | torch.device) -> LlamaD
 
 class Decoder(Node):
     """A Llama decoder on the paged pool (see the module docstring)."""
+
+    @classmethod
+    def weights(cls, config):
+        return lm_parts("llama", config, tied=False)
 
     def __init__(self, ctx: NodeContext) -> None:
         super().__init__(ctx)

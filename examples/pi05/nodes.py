@@ -43,6 +43,7 @@ from typing import Any
 import torch
 
 from examples._batched import Batched, need
+from examples._weights import part
 from wgc_runtime.components.block_attention import Block, PagedBlocks
 from wgc_runtime.components.configs.pi05 import CONFIGS
 from wgc_runtime.components.pi0 import PaliVision, Pi0, Pi0Config
@@ -104,7 +105,16 @@ def load_policy(node: str, config: Mapping[str, Any], device: torch.device) -> P
     return _weights(_key(config, "policy", device), build)
 
 
+_VISION_NAMES = ("vision_tower.", "multi_modal_projector.")
+
+
 class VitEncoder(Batched):
+    @classmethod
+    def weights(cls, config):
+        cfg = pi_config("vit_encoder", config)
+        build = lambda: PaliVision(cfg.vision, cfg.text.hidden_size)  # noqa: E731
+        return [part("pi05", "vision", config, build, names=_VISION_NAMES, dtype="f32")]
+
     def __init__(self, ctx: NodeContext) -> None:
         super().__init__(ctx)
         self.model = load_vision(self.name, self.config, self.device)
@@ -124,6 +134,13 @@ class VitEncoder(Batched):
 
 class LLM(Batched):
     """The PaliGemma prefix and the action expert over the paged pool (module docstring)."""
+
+    @classmethod
+    def weights(cls, config):
+        cfg = pi_config("LLM", config)
+        skip = (*_VISION_NAMES, "gemma_expert.lm_head")  # the expert's head is never used
+        build = lambda: Pi0(cfg, vision=False)  # noqa: E731
+        return [part("pi05", "policy", config, build, skip=skip, dtype="f32")]
 
     def __init__(self, ctx: NodeContext) -> None:
         super().__init__(ctx)

@@ -33,6 +33,7 @@ from typing import Any
 import torch
 
 from examples._batched import Batched, need
+from examples._weights import part
 from wgc_runtime.components.block_attention import PagedBlocks
 from wgc_runtime.components.configs.vjepa2_ac import CONFIGS, VJEPA2ACConfig
 from wgc_runtime.components.convert import load_converted
@@ -40,6 +41,7 @@ from wgc_runtime.components.random_init import init_seeded
 from wgc_runtime.components.vjepa2 import VJEPA2Encoder, video_pixels
 from wgc_runtime.components.vjepa2_ac import ACPredictor, cached_rollout, normalize
 from wgc_runtime.contract.node import CallContext, KvCache, Node, NodeContext, NodeError, Work
+from wgc_runtime.contract.weights import WeightParts
 
 _WEIGHTS: dict[tuple, Any] = {}
 
@@ -88,6 +90,20 @@ def load_predictor(node: str, config: Mapping[str, Any], device: torch.device) -
     return _weights((config.get("model"), path, seed, "predictor", str(device)), build)
 
 
+def encoder_parts(config: Mapping[str, Any]) -> list[WeightParts]:
+    cfg = family_config("video_encoder", config).encoder
+    path = str(config.get("checkpoint") or "")
+    where = str(Path(path) / "encoder") if path else ""
+    return [part("vjepa2_ac", "encoder", config, lambda: VJEPA2Encoder(cfg), checkpoint=where)]
+
+
+def predictor_parts(config: Mapping[str, Any]) -> list[WeightParts]:
+    cfg = family_config("predictor", config).predictor
+    path = str(config.get("checkpoint") or "")
+    where = str(Path(path) / "predictor" / "model.safetensors") if path else ""
+    return [part("vjepa2_ac", "predictor", config, lambda: ACPredictor(cfg), checkpoint=where)]
+
+
 def _frames(z: torch.Tensor, patches: int, node: str) -> torch.Tensor:
     """``[frames · patches, embed]`` → ``[frames, patches, embed]``."""
     if z.shape[0] % patches:
@@ -105,6 +121,10 @@ def _rows(x: torch.Tensor, start: int, n: int, what: str, node: str) -> torch.Te
 
 
 class VideoEncoder(Batched):
+    @classmethod
+    def weights(cls, config):
+        return encoder_parts(config)
+
     def __init__(self, ctx: NodeContext) -> None:
         super().__init__(ctx)
         self.model = load_encoder(self.name, self.config, self.device)
@@ -123,6 +143,10 @@ class VideoEncoder(Batched):
 
 
 class _PredictorBase(Batched):
+    @classmethod
+    def weights(cls, config):
+        return predictor_parts(config)
+
     def __init__(self, ctx: NodeContext) -> None:
         super().__init__(ctx)
         self.model = load_predictor(self.name, self.config, self.device)
@@ -218,6 +242,10 @@ class RolloutPredictor(_PredictorBase):
 
 
 class AcPredictorMpc(Node):
+    @classmethod
+    def weights(cls, config):
+        return predictor_parts(config)
+
     def __init__(self, ctx: NodeContext) -> None:
         super().__init__(ctx)
         self.model = load_predictor(self.name, self.config, self.device)
