@@ -1,0 +1,56 @@
+"""Checkpoints as their projects publish them: SNAC's pickled ``pytorch_model.bin`` (read with
+``torch.load(weights_only=True)``), and a speech checkpoint without its tokenizer refused."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from wgc_runtime.components.configs.orpheus import TINY_SNAC
+from wgc_runtime.components.loading import CheckpointError
+from wgc_runtime.components.snac import SnacDecoder
+from wgc_runtime.contract.node import NodeError
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from examples._speech import text_codec  # noqa: E402
+
+
+def test_snac_as_published_loads_from_its_pickled_state_dict(tmp_path: Path) -> None:
+    """hubertsiuzdak/snac_24khz is ``config.json`` + ``pytorch_model.bin`` (the package's
+    ``torch.save(model.state_dict())``): it loads strictly and decodes as the package does."""
+    snac = pytest.importorskip("snac")
+    torch.manual_seed(0)
+    ref = snac.SNAC(**TINY_SNAC.to_dict()).eval()
+    torch.save(ref.state_dict(), tmp_path / "pytorch_model.bin")
+    (tmp_path / "config.json").write_text(json.dumps(TINY_SNAC.to_dict()))
+    ours = SnacDecoder.from_pretrained(tmp_path)
+    g = torch.Generator().manual_seed(3)
+    codes = [
+        torch.randint(0, TINY_SNAC.codebook_size, (1, 16 // s), generator=g) for s in (4, 2, 1)
+    ]
+    torch.manual_seed(7)
+    with torch.inference_mode():
+        want = ref.decode(codes)
+    got = ours.decode(codes, torch.Generator().manual_seed(7))
+    assert (got - want).abs().max() <= 1e-4
+
+
+def test_a_pickle_holding_code_is_refused(tmp_path: Path) -> None:
+    torch.save({"x": torch.zeros(1), "f": print}, tmp_path / "pytorch_model.bin")
+    (tmp_path / "config.json").write_text(json.dumps(TINY_SNAC.to_dict()))
+    with pytest.raises(CheckpointError, match=r"cannot read .* as a state dict of tensors"):
+        SnacDecoder.from_pretrained(tmp_path)
+
+
+def test_a_checkpoint_without_its_tokenizer_is_an_error(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(NodeError, match=r"has no `tokenizer\.json`"):
+        text_codec(str(tmp_path), "orpheus")
+    assert text_codec("", "orpheus").vocab_size > 0  # no checkpoint: the tiny one
