@@ -36,7 +36,8 @@ from examples._batched import Batched, need
 from examples._weights import part
 from wgc_runtime.components.block_attention import PagedBlocks
 from wgc_runtime.components.configs.vjepa2_ac import CONFIGS, VJEPA2ACConfig
-from wgc_runtime.components.convert import load_converted
+from wgc_runtime.components.convert import load_converted, load_tensors
+from wgc_runtime.components.loading import pickled_tensors
 from wgc_runtime.components.random_init import init_seeded
 from wgc_runtime.components.vjepa2 import VJEPA2Encoder, video_pixels
 from wgc_runtime.components.vjepa2_ac import ACPredictor, cached_rollout, normalize
@@ -75,6 +76,26 @@ def load_encoder(node: str, config: Mapping[str, Any], device: torch.device) -> 
     return _weights((config.get("model"), path, seed, "encoder", str(device)), build)
 
 
+def load_predictor_weights(model: ACPredictor, path: Path) -> None:
+    """``predictor/model.safetensors`` (the reference's names), else the published training
+    checkpoint as Meta releases it (``vjepa2-ac-vitg.pt``: its ``predictor`` entry, names
+    under DDP's ``module.`` and the wrapper's ``backbone.``, stripped as the reference's hub
+    loader strips them), loaded strictly."""
+    safetensors = path / "predictor" / "model.safetensors"
+    if safetensors.is_file():
+        load_converted(model, safetensors)
+        return
+    released = sorted(path.glob("*.pt")) + sorted((path / "predictor").glob("*.pt"))
+    if not released:
+        raise NodeError(
+            f"checkpoint `{path}` has neither `predictor/model.safetensors` nor a released "
+            f"`vjepa2-ac-vitg.pt` (docs/checkpoints.md)"
+        )
+    items = pickled_tensors(released[0], "predictor")
+    clean = ((k.replace("module.", "").replace("backbone.", ""), v) for k, v in items)
+    load_tensors(model, clean, source=f"{released[0]} (predictor)")
+
+
 def load_predictor(node: str, config: Mapping[str, Any], device: torch.device) -> ACPredictor:
     cfg = family_config(node, config).predictor
     path, seed = str(config.get("checkpoint") or ""), int(config.get("seed", 0))
@@ -82,7 +103,7 @@ def load_predictor(node: str, config: Mapping[str, Any], device: torch.device) -
     def build() -> ACPredictor:
         model = ACPredictor(cfg)
         if path:
-            load_converted(model, Path(path) / "predictor" / "model.safetensors")
+            load_predictor_weights(model, Path(path))
         else:
             init_seeded(model, seed + 2)
         return model.to(device).eval()

@@ -72,7 +72,7 @@ def iter_tensors(path: str | Path) -> Iterator[tuple[str, torch.Tensor]]:
     only, never code (a file holding anything else is refused by torch, reported here)."""
     pickled = pickled_file(path)
     if pickled is not None:
-        yield from _pickled_tensors(pickled)
+        yield from pickled_tensors(pickled)
         return
     for file in checkpoint_files(path):
         with safe_open(str(file), framework="pt", device="cpu") as f:
@@ -80,12 +80,19 @@ def iter_tensors(path: str | Path) -> Iterator[tuple[str, torch.Tensor]]:
                 yield name, f.get_tensor(name)
 
 
-def _pickled_tensors(file: Path) -> Iterator[tuple[str, torch.Tensor]]:
+def pickled_tensors(file: Path, entry: str = "") -> Iterator[tuple[str, torch.Tensor]]:
+    """The tensors of a pickled checkpoint (``torch.load(weights_only=True)``, memory-mapped):
+    the state dict itself, its ``state_dict`` entry, or the entry ``entry`` of a training
+    checkpoint that holds several (V-JEPA 2-AC's ``encoder`` / ``predictor``)."""
     try:
         state = torch.load(file, map_location="cpu", weights_only=True, mmap=True)
     except Exception as exc:  # torch's unpickler refuses anything but tensors and containers
         raise CheckpointError(f"cannot read `{file}` as a state dict of tensors: {exc}") from exc
-    if isinstance(state, dict) and isinstance(state.get("state_dict"), dict):
+    if entry:
+        if not (isinstance(state, dict) and isinstance(state.get(entry), dict)):
+            raise CheckpointError(f"`{file}` has no `{entry}` state dict")
+        state = state[entry]
+    elif isinstance(state, dict) and isinstance(state.get("state_dict"), dict):
         state = state["state_dict"]  # a training checkpoint's weights
     if not isinstance(state, dict):
         raise CheckpointError(f"`{file}` holds a {type(state).__name__}, not a state dict")

@@ -54,3 +54,29 @@ def test_a_checkpoint_without_its_tokenizer_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(NodeError, match=r"has no `tokenizer\.json`"):
         text_codec(str(tmp_path), "orpheus")
     assert text_codec("", "orpheus").vocab_size > 0  # no checkpoint: the tiny one
+
+
+def test_the_vjepa2_ac_predictor_loads_from_the_released_training_checkpoint(tmp_path: Path):
+    """``vjepa2-ac-vitg.pt`` as Meta publishes it: a training checkpoint whose ``predictor``
+    entry has the reference's names under ``module.backbone.`` (and an ``encoder`` entry and
+    bookkeeping beside it); the node's loader takes the predictor, strictly."""
+    from examples.vjepa2_ac.nodes import load_predictor
+    from wgc_runtime.components.configs.vjepa2_ac import CONFIGS
+    from wgc_runtime.components.random_init import init_seeded
+    from wgc_runtime.components.vjepa2_ac import ACPredictor
+
+    ref = init_seeded(ACPredictor(CONFIGS["tiny"].predictor), 5)
+    released = {
+        "encoder": {"module.backbone.patch_embed.proj.weight": torch.zeros(2, 3)},
+        "predictor": {f"module.backbone.{k}": v for k, v in ref.state_dict().items()},
+        "epoch": 315,
+    }
+    torch.save(released, tmp_path / "vjepa2-ac-vitg.pt")
+    config = {"model": "tiny", "checkpoint": str(tmp_path), "seed": 9}
+    got = load_predictor("predictor", config, torch.device("cpu"))
+    for k, v in ref.state_dict().items():
+        assert torch.equal(got.state_dict()[k], v), k
+    released["predictor"].pop("module.backbone.predictor_proj.bias")
+    torch.save(released, tmp_path / "vjepa2-ac-vitg.pt")
+    with pytest.raises(CheckpointError, match=r"missing keys \(1\): `predictor_proj\.bias`"):
+        load_predictor("predictor", {**config, "seed": 10}, torch.device("cpu"))
