@@ -28,13 +28,15 @@ BAGEL's two profiles: text-to-image (``cfg_img_scale`` 1.0, interval [0.4, 1], g
 renormalisation) and, when the context holds an image, editing (``cfg_img_scale_edit`` 2.0,
 [0, 1], ``text_channel``).
 
-Weights: ``config checkpoint`` is a folder with ``model.safetensors`` under BAGEL's module names
-and ``vae/`` (a diffusers ``AutoencoderKL`` folder); without one, seeded random weights at the
-sizes ``config model`` names (`wgc_runtime.components.configs.bagel`). ``config dtype`` (f32,
-bf16 or f16) is what the weights are held and computed in (a checkpoint's tensors are cast as
-they load; BAGEL ships bf16); the ports keep their declared types (latents f32, the ViT tokens
-bf16), cast at the node's edge. The nodes of one process that need the same part share one copy
-of its weights (`_weights`).
+Weights: ``config checkpoint`` is BAGEL's release folder (``ema.safetensors`` under BAGEL's
+module names, its sizes from ``llm_config.json`` / ``vit_config.json``:
+`wgc_runtime.components.bagel_checkpoint`) with ``vae/`` (a diffusers ``AutoencoderKL`` folder);
+without one, seeded random weights at the sizes ``config model`` names
+(`wgc_runtime.components.configs.bagel`). ``config dtype`` (f32, bf16 or f16) is what the
+weights are held and computed in (a checkpoint's tensors are cast as they load; BAGEL ships
+bf16); the ports keep their declared types (latents f32, the ViT tokens bf16), cast at the
+node's edge. The nodes of one process that need the same part share one copy of its weights
+(`_weights`).
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ import torch
 
 from examples._batched import Batched, cast_weights, need, weights_dtype
 from examples._weights import part
+from wgc_runtime.components import bagel_checkpoint as release
 from wgc_runtime.components.autoencoder_kl import AutoencoderKL, VaeConfig
 from wgc_runtime.components.bagel import (
     Bagel,
@@ -62,7 +65,7 @@ from wgc_runtime.components.bagel import (
 )
 from wgc_runtime.components.block_attention import Block, PagedBlocks
 from wgc_runtime.components.configs.bagel import CONFIGS
-from wgc_runtime.components.convert import load_converted
+from wgc_runtime.components.convert import load_converted, load_tensors
 from wgc_runtime.components.random_init import init_seeded
 from wgc_runtime.components.siglip import pixels
 from wgc_runtime.contract.node import CallContext, Node, NodeContext, NodeError, Work
@@ -75,9 +78,14 @@ _WEIGHTS: dict[tuple, Any] = {}
 
 
 def bagel_config(node: str, config: Mapping[str, Any]) -> BagelConfig:
+    """The named config; with a release folder as the checkpoint, its sizes from the release's
+    ``llm_config.json`` / ``vit_config.json`` (`wgc_runtime.components.bagel_checkpoint`)."""
     name = str(config.get("model", "tiny"))
     if name not in CONFIGS:
         raise NodeError(f"node `{node}`: unknown BAGEL model `{name}` ({', '.join(CONFIGS)})")
+    path = str(config.get("checkpoint") or "")
+    if path and release.has_config(path):
+        return release.read_config(path, CONFIGS[name])
     return CONFIGS[name]
 
 
@@ -90,8 +98,8 @@ def _weights(key: tuple, build: Callable[[], Any]) -> Any:
 
 
 def load_bagel(node: str, config: Mapping[str, Any], device: torch.device, part: str) -> Bagel:
-    """The `Bagel` part ``"llm"`` or ``"vit"``: from ``config checkpoint``'s
-    ``model.safetensors``, else seeded random weights."""
+    """The `Bagel` part ``"llm"`` or ``"vit"``: from ``config checkpoint``'s release
+    (``ema.safetensors``), else seeded random weights."""
     cfg = bagel_config(node, config)
     path, seed = str(config.get("checkpoint") or ""), int(config.get("seed", 0))
     dtype = weights_dtype(config, node)
@@ -100,7 +108,8 @@ def load_bagel(node: str, config: Mapping[str, Any], device: torch.device, part:
         model = Bagel(cfg, vit=part == "vit", llm=part == "llm")
         if path:
             skip = _VIT_PARTS if part == "llm" else _LLM_PARTS
-            load_converted(model, Path(path) / "model.safetensors", skip=skip)
+            items = release.release_tensors(path, cfg.vit.patch_size)
+            load_tensors(model, release.select(items, skip), source=f"{path} ({part})")
         else:
             init_seeded(model, seed + (1 if part == "llm" else 2), keep=("pos_embed",))
         return cast_weights(model.to(device), dtype).eval()
@@ -136,7 +145,7 @@ def bagel_parts(node: str, config: Mapping[str, Any], part_name: str) -> list[We
     if part_name == "vae":
         where = str(Path(path) / "vae") if path else ""
         return [part("bagel", "vae", config, lambda: AutoencoderKL(cfg.vae), checkpoint=where)]
-    where = str(Path(path) / "model.safetensors") if path else ""
+    where = str(release.weights_file(path)) if path else ""
     names = _LLM_PARTS if part_name == "llm" else _VIT_PARTS
 
     def build() -> Bagel:

@@ -80,3 +80,48 @@ def test_the_vjepa2_ac_predictor_loads_from_the_released_training_checkpoint(tmp
     torch.save(released, tmp_path / "vjepa2-ac-vitg.pt")
     with pytest.raises(CheckpointError, match=r"missing keys \(1\): `predictor_proj\.bias`"):
         load_predictor("predictor", {**config, "seed": 10}, torch.device("cpu"))
+
+
+def test_bagel_loads_its_release_folder(tmp_path: Path) -> None:
+    """BAGEL-7B-MoT's layout at tiny sizes: ``ema.safetensors`` (the ViT's patch embedding
+    flattened to BAGEL's ``Linear``), ``llm_config.json`` / ``vit_config.json`` written by
+    transformers' config classes (the ViT one layer deeper: BAGEL drops the last). The sizes
+    come from those files (three backbone layers where the named tiny config has two), the
+    weights load strictly, and the ViT computes what the unflattened convolution does."""
+    import dataclasses
+
+    transformers = pytest.importorskip("transformers")
+    from safetensors.torch import save_file
+
+    from examples.bagel.nodes import load_bagel
+    from wgc_runtime.components.bagel import Bagel
+    from wgc_runtime.components.configs.bagel import TINY
+    from wgc_runtime.components.random_init import init_seeded
+
+    cfg = dataclasses.replace(TINY, llm=dataclasses.replace(TINY.llm, num_hidden_layers=3))
+    full = init_seeded(Bagel(cfg), 4, keep=("pos_embed",))
+    state = {k: v.contiguous() for k, v in full.state_dict().items()}
+    conv = state["vit_model.vision_model.embeddings.patch_embedding.weight"]
+    state["vit_model.vision_model.embeddings.patch_embedding.weight"] = (
+        conv.permute(0, 2, 3, 1).reshape(conv.shape[0], -1).contiguous()
+    )
+    save_file(state, tmp_path / "ema.safetensors")
+    m, v = cfg.llm, cfg.vit
+    transformers.Qwen2Config(
+        vocab_size=m.vocab_size, hidden_size=m.hidden_size, intermediate_size=m.intermediate_size,
+        num_hidden_layers=m.num_hidden_layers, num_attention_heads=m.num_attention_heads,
+        num_key_value_heads=m.num_key_value_heads, rope_theta=m.rope_theta,
+    ).to_json_file(tmp_path / "llm_config.json")  # fmt: skip
+    transformers.SiglipVisionConfig(
+        hidden_size=v.hidden_size, intermediate_size=v.intermediate_size,
+        num_hidden_layers=v.num_hidden_layers + 1, num_attention_heads=v.num_attention_heads,
+        image_size=v.image_size, patch_size=v.patch_size,
+    ).to_json_file(tmp_path / "vit_config.json")  # fmt: skip
+    config = {"model": "tiny", "checkpoint": str(tmp_path), "seed": 0, "dtype": "f32"}
+    cpu = torch.device("cpu")
+    llm, vit = load_bagel("LLM", config, cpu, "llm"), load_bagel("vit_encoder", config, cpu, "vit")
+    assert len(llm.language_model.model.layers) == 3
+    assert torch.equal(llm.llm2vae.weight, full.llm2vae.weight)
+    px = torch.randn(1, 3, v.image_size, v.image_size, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        assert (vit.vit_tokens(px) - full.vit_tokens(px)).abs().max() <= 1e-5
