@@ -110,12 +110,15 @@ class Decoder(Node):
             seqs.append((kv.request, kv.labels[0]))
             tokens.append(x.reshape(-1).to(torch.long))
         nxt = engine.forward(seqs, tokens).argmax(-1).cpu()
-        return [self._result(w, int(t)) for w, t in zip(batch, nxt, strict=True)]
+        fed = [int(t[-1]) for t in tokens]
+        return [self._result(w, int(t), f) for w, t, f in zip(batch, nxt, fed, strict=True)]
 
-    def _result(self, w: Work, token: int) -> dict[str, torch.Tensor]:
+    def _result(self, w: Work, token: int, fed: int) -> dict[str, torch.Tensor]:
         out = {"new_token": torch.tensor([token], dtype=torch.int64)}
         if "stop" in w.ctx.writes:
-            out["stop"] = torch.tensor(token == self.eos)
+            # a decode step fed the end-of-sequence token (the prefill's own choice) stops too:
+            # `generate` ends there, whatever the step would choose next
+            out["stop"] = torch.tensor(token == self.eos or fed == self.eos)
         return out
 
     def _check_room(self, kv: KvCache, new: int) -> None:
@@ -143,7 +146,10 @@ class Decoder(Node):
             inputs["tokens"] = ports["token"].reshape(-1)
             out = unit(inputs)
             nxt = out["next_token"]
-            return {"new_token": nxt.reshape(-1, 1), "stop": nxt == eos}
+            return {
+                "new_token": nxt.reshape(-1, 1),
+                "stop": (nxt == eos) | (inputs["tokens"] == eos),
+            }
 
         def prepare(w: Work) -> dict[str, torch.Tensor]:
             """Append the row's token slot to its sequence; its slot, position, length and
