@@ -29,6 +29,7 @@ from typing import Any
 import torch
 
 from examples._weights import lm_parts
+from examples.llama.text import prompt_format, prompt_ids
 from wgc_runtime.components.config import DecoderConfig
 from wgc_runtime.components.decode_engine import DecoderEngine
 from wgc_runtime.components.decoder import LlamaDecoder
@@ -82,6 +83,7 @@ class Decoder(Node):
     def __init__(self, ctx: NodeContext) -> None:
         super().__init__(ctx)
         self.model = build_model(self.config, self.device)
+        self.text = prompt_format(self.config)  # the checkpoint's tokenizer and chat template
         self.eos = int(self.config.get("eos", -1))
         self.kv_tokens = int(self.config["kv_tokens"])
         self._engine: DecoderEngine | None = None
@@ -103,7 +105,7 @@ class Decoder(Node):
             kv = w.ctx.kv
             assert kv is not None  # `engine` checked the node is a kv-cache node
             x = w.inputs.get("prompt")
-            x = w.inputs["token"] if x is None else x
+            x = w.inputs["token"] if x is None else prompt_ids(self.text, x, self.name)
             if x is None or x.numel() == 0:
                 raise NodeError(f"node `{self.name}`: an empty prompt has nothing to decode")
             self._check_room(kv, int(x.numel()))
