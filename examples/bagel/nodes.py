@@ -124,7 +124,11 @@ def load_vae(node: str, config: Mapping[str, Any], device: torch.device) -> Auto
 
     def build() -> AutoencoderKL:
         vae_cfg = cfg.vae
-        if path:
+        if path and (Path(path) / release.AE).is_file() and not (Path(path) / "vae").is_dir():
+            model = AutoencoderKL(vae_cfg)  # the release's own file: FLUX's names, converted
+            blocks = len(vae_cfg.block_out_channels)
+            load_tensors(model, release.ae_tensors(path, blocks), source=f"{path}/{release.AE}")
+        elif path:
             raw = json.loads((Path(path) / "vae" / "config.json").read_text())
             vae_cfg = VaeConfig.from_dict(raw)
             model = AutoencoderKL(vae_cfg)
@@ -144,6 +148,8 @@ def bagel_parts(node: str, config: Mapping[str, Any], part_name: str) -> list[We
     path = str(config.get("checkpoint") or "")
     if part_name == "vae":
         where = str(Path(path) / "vae") if path else ""
+        if path and not Path(where).is_dir():
+            where = str(Path(path) / release.AE)
         return [part("bagel", "vae", config, lambda: AutoencoderKL(cfg.vae), checkpoint=where)]
     where = str(release.weights_file(path)) if path else ""
     names = _LLM_PARTS if part_name == "llm" else _VIT_PARTS

@@ -12,8 +12,11 @@ The release folder holds:
   penultimate layer's output) and its rotary option on the second (the latent layout, 2×2
   latent patches, 64 latent positions and 70 ViT positions per side, is fixed in BAGEL's
   code: the named config's, `wgc_runtime.components.configs.bagel`);
-* ``ae.safetensors`` — FLUX's VAE under FLUX's own names (not read here yet: the VAE is loaded
-  from a diffusers ``vae/`` folder; docs/checkpoints.md).
+* ``ae.safetensors`` — FLUX's VAE under FLUX's own (LDM) names: ``encoder.down.{i}.block.{j}``,
+  ``….mid.attn_1.{q,k,v,proj_out}`` as 1×1 convolutions, ``decoder.up.{i}`` counted from the
+  lowest resolution, ``norm_out``; `ae_tensors` renames them to diffusers' ``AutoencoderKL``
+  (what `wgc_runtime.components.autoencoder_kl` is named after; a diffusers ``vae/`` folder
+  loads as it is).
 
 One tensor differs in form: BAGEL runs the ViT on packed patches, so its release stores the
 patch embedding as a ``Linear`` ``[hidden, p·p·3]`` — the convolution's weight permuted to
@@ -90,3 +93,47 @@ def select(
     items: Iterable[tuple[str, torch.Tensor]], skip: tuple[str, ...]
 ) -> Iterator[tuple[str, torch.Tensor]]:
     return ((n, t) for n, t in items if not n.startswith(skip))
+
+
+# ------------------------------------------------------------------ the VAE: FLUX's own names
+AE = "ae.safetensors"
+_RESNET = {"nin_shortcut": "conv_shortcut"}
+_ATTN = {"norm": "group_norm", "q": "to_q", "k": "to_k", "v": "to_v", "proj_out": "to_out.0"}
+
+
+def ldm_vae_name(name: str, blocks: int) -> str:
+    """A FLUX/LDM autoencoder name (``encoder.down.{i}.block.{j}.…``, ``….mid.attn_1.q``,
+    ``decoder.up.{i}.upsample.conv``, ``norm_out``) as diffusers' ``AutoencoderKL`` names it;
+    the decoder's ``up.{i}`` counts from the lowest resolution, diffusers' ``up_blocks`` from
+    the highest (``blocks - 1 - i``)."""
+    parts = name.split(".")
+    side, rest = parts[0], parts[1:]
+    if rest[:1] == ["norm_out"]:
+        return ".".join([side, "conv_norm_out", *rest[1:]])
+    if rest[:1] in (["down"], ["up"]):
+        i = int(rest[1])
+        stage = "down_blocks" if rest[0] == "down" else "up_blocks"
+        index = i if rest[0] == "down" else blocks - 1 - i
+        tail = rest[2:]
+        if tail[0] == "block":
+            layer = _RESNET.get(tail[2], tail[2])
+            return ".".join([side, stage, str(index), "resnets", tail[1], layer, *tail[3:]])
+        sampler = "downsamplers" if tail[0] == "downsample" else "upsamplers"
+        return ".".join([side, stage, str(index), sampler, "0", *tail[1:]])
+    if rest[:1] == ["mid"]:
+        if rest[1].startswith("block_"):
+            j = int(rest[1].removeprefix("block_")) - 1
+            return ".".join([side, "mid_block", "resnets", str(j), *rest[2:]])
+        if rest[1] == "attn_1":
+            return ".".join([side, "mid_block", "attentions", "0", _ATTN[rest[2]], *rest[3:]])
+    return name
+
+
+def ae_tensors(path: str | Path, blocks: int) -> Iterator[tuple[str, torch.Tensor]]:
+    """BAGEL's ``ae.safetensors`` under diffusers' names; the attention's 1×1 convolutions
+    become the linear layers diffusers has."""
+    for name, tensor in iter_tensors(Path(path) / AE):
+        new = ldm_vae_name(name, blocks)
+        if ".attentions.0.to_" in new and new.endswith(".weight") and tensor.dim() == 4:
+            tensor = tensor[:, :, 0, 0]
+        yield new, tensor

@@ -125,3 +125,64 @@ def test_bagel_loads_its_release_folder(tmp_path: Path) -> None:
     px = torch.randn(1, 3, v.image_size, v.image_size, generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         assert (vit.vit_tokens(px) - full.vit_tokens(px)).abs().max() <= 1e-5
+
+
+def _ldm_name(name: str, blocks: int) -> str:
+    """diffusers' AutoencoderKL name → FLUX's ``ae.safetensors`` (LDM) name, written from the
+    LDM layout (the inverse of the loader's renaming; diffusers' converter checks both)."""
+    p = name.split(".")
+    side = p[0]
+    if p[1] == "conv_norm_out":
+        return ".".join([side, "norm_out", *p[2:]])
+    if p[1] in ("down_blocks", "up_blocks"):
+        i = int(p[2]) if p[1] == "down_blocks" else blocks - 1 - int(p[2])
+        stage = "down" if p[1] == "down_blocks" else "up"
+        if p[3] == "resnets":
+            layer = "nin_shortcut" if p[5] == "conv_shortcut" else p[5]
+            return ".".join([side, stage, str(i), "block", p[4], layer, *p[6:]])
+        sampler = "downsample" if p[3] == "downsamplers" else "upsample"
+        return ".".join([side, stage, str(i), sampler, *p[5:]])
+    if p[1] == "mid_block":
+        if p[2] == "resnets":
+            return ".".join([side, "mid", f"block_{int(p[3]) + 1}", *p[4:]])
+        names = {"group_norm": "norm", "to_q": "q", "to_k": "k", "to_v": "v", "to_out": "proj_out"}
+        rest = p[6:] if p[4] == "to_out" else p[5:]
+        return ".".join([side, "mid", "attn_1", names[p[4]], *rest])
+    return name
+
+
+def test_bagels_ae_safetensors_loads_under_flux_names(tmp_path: Path) -> None:
+    """BAGEL's own VAE file (FLUX's names, attention as 1×1 convolutions) loads strictly into
+    the diffusers-named autoencoder; diffusers' own LDM converter agrees name for name."""
+    pytest.importorskip("diffusers")
+    from diffusers.loaders.single_file_utils import convert_ldm_vae_checkpoint
+    from safetensors.torch import save_file
+
+    from examples.bagel.nodes import load_vae
+    from wgc_runtime.components.autoencoder_kl import AutoencoderKL
+    from wgc_runtime.components.bagel_checkpoint import AE, ae_tensors
+    from wgc_runtime.components.configs.bagel import TINY
+    from wgc_runtime.components.random_init import init_seeded
+
+    ours = init_seeded(AutoencoderKL(TINY.vae), 6)
+    blocks = len(TINY.vae.block_out_channels)
+    ldm = {}
+    for name, t in ours.state_dict().items():
+        if ".attentions.0.to_" in name and name.endswith("weight"):
+            t = t[:, :, None, None]  # FLUX's attention projections are 1x1 convolutions
+        ldm[_ldm_name(name, blocks)] = t.contiguous()
+    assert len(set(ldm)) == len(ours.state_dict())
+    save_file(ldm, tmp_path / AE)
+    mine = dict(ae_tensors(tmp_path, blocks))
+    config = {"layers_per_block": TINY.vae.layers_per_block}
+    config["down_block_types"] = ["DownEncoderBlock2D"] * blocks
+    config["up_block_types"] = ["UpDecoderBlock2D"] * blocks
+    theirs = convert_ldm_vae_checkpoint(dict(ldm), config)
+    assert set(mine) == set(theirs)
+    for k, v in theirs.items():
+        assert torch.equal(mine[k], v.reshape(mine[k].shape)), k
+    vae = load_vae(
+        "vae_decoder", {"model": "tiny", "checkpoint": str(tmp_path)}, torch.device("cpu")
+    )
+    for k, v in ours.state_dict().items():
+        assert torch.equal(vae.state_dict()[k], v), k
