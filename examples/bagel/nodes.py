@@ -50,6 +50,7 @@ import torch
 
 from examples._batched import Batched, cast_weights, need, weights_dtype
 from examples._weights import part
+from examples.bagel.text import bagel_tokenizer, text_ids
 from wgc_runtime.components import bagel_checkpoint as release
 from wgc_runtime.components.autoencoder_kl import AutoencoderKL, VaeConfig
 from wgc_runtime.components.bagel import (
@@ -287,6 +288,7 @@ class LLM(Batched):
     def __init__(self, ctx: NodeContext) -> None:
         super().__init__(ctx)
         self.model = load_bagel(self.name, self.config, self.device, "llm")
+        self.tokenizer = bagel_tokenizer(self.name, self.config)  # the release's, if given
         self.cfg = self.model.config
         llm = self.cfg.llm
         want = (llm.num_hidden_layers, llm.num_key_value_heads, llm.head_dim)
@@ -379,6 +381,7 @@ class LLM(Batched):
     def _text(self, w: Work) -> _Call:
         st, ids = w.ctx.state, w.inputs["text_inputs"]
         assert ids is not None
+        ids = text_ids(self.tokenizer, ids, self.name)
         self._fork(w, "main", "cfg_text")  # the text-free branch: main without this text
         blocks = [
             self._block(w, label, self.model.text_block(ids, self._rope(st, label)), True)

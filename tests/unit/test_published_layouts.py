@@ -186,3 +186,21 @@ def test_bagels_ae_safetensors_loads_under_flux_names(tmp_path: Path) -> None:
     )
     for k, v in ours.state_dict().items():
         assert torch.equal(vae.state_dict()[k], v), k
+
+
+def test_bagels_text_goes_through_the_release_tokenizer(tmp_path: Path) -> None:
+    """A release folder's ``tokenizer.json`` encodes a text segment (no special tokens: the
+    component frames it); a release folder without one is refused; no checkpoint: bytes."""
+    from examples.bagel.text import bagel_tokenizer, text_ids
+    from tests.unit.test_chat_template import _tokenizer
+
+    segment = torch.tensor(list(b"hello there"), dtype=torch.long)
+    assert torch.equal(text_ids(bagel_tokenizer("LLM", {}), segment, "LLM"), segment)
+    (tmp_path / "llm_config.json").write_text("{}")
+    with pytest.raises(NodeError, match=r"release folder .* has no `tokenizer\.json`"):
+        bagel_tokenizer("LLM", {"checkpoint": str(tmp_path)})
+    fast = _tokenizer(None)
+    fast.save_pretrained(tmp_path)
+    tok = bagel_tokenizer("LLM", {"checkpoint": str(tmp_path)})
+    want = fast("hello there", add_special_tokens=False)["input_ids"]
+    assert text_ids(tok, segment, "LLM").tolist() == want != segment.tolist()
