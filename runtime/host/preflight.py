@@ -62,7 +62,7 @@ class RankWeights:
 
 
 def gib(n: int) -> str:
-    return f"{n / 2**30:,.1f} GiB"
+    return f"{n / 2**30:,.1f} GiB" if n < 2**60 else f"{n:.3g} bytes"
 
 
 def safetensors_files(path: str | Path) -> list[Path]:

@@ -53,12 +53,15 @@ def check_deployment(
     _, ranks = load_plan(plan_dir)
 
     from wgc_runtime.contract.node import NodeError
+    from wgc_runtime.host.loading import DeploymentError
 
     def parts_of(node):
+        # a node class that does not import, or a config it refuses, is said by the rank as it
+        # starts, in its own words (`rank 0 failed to start: node `LLM`: cannot import ...`)
         try:
             return node_class(node).weights(dict(node.config))
-        except (NodeError, KeyError, ValueError):  # a config the node refuses when it loads,
-            return ()  # with its own message
+        except (DeploymentError, NodeError, KeyError, ValueError):
+            return ()
 
     refusals = preflight(ranks, parts_of, machine or Machine.here(), random_weights=random_weights)
     if refusals:
