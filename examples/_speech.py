@@ -112,10 +112,18 @@ def prompt_text(value: torch.Tensor | None, node: str) -> str:
 
 
 def text_codec(checkpoint: str, family: str) -> TextCodec:
-    """The checkpoint's ``tokenizer.json`` when it has one, else the shipped tiny tokenizer."""
-    if checkpoint and (Path(checkpoint) / "tokenizer.json").is_file():
-        return TextCodec.from_file(checkpoint)
-    return TextCodec.from_file(TINY_TOKENIZERS / f"{family}_tokenizer.json")
+    """The checkpoint's ``tokenizer.json``; with no checkpoint (seeded random weights), the
+    shipped tiny tokenizer. A checkpoint without one is an error: its ids would be read with
+    another vocabulary's pieces (the published folders all ship their ``tokenizer.json``)."""
+    if not checkpoint:
+        return TextCodec.from_file(TINY_TOKENIZERS / f"{family}_tokenizer.json")
+    file = Path(checkpoint) / "tokenizer.json"
+    if not file.is_file():
+        raise NodeError(
+            f"checkpoint `{checkpoint}` has no `tokenizer.json`: copy the published folder "
+            f"whole (docs/checkpoints.md)"
+        )
+    return TextCodec.from_file(checkpoint)
 
 
 @torch.no_grad()

@@ -28,13 +28,15 @@ BAGEL's two profiles: text-to-image (``cfg_img_scale`` 1.0, interval [0.4, 1], g
 renormalisation) and, when the context holds an image, editing (``cfg_img_scale_edit`` 2.0,
 [0, 1], ``text_channel``).
 
-Weights: ``config checkpoint`` is a folder with ``model.safetensors`` under BAGEL's module names
-and ``vae/`` (a diffusers ``AutoencoderKL`` folder); without one, seeded random weights at the
-sizes ``config model`` names (`wgc_runtime.components.configs.bagel`). ``config dtype`` (f32,
-bf16 or f16) is what the weights are held and computed in (a checkpoint's tensors are cast as
-they load; BAGEL ships bf16); the ports keep their declared types (latents f32, the ViT tokens
-bf16), cast at the node's edge. The nodes of one process that need the same part share one copy
-of its weights (`_weights`).
+Weights: ``config checkpoint`` is BAGEL's release folder (``ema.safetensors`` under BAGEL's
+module names, its sizes from ``llm_config.json`` / ``vit_config.json``:
+`wgc_runtime.components.bagel_checkpoint`) with ``vae/`` (a diffusers ``AutoencoderKL`` folder);
+without one, seeded random weights at the sizes ``config model`` names
+(`wgc_runtime.components.configs.bagel`). ``config dtype`` (f32, bf16 or f16) is what the
+weights are held and computed in (a checkpoint's tensors are cast as they load; BAGEL ships
+bf16); the ports keep their declared types (latents f32, the ViT tokens bf16), cast at the
+node's edge. The nodes of one process that need the same part share one copy of its weights
+(`_weights`).
 """
 
 from __future__ import annotations
@@ -47,6 +49,9 @@ from typing import Any
 import torch
 
 from examples._batched import Batched, cast_weights, need, weights_dtype
+from examples._weights import part
+from examples.bagel.text import bagel_tokenizer, text_ids
+from wgc_runtime.components import bagel_checkpoint as release
 from wgc_runtime.components.autoencoder_kl import AutoencoderKL, VaeConfig
 from wgc_runtime.components.bagel import (
     Bagel,
@@ -61,10 +66,11 @@ from wgc_runtime.components.bagel import (
 )
 from wgc_runtime.components.block_attention import Block, PagedBlocks
 from wgc_runtime.components.configs.bagel import CONFIGS
-from wgc_runtime.components.convert import load_converted
+from wgc_runtime.components.convert import load_converted, load_tensors
 from wgc_runtime.components.random_init import init_seeded
 from wgc_runtime.components.siglip import pixels
 from wgc_runtime.contract.node import CallContext, Node, NodeContext, NodeError, Work
+from wgc_runtime.contract.weights import WeightParts
 
 LABELS = ("main", "cfg_text", "cfg_img")
 _LLM_PARTS = ("language_model.", "time_embedder.", "vae2llm.", "llm2vae.", "latent_pos_embed.")
@@ -73,9 +79,14 @@ _WEIGHTS: dict[tuple, Any] = {}
 
 
 def bagel_config(node: str, config: Mapping[str, Any]) -> BagelConfig:
+    """The named config; with a release folder as the checkpoint, its sizes from the release's
+    ``llm_config.json`` / ``vit_config.json`` (`wgc_runtime.components.bagel_checkpoint`)."""
     name = str(config.get("model", "tiny"))
     if name not in CONFIGS:
         raise NodeError(f"node `{node}`: unknown BAGEL model `{name}` ({', '.join(CONFIGS)})")
+    path = str(config.get("checkpoint") or "")
+    if path and release.has_config(path):
+        return release.read_config(path, CONFIGS[name])
     return CONFIGS[name]
 
 
@@ -88,8 +99,8 @@ def _weights(key: tuple, build: Callable[[], Any]) -> Any:
 
 
 def load_bagel(node: str, config: Mapping[str, Any], device: torch.device, part: str) -> Bagel:
-    """The `Bagel` part ``"llm"`` or ``"vit"``: from ``config checkpoint``'s
-    ``model.safetensors``, else seeded random weights."""
+    """The `Bagel` part ``"llm"`` or ``"vit"``: from ``config checkpoint``'s release
+    (``ema.safetensors``), else seeded random weights."""
     cfg = bagel_config(node, config)
     path, seed = str(config.get("checkpoint") or ""), int(config.get("seed", 0))
     dtype = weights_dtype(config, node)
@@ -98,7 +109,8 @@ def load_bagel(node: str, config: Mapping[str, Any], device: torch.device, part:
         model = Bagel(cfg, vit=part == "vit", llm=part == "llm")
         if path:
             skip = _VIT_PARTS if part == "llm" else _LLM_PARTS
-            load_converted(model, Path(path) / "model.safetensors", skip=skip)
+            items = release.release_tensors(path, cfg.vit.patch_size)
+            load_tensors(model, release.select(items, skip), source=f"{path} ({part})")
         else:
             init_seeded(model, seed + (1 if part == "llm" else 2), keep=("pos_embed",))
         return cast_weights(model.to(device), dtype).eval()
@@ -113,7 +125,11 @@ def load_vae(node: str, config: Mapping[str, Any], device: torch.device) -> Auto
 
     def build() -> AutoencoderKL:
         vae_cfg = cfg.vae
-        if path:
+        if path and (Path(path) / release.AE).is_file() and not (Path(path) / "vae").is_dir():
+            model = AutoencoderKL(vae_cfg)  # the release's own file: FLUX's names, converted
+            blocks = len(vae_cfg.block_out_channels)
+            load_tensors(model, release.ae_tensors(path, blocks), source=f"{path}/{release.AE}")
+        elif path:
             raw = json.loads((Path(path) / "vae" / "config.json").read_text())
             vae_cfg = VaeConfig.from_dict(raw)
             model = AutoencoderKL(vae_cfg)
@@ -124,6 +140,25 @@ def load_vae(node: str, config: Mapping[str, Any], device: torch.device) -> Auto
         return cast_weights(model.to(device), dtype).eval()
 
     return _weights((config.get("model"), path, seed, "vae", str(device), dtype), build)
+
+
+def bagel_parts(node: str, config: Mapping[str, Any], part_name: str) -> list[WeightParts]:
+    """What a node holding the part ``"llm"``, ``"vit"`` or ``"vae"`` will hold (`Node.weights`:
+    the checkpoint's ``model.safetensors`` / ``vae/`` counted when given)."""
+    cfg = bagel_config(node, config)
+    path = str(config.get("checkpoint") or "")
+    if part_name == "vae":
+        where = str(Path(path) / "vae") if path else ""
+        if path and not Path(where).is_dir():
+            where = str(Path(path) / release.AE)
+        return [part("bagel", "vae", config, lambda: AutoencoderKL(cfg.vae), checkpoint=where)]
+    where = str(release.weights_file(path)) if path else ""
+    names = _LLM_PARTS if part_name == "llm" else _VIT_PARTS
+
+    def build() -> Bagel:
+        return Bagel(cfg, vit=part_name == "vit", llm=part_name == "llm")
+
+    return [part("bagel", part_name, config, build, checkpoint=where, names=names)]
 
 
 def _guidance(config: Mapping[str, Any], images: int) -> Guidance:
@@ -148,6 +183,10 @@ def _start(inputs, ctx: CallContext, shape) -> tuple[torch.Tensor, int]:
 
 
 class VitEncoder(Batched):
+    @classmethod
+    def weights(cls, config):
+        return bagel_parts("VitEncoder", config, "vit")
+
     def __init__(self, ctx: NodeContext) -> None:
         super().__init__(ctx)
         self.model = load_bagel(self.name, self.config, self.device, "vit")
@@ -171,6 +210,10 @@ def _image(w: Work, node: str) -> torch.Tensor:
 
 
 class VaeEncoder(Batched):
+    @classmethod
+    def weights(cls, config):
+        return bagel_parts("VaeEncoder", config, "vae")
+
     def __init__(self, ctx: NodeContext) -> None:
         super().__init__(ctx)
         self.vae = load_vae(self.name, self.config, self.device)
@@ -188,6 +231,10 @@ class VaeEncoder(Batched):
 
 
 class VaeDecoder(Batched):
+    @classmethod
+    def weights(cls, config):
+        return bagel_parts("VaeDecoder", config, "vae")
+
     def __init__(self, ctx: NodeContext) -> None:
         super().__init__(ctx)
         self.vae = load_vae(self.name, self.config, self.device)
@@ -234,9 +281,14 @@ class LLM(Batched):
 
     serves_copies = True
 
+    @classmethod
+    def weights(cls, config):
+        return bagel_parts("LLM", config, "llm")
+
     def __init__(self, ctx: NodeContext) -> None:
         super().__init__(ctx)
         self.model = load_bagel(self.name, self.config, self.device, "llm")
+        self.tokenizer = bagel_tokenizer(self.name, self.config)  # the release's, if given
         self.cfg = self.model.config
         llm = self.cfg.llm
         want = (llm.num_hidden_layers, llm.num_key_value_heads, llm.head_dim)
@@ -329,6 +381,7 @@ class LLM(Batched):
     def _text(self, w: Work) -> _Call:
         st, ids = w.ctx.state, w.inputs["text_inputs"]
         assert ids is not None
+        ids = text_ids(self.tokenizer, ids, self.name)
         self._fork(w, "main", "cfg_text")  # the text-free branch: main without this text
         blocks = [
             self._block(w, label, self.model.text_block(ids, self._rope(st, label)), True)

@@ -28,6 +28,8 @@ from typing import Any
 
 import torch
 
+from examples._weights import lm_parts
+from examples.llama.text import prompt_format, prompt_ids
 from wgc_runtime.components.config import DecoderConfig
 from wgc_runtime.components.decode_engine import DecoderEngine
 from wgc_runtime.components.decoder import LlamaDecoder
@@ -74,9 +76,14 @@ def build_model(config: Mapping[str, Any], device: str | torch.device) -> LlamaD
 class Decoder(Node):
     """A Llama decoder on the paged pool (see the module docstring)."""
 
+    @classmethod
+    def weights(cls, config):
+        return lm_parts("llama", config, tied=False)
+
     def __init__(self, ctx: NodeContext) -> None:
         super().__init__(ctx)
         self.model = build_model(self.config, self.device)
+        self.text = prompt_format(self.config)  # the checkpoint's tokenizer and chat template
         self.eos = int(self.config.get("eos", -1))
         self.kv_tokens = int(self.config["kv_tokens"])
         self._engine: DecoderEngine | None = None
@@ -98,19 +105,22 @@ class Decoder(Node):
             kv = w.ctx.kv
             assert kv is not None  # `engine` checked the node is a kv-cache node
             x = w.inputs.get("prompt")
-            x = w.inputs["token"] if x is None else x
+            x = w.inputs["token"] if x is None else prompt_ids(self.text, x, self.name)
             if x is None or x.numel() == 0:
                 raise NodeError(f"node `{self.name}`: an empty prompt has nothing to decode")
             self._check_room(kv, int(x.numel()))
             seqs.append((kv.request, kv.labels[0]))
             tokens.append(x.reshape(-1).to(torch.long))
         nxt = engine.forward(seqs, tokens).argmax(-1).cpu()
-        return [self._result(w, int(t)) for w, t in zip(batch, nxt, strict=True)]
+        fed = [int(t[-1]) for t in tokens]
+        return [self._result(w, int(t), f) for w, t, f in zip(batch, nxt, fed, strict=True)]
 
-    def _result(self, w: Work, token: int) -> dict[str, torch.Tensor]:
+    def _result(self, w: Work, token: int, fed: int) -> dict[str, torch.Tensor]:
         out = {"new_token": torch.tensor([token], dtype=torch.int64)}
         if "stop" in w.ctx.writes:
-            out["stop"] = torch.tensor(token == self.eos)
+            # a decode step fed the end-of-sequence token (the prefill's own choice) stops too:
+            # `generate` ends there, whatever the step would choose next
+            out["stop"] = torch.tensor(token == self.eos or fed == self.eos)
         return out
 
     def _check_room(self, kv: KvCache, new: int) -> None:
@@ -138,7 +148,10 @@ class Decoder(Node):
             inputs["tokens"] = ports["token"].reshape(-1)
             out = unit(inputs)
             nxt = out["next_token"]
-            return {"new_token": nxt.reshape(-1, 1), "stop": nxt == eos}
+            return {
+                "new_token": nxt.reshape(-1, 1),
+                "stop": (nxt == eos) | (inputs["tokens"] == eos),
+            }
 
         def prepare(w: Work) -> dict[str, torch.Tensor]:
             """Append the row's token slot to its sequence; its slot, position, length and

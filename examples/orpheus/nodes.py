@@ -56,6 +56,8 @@ from examples._speech import (
     text_codec,
     widen_,
 )
+from examples._weights import lm_parts
+from examples.orpheus import sizes
 from wgc_runtime.components.config import DecoderConfig
 from wgc_runtime.components.decode_engine import DecoderEngine
 from wgc_runtime.components.decoder import LlamaDecoder
@@ -163,6 +165,10 @@ def seeded_snac(cfg: SnacConfig, seed: int) -> Snac:
 
 class LLM(Node):
     """Orpheus's LM on the paged pool (see the module docstring)."""
+
+    @classmethod
+    def weights(cls, config):
+        return lm_parts("orpheus", config, tied=True)
 
     def __init__(self, ctx: NodeContext) -> None:
         super().__init__(ctx)
@@ -395,6 +401,10 @@ IDLE_WINDOWS = 4  # windows' noise drawn per `SnacDecoder.idle` call
 
 class SnacDecoder(Node):
     """The SNAC window vocoder (see the module docstring)."""
+
+    @classmethod
+    def weights(cls, config):
+        return sizes.snac_parts(config)
 
     def __init__(self, ctx: NodeContext) -> None:
         super().__init__(ctx)

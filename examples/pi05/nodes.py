@@ -29,9 +29,10 @@ The nodes:
 - `ChunkSelector`: of the sampled chunks, the consensus one — the chunk with the smallest mean
   distance to the others — and every chunk's spread (π0.5 has no value head to score with).
 
-Weights: ``config checkpoint`` is a folder of ``PI0ForConditionalGeneration.save_pretrained``
-names (openpi's / LeRobot's layout) with π0.5's extra weights; without one, seeded random
-weights at the sizes ``config model`` names (`wgc_runtime.components.configs.pi05`).
+Weights: ``config checkpoint`` is a published π0.5 checkpoint (openpi's converted PyTorch
+``model.safetensors``, LeRobot's ``pi05_base`` / fine-tunes, or transformers' PI0 names with
+π0.5's weights: `wgc_runtime.components.pi05_checkpoint`), loaded strictly; without one, seeded
+random weights at the sizes ``config model`` names (`wgc_runtime.components.configs.pi05`).
 """
 
 from __future__ import annotations
@@ -42,17 +43,17 @@ from typing import Any
 import torch
 
 from examples._batched import Batched, need
+from examples._weights import part
 from wgc_runtime.components.block_attention import Block, PagedBlocks
 from wgc_runtime.components.configs.pi05 import CONFIGS
-from wgc_runtime.components.convert import load_converted
 from wgc_runtime.components.pi0 import PaliVision, Pi0, Pi0Config
+from wgc_runtime.components.pi05_checkpoint import load_published
 from wgc_runtime.components.random_init import init_seeded
 from wgc_runtime.components.siglip import pixels
 from wgc_runtime.contract.node import Node, NodeContext, NodeError, Work
 
 _VISION = "paligemma_with_expert.paligemma.model."
 _WEIGHTS: dict[tuple, Any] = {}
-_TIED = ("paligemma_with_expert.gemma_expert.lm_head.weight",)  # a tied copy HF saves
 
 
 def pi_config(node: str, config: Mapping[str, Any]) -> Pi0Config:
@@ -80,7 +81,7 @@ def load_vision(node: str, config: Mapping[str, Any], device: torch.device) -> P
     def build() -> PaliVision:
         model = PaliVision(cfg.vision, cfg.text.hidden_size)
         if path:
-            load_converted(model, path, prefix=_VISION, skip=("language_model.",))
+            load_published(model, path, prefix=_VISION, skip=("language_model.",))
         else:
             init_seeded(model, seed + 1)
         return model.to(device).eval()
@@ -96,7 +97,7 @@ def load_policy(node: str, config: Mapping[str, Any], device: torch.device) -> P
         model = Pi0(cfg, vision=False)
         if path:
             skip = (f"{_VISION}vision_tower.", f"{_VISION}multi_modal_projector.")
-            load_converted(model, path, skip=skip, optional=_TIED)
+            load_published(model, path, skip=skip)
         else:
             init_seeded(model, seed + 2)
         return model.to(device).eval()
@@ -104,7 +105,16 @@ def load_policy(node: str, config: Mapping[str, Any], device: torch.device) -> P
     return _weights(_key(config, "policy", device), build)
 
 
+_VISION_NAMES = ("vision_tower.", "multi_modal_projector.")
+
+
 class VitEncoder(Batched):
+    @classmethod
+    def weights(cls, config):
+        cfg = pi_config("vit_encoder", config)
+        build = lambda: PaliVision(cfg.vision, cfg.text.hidden_size)  # noqa: E731
+        return [part("pi05", "vision", config, build, names=_VISION_NAMES, dtype="f32")]
+
     def __init__(self, ctx: NodeContext) -> None:
         super().__init__(ctx)
         self.model = load_vision(self.name, self.config, self.device)
@@ -124,6 +134,13 @@ class VitEncoder(Batched):
 
 class LLM(Batched):
     """The PaliGemma prefix and the action expert over the paged pool (module docstring)."""
+
+    @classmethod
+    def weights(cls, config):
+        cfg = pi_config("LLM", config)
+        skip = (*_VISION_NAMES, "gemma_expert.lm_head")  # the expert's head is never used
+        build = lambda: Pi0(cfg, vision=False)  # noqa: E731
+        return [part("pi05", "policy", config, build, skip=skip, dtype="f32")]
 
     def __init__(self, ctx: NodeContext) -> None:
         super().__init__(ctx)

@@ -52,6 +52,10 @@ from wgc_runtime.contract.node import KvCache, Node, NodeContext, NodeError, Wor
 class AudioEncoder(Node):
     """Waveform → audio embeddings (see the module docstring)."""
 
+    @classmethod
+    def weights(cls, config):
+        return weights.parts(config, "audio")
+
     def __init__(self, ctx: NodeContext) -> None:
         super().__init__(ctx)
         cfg = weights.omni_config(self.config)
@@ -71,6 +75,10 @@ class AudioEncoder(Node):
 
 class Thinker(Node):
     """The Thinker on the paged pool (see the module docstring)."""
+
+    @classmethod
+    def weights(cls, config):
+        return weights.parts(config, "thinker")
 
     def __init__(self, ctx: NodeContext) -> None:
         super().__init__(ctx)
@@ -230,6 +238,10 @@ class Detokenizer(Node):
 
 class Code2Wav(Node):
     """Codec frames → audio (see the module docstring)."""
+
+    @classmethod
+    def weights(cls, config):
+        return weights.parts(config, "code2wav")
 
     def __init__(self, ctx: NodeContext) -> None:
         super().__init__(ctx)

@@ -86,6 +86,10 @@ class _Row:
 class Talker(Node):
     """The Talker (see the module docstring)."""
 
+    @classmethod
+    def weights(cls, config):
+        return weights.parts(config, "talker")
+
     def __init__(self, ctx: NodeContext) -> None:
         super().__init__(ctx)
         cfg = self.omni = weights.omni_config(self.config)

@@ -26,6 +26,7 @@ from typing import Any, cast
 import torch
 
 from examples._speech import check_sizes, widen_
+from examples._weights import part
 from wgc_runtime.components.code2wav import CausalConv, Code2Wav
 from wgc_runtime.components.configs.qwen3_omni import TINY
 from wgc_runtime.components.convert import load_converted
@@ -35,6 +36,7 @@ from wgc_runtime.components.omni_talker import Talker
 from wgc_runtime.components.omni_thinker import RENAMES, Thinker
 from wgc_runtime.components.tokenizer import TextCodec
 from wgc_runtime.contract.node import NodeError
+from wgc_runtime.contract.weights import WeightParts
 
 EMBED_SEED = 1000  # the Thinker's embedding table: its own seed (module docstring)
 
@@ -185,3 +187,18 @@ def audio_ids(codec: TextCodec, cfg: OmniConfig) -> tuple[int, int, int]:
         cfg.thinker.audio_token_id,
         codec.token_id("<|audio_end|>"),
     )
+
+
+def parts(config: Mapping[str, Any], which: str) -> list[WeightParts]:
+    """What the node holding ``which`` (``thinker``, ``audio``, ``talker``, ``code2wav``) will
+    hold (`Node.weights`): the checkpoint's tensors of that sub-model when one is given."""
+    cfg = omni_config(config)
+    builds = {
+        "thinker": (lambda: Thinker(cfg.thinker, audio=False), ("thinker.",)),
+        "audio": (lambda: _Tower(cfg.thinker.audio), ("thinker.audio_tower.",)),
+        "talker": (lambda: Talker(cfg.talker, cfg.tokens), ("talker.",)),
+        "code2wav": (lambda: Code2Wav(cfg.code2wav), ("code2wav.",)),
+    }
+    build, names = builds[which]
+    skip = ("audio_tower.", "visual.") if which == "thinker" else ()
+    return [part("qwen3_omni", which, config, build, names=names, skip=skip)]

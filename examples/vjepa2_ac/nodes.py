@@ -33,13 +33,16 @@ from typing import Any
 import torch
 
 from examples._batched import Batched, need
+from examples._weights import part
 from wgc_runtime.components.block_attention import PagedBlocks
 from wgc_runtime.components.configs.vjepa2_ac import CONFIGS, VJEPA2ACConfig
-from wgc_runtime.components.convert import load_converted
+from wgc_runtime.components.convert import load_converted, load_tensors
+from wgc_runtime.components.loading import pickled_tensors
 from wgc_runtime.components.random_init import init_seeded
 from wgc_runtime.components.vjepa2 import VJEPA2Encoder, video_pixels
 from wgc_runtime.components.vjepa2_ac import ACPredictor, cached_rollout, normalize
 from wgc_runtime.contract.node import CallContext, KvCache, Node, NodeContext, NodeError, Work
+from wgc_runtime.contract.weights import WeightParts
 
 _WEIGHTS: dict[tuple, Any] = {}
 
@@ -73,6 +76,26 @@ def load_encoder(node: str, config: Mapping[str, Any], device: torch.device) -> 
     return _weights((config.get("model"), path, seed, "encoder", str(device)), build)
 
 
+def load_predictor_weights(model: ACPredictor, path: Path) -> None:
+    """``predictor/model.safetensors`` (the reference's names), else the published training
+    checkpoint as Meta releases it (``vjepa2-ac-vitg.pt``: its ``predictor`` entry, names
+    under DDP's ``module.`` and the wrapper's ``backbone.``, stripped as the reference's hub
+    loader strips them), loaded strictly."""
+    safetensors = path / "predictor" / "model.safetensors"
+    if safetensors.is_file():
+        load_converted(model, safetensors)
+        return
+    released = sorted(path.glob("*.pt")) + sorted((path / "predictor").glob("*.pt"))
+    if not released:
+        raise NodeError(
+            f"checkpoint `{path}` has neither `predictor/model.safetensors` nor a released "
+            f"`vjepa2-ac-vitg.pt` (docs/checkpoints.md)"
+        )
+    items = pickled_tensors(released[0], "predictor")
+    clean = ((k.replace("module.", "").replace("backbone.", ""), v) for k, v in items)
+    load_tensors(model, clean, source=f"{released[0]} (predictor)")
+
+
 def load_predictor(node: str, config: Mapping[str, Any], device: torch.device) -> ACPredictor:
     cfg = family_config(node, config).predictor
     path, seed = str(config.get("checkpoint") or ""), int(config.get("seed", 0))
@@ -80,12 +103,26 @@ def load_predictor(node: str, config: Mapping[str, Any], device: torch.device) -
     def build() -> ACPredictor:
         model = ACPredictor(cfg)
         if path:
-            load_converted(model, Path(path) / "predictor" / "model.safetensors")
+            load_predictor_weights(model, Path(path))
         else:
             init_seeded(model, seed + 2)
         return model.to(device).eval()
 
     return _weights((config.get("model"), path, seed, "predictor", str(device)), build)
+
+
+def encoder_parts(config: Mapping[str, Any]) -> list[WeightParts]:
+    cfg = family_config("video_encoder", config).encoder
+    path = str(config.get("checkpoint") or "")
+    where = str(Path(path) / "encoder") if path else ""
+    return [part("vjepa2_ac", "encoder", config, lambda: VJEPA2Encoder(cfg), checkpoint=where)]
+
+
+def predictor_parts(config: Mapping[str, Any]) -> list[WeightParts]:
+    cfg = family_config("predictor", config).predictor
+    path = str(config.get("checkpoint") or "")
+    where = str(Path(path) / "predictor" / "model.safetensors") if path else ""
+    return [part("vjepa2_ac", "predictor", config, lambda: ACPredictor(cfg), checkpoint=where)]
 
 
 def _frames(z: torch.Tensor, patches: int, node: str) -> torch.Tensor:
@@ -105,6 +142,10 @@ def _rows(x: torch.Tensor, start: int, n: int, what: str, node: str) -> torch.Te
 
 
 class VideoEncoder(Batched):
+    @classmethod
+    def weights(cls, config):
+        return encoder_parts(config)
+
     def __init__(self, ctx: NodeContext) -> None:
         super().__init__(ctx)
         self.model = load_encoder(self.name, self.config, self.device)
@@ -123,6 +164,10 @@ class VideoEncoder(Batched):
 
 
 class _PredictorBase(Batched):
+    @classmethod
+    def weights(cls, config):
+        return predictor_parts(config)
+
     def __init__(self, ctx: NodeContext) -> None:
         super().__init__(ctx)
         self.model = load_predictor(self.name, self.config, self.device)
@@ -218,6 +263,10 @@ class RolloutPredictor(_PredictorBase):
 
 
 class AcPredictorMpc(Node):
+    @classmethod
+    def weights(cls, config):
+        return predictor_parts(config)
+
     def __init__(self, ctx: NodeContext) -> None:
         super().__init__(ctx)
         self.model = load_predictor(self.name, self.config, self.device)

@@ -1,7 +1,9 @@
 """Load weights from a Hugging Face-style safetensors checkpoint by parameter name.
 
 A checkpoint folder holds either one ``model.safetensors`` or a sharded set listed by
-``model.safetensors.index.json`` (``weight_map``: parameter name -> shard file). Tensors are
+``model.safetensors.index.json`` (``weight_map``: parameter name -> shard file), or, as some
+releases still publish (SNAC's), one pickled ``pytorch_model.bin``, read with
+``torch.load(weights_only=True)``. Tensors are
 matched to a module's ``state_dict`` by name, so a component whose submodules are named like the
 Hugging Face model (``model.layers.{i}.self_attn.q_proj.weight``, ...) loads without a mapping
 table. Loading is strict: a missing key, an unexpected key or a shape mismatch raises
@@ -50,12 +52,53 @@ def checkpoint_files(path: str | Path) -> list[Path]:
     raise CheckpointError(f"no `{SINGLE}` or `{INDEX}` in `{path}`")
 
 
+PICKLED = "pytorch_model.bin"
+
+
+def pickled_file(path: str | Path) -> Path | None:
+    """A checkpoint published as PyTorch's pickle (``pytorch_model.bin``, or a ``.bin`` /
+    ``.pt`` file named directly) where there is no safetensors file."""
+    path = Path(path)
+    if path.is_file():
+        return path if path.suffix in (".bin", ".pt", ".pth") else None
+    if (path / PICKLED).is_file() and not any(path.glob("*.safetensors")):
+        return path / PICKLED
+    return None
+
+
 def iter_tensors(path: str | Path) -> Iterator[tuple[str, torch.Tensor]]:
-    """Every (name, tensor) of the checkpoint, shard by shard (on the CPU)."""
+    """Every (name, tensor) of the checkpoint, shard by shard (on the CPU). A pickled
+    checkpoint is read with ``torch.load(weights_only=True)``: tensors and plain containers
+    only, never code (a file holding anything else is refused by torch, reported here)."""
+    pickled = pickled_file(path)
+    if pickled is not None:
+        yield from pickled_tensors(pickled)
+        return
     for file in checkpoint_files(path):
         with safe_open(str(file), framework="pt", device="cpu") as f:
             for name in f.keys():  # noqa: SIM118 (safe_open is not a Mapping)
                 yield name, f.get_tensor(name)
+
+
+def pickled_tensors(file: Path, entry: str = "") -> Iterator[tuple[str, torch.Tensor]]:
+    """The tensors of a pickled checkpoint (``torch.load(weights_only=True)``, memory-mapped):
+    the state dict itself, its ``state_dict`` entry, or the entry ``entry`` of a training
+    checkpoint that holds several (V-JEPA 2-AC's ``encoder`` / ``predictor``)."""
+    try:
+        state = torch.load(file, map_location="cpu", weights_only=True, mmap=True)
+    except Exception as exc:  # torch's unpickler refuses anything but tensors and containers
+        raise CheckpointError(f"cannot read `{file}` as a state dict of tensors: {exc}") from exc
+    if entry:
+        if not (isinstance(state, dict) and isinstance(state.get(entry), dict)):
+            raise CheckpointError(f"`{file}` has no `{entry}` state dict")
+        state = state[entry]
+    elif isinstance(state, dict) and isinstance(state.get("state_dict"), dict):
+        state = state["state_dict"]  # a training checkpoint's weights
+    if not isinstance(state, dict):
+        raise CheckpointError(f"`{file}` holds a {type(state).__name__}, not a state dict")
+    for name, tensor in state.items():
+        if isinstance(tensor, torch.Tensor):
+            yield str(name), tensor
 
 
 def load_checkpoint(

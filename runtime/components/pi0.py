@@ -12,8 +12,9 @@ The computation (HF's ``PI0Model`` and openpi's ``PI0Pytorch``):
 * **prefix** (`Pi0.prefill`): each camera image → SigLIP → ``multi_modal_projector`` (image
   tokens at the language model's width, unscaled), then the prompt's token embeddings (times
   ``√width``); the language model runs the whole prefix with bidirectional attention (one
-  block), positions ``1 … P`` (transformers' PaliGemma counts from 1; openpi from 0:
-  `Pi0Config.prefix_position`), and its keys and values stay in the cache;
+  block), positions ``0 … P-1`` as openpi and LeRobot count them (``cumsum(pad_mask) - 1``;
+  transformers' PaliGemma counts from 1: `Pi0Config.prefix_position`), and its keys and
+  values stay in the cache;
 * **one denoising step** (`Pi0.velocity`): the suffix runs through the expert's layers (the
   expert has the same depth, kv heads and head size as the language model: its layer ``i``
   attends to the prefix's layer ``i``), positions ``P …`` (`Pi0Config.positions`), and is
@@ -69,9 +70,9 @@ class Pi0Config:
     min_period: float = 4e-3
     max_period: float = 4.0
     pi05: bool = True
-    # where the prefix's rotary positions start: transformers' PaliGemma counts from 1 (and its
-    # π0 expert continues at the prefix length), openpi from 0
-    prefix_position: int = 1
+    # where the prefix's rotary positions start: openpi and LeRobot count from 0 (the suffix
+    # continues at the prefix length); transformers' PaliGemma (its π0) counts from 1
+    prefix_position: int = 0
 
     def positions(self, prefix: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Rotary positions of a prefix of ``prefix`` tokens and of one suffix after it."""

@@ -69,6 +69,7 @@ from wgc_runtime.contract.spec import (
     render_type,
     type_parts,
 )
+from wgc_runtime.contract.weights import WeightParts
 
 DTYPES: dict[str, torch.dtype] = {
     "bool": torch.bool,
@@ -277,6 +278,13 @@ class Node:
         self.name = ctx.name
         self.config = dict(ctx.config)
         self.device = torch.device(ctx.device)
+
+    @classmethod
+    def weights(cls, config: Mapping[str, Any]) -> Sequence[WeightParts]:
+        """The weights a node of this class would hold with ``config`` (its `.walk` config
+        values), said before it is built (`wgc_runtime.contract.weights`); none by default."""
+        del config
+        return ()
 
     def forward(self, batch: Sequence[Work]) -> list[dict[str, torch.Tensor]]:
         """Outputs for every ready call, in order. The default runs `forward_one` per call."""

@@ -24,8 +24,10 @@ def test_a_kv_pool_past_the_device_is_a_clear_exit_1(tmp_path) -> None:
         cwd=ROOT, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert r.returncode == 1, r.stderr
-    assert "error: rank 0 failed to start: the KV pool needs" in r.stderr
-    assert "lower `kv_cache.pages` in the placement" in r.stderr
+    # refused before any process starts (`wgc.cli.preflight`: the rank's weights and KV cache
+    # against the host's memory); the rank's own check (`PoolTooLarge`) stays behind it
+    assert "error[WG826]: rank 0 needs" in r.stderr and ", KV cache 3.78e+22 bytes," in r.stderr
+    assert "lower `kv_cache.pages`" in r.stderr
     assert "Traceback" not in r.stderr
 
 

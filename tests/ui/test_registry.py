@@ -15,7 +15,9 @@ from wgc.diagnostics.explain import examples, explanation
 from wgc.driver import Driver
 
 UI = Path(__file__).resolve().parent
-LIVE = sorted(c.code for c in REGISTRY.values() if not c.retired and c.stage != "placement")
+LIVE = sorted(
+    c.code for c in REGISTRY.values() if not c.retired and c.stage not in ("placement", "launch")
+)
 _driver = Driver()
 
 

@@ -11,6 +11,7 @@ for what they share, and π0.5's differences against their description.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import sys
@@ -111,6 +112,9 @@ def test_pi0_prefix_and_denoising_equal_transformers(hf_pi0) -> None:
     ref, path = hf_pi0
     cfg = Pi0Config.from_dict(json.loads((path / "config.json").read_text()))
     assert not cfg.pi05  # transformers' config describes π0
+    # transformers' PaliGemma puts the prefix at positions 1 … P (openpi, which the component
+    # follows by default, at 0 … P-1: tests/unit/test_pi05_openpi.py)
+    cfg = dataclasses.replace(cfg, prefix_position=1)
     mine = Pi0(cfg).eval()
     load_converted(mine, path, optional=("paligemma_with_expert.gemma_expert.lm_head.weight",))
     px, text = _observation()

@@ -62,6 +62,7 @@ import click
 
 from wgc.cli.door import as_tensors, at_the_door
 from wgc.cli.errors import EXIT_OK, EXIT_USER, UserError
+from wgc.cli.preflight import check_deployment, random_weights_option
 from wgc.cli.request_input import field_value, read_request_file, split_fields
 from wgc.cli.speech_stats import RequestStats
 from wgc.cli.workers import THIS_HOST, Workers, worker_options
@@ -617,13 +618,15 @@ def output_dir(output: str | None) -> Path | None:
     return path
 
 
-def _check_plan(plan_dir: str) -> None:
+def _check_plan(plan_dir: str, random_weights: bool = False) -> None:
     """Load the generated modules once before any process starts: a folder from another wgc
-    version, or one that does not import, is a user error with its reason."""
+    version, or one that does not import, is a user error with its reason; then the devices,
+    weights and memory of every rank (`wgc.cli.preflight`), before any weight is built."""
     from wgc_runtime.host.loading import DeploymentError, load_plan
 
     try:
         load_plan(plan_dir)
+        check_deployment(plan_dir, random_weights=random_weights)
     except DeploymentError as exc:
         raise UserError(str(exc)) from None
 
@@ -672,6 +675,7 @@ def _deployment_error() -> type[Exception]:
     help="Seconds to wait for workers to load.",
 )
 @click.option("--timeout", type=float, default=None, help="Deadline of the request, seconds.")
+@random_weights_option
 @limit_option
 @click.pass_obj
 def run(
@@ -693,6 +697,7 @@ def run(
     plan_dir: str | None,
     ready_timeout: float,
     timeout: float | None,
+    random_weights: bool,
     limits: tuple[str, ...],
 ) -> None:
     """Run a model: one request (--input/--want/-o) or a server (--serve)."""
@@ -724,13 +729,14 @@ def run(
             ready_timeout=ready_timeout,
             workers=workers,
             limits=edge,
+            random_weights=random_weights,
         )
         ctx.exit(code)
     out_dir = output_dir(output)
     plan = prepare(target, placement, sets, Path(plan_dir) if plan_dir else None)
     temporary = plan != target and not plan_dir
     try:
-        _check_plan(plan)
+        _check_plan(plan, random_weights)
         code = _one_shot(
             plan,
             inputs,

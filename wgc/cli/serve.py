@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 import click
 
 from wgc.cli.errors import UserError
+from wgc.cli.preflight import random_weights_option
 from wgc.cli.run import _check_plan, input_limits, limit_option, prepare, require_runtime
 from wgc.cli.workers import Workers, worker_options
 from wgc.config import Env
@@ -112,6 +113,7 @@ def _sha256(path: str) -> str:
     help="Restarts of a dead worker within 10 minutes before the server stops (0: never).",
 )
 @worker_options
+@random_weights_option
 @limit_option
 @click.pass_obj
 def serve(
@@ -129,6 +131,7 @@ def serve(
     ray_address: str | None,
     external: str | None,
     join_timeout: float,
+    random_weights: bool,
     limits: tuple[str, ...],
 ) -> None:
     """Serve a model over HTTP: OpenAI-compatible routes, /v1/requests, /metrics, a playground."""
@@ -148,6 +151,7 @@ def serve(
         restarts,
         Workers(ray_address, external, join_timeout),
         edge,
+        random_weights,
     )
     click.get_current_context().exit(code)
 
@@ -165,6 +169,7 @@ def run_server(
     restarts: int = 3,
     workers: Workers | None = None,
     limits: Limits | None = None,
+    random_weights: bool = False,
 ) -> int:
     """Compile when needed, then serve until stopped; the exit code (`wgc run --serve` too)."""
     from wgc_runtime.host.loading import DeploymentError, ensure_import_root
@@ -173,7 +178,7 @@ def run_server(
     plan = prepare(target, placement, sets, Path(plan_dir) if plan_dir else None)
     temporary = plan != target and not plan_dir
     try:
-        _check_plan(plan)
+        _check_plan(plan, random_weights)
         ensure_import_root()
         html = plan_drawing(target, placement, sets, plan)
         try:

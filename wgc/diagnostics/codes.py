@@ -147,6 +147,9 @@ _TABLE: tuple[tuple[str, Severity, str], ...] = (
     ("WG822", E, "sequence-parallel size does not fit the rank group"),
     ("WG823", W, "residency the runtime does not honour"),
     ("WG824", E, "placement nested too deeply"),
+    ("WG825", E, "placement names a device this machine does not have"),
+    ("WG826", E, "rank does not fit its device"),
+    ("WG827", E, "real-size weights without a checkpoint"),
     # -- lints (WG9xx): warnings for declarations nothing uses
     ("WG901", W, "unused node"),
     ("WG902", W, "unused param"),
@@ -158,8 +161,15 @@ _TABLE: tuple[tuple[str, Severity, str], ...] = (
     ("WG908", W, "unused subflow"),
 )
 
+# codes `wgc run` / `wgc serve` report when they check a compiled plan against the machine,
+# before any weight is built (`wgc.cli.preflight`): numbered with the placement's codes, whose
+# devices and sizes they are about, but found at launch, so their explanations show commands
+# (tests/unit/test_preflight.py runs them) instead of a placement the checker rejects
+LAUNCH = frozenset({"WG825", "WG826", "WG827"})
+
 REGISTRY: dict[str, Code] = {
-    code: Code(code, _STAGES[code[2]], sev, title) for code, sev, title in _TABLE
+    code: Code(code, "launch" if code in LAUNCH else _STAGES[code[2]], sev, title)
+    for code, sev, title in _TABLE
 }
 
 
@@ -169,4 +179,4 @@ def lookup(code: str) -> Code:
 
 
 def stage_of(code: str) -> str:
-    return _STAGES[code[2]]
+    return "launch" if code in LAUNCH else _STAGES[code[2]]

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +72,7 @@ def orpheus(path: str | Path, seed: int = 0) -> tuple[Any, Any]:
     lm = transformers.LlamaForCausalLM(transformers.LlamaConfig(**orpheus_cfg.TINY_LM)).eval()
     _widen(lm, 0.1)
     lm.save_pretrained(path / "lm")
+    _tokenizer(path / "lm", "orpheus")
     codec = snac.SNAC(**orpheus_cfg.TINY_SNAC.to_dict()).eval()
     with torch.no_grad():
         for name, p in codec.named_parameters():
@@ -102,4 +104,11 @@ def qwen3_omni(path: str | Path, seed: int = 0, *, runtime_layout: bool = False)
         config.to_json_file(str(path / "config.json"))
     else:
         model.save_pretrained(path)
+    _tokenizer(path, "qwen3_omni")
     return model
+
+
+def _tokenizer(folder: Path, family: str) -> None:
+    """The tiny tokenizer beside the weights, where the published folders have theirs."""
+    shutil.copyfile(Path(__file__).parents[1] / "configs" / f"{family}_tokenizer.json",
+                    folder / "tokenizer.json")  # fmt: skip

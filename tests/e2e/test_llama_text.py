@@ -1,0 +1,65 @@
+"""The Llama example as transformers runs it: a checkpoint folder's tokenizer and chat template
+make the prompt ids (`apply_chat_template`), and the end of sequence stops as in `generate`:
+when the prefill's own choice (the first generated token) is the end-of-sequence token,
+decoding stops there — one token out, not `max_new_tokens` — captured and eager."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from tests.e2e.test_decoder_engines import CPU, compiled, placement, serve, tokens  # noqa: E402
+
+PROMPT = "prompt 3: abcabc"
+
+
+@pytest.mark.parametrize("batching", ["captured", "eager"])
+def test_a_first_token_at_eos_ends_the_request(tmp_path: Path, batching: str) -> None:
+    where = CPU if batching == "captured" else placement(tmp_path, "{max_batch: 4}")
+    (tmp_path / "free").mkdir()
+    _, (free,) = serve(compiled(tmp_path / "free", where, {"eos": "-1"}), [PROMPT])
+    first = tokens(free)
+    assert len(first) == 32 and first[0] not in first[1:3]  # a long run without stopping
+    (tmp_path / "eos").mkdir()
+    _, (h,) = serve(compiled(tmp_path / "eos", where, {"eos": str(first[0])}), [PROMPT])
+    assert tokens(h) == [first[0]]
+
+
+def test_a_checkpoint_with_a_chat_template_speaks_through_it(tmp_path: Path) -> None:
+    """A transformers Llama saved with a tokenizer and a chat template: the served tokens are
+    `transformers`' greedy continuation of `apply_chat_template`'s ids."""
+    import torch
+    import transformers
+
+    from tests.unit.test_chat_template import TEMPLATE, _tokenizer
+
+    fast = _tokenizer(TEMPLATE)
+    vocab = len(fast)
+    torch.manual_seed(2)
+    cfg = transformers.LlamaConfig(
+        vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False,
+    )  # fmt: skip
+    hf = transformers.LlamaForCausalLM(cfg).eval()
+    ckpt = tmp_path / "ckpt"
+    hf.save_pretrained(ckpt)
+    fast.save_pretrained(ckpt)
+    (tmp_path / "plan").mkdir()
+    sets = {"checkpoint": str(ckpt), "eos": "-1", "vocab": str(vocab)}
+    _, (h,) = serve(compiled(tmp_path / "plan", CPU, sets), ["hello there"])
+    ids = fast.apply_chat_template(
+        [{"role": "user", "content": "hello there"}], add_generation_prompt=True, tokenize=True
+    )
+    ids = list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+    want, seq = [], torch.tensor([ids])
+    with torch.no_grad():
+        for _ in range(32):
+            want.append(int(hf(seq).logits[0, -1].argmax()))
+            seq = torch.cat([seq, torch.tensor([[want[-1]]])], dim=1)
+    assert tokens(h) == want
