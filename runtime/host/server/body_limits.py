@@ -2,30 +2,75 @@
 
 `BodyLimits` is ASGI middleware: a body over the deployment's ``request_bytes``
 (`wgc_runtime.host.inputs.Limits`) answers 413, told by its ``Content-Length`` before a byte is
-read, or by counting as it arrives (a chunked body); a JSON body nested deeper than
+read, or by counting as it arrives (a chunked body); a body that goes ``body_timeout_s`` without
+a byte answers 408 (a client that never finishes its body holds nothing for long). A JSON body
+(``application/json`` or any ``+json`` type, compared case-insensitively) nested deeper than
 ``json_depth`` answers 400 (`wgc_runtime.host.inputs.check_json`, before FastAPI's parser
-recurses into it). Both are OpenAI error bodies (`calls.HttpError`), ``param`` ``body``. What
-passes is handed on unchanged.
+recurses into it), and so does one with more ``inputs`` segments or chat content parts than
+``segments`` (`counts`): a body over `OFF_LOOP_BYTES` is parsed for these checks in a thread,
+so a large one never stalls the event loop (``/health`` and every other request go on). All are
+OpenAI error bodies (`calls.HttpError`). What passes is handed on unchanged.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
 from wgc_runtime.core.conductor.door import Problem
-from wgc_runtime.host.inputs import InputError, Limits, check_bytes, check_json
+from wgc_runtime.host.inputs import (
+    InputError,
+    Limits,
+    check_bytes,
+    check_json,
+    check_segments,
+)
 from wgc_runtime.host.server.calls import HttpError
 
 BODY_METHODS = (b"POST", b"PUT", b"PATCH")
+OFF_LOOP_BYTES = 256 << 10  # bodies larger than this are parsed in a thread
+
+
+class BodyTimeout(Exception):
+    """The body stopped arriving."""
+
+
+def is_json(content_type: bytes) -> bool:
+    """``application/json`` or a ``+json`` type, parameters and case aside."""
+    kind = content_type.split(b";", 1)[0].strip().lower()
+    return kind == b"application/json" or kind.endswith(b"+json")
+
+
+def counts(raw: bytes, limits: Limits) -> None:
+    """A JSON body within ``json_depth`` and, when it is a request, within ``segments``
+    (native ``inputs``; chat messages' content parts, all messages together)."""
+    check_json(raw, "body", limits)
+    if raw.count(b"{") <= limits.segments:  # a segment or a part is an object: it cannot be over
+        return
+    try:
+        value = json.loads(raw)
+    except (ValueError, RecursionError):
+        return  # not JSON (FastAPI says where), or too deep (`check_json` said so)
+    if not isinstance(value, dict):
+        return
+    inputs = value.get("inputs")
+    if isinstance(inputs, list):
+        check_segments(len(inputs), "inputs", limits)
+    messages = value.get("messages")
+    if isinstance(messages, list):
+        parts = sum(len(m["content"]) if isinstance(m, dict) and isinstance(m.get("content"),
+                    list) else 1 for m in messages)  # fmt: skip
+        check_segments(parts, "messages", limits)
 
 
 class BodyLimits:
     """ASGI middleware bounding request bodies by ``limits`` (see the module docstring)."""
 
-    def __init__(self, app: Any, limits: Limits) -> None:
+    def __init__(self, app: Any, limits: Limits, body_timeout_s: float = 30.0) -> None:
         self.app = app
         self.limits = limits
+        self.body_timeout_s = body_timeout_s
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http" or scope["method"].encode() not in BODY_METHODS:
@@ -39,7 +84,10 @@ class BodyLimits:
             chunks: list[bytes] = []
             size, more = 0, True
             while more:
-                message = await receive()
+                try:
+                    message = await asyncio.wait_for(receive(), self.body_timeout_s)
+                except TimeoutError:
+                    raise BodyTimeout from None
                 if message["type"] != "http.request":  # the client went away
                     await self.app(scope, _replay([message], receive), send)
                     return
@@ -49,11 +97,18 @@ class BodyLimits:
                 chunks.append(chunk)
                 more = message.get("more_body", False)
             body = b"".join(chunks)
-            if headers.get(b"content-type", b"").startswith(b"application/json"):
-                check_json(body, "body", self.limits)
+            if is_json(headers.get(b"content-type", b"")):
+                if len(body) > OFF_LOOP_BYTES:
+                    await asyncio.to_thread(counts, body, self.limits)
+                else:
+                    counts(body, self.limits)
         except InputError as exc:
             status = 413 if "`request_bytes`" in str(exc) else 400
             await _answer(send, status, str(exc))
+            return
+        except BodyTimeout:
+            why = f"no byte of the body arrived for {self.body_timeout_s:g} s"
+            await _answer(send, 408, f"body: {why}", close=True)
             return
         await self.app(scope, _replay([{"type": "http.request", "body": body}], receive), send)
 
@@ -69,11 +124,15 @@ def _replay(messages: list[dict], receive: Any) -> Any:
     return replay
 
 
-async def _answer(send: Any, status: int, message: str) -> None:
+async def _answer(send: Any, status: int, message: str, close: bool = False) -> None:
     field, _, why = message.partition(": ")
-    code = "too_large" if status == 413 else "too_deep"
+    code = {413: "too_large", 408: "timeout"}.get(status, "too_deep")
+    if "`segments`" in message:
+        code = "too_many_segments"
     error = HttpError(status, message, code=code, problems=[Problem(field, why)])
     raw = json.dumps(error.body()).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(raw)).encode())]
+    if close:
+        headers.append((b"connection", b"close"))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": raw})
