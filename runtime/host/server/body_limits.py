@@ -7,9 +7,10 @@ a byte answers 408 (a client that never finishes its body holds nothing for long
 (``application/json`` or any ``+json`` type, compared case-insensitively) nested deeper than
 ``json_depth`` answers 400 (`wgc_runtime.host.inputs.check_json`, before FastAPI's parser
 recurses into it), and so does one with more ``inputs`` segments or chat content parts than
-``segments`` (`counts`): a body over `OFF_LOOP_BYTES` is parsed for these checks in a thread,
-so a large one never stalls the event loop (``/health`` and every other request go on). All are
-OpenAI error bodies (`calls.HttpError`). What passes is handed on unchanged.
+``segments``, or a ``text`` token list longer than the model's ``kv_tokens`` (`counts`): a
+body over `OFF_LOOP_BYTES` is parsed for these checks in a thread, so a large one never stalls
+the event loop (``/health`` and every other request go on). All are OpenAI error bodies
+(`calls.HttpError`). What passes is handed on unchanged.
 """
 
 from __future__ import annotations
@@ -42,11 +43,14 @@ def is_json(content_type: bytes) -> bool:
     return kind == b"application/json" or kind.endswith(b"+json")
 
 
-def counts(raw: bytes, limits: Limits) -> None:
+def counts(raw: bytes, limits: Limits, tokens: int | None = None) -> None:
     """A JSON body within ``json_depth`` and, when it is a request, within ``segments``
-    (native ``inputs``; chat messages' content parts, all messages together)."""
+    (native ``inputs``; chat messages' content parts, all messages together) and with no
+    ``text`` segment given as a token list longer than ``tokens`` (the model's ``kv_tokens``,
+    which the door checks again)."""
     check_json(raw, "body", limits)
-    if raw.count(b"{") <= limits.segments:  # a segment or a part is an object: it cannot be over
+    few = raw.count(b"{") <= limits.segments  # a segment or a part is an object
+    if few and (tokens is None or raw.count(b",") <= tokens):  # a token list has its commas
         return
     try:
         value = json.loads(raw)
@@ -57,6 +61,15 @@ def counts(raw: bytes, limits: Limits) -> None:
     inputs = value.get("inputs")
     if isinstance(inputs, list):
         check_segments(len(inputs), "inputs", limits)
+        for i, seg in enumerate(inputs):
+            if not isinstance(seg, dict) or seg.get("modality") != "text":
+                continue
+            data = seg.get("data")
+            if tokens is not None and isinstance(data, list) and len(data) > tokens:
+                raise InputError(
+                    f"inputs[{i}].data: {len(data):,} tokens, over the {tokens:,} one request "
+                    "may hold (`kv_tokens`)"
+                )
     messages = value.get("messages")
     if isinstance(messages, list):
         parts = sum(len(m["content"]) if isinstance(m, dict) and isinstance(m.get("content"),
@@ -67,10 +80,13 @@ def counts(raw: bytes, limits: Limits) -> None:
 class BodyLimits:
     """ASGI middleware bounding request bodies by ``limits`` (see the module docstring)."""
 
-    def __init__(self, app: Any, limits: Limits, body_timeout_s: float = 30.0) -> None:
+    def __init__(
+        self, app: Any, limits: Limits, body_timeout_s: float = 30.0, tokens: int | None = None
+    ) -> None:
         self.app = app
         self.limits = limits
         self.body_timeout_s = body_timeout_s
+        self.tokens = tokens  # the model's `kv_tokens`, when it says
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http" or scope["method"].encode() not in BODY_METHODS:
@@ -99,9 +115,9 @@ class BodyLimits:
             body = b"".join(chunks)
             if is_json(headers.get(b"content-type", b"")):
                 if len(body) > OFF_LOOP_BYTES:
-                    await asyncio.to_thread(counts, body, self.limits)
+                    await asyncio.to_thread(counts, body, self.limits, self.tokens)
                 else:
-                    counts(body, self.limits)
+                    counts(body, self.limits, self.tokens)
         except InputError as exc:
             status = 413 if "`request_bytes`" in str(exc) else 400
             await _answer(send, status, str(exc))
@@ -129,6 +145,8 @@ async def _answer(send: Any, status: int, message: str, close: bool = False) -> 
     code = {413: "too_large", 408: "timeout"}.get(status, "too_deep")
     if "`segments`" in message:
         code = "too_many_segments"
+    elif "`kv_tokens`" in message:
+        code = "too_many_tokens"
     error = HttpError(status, message, code=code, problems=[Problem(field, why)])
     raw = json.dumps(error.body()).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(raw)).encode())]

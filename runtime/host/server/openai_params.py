@@ -2,16 +2,16 @@
 
 A field is honoured by passing it to the model's option of the same meaning, when the model
 declares one (`OPTION_FOR`: ``max_tokens`` and ``max_completion_tokens`` set ``max_tokens``;
-``temperature``, ``top_p``, ``speed`` set the option of their name; ``voice`` sets ``voice``,
-else ``speaker``), then checked at the door like any option (its type, its choices, its bounds:
-`wgc_runtime.core.conductor.bounds`); a model without such an option answers 400 naming the
-field. What a wgc model never does (``logprobs``, ``tools``, ``stop`` ...) is refused when a
-request asks for it, and accepted when it is the OpenAI default (``logprobs: false``,
-``presence_penalty: 0`` ...), so the fields a client always sends still pass. A field no route
-documents is refused too (the bodies forbid extra fields, `schemas`).
+``temperature``, ``top_p``, ``speed``, ``language`` set the option of their name; ``voice``
+sets ``voice``, else ``speaker``), then checked at the door like any option (its type, its
+choices, its bounds: `wgc_runtime.core.conductor.bounds`); a model without such an option
+answers 400 naming the field. What a wgc model never does (``logprobs``, ``tools``, ``stop``
+...) is refused when a request asks for it, and accepted when it is the OpenAI default
+(``logprobs: false``, ``presence_penalty: 0`` ...), so the fields a client always sends still
+pass. A field no route documents is refused too (the bodies forbid extra fields, `schemas`).
 
-``model`` is checked against the served model's names (its name, and the names of its
-placement: ``bagel``, ``bagel@cpu``): any other answers 404 (``model_not_found``), as OpenAI does.
+``model`` is checked against the served model's names (its name, and ``NAME@PLACEMENT``:
+``bagel``, ``bagel@cpu``): any other answers 404 (``model_not_found``), as OpenAI does.
 ``finish_reason`` is ``length`` when the text outputs reached the request's token limit.
 """
 
@@ -31,6 +31,7 @@ OPTION_FOR: dict[str, tuple[str, ...]] = {
     "top_p": ("top_p",),
     "voice": ("voice", "speaker"),
     "speed": ("speed",),
+    "language": ("language",),
 }
 
 # fields a wgc model cannot honour, with the value that asks for nothing (None: any value asks)
