@@ -3,11 +3,11 @@
 `AccessLog` is ASGI middleware, outermost (a request refused for its key or its size is logged
 too). When the answer is whole (its last byte sent, or the client gone) it writes one line to
 stderr: the request's ``id`` (the conductor's request id when the request reached it, else one
-of its own), ``method``, ``route``, ``status``, ``seconds`` (to the end of the answer), and,
-for a request that ran, what `calls.Call` recorded in the scope (`record`): ``walks`` (walks
-finished), ``outputs`` per modality, ``prompt_tokens``, ``completion_tokens``,
-``first_output_s`` per modality and the conductor's ``outcome``. ``json`` is one JSON object a
-line; ``text`` is ``key=value`` pairs.
+of its own), ``method``, ``route``, ``status``, ``seconds`` (to the end of the answer),
+``request_bytes`` (the body's), and, for a request that ran, what `calls.Call` recorded in the
+scope (`record`): ``walks`` (walks finished), ``outputs`` per modality, ``prompt_tokens``,
+``completion_tokens``, ``first_output_s`` per modality and the conductor's ``outcome``.
+``json`` is one JSON object a line; ``text`` is ``key=value`` pairs.
 """
 
 from __future__ import annotations
@@ -81,7 +81,12 @@ class AccessLog:
             return
         t0 = time.monotonic()
         figures = record(scope)
-        status = {"code": 0}
+        status = {"code": 0, "bytes": 0}
+
+        async def receiving() -> dict:
+            message = await receive()
+            status["bytes"] += len(message.get("body") or b"")
+            return message
 
         async def sending(message: dict) -> None:
             if message["type"] == "http.response.start":
@@ -93,7 +98,7 @@ class AccessLog:
             await send(message)
 
         try:
-            await self.app(scope, receive, sending)
+            await self.app(scope, receiving, sending)
         except BaseException:
             status["code"] = status["code"] or 500
             raise
@@ -104,6 +109,7 @@ class AccessLog:
                 "route": scope.get("path", ""),
                 "status": status["code"] or 499,  # no answer started: the client left
                 "seconds": round(time.monotonic() - t0, 6),
+                "request_bytes": status["bytes"],
             }
             fields.update(figures)
             self.write(line(fields, self.fmt))

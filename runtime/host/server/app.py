@@ -47,6 +47,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from wgc_runtime.core.conductor.bounds import capacity
 from wgc_runtime.host.server import (
     native,
     openai_chat,
@@ -121,8 +122,11 @@ def create_app(
             app.add_api_route(route, _lacking(why), methods=["POST"], include_in_schema=False)
 
     app.add_middleware(
-        BodyLimits, limits=server.limits, body_timeout_s=server.body_timeout_s
-    )  # 413 / 400 before parsing
+        BodyLimits,
+        limits=server.limits,
+        body_timeout_s=server.body_timeout_s,
+        tokens=capacity(server.spec),
+    )  # 413 / 400 / 408 before parsing
     app.add_middleware(ApiKeys, keys=api_keys)  # nothing runs without a key
     if log_format is not None:
         app.add_middleware(AccessLog, fmt=log_format)  # outermost: every answer is logged
