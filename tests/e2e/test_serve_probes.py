@@ -258,8 +258,10 @@ def test_past_the_connection_cap_is_a_clear_503_and_the_server_recovers(bagel) -
     body hold at most its cap (960); the rest, and any request meanwhile, are answered 503
     at once; when the body timeout frees them, requests are served again."""
     held = []
-    head = (b"POST /v1/requests HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
-            b"content-length: 1000\r\n\r\n{")  # fmt: skip
+    head = (
+        b"POST /v1/requests HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+        b"authorization: Bearer " + KEY.encode() + b"\r\ncontent-length: 1000\r\n\r\n{"
+    )
     for _ in range(1100):
         held.append(_raw(bagel, head))
     t0 = time.monotonic()
@@ -360,8 +362,11 @@ def test_realtime_transcription_over_a_websocket(omni) -> None:
 
 
 def test_one_log_line_per_request_and_refusals_are_fast(bagel) -> None:
-    bagel.post("/v1/chat/completions", {"messages": HI, "max_tokens": 0})
-    lines = [json.loads(x) for x in "".join(bagel.log).splitlines() if x.startswith("{")]
+    assert bagel.post("/v1/chat/completions", {"messages": HI, "max_tokens": 3})[0] == 200
+    assert bagel.post("/v1/chat/completions", {"messages": HI, "max_tokens": 0})[0] == 400
+    time.sleep(
+        0.5
+    )  # the stderr reader    lines = [json.loads(x) for x in "".join(bagel.log).splitlines() if x.startswith("{")]
     assert lines, "".join(bagel.log)
     ran = [x for x in lines if x["route"] == "/v1/chat/completions" and x["status"] == 200]
     assert ran and {"id", "walks", "prompt_tokens", "completion_tokens", "seconds"} <= set(ran[0])

@@ -16,20 +16,20 @@ import json
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 from typing import Any
 
 FORMATS = ("json", "text")
 KEY = "wgc.request"  # the scope entry a request's figures go in
 
 
-def record(scope: dict[str, Any]) -> dict[str, Any]:
+def record(scope: MutableMapping[str, Any]) -> dict[str, Any]:
     """The dict a request's figures go in (what its log line adds)."""
     return scope.setdefault(KEY, {})
 
 
 def ran(
-    scope: dict[str, Any],
+    scope: MutableMapping[str, Any],
     walks: int,
     outputs: dict[str, int],
     first: dict[str, float],

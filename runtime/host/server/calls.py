@@ -21,7 +21,14 @@ import contextlib
 import math
 import time
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Mapping, Sequence
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterator,
+    Awaitable,
+    Mapping,
+    MutableMapping,
+    Sequence,
+)
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -118,7 +125,9 @@ class Call:
     seed: int | None = None
     deadline: float | None = None
     trace: bool = False
-    scope: dict[str, Any] | None = None  # the HTTP request's: its log line's figures go there
+    scope: MutableMapping[str, Any] | None = (
+        None  # the HTTP request's: its log line's figures go there
+    )
     rid: str = field(default_factory=lambda: f"http-{uuid.uuid4().hex[:16]}")
     pending: Pending | None = None
     t0: float = 0.0
