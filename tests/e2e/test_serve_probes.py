@@ -364,9 +364,8 @@ def test_realtime_transcription_over_a_websocket(omni) -> None:
 def test_one_log_line_per_request_and_refusals_are_fast(bagel) -> None:
     assert bagel.post("/v1/chat/completions", {"messages": HI, "max_tokens": 3})[0] == 200
     assert bagel.post("/v1/chat/completions", {"messages": HI, "max_tokens": 0})[0] == 400
-    time.sleep(
-        0.5
-    )  # the stderr reader    lines = [json.loads(x) for x in "".join(bagel.log).splitlines() if x.startswith("{")]
+    time.sleep(0.5)  # the stderr reader
+    lines = [json.loads(x) for x in "".join(bagel.log).splitlines() if x.startswith("{")]
     assert lines, "".join(bagel.log)
     ran = [x for x in lines if x["route"] == "/v1/chat/completions" and x["status"] == 200]
     assert ran and {"id", "walks", "prompt_tokens", "completion_tokens", "seconds"} <= set(ran[0])
