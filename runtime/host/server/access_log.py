@@ -23,6 +23,11 @@ FORMATS = ("json", "text")
 KEY = "wgc.request"  # the scope entry a request's figures go in
 
 
+def is_logged(scope: MutableMapping[str, Any]) -> bool:
+    """Whether the request is logged (`AccessLog` made its record)."""
+    return KEY in scope
+
+
 def record(scope: MutableMapping[str, Any]) -> dict[str, Any]:
     """The dict a request's figures go in (what its log line adds)."""
     return scope.setdefault(KEY, {})

@@ -43,7 +43,7 @@ from wgc_runtime.contract.kinds import Cause, FailKind
 from wgc_runtime.core.conductor.door import Problem, describe, dry_run
 from wgc_runtime.host.admission import admit
 from wgc_runtime.host.inputs import InputError, Limits, check_value
-from wgc_runtime.host.server.access_log import ran, record
+from wgc_runtime.host.server.access_log import is_logged, ran, record
 from wgc_runtime.host.server.gateway import Gateway, Pending
 from wgc_runtime.host.server.metrics import Metrics
 from wgc_runtime.host.server.model import ModelInfo
@@ -135,7 +135,7 @@ class Call:
     first: dict[str, float] = field(default_factory=dict)
     audio_samples: int = 0
     audio_ends: float = 0.0  # when the audio received so far ends, played from its first chunk
-    walks: int = 0  # walks finished (the conductor traces every walk; only ``trace`` shows them)
+    walks: int = 0  # walks finished (traced when logged; only ``trace`` shows them)
     _closed: bool = False
 
     @property
@@ -171,10 +171,11 @@ class Call:
         s.in_flight += 1
         s.metrics.in_flight.set(s.in_flight)
         self.t0 = time.monotonic()
+        logged = self.scope is not None and is_logged(self.scope)  # its line counts the walks
         self.pending = s.gateway.submit(
-            self.rid, self.segments, self.want, self.options, seed, True
+            self.rid, self.segments, self.want, self.options, seed, self.trace or logged
         )
-        if self.scope is not None:
+        if self.scope is not None and logged:
             figures = record(self.scope)
             figures["id"] = self.rid if "id" not in figures else f"{figures['id']},{self.rid}"
             figures["prompt_tokens"] = figures.get("prompt_tokens", 0) + self.prompt_tokens
@@ -326,7 +327,7 @@ class Call:
         s.mean_s = 0.9 * s.mean_s + 0.1 * seconds
         s.metrics.requests.labels(self.route, outcome).inc()
         s.metrics.duration.labels(self.route).observe(seconds)
-        if self.scope is not None:
+        if self.scope is not None and is_logged(self.scope):
             ran(self.scope, self.walks, self.outputs, self.first, seconds, outcome)
         if self.audio_samples:
             audio_s = self.audio_samples / s.info.rate("audio")

@@ -33,7 +33,7 @@ from wgc_runtime.contract import messages as m
 from wgc_runtime.contract.flow import Segment
 from wgc_runtime.core.conductor.door import Problem
 from wgc_runtime.host.inputs import Limits, check_text
-from wgc_runtime.host.server.access_log import record
+from wgc_runtime.host.server.access_log import is_logged, record
 from wgc_runtime.host.server.calls import Call, HttpError, Server, conform, until_disconnect
 from wgc_runtime.host.server.media import (
     MediaError,
@@ -119,7 +119,7 @@ def router(server: Server) -> APIRouter:
             raise _bad("response_format", f"`{kind}` is not supported: a reply is text")
         if body.n > 1 and body.stream:
             raise _bad("n", "a streamed answer carries one choice: ask for n = 1, or no stream")
-        if body.user is not None:
+        if body.user is not None and is_logged(http.scope):
             record(http.scope)["user"] = body.user
         want = _wants(server, body)
         segments = conform(server.spec, chat_segments(body, server.limits), want)

@@ -31,7 +31,7 @@ from starlette.datastructures import UploadFile
 from wgc_runtime.contract import messages as m
 from wgc_runtime.contract.flow import Segment
 from wgc_runtime.core.conductor.door import Problem
-from wgc_runtime.host.server.access_log import record
+from wgc_runtime.host.server.access_log import is_logged, record
 from wgc_runtime.host.server.calls import Call, HttpError, Server, conform, until_disconnect
 from wgc_runtime.host.server.media import MediaError, decode_image, pcm16, png_bytes, wav_header
 from wgc_runtime.host.server.model import EDITS, IMAGES, SPEECH
@@ -96,7 +96,7 @@ def images_router(server: Server, edits: bool) -> APIRouter:
         check_model(server, body.model)
         options = options_of(server, openai_fields(body), body.options)
         _formats(body.response_format)
-        if body.user is not None:
+        if body.user is not None and is_logged(http.scope):
             record(http.scope)["user"] = body.user
         segments = [Segment("text", body.prompt)]
         return await _images(server, IMAGES, segments, body.n, options, body.seed, http)
