@@ -165,3 +165,22 @@ def test_loopback_hosts() -> None:
 def test_api_keys_from_the_environment() -> None:
     assert Env.from_environ({"WGC_API_KEY": "sk-1, sk-2,"}).api_keys == ("sk-1", "sk-2")
     assert Env.from_environ({}).api_keys == ()
+
+
+def test_every_zeromq_socket_bounds_its_frames() -> None:
+    """A client's frame past 256 MiB is never received (it was: 512 MB, decoded); frames
+    between the deployment's processes, and to a client, are bounded too."""
+    import zmq
+
+    from wgc_runtime.host.client import Client
+    from wgc_runtime.host.transport.sockets import CLIENT_FRAME_BYTES, MAX_FRAME_BYTES, ClientPort
+
+    ctx = zmq.Context()
+    port = ClientPort(ctx=ctx)
+    try:
+        assert port.sock.getsockopt(zmq.MAXMSGSIZE) == CLIENT_FRAME_BYTES == 256 << 20
+        with Client(port.address) as client:
+            assert client.sock.getsockopt(zmq.MAXMSGSIZE) == MAX_FRAME_BYTES
+    finally:
+        port.close()
+        ctx.term()
