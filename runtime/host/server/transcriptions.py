@@ -106,7 +106,7 @@ def router(server: Server) -> APIRouter:
             events = await call.primed(http)
             return EventSourceResponse(({"data": d} async for d in _deltas(events)), ping=10)
         outs = await call.gather(http)
-        text, pieces = _text(outs, len(cuts))
+        text, pieces = _text(outs, len(cuts), 1 if prompt else 0)
         if fmt == "text":
             return PlainTextResponse(text)
         usage = {"type": "duration", "seconds": round(audio.numel() / rate, 3)}
@@ -126,8 +126,9 @@ def _seed(value: Any) -> int | None:
         raise bad("seed", f"`{value}` is not an integer") from None
 
 
-def _text(outs: list[m.Output], n: int) -> tuple[str, list[str] | None]:
-    """The transcript, and each window's when the outputs say which window they came from."""
+def _text(outs: list[m.Output], n: int, first: int) -> tuple[str, list[str] | None]:
+    """The transcript, and each window's when the outputs say which window they came from
+    (their first loop iteration: the segment's index, the windows' from ``first``)."""
     whole = TextDecoder()
     per: dict[int, TextDecoder] = {}
     parts: dict[int, list[str]] = {}
@@ -136,7 +137,7 @@ def _text(outs: list[m.Output], n: int) -> tuple[str, list[str] | None]:
         if o.modality != "text":
             continue
         text.append(whole.feed(o.data))
-        at = o.iters[0] if o.iters else -1
+        at = o.iters[0] - first if o.iters else -1
         parts.setdefault(at, []).append(per.setdefault(at, TextDecoder()).feed(o.data))
     text.append(whole.flush())
     for at, dec in per.items():
