@@ -19,6 +19,8 @@ import asyncio
 import json
 from typing import Any
 
+import msgspec
+
 from wgc_runtime.core.conductor.door import Problem
 from wgc_runtime.host.inputs import (
     InputError,
@@ -43,37 +45,61 @@ def is_json(content_type: bytes) -> bool:
     return kind == b"application/json" or kind.endswith(b"+json")
 
 
+class _Segment(msgspec.Struct):
+    modality: Any = None
+    data: msgspec.Raw = msgspec.Raw(b"null")
+
+
+class _Message(msgspec.Struct):
+    content: msgspec.Raw = msgspec.Raw(b"null")
+
+
+class _Shape(msgspec.Struct):
+    """What `counts` reads of a body: every other field is skipped, values are left unparsed
+    (`msgspec.Raw`), so counting a million segments takes a fraction of a full parse."""
+
+    inputs: list[msgspec.Raw] | None = None
+    messages: list[_Message] | None = None
+
+
 def counts(raw: bytes, limits: Limits, tokens: int | None = None) -> None:
-    """A JSON body within ``json_depth`` and, when it is a request, within ``segments``
-    (native ``inputs``; chat messages' content parts, all messages together) and with no
-    ``text`` segment given as a token list longer than ``tokens`` (the model's ``kv_tokens``,
-    which the door checks again)."""
-    check_json(raw, "body", limits)
+    """A JSON body within ``segments`` (native ``inputs``; chat messages' content parts, all
+    messages together), with no ``text`` segment given as a token list longer than ``tokens``
+    (the model's ``kv_tokens``, which the door checks again), and within ``json_depth``; the
+    counts come first: they need no full parse."""
     few = raw.count(b"{") <= limits.segments  # a segment or a part is an object
-    if few and (tokens is None or raw.count(b",") <= tokens):  # a token list has its commas
-        return
+    if not few or (tokens is not None and raw.count(b",") > tokens):  # a token list has commas
+        _count(raw, limits, tokens)
+    check_json(raw, "body", limits)
+
+
+def _count(raw: bytes, limits: Limits, tokens: int | None) -> None:
     try:
-        value = json.loads(raw)
-    except (ValueError, RecursionError):
-        return  # not JSON (FastAPI says where), or too deep (`check_json` said so)
-    if not isinstance(value, dict):
-        return
-    inputs = value.get("inputs")
-    if isinstance(inputs, list):
-        check_segments(len(inputs), "inputs", limits)
-        for i, seg in enumerate(inputs):
-            if not isinstance(seg, dict) or seg.get("modality") != "text":
+        shape = msgspec.json.decode(raw, type=_Shape)
+    except msgspec.MsgspecError:
+        return  # not JSON, or not a request's shape: FastAPI's validation says what is wrong
+    if shape.inputs is not None:
+        check_segments(len(shape.inputs), "inputs", limits)
+        for i, item in enumerate(shape.inputs if tokens is not None else ()):
+            try:
+                seg = msgspec.json.decode(item, type=_Segment)
+                data = msgspec.json.decode(seg.data) if seg.modality == "text" else None
+            except msgspec.MsgspecError:
                 continue
-            data = seg.get("data")
-            if tokens is not None and isinstance(data, list) and len(data) > tokens:
+            if isinstance(data, list) and tokens is not None and len(data) > tokens:
                 raise InputError(
                     f"inputs[{i}].data: {len(data):,} tokens, over the {tokens:,} one request "
                     "may hold (`kv_tokens`)"
                 )
-    messages = value.get("messages")
-    if isinstance(messages, list):
-        parts = sum(len(m["content"]) if isinstance(m, dict) and isinstance(m.get("content"),
-                    list) else 1 for m in messages)  # fmt: skip
+    if shape.messages is not None:
+        parts = 0
+        for message in shape.messages:
+            content = bytes(message.content).lstrip()
+            parts += (
+                len(msgspec.json.decode(content, type=list[msgspec.Raw]))
+                if content[:1] == b"["
+                else 1
+            )
         check_segments(parts, "messages", limits)
 
 
