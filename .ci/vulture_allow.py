@@ -57,3 +57,10 @@ _.file_bytes
 # a module-level `__getattr__` (PEP 562): Python calls it for a missing attribute
 # (`wgc_runtime.core.conductor.ConductorCore`, imported on first use)
 _.__getattr__
+
+# the OpenAI request fields the bodies declare (`runtime/host/server/schemas.py`): read by name
+# through `model_dump` (`openai_fields`), each mapped to an option or refused (`openai_params`)
+_.max_completion_tokens, _.presence_penalty, _.frequency_penalty, _.logit_bias, _.logprobs
+_.top_logprobs, _.tools, _.tool_choice, _.function_call, _.parallel_tool_calls, _.prediction
+_.web_search_options, _.reasoning_effort, _.service_tier, _.speed, _.instructions
+_.stream_format, _.quality, _.background, _.moderation, _.output_format, _.output_compression

@@ -19,16 +19,19 @@ def _flag(environ: Mapping[str, str], name: str) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class Env:
-    """Settings that come from the environment.
+    r"""Settings that come from the environment.
 
     ``backtrace``: ``WGC_BACKTRACE=1`` prints the traceback of an internal compiler error.
     ``no_color``: ``NO_COLOR`` (https://no-color.org) turns off ``--color auto``.
     ``force_color``: ``CLICOLOR_FORCE`` or ``FORCE_COLOR`` turns on ``--color auto``.
+    ``api_keys``: ``WGC_API_KEY``, one key or several separated by commas: what `wgc serve`
+    asks of HTTP clients (beside its ``--api-key``\ s).
     """
 
     backtrace: bool = False
     no_color: bool = False
     force_color: bool = False
+    api_keys: tuple[str, ...] = ()
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] | None = None) -> Env:
@@ -38,4 +41,5 @@ class Env:
             # NO_COLOR counts when set to anything non-empty, even "0" (per no-color.org)
             no_color=bool(env.get("NO_COLOR", "")),
             force_color=_flag(env, "CLICOLOR_FORCE") or _flag(env, "FORCE_COLOR"),
+            api_keys=tuple(k.strip() for k in env.get("WGC_API_KEY", "").split(",") if k.strip()),
         )

@@ -46,6 +46,7 @@ from wgc_runtime.components.autoencoder_kl import VaeConfig
 from wgc_runtime.components.invariant import Linear
 from wgc_runtime.components.qwen2_navit import MoTConfig, Qwen2MoT
 from wgc_runtime.components.siglip import SiglipConfig, SiglipVision
+from wgc_runtime.contract.node import NodeInputError
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,7 +215,12 @@ class Bagel(nn.Module):
     def text_block(self, ids: torch.Tensor, rope: int) -> ContextBlock:
         """``[<|im_start|>] + ids + [<|im_end|>]`` at ``rope, rope+1, …`` (causal)."""
         tk = self.config.tokens
-        seq = [tk.bos, *ids.reshape(-1).tolist(), tk.eos]
+        given = ids.reshape(-1).tolist()
+        vocab = self.config.llm.vocab_size
+        bad = next((i for i in given if not 0 <= i < vocab), None)
+        if bad is not None:  # the request's ids: its fault (400), never an index error (500)
+            raise NodeInputError(f"text token id {bad} is not in [0, {vocab})")
+        seq = [tk.bos, *given, tk.eos]
         x = self._tok(seq)
         n = len(seq)
         pos = torch.arange(rope, rope + n, device=x.device)

@@ -3,10 +3,12 @@
 The conductor process (`processes.conductor_main`), `LocalCluster` and the HTTP server
 (`server`) share it, so they refuse and run the same requests:
 
-* `admit` checks the request at the door (`wgc_runtime.core.conductor.door`: every problem, or
-  none) and gives it its **seed**: a request may name one (``wgc run --seed``, ``"seed"`` over
-  HTTP); it travels as the option `SEED_OPTION`, which `CallContext.seed` reads in place of the
-  request id, so two requests with one seed compute the same.
+* `admit` checks the request against the deployment's input limits (`within`: segment count,
+  text length, array size; a request over one is refused before it is dry run), then at the
+  door (`wgc_runtime.core.conductor.door`: every problem, or none), and gives it its
+  **seed**: a request may name one (``wgc run --seed``, ``"seed"`` over HTTP); it travels as
+  the option `SEED_OPTION`, which `CallContext.seed` reads in place of the request id, so two
+  requests with one seed compute the same.
 * `RequestIds` lets a client **reuse the id of an ended request**. The ranks remember ended ids
   for a while (to drop late messages), so a reused id would be ignored there; the cores and the
   ranks see a fresh internal id instead (``<id>~<n>``), whose seed stays the client's id. The
@@ -24,15 +26,25 @@ from typing import Any
 from wgc_runtime.contract.conductor import ConductorSpec
 from wgc_runtime.contract.flow import SEED_OPTION, Request, SimpleRequest
 from wgc_runtime.core.conductor.door import Problem, check
+from wgc_runtime.host.inputs import InputError, Limits, check_segments, check_value
 
 _I64 = 2**63
 
 
 def admit(
-    spec: ConductorSpec, request: Request, *, strict: bool, seed: Any = None
+    spec: ConductorSpec,
+    request: Request,
+    *,
+    strict: bool,
+    seed: Any = None,
+    limits: Limits | None = None,
 ) -> tuple[Request, list[Problem]]:
     """``request`` checked at the door, with its seed set when it has one: (the request to
-    run, its problems)."""
+    run, its problems). ``limits``: the deployment's input limits, checked first (segment
+    count, each text and array), so a request over them is never dry run."""
+    over = within(request, limits or Limits())
+    if over:
+        return request, over
     problems = check(spec, request, strict=strict)
     if seed is not None and (
         not isinstance(seed, int) or isinstance(seed, bool) or not -_I64 <= seed < _I64
@@ -41,6 +53,21 @@ def admit(
     if seed is not None and not problems:
         request = with_seed(request, seed)
     return request, problems
+
+
+def within(request: Request, limits: Limits) -> list[Problem]:
+    """The first input of ``request`` over ``limits`` (`wgc_runtime.host.inputs`), as a
+    problem: its segment count, then each segment's data and fields."""
+    try:
+        check_segments(len(request.inputs), "inputs", limits)
+        for i, seg in enumerate(request.inputs):
+            check_value(seg.data, f"inputs[{i}].data", limits)
+            for k, v in seg.fields:
+                check_value(v, f"inputs[{i}].fields.{k}", limits)
+    except InputError as exc:
+        where, _, why = str(exc).partition(": ")
+        return [Problem(where, why)]
+    return []
 
 
 def with_seed(request: Request, seed: Any) -> Request:

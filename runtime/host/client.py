@@ -51,7 +51,7 @@ from zmq.utils.monitor import recv_monitor_message
 from wgc_runtime.contract import control as c
 from wgc_runtime.contract import messages as m
 from wgc_runtime.host.transport.keys import ClientKey
-from wgc_runtime.host.transport.sockets import watch
+from wgc_runtime.host.transport.sockets import MAX_FRAME_BYTES, watch
 
 if TYPE_CHECKING:
     import torch
@@ -180,6 +180,7 @@ class Client:
         self.ctx = zmq.Context.instance()
         self.sock = self.ctx.socket(zmq.DEALER)
         self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.setsockopt(zmq.MAXMSGSIZE, MAX_FRAME_BYTES)  # the conductor's frames
         self.sock.setsockopt(zmq.SNDTIMEO, 5000)
         self.sock.setsockopt(zmq.IDENTITY, f"client-{os.getpid()}-{uuid.uuid4().hex[:8]}".encode())
         if key is not None:

@@ -22,6 +22,7 @@ name                default          bounds
 ``json_depth``      64               nesting of ``[`` / ``{`` in a request file or body
 ``request_bytes``   64 MiB           a ``--request`` file, or one HTTP request body
 ``array_elements``  100,000,000      elements of one array (``.npy``, JSON tensor, list)
+``segments``        10,000           input segments of one request (chat: content parts)
 ==================  ===============  =========================================================
 """
 
@@ -55,6 +56,7 @@ class Limits:
     json_depth: int = 64
     request_bytes: int = 64 * MiB
     array_elements: int = 100_000_000
+    segments: int = 10_000
 
     def with_pairs(self, pairs: list[tuple[str, str]]) -> Limits:
         """These limits with ``NAME=VALUE`` pairs applied (``--limit``); an unknown name or a
@@ -102,6 +104,12 @@ def check_value(value: Any, where: str, limits: Limits) -> None:
         check_text(value, where, limits)
     elif hasattr(value, "shape") and hasattr(value, "dtype"):
         check_elements(int(np.prod(tuple(value.shape), dtype=np.int64)), where, limits)
+
+
+def check_segments(n: int, where: str, limits: Limits) -> None:
+    """A request's segment count within ``segments`` (before any segment is decoded)."""
+    if n > limits.segments:
+        raise over(where, "its segment count", n, limits.segments, "segments")
 
 
 def check_bytes(n: int, where: str, limits: Limits, name: str = "file_bytes") -> None:

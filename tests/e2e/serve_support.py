@@ -40,6 +40,8 @@ class Served:
         u = urlparse(self.url)
         return u.hostname or "127.0.0.1", u.port or 80
 
+    key: str | None = None  # the API key requests bear (`Authorization: Bearer`)
+
     def request(
         self, method: str, path: str, body: Any = None, timeout: float = 60
     ) -> tuple[int, dict[str, str], bytes]:
@@ -48,6 +50,8 @@ class Served:
         try:
             data = None if body is None else json.dumps(body).encode()
             headers = {"content-type": "application/json"} if data is not None else {}
+            if self.key is not None:
+                headers["authorization"] = f"Bearer {self.key}"
             conn.request(method, path, data, headers)
             resp = conn.getresponse()
             return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
@@ -84,10 +88,25 @@ def wgc_exe() -> list[str]:
 
 
 @contextlib.contextmanager
-def served(target: str, *args: str, timeout: float = 120) -> Iterator[Served]:
+def served(
+    target: str,
+    *args: str,
+    timeout: float = 120,
+    env: dict[str, str] | None = None,
+    preexec_fn: Any = None,
+) -> Iterator[Served]:
+    """``env``: the server's environment (default: this one's); ``preexec_fn``: run in the
+    child before it starts (a `resource.setrlimit`)."""
     cmd = [*wgc_exe(), "serve", target, "--port", "0", *args]
     proc = subprocess.Popen(
-        cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1
+        cmd,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        bufsize=1,
+        env=env,
+        preexec_fn=preexec_fn,
     )
     log: list[str] = []
     reader = threading.Thread(target=lambda: log.extend(proc.stderr or ()), daemon=True)

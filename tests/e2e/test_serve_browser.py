@@ -91,6 +91,7 @@ def test_a_request_from_the_playground_plays_back() -> None:
             assert abs(duration - samples / 24_000) < 1e-3  # the WAV of what played
             walks = page.locator("#walks li").all_inner_texts()
             assert any(w.startswith("speech · decode · ") and w.endswith(" ms") for w in walks)
+            assert not [w for w in walks if w.endswith("running")]  # the request ended them all
             lit = page.frame_locator("#plan").locator("g.cluster.walk rect[style*='stroke']")
             assert lit.count() == 3  # prefill, decode, snac_chunk
             assert page.locator("#status").inner_text().startswith("done in")

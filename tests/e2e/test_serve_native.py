@@ -249,12 +249,17 @@ def test_metrics_add_up(orpheus) -> None:
 
 
 def test_a_value_the_node_refuses_is_400_with_its_message(orpheus) -> None:
-    """The door takes any float ``repetition_penalty``; Orpheus's LLM refuses a negative one
-    (`NodeInputError`): 400 with the node's message, not a server error."""
-    status, reply = orpheus.post(NATIVE, {**HELLO, "options": {"repetition_penalty": -1.0}})
+    """The door takes an empty text; Orpheus's LLM refuses it (`NodeInputError`): 400 with the
+    node's message, not a server error. A negative ``repetition_penalty`` never reaches the
+    node: the door's bounds refuse it (`wgc_runtime.core.conductor.bounds`)."""
+    empty = {**HELLO, "inputs": [{"modality": "text", "data": ""}]}
+    status, reply = orpheus.post(NATIVE, empty)
     assert status == 400, reply
     assert reply["error"]["code"] == "invalid_value"
-    assert "repetition_penalty must be positive" in reply["error"]["message"]
+    assert "an empty text prompt has nothing to say" in reply["error"]["message"]
+    status, reply = orpheus.post(NATIVE, {**HELLO, "options": {"repetition_penalty": -1.0}})
+    assert status == 400 and reply["error"]["code"] == "rejected", reply
+    assert reply["error"]["param"] == "options.repetition_penalty"
 
 
 def test_node_and_stream_metrics_count_what_the_plan_runs(orpheus) -> None:

@@ -114,8 +114,8 @@ LLAMA, OMNI = "llama/cpu", "qwen3_omni/cpu"  # `prompt: i64[T]`; chat with image
 # name -> (placement, route, body, limits, status, the message's part)
 CASES: dict[str, tuple[str, str, bytes, Limits, int, str]] = {
     "body over request_bytes": (
-        LLAMA, NATIVE, native("a" * 2000), Limits(request_bytes=1000), 413,
-        "body: its size in bytes is 2,0",
+        LLAMA, NATIVE, native("a" * 200), Limits(request_bytes=200), 413,  # llama: kv_tokens 256
+        "body: its size in bytes is 2",
     ),
     "JSON nested too deep": (
         LLAMA, NATIVE, native(json.loads(deep(100))), Limits(), 400,

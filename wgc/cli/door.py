@@ -4,7 +4,9 @@
 option's declared type where that is what they mean (``1`` / ``0`` for a bool, ``3`` for a float,
 any value for a str); with no ``--want``, every modality the model emits is wanted. The request
 is then checked exactly as the conductor will check it (`wgc_runtime.core.conductor.door`,
-strict): a request that cannot run is a user error (exit 1) listing every problem.
+strict, within the ``--limit``s: segment count, text length, array size), with the door's
+bounds (token limits within ``kv_tokens``, sampling values, token ids within the vocabulary): a
+request that cannot run is a user error (exit 1) listing every problem.
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ from typing import Any
 from wgc.cli.errors import UserError
 
 
-def at_the_door(plan_dir: str, inputs, want: tuple[str, ...], options: dict[str, Any], seed):
+def at_the_door(
+    plan_dir: str, inputs, want: tuple[str, ...], options: dict[str, Any], seed, limits=None
+):
     """The request as `wgc run` sends it: ``--option`` values read as their declared types,
     every emitted modality wanted when none is; checked at the door (exit 1 with every
     problem) before any process starts."""
@@ -31,7 +35,8 @@ def at_the_door(plan_dir: str, inputs, want: tuple[str, ...], options: dict[str,
     # arrays stay numpy here: the door types them without torch (~1.5 s to import), which
     # `wgc run` imports while its processes start
     segments = [Segment(m, d, tuple(f.items())) for m, d, f in inputs]
-    _, problems = admit(spec, spec.request(segments, want, options), strict=True, seed=seed)
+    request = spec.request(segments, want, options)
+    _, problems = admit(spec, request, strict=True, seed=seed, limits=limits)
     if problems:
         raise UserError(describe(problems).replace("bad request", "the request cannot run", 1))
     return want, options

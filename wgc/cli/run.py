@@ -787,7 +787,7 @@ def _one_shot(
         want = want or tuple(doc["want"])
         opts = {**doc["options"], **opts}
         seed = seed if seed is not None else doc["seed"]
-    want, opts = at_the_door(plan, segments, want, opts, seed)
+    want, opts = at_the_door(plan, segments, want, opts, seed, limits)
     rates = sample_rates(plan)
     stats = RequestStats()
     for modality in want:  # a wanted audio output that never comes is said, too

@@ -9,7 +9,12 @@ are checked at the door, strictly (undeclared options, unknown wants and input m
 refused). ``--seed`` seeds every request that names no seed of its own; ``--max-queue`` is how
 many requests may wait behind the placement's ``max_concurrent_requests`` before the server
 answers 429; ``--limit NAME=VALUE`` bounds what one input may be (bytes, text length, image
-pixels, audio seconds, JSON depth: `wgc_runtime.host.inputs`; 400 / 413 past them). The plan
+pixels, audio seconds, JSON depth, segments: `wgc_runtime.host.inputs`; 400 / 413 past them).
+``--api-key KEY`` (repeatable) and ``WGC_API_KEY`` (comma-separated) are the keys clients send as
+``Authorization: Bearer KEY`` (401 without one); a ``--host`` other than loopback refuses to
+start without a key unless ``--insecure-no-auth``. ``--header-timeout`` / ``--body-timeout``
+(408) and ``--max-connections`` (503) bound slow and hostile clients; ``--log-format json|text``
+writes one line per request on stderr. The plan
 drawing of the playground is ``wgc show --placement --format html``'s, rendered here (the
 runtime never imports the compiler). The server itself lives in the runtime
 (`wgc_runtime.host.server`) and needs the ``serve`` extra.
@@ -18,8 +23,10 @@ runtime never imports the compiler). The server itself lives in the runtime
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import json
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -112,6 +119,45 @@ def _sha256(path: str) -> str:
     show_default=True,
     help="Restarts of a dead worker within 10 minutes before the server stops (0: never).",
 )
+@click.option(
+    "--api-key",
+    "api_keys",
+    multiple=True,
+    metavar="KEY",
+    help="A key clients send as `Authorization: Bearer KEY` (repeatable; also WGC_API_KEY).",
+)
+@click.option(
+    "--insecure-no-auth",
+    is_flag=True,
+    help="Serve a host other than loopback without an API key (anyone reaching it may use it).",
+)
+@click.option(
+    "--log-format",
+    type=click.Choice(["json", "text"]),
+    default=None,
+    help="One log line per request on stderr, as JSON or key=value text.",
+)
+@click.option(
+    "--header-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=10.0,
+    show_default=True,
+    help="Seconds a client may take to send a request's head (408 past it).",
+)
+@click.option(
+    "--body-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=30.0,
+    show_default=True,
+    help="Seconds a request body may go without a byte arriving (408 past it).",
+)
+@click.option(
+    "--max-connections",
+    type=click.IntRange(1),
+    default=1000,
+    show_default=True,
+    help="Open connections at most (within the open-file limit); past it: 503.",
+)
 @worker_options
 @random_weights_option
 @limit_option
@@ -133,9 +179,22 @@ def serve(
     join_timeout: float,
     random_weights: bool,
     limits: tuple[str, ...],
+    api_keys: tuple[str, ...],
+    insecure_no_auth: bool,
+    log_format: str | None,
+    header_timeout: float,
+    body_timeout: float,
+    max_connections: int,
 ) -> None:
     """Serve a model over HTTP: OpenAI-compatible routes, /v1/requests, /metrics, a playground."""
-    del env
+    keys = (*api_keys, *env.api_keys)
+    if any(not k.strip() or any(ch.isspace() for ch in k) for k in keys):
+        raise UserError("an API key is a non-empty word without spaces")
+    if not keys and not insecure_no_auth and not is_loopback(host):
+        raise UserError(
+            f"`--host {host}` is not loopback: give an API key (`--api-key KEY` or "
+            "WGC_API_KEY), or `--insecure-no-auth` to serve it to anyone who reaches it"
+        )
     require_serve()
     edge = input_limits(limits)
     code = run_server(
@@ -152,8 +211,30 @@ def serve(
         Workers(ray_address, external, join_timeout),
         edge,
         random_weights,
+        Front(keys, header_timeout, body_timeout, max_connections, log_format),
     )
     click.get_current_context().exit(code)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is a loopback name or address (only this machine reaches it)."""
+    if host.lower() in ("localhost", "localhost."):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass(frozen=True)
+class Front:
+    """What the HTTP front asks of clients: API keys, timeouts, the connection cap, the log."""
+
+    api_keys: tuple[str, ...] = ()
+    header_timeout: float = 10.0
+    body_timeout: float = 30.0
+    max_connections: int = 1000
+    log_format: str | None = None
 
 
 def run_server(
@@ -170,10 +251,14 @@ def run_server(
     workers: Workers | None = None,
     limits: Limits | None = None,
     random_weights: bool = False,
+    front: Front | None = None,
 ) -> int:
     """Compile when needed, then serve until stopped; the exit code (`wgc run --serve` too)."""
     from wgc_runtime.host.loading import DeploymentError, ensure_import_root
+    from wgc_runtime.host.server.guard import Guard
     from wgc_runtime.host.server.main import serve as serve_plan
+
+    front = front or Front()
 
     plan = prepare(target, placement, sets, Path(plan_dir) if plan_dir else None)
     temporary = plan != target and not plan_dir
@@ -193,6 +278,9 @@ def run_server(
                 restarts=restarts,
                 **(workers or Workers()).cluster_options(),
                 limits=limits,
+                api_keys=front.api_keys,
+                guard=Guard(front.header_timeout, front.body_timeout, front.max_connections),
+                log_format=front.log_format,
             )
         except DeploymentError as exc:
             click.echo(f"error: {exc}", err=True)

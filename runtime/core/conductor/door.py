@@ -8,6 +8,8 @@ refuse the same requests with the same words. A problem names the request field 
 
 What is checked, always:
 
+* the bounds of `bounds`: token limits within ``kv_tokens`` and at least 1, prompt tokens within
+  ``kv_tokens``, token ids within the vocabulary, sampling values within their ranges;
 * a declared option's value has the declared type (``bool``, ``int`` within 64 bits, ``float``
   finite, ``str``) and, when the option lists its values (`OptionSpec.choices`: an enum, or a
   shape bucket a dim reads), is one of them;
@@ -43,6 +45,7 @@ from wgc_runtime.contract.conductor import ConductorSpec, FlowSpec, WalkSpec
 from wgc_runtime.contract.flow import Fail, Persisted, Request, RunWalk, SimpleRequest
 from wgc_runtime.contract.kinds import FlowKind, OptionType
 from wgc_runtime.contract.spec import TypeSpec, render_type
+from wgc_runtime.core.conductor.bounds import bounds
 
 DRY_RUN_STEPS = 10_000  # walks one flow may yield before the dry run stops looking
 _I64 = (-(2**63), 2**63 - 1)
@@ -94,6 +97,7 @@ def check(spec: ConductorSpec, request: Request, *, strict: bool = True) -> list
         problems += _options(spec, request.options, strict)
         if strict:
             problems += _wants(spec, request.outputs)
+    problems += [Problem(f, why) for f, why in bounds(spec, request)]
     run = dry_run(spec, request)
     if strict:
         unknown = _modalities(spec, request)

@@ -10,10 +10,12 @@ core queues beyond ``max_concurrent_requests``), deliver rank messages, send wha
 client that asked), ``tick`` the core's deadlines and send every client an `Alive` for each of
 its live requests once a second (`wgc_runtime.host.client` fails a request that hears nothing).
 
-**At the door** (`wgc_runtime.host.admission`): a `Submit` is checked against the model first
-(`wgc_runtime.core.conductor.door`; ``strict`` in the boot config for `wgc run` and `wgc serve`)
-and refused with every problem (kind ``rejected``), seeded when it names a seed, and run under
-an internal id when its id was used before (an ended id may be reused). `GetStats` answers the
+**At the door** (`wgc_runtime.host.admission`): a `Submit` is checked against the deployment's
+input limits (``limits`` in the boot config, `wgc_runtime.host.inputs.Limits`; its segment count
+before any segment is decoded) and the model first (`wgc_runtime.core.conductor.door`;
+``strict`` in the boot config for `wgc run` and `wgc serve`) and refused with every problem
+(kind ``rejected``), seeded when it names a seed, and run under an internal id when its id was
+used before (an ended id may be reused). `GetStats` answers the
 counters of `wgc_runtime.core.conductor.stats` (walk latencies, outcomes, queue depth); a
 ``trace`` request also gets a `WalkTrace` per walk start and finish.
 
@@ -51,6 +53,7 @@ from wgc_runtime.contract.kinds import FailKind
 from wgc_runtime.core.conductor.door import describe
 from wgc_runtime.host import loading
 from wgc_runtime.host.admission import RequestIds, admit
+from wgc_runtime.host.inputs import InputError, Limits, check_segments
 from wgc_runtime.host.processes import child
 from wgc_runtime.host.processes.recovery import RankWatch
 from wgc_runtime.host.processes.worker_main import (
@@ -85,6 +88,7 @@ class ConductorLoop:
         self.port = port
         config = dict(config)
         self.strict = bool(config.pop("strict", False))  # the door's (see `door`)
+        self.limits = Limits(**config.pop("limits", {}))  # what one input may be (the door's)
         self.core = ConductorCore(self.spec, self._outbox, **config)
         self.stats = ConductorStats(self.spec, time.monotonic)
         self.out: list[tuple[int, m.Message]] = []
@@ -136,9 +140,16 @@ class ConductorLoop:
             refuse(FailKind.REJECTED, f"request id `{rid}` is empty or already in use")
             return
         try:
+            check_segments(len(msg.inputs), "inputs", self.limits)  # before decoding any
+        except InputError as exc:
+            refuse(FailKind.REJECTED, f"bad request:\n  {exc}")
+            return
+        try:
             segments = [segment_of(s) for s in msg.inputs]
             request = self.spec.request(segments, msg.want, msg.options)
-            request, problems = admit(self.spec, request, strict=self.strict, seed=msg.seed)
+            request, problems = admit(
+                self.spec, request, strict=self.strict, seed=msg.seed, limits=self.limits
+            )
         except Exception as exc:
             refuse(FailKind.REJECTED, f"bad request: {exc}")
             return

@@ -20,14 +20,18 @@ route                                   answers
 ``POST /v1/requests``                   the native route (`native`)
 ``POST /v1/chat/completions`` ...       the OpenAI routes the model can serve (`model`); the
                                         others answer 404 saying why
+``WS /v1/realtime``                     live transcription (`realtime`), with
+                                        ``/v1/audio/transcriptions`` (`transcriptions`)
 ``GET /openapi.json``, ``/docs``        the OpenAPI schema, and a page to browse it
 ======================================  ==========================================================
 
-Errors are ``{"error": {"message", "type", "code", "param", "problems"}}`` (what OpenAI clients
-raise from): 400 for a request refused at the door, a body that does not validate (with every
-problem) or an input over the deployment's limits (`body_limits`, `wgc_runtime.host.inputs`),
-413 for a body over its ``request_bytes``, 404 for a route the model lacks, 429 over the
-admission cap (``Retry-After``), 504 past a deadline, 503 when a process of the deployment died.
+With API keys (`auth`), every route but ``/health`` asks ``Authorization: Bearer KEY`` (401
+otherwise). Errors are ``{"error": {"message", "type", "code", "param", "problems"}}`` (what
+OpenAI clients raise from): 400 for a request refused at the door, a body that does not
+validate (with every problem) or an input over the deployment's limits (`body_limits`,
+`wgc_runtime.host.inputs`), 413 for a body over its ``request_bytes``, 404 for a route the
+model lacks or a ``model`` it is not, 429 over the admission cap (``Retry-After``), 503 over
+the connection cap or when a process of the deployment died, 504 past a deadline.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -43,11 +47,29 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from wgc_runtime.host.server import native, openai_chat, openai_media, playground
+from wgc_runtime.core.conductor.bounds import capacity
+from wgc_runtime.host.server import (
+    native,
+    openai_chat,
+    openai_media,
+    playground,
+    realtime,
+    transcriptions,
+)
+from wgc_runtime.host.server.access_log import AccessLog
+from wgc_runtime.host.server.auth import ApiKeys
 from wgc_runtime.host.server.body_limits import BodyLimits
 from wgc_runtime.host.server.calls import HttpError, Server
 from wgc_runtime.host.server.metrics import node_table
-from wgc_runtime.host.server.model import CHAT, EDITS, IMAGES, NATIVE, SPEECH
+from wgc_runtime.host.server.model import (
+    CHAT,
+    EDITS,
+    IMAGES,
+    NATIVE,
+    REALTIME,
+    SPEECH,
+    TRANSCRIPTIONS,
+)
 from wgc_runtime.host.server.schemas import validation_problems
 
 Alive = Callable[[], dict[str, bool]]
@@ -55,10 +77,17 @@ Health = Callable[[], Any]  # `processes.launcher.Health`: status, restarting, r
 
 
 def create_app(
-    server: Server, alive: Alive, plan_html: str | None = None, state: Health | None = None
+    server: Server,
+    alive: Alive,
+    plan_html: str | None = None,
+    state: Health | None = None,
+    api_keys: Sequence[str] = (),
+    log_format: str | None = None,
 ) -> FastAPI:
     """The application serving ``server``'s model; ``alive``: process name -> up; ``state``:
-    the deployment's own health (restarts), when it has one."""
+        the deployment's own health (restarts), when it has one; ``api_keys``: the keys a request
+        must bear (`auth`; none: no key asked); ``log_format``: one line per request (`access_log`:
+    ``json`` or ``text``; None: none)."""
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -82,13 +111,25 @@ def create_app(
         app.include_router(openai_media.speech_router(server))
     if info.serves(IMAGES):
         app.include_router(openai_media.images_router(server, info.serves(EDITS)))
-    routes += [r for r in (CHAT, SPEECH, IMAGES, EDITS) if info.serves(r)]
-    for route in (CHAT, SPEECH, IMAGES, EDITS):
+    if info.serves(TRANSCRIPTIONS):
+        app.include_router(transcriptions.router(server))
+        app.include_router(realtime.router(server))
+    routes += [r for r in (CHAT, SPEECH, IMAGES, EDITS, TRANSCRIPTIONS) if info.serves(r)]
+    routes += [REALTIME] if info.serves(TRANSCRIPTIONS) else []
+    for route in (CHAT, SPEECH, IMAGES, EDITS, TRANSCRIPTIONS):
         why = info.missing(route)
         if why is not None:
             app.add_api_route(route, _lacking(why), methods=["POST"], include_in_schema=False)
 
-    app.add_middleware(BodyLimits, limits=server.limits)  # 413 / 400 before parsing
+    app.add_middleware(
+        BodyLimits,
+        limits=server.limits,
+        body_timeout_s=server.body_timeout_s,
+        tokens=capacity(server.spec),
+    )  # 413 / 400 / 408 before parsing
+    app.add_middleware(ApiKeys, keys=api_keys)  # nothing runs without a key
+    if log_format is not None:
+        app.add_middleware(AccessLog, fmt=log_format)  # outermost: every answer is logged
     app.add_exception_handler(HttpError, _http_error)
     app.add_exception_handler(RequestValidationError, _invalid)
 

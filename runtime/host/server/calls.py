@@ -21,7 +21,14 @@ import contextlib
 import math
 import time
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Mapping, Sequence
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterator,
+    Awaitable,
+    Mapping,
+    MutableMapping,
+    Sequence,
+)
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -36,6 +43,7 @@ from wgc_runtime.contract.kinds import Cause, FailKind
 from wgc_runtime.core.conductor.door import Problem, describe, dry_run
 from wgc_runtime.host.admission import admit
 from wgc_runtime.host.inputs import InputError, Limits, check_value
+from wgc_runtime.host.server.access_log import is_logged, ran, record
 from wgc_runtime.host.server.gateway import Gateway, Pending
 from wgc_runtime.host.server.metrics import Metrics
 from wgc_runtime.host.server.model import ModelInfo
@@ -91,6 +99,7 @@ class Server:
     seed: int | None = None  # the seed of requests that name none (`wgc serve --seed`)
     max_queue: int = 64  # requests that may wait behind the conductor's cap
     limits: Limits = field(default_factory=Limits)  # what one input may be (`--limit`)
+    body_timeout_s: float = 30.0  # a request body's longest pause (`guard.Guard`)
     in_flight: int = 0
     mean_s: float = 1.0  # a moving average of request time, for Retry-After
 
@@ -116,6 +125,9 @@ class Call:
     seed: int | None = None
     deadline: float | None = None
     trace: bool = False
+    scope: MutableMapping[str, Any] | None = (
+        None  # the HTTP request's: its log line's figures go there
+    )
     rid: str = field(default_factory=lambda: f"http-{uuid.uuid4().hex[:16]}")
     pending: Pending | None = None
     t0: float = 0.0
@@ -123,14 +135,25 @@ class Call:
     first: dict[str, float] = field(default_factory=dict)
     audio_samples: int = 0
     audio_ends: float = 0.0  # when the audio received so far ends, played from its first chunk
+    walks: int = 0  # walks finished (traced when logged; only ``trace`` shows them)
     _closed: bool = False
+
+    @property
+    def prompt_tokens(self) -> int:
+        """The text segments' tokens (the stand-in byte tokenizer's: UTF-8 bytes)."""
+        n = 0
+        for seg in self.segments:
+            if seg.modality == "text":
+                d = seg.data
+                n += len(d.encode("utf-8", "surrogatepass")) if isinstance(d, str) else _numel(d)
+        return n
 
     def open(self) -> Call:
         s = self.server
         seed = self.seed if self.seed is not None else s.seed
         self._check_limits()
         request = s.spec.request(self.segments, self.want, self.options)
-        _, problems = admit(s.spec, request, strict=True, seed=seed)
+        _, problems = admit(s.spec, request, strict=True, seed=seed, limits=s.limits)
         if problems:
             s.metrics.requests.labels(self.route, "rejected").inc()
             raise HttpError(400, describe(problems), code="rejected", problems=problems)
@@ -148,9 +171,14 @@ class Call:
         s.in_flight += 1
         s.metrics.in_flight.set(s.in_flight)
         self.t0 = time.monotonic()
+        logged = self.scope is not None and is_logged(self.scope)  # its line counts the walks
         self.pending = s.gateway.submit(
-            self.rid, self.segments, self.want, self.options, seed, self.trace
+            self.rid, self.segments, self.want, self.options, seed, self.trace or logged
         )
+        if self.scope is not None and logged:
+            figures = record(self.scope)
+            figures["id"] = self.rid if "id" not in figures else f"{figures['id']},{self.rid}"
+            figures["prompt_tokens"] = figures.get("prompt_tokens", 0) + self.prompt_tokens
         return self
 
     def _check_limits(self) -> None:
@@ -186,7 +214,9 @@ class Call:
                     self._count(msg)
                     yield msg
                 elif isinstance(msg, c.WalkTrace):
-                    yield msg
+                    self.walks += msg.done
+                    if self.trace:
+                        yield msg
         finally:
             self._close("disconnected")
 
@@ -297,9 +327,16 @@ class Call:
         s.mean_s = 0.9 * s.mean_s + 0.1 * seconds
         s.metrics.requests.labels(self.route, outcome).inc()
         s.metrics.duration.labels(self.route).observe(seconds)
+        if self.scope is not None and is_logged(self.scope):
+            ran(self.scope, self.walks, self.outputs, self.first, seconds, outcome)
         if self.audio_samples:
             audio_s = self.audio_samples / s.info.rate("audio")
             s.metrics.rtf.labels(self.route).observe(seconds / audio_s)
+
+
+def _numel(data: Any) -> int:
+    shape = getattr(data, "shape", None)
+    return math.prod(int(d) for d in shape) if shape is not None else 1
 
 
 async def until_disconnect(http: HttpRequest, work: Awaitable[T]) -> T:

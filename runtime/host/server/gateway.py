@@ -30,7 +30,7 @@ from wgc_runtime.contract.kinds import FailKind
 from wgc_runtime.host.client import segment_wire
 from wgc_runtime.host.transport.codec import Codec
 from wgc_runtime.host.transport.keys import ClientKey
-from wgc_runtime.host.transport.sockets import watch
+from wgc_runtime.host.transport.sockets import MAX_FRAME_BYTES, watch
 
 
 @dataclass(eq=False)
@@ -53,6 +53,7 @@ class Gateway:
         self.ctx = zmq.asyncio.Context()
         self.sock = self.ctx.socket(zmq.DEALER)
         self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.setsockopt(zmq.MAXMSGSIZE, MAX_FRAME_BYTES)  # the conductor's frames
         self.sock.setsockopt(zmq.IDENTITY, f"http-{os.getpid()}-{uuid.uuid4().hex[:8]}".encode())
         if key is not None:  # a CURVE deployment: the server connects with its client key
             key.apply(self.sock)

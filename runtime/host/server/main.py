@@ -12,6 +12,11 @@ the budget is final. ``ray``: start the workers on that Ray cluster's nodes
 `processes.external`). ``limits``: what one input may be (`wgc_runtime.host.inputs`).
 Either way the processes are stopped and the shared memory freed.
 
+``api_keys``: what every route but ``/health`` asks for (`auth`; the CLI refuses a host other
+than loopback without one). ``guard``: the header and body timeouts and the connection cap
+(`guard`). ``log_format``: one line per request on stderr, ``json`` or ``text`` (`access_log`;
+None: none).
+
 A deployment with CURVE (the placement names hosts) has a client key: the server connects with
 it, and writes it to a file only its owner may read (removed when the server stops), whose path
 the line after the announcing one names (``... (CURVE): PATH``), for
@@ -27,7 +32,8 @@ import signal
 import sys
 import tempfile
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict
 
 import uvicorn
 
@@ -38,6 +44,7 @@ from wgc_runtime.host.processes.launcher import Cluster, terminate_as_interrupt
 from wgc_runtime.host.server.app import create_app
 from wgc_runtime.host.server.calls import Server
 from wgc_runtime.host.server.gateway import Gateway
+from wgc_runtime.host.server.guard import Guard, guarded
 from wgc_runtime.host.server.metrics import Metrics, kv_capacity
 from wgc_runtime.host.server.model import ModelInfo
 from wgc_runtime.host.transport.keys import ClientKey
@@ -88,8 +95,12 @@ def serve(
     ray: str | None = None,
     external: ExternalWorkers | None = None,
     limits: Limits | None = None,
+    api_keys: Sequence[str] = (),
+    guard: Guard | None = None,
+    log_format: str | None = None,
 ) -> int:
     """Serve the plan in ``plan_dir`` until stopped (see the module docstring); the exit code."""
+    guard = guard or Guard()
     spec, ranks = load_plan(plan_dir)
     info = ModelInfo.of(spec, ranks)
     died: list[str] = []
@@ -99,7 +110,7 @@ def serve(
             Cluster(
                 plan_dir,
                 ready_timeout=ready_timeout,
-                config={"strict": True},
+                config={"strict": True, "limits": asdict(limits or Limits())},
                 restarts=restarts,
                 restart_window_s=restart_window_s,
                 ray=ray,
@@ -120,9 +131,16 @@ def serve(
             )
             gateway = Gateway(cluster.client_address, cluster.client_key)
             server = Server(spec, info, gateway, metrics, seed, max_queue, limits or Limits())
-            app = create_app(server, alive, plan_html, cluster.health)
+            server.body_timeout_s = guard.body_timeout_s
+            app = create_app(server, alive, plan_html, cluster.health, api_keys, log_format)
             config = uvicorn.Config(
-                app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=5
+                app,
+                host=host,
+                port=port,
+                log_level="warning",
+                timeout_graceful_shutdown=5,
+                http=guarded(guard),
+                ws="auto",  # `websockets` (the serve extra): /v1/realtime
             )
             web = _Uvicorn(config)
 

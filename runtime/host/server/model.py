@@ -4,14 +4,16 @@ Read from the plan (`ConductorSpec.segments`, `WalkSpec.emits`, the options) and
 emitting node's ``config sample_rate``, default 24 kHz). The OpenAI routes need these
 modalities:
 
-=========================  ======================  ==============
-route                      takes                   emits
-=========================  ======================  ==============
-``/v1/chat/completions``   text (images, audio)    text (+ audio)
-``/v1/audio/speech``       text                    audio
-``/v1/images/generations`` text                    image
-``/v1/images/edits``       text and image          image
-=========================  ======================  ==============
+============================  ======================  ==============
+route                         takes                   emits
+============================  ======================  ==============
+``/v1/chat/completions``      text (images, audio)    text (+ audio)
+``/v1/audio/speech``          text                    audio
+``/v1/images/generations``    text                    image
+``/v1/images/edits``          text and image          image
+``/v1/audio/transcriptions``  audio                   text
+``/v1/realtime`` (websocket)  audio                   text
+============================  ======================  ==============
 
 A route the model cannot serve is not registered; asking for it answers 404 with the reason
 (`ModelInfo.missing`). The native route (``/v1/requests``) serves every model.
@@ -32,6 +34,8 @@ CHAT = "/v1/chat/completions"
 SPEECH = "/v1/audio/speech"
 IMAGES = "/v1/images/generations"
 EDITS = "/v1/images/edits"
+TRANSCRIPTIONS = "/v1/audio/transcriptions"  # and the websocket /v1/realtime (`realtime`)
+REALTIME = "/v1/realtime"
 NATIVE = "/v1/requests"
 
 _NEEDS: dict[str, tuple[tuple[str, ...], str]] = {
@@ -39,6 +43,7 @@ _NEEDS: dict[str, tuple[tuple[str, ...], str]] = {
     SPEECH: (("text",), "audio"),
     IMAGES: (("text",), "image"),
     EDITS: (("text", "image"), "image"),
+    TRANSCRIPTIONS: (("audio",), "text"),
 }
 
 

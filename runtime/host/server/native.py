@@ -107,6 +107,7 @@ def router(server: Server) -> APIRouter:
             body.seed,
             body.deadline,
             body.trace,
+            scope=http.scope,
         ).open()
         if not body.stream:
             t0 = time.monotonic()

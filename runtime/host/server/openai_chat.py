@@ -8,12 +8,16 @@ one ``audio`` segment with its ``sample_rate``; images are shaped for the walk i
 ``audio`` (a model that emits audio: Qwen3-Omni) its ``audio`` outputs come too, as a WAV in
 ``message.audio`` or, streamed, as base64 PCM16 chunks in ``delta.audio`` (as OpenAI streams
 audio). ``stream: true`` sends ``chat.completion.chunk`` events as server-sent events, then
-``[DONE]``. Sampling parameters (``temperature``, ``max_tokens`` ...) are accepted and ignored;
-``seed`` seeds the request, and ``options`` / ``deadline`` come through ``extra_body``.
+``[DONE]``. The OpenAI fields (``max_tokens``, ``temperature``, ``audio.voice`` ...) set the
+model's options of the same meaning or answer 400 naming the field (`openai_params`); ``n``
+samples are ``n`` requests run side by side, seeded ``seed``, ``seed + 1`` ... (not streamed);
+``finish_reason`` is ``length`` at the token limit. ``seed`` seeds the request, and
+``options`` / ``deadline`` come through ``extra_body``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import time
@@ -29,7 +33,8 @@ from wgc_runtime.contract import messages as m
 from wgc_runtime.contract.flow import Segment
 from wgc_runtime.core.conductor.door import Problem
 from wgc_runtime.host.inputs import Limits, check_text
-from wgc_runtime.host.server.calls import Call, HttpError, Server, conform
+from wgc_runtime.host.server.access_log import is_logged, record
+from wgc_runtime.host.server.calls import Call, HttpError, Server, conform, until_disconnect
 from wgc_runtime.host.server.media import (
     MediaError,
     TextDecoder,
@@ -39,7 +44,13 @@ from wgc_runtime.host.server.media import (
     wav_bytes,
 )
 from wgc_runtime.host.server.model import CHAT
-from wgc_runtime.host.server.schemas import ChatRequest
+from wgc_runtime.host.server.openai_params import (
+    Options,
+    check_model,
+    finish_reason,
+    options_of,
+)
+from wgc_runtime.host.server.schemas import ChatRequest, openai_fields
 
 
 def _bad(field: str, why: str) -> HttpError:
@@ -98,19 +109,50 @@ def router(server: Server) -> APIRouter:
 
     @api.post(CHAT, tags=["openai"], summary="Chat completion (OpenAI-compatible)")
     async def chat(body: ChatRequest, http: Request) -> Response:
+        check_model(server, body.model)
+        fields = openai_fields(body)
+        if body.audio is not None and body.audio.voice is not None:
+            fields["voice"] = body.audio.voice
+        options = options_of(server, fields, body.options)
+        kind = (body.response_format or {}).get("type", "text")
+        if kind != "text":
+            raise _bad("response_format", f"`{kind}` is not supported: a reply is text")
+        if body.n > 1 and body.stream:
+            raise _bad("n", "a streamed answer carries one choice: ask for n = 1, or no stream")
+        if body.user is not None and is_logged(http.scope):
+            record(http.scope)["user"] = body.user
         want = _wants(server, body)
         segments = conform(server.spec, chat_segments(body, server.limits), want)
-        call = Call(server, CHAT, segments, want, body.options, body.seed, body.deadline).open()
-        prompt = sum(len(str(s.data).encode()) for s in segments if s.modality == "text")
-        if body.stream:
-            events = await call.primed(http)
-            usage = bool(body.stream_options and body.stream_options.include_usage)
-            chunks = _chunks(server, call, events, prompt, usage)
-            return EventSourceResponse(({"data": c} async for c in chunks), ping=10)
-        outs = await call.gather(http)
-        return JSONResponse(_completion(server, call, outs, prompt, body))
+        seed = body.seed if body.seed is not None else server.seed
+        calls = [
+            Call(server, CHAT, segments, want, options,
+                 None if seed is None else seed + i, body.deadline, scope=http.scope)
+            for i in range(body.n)
+        ]  # fmt: skip
+        opened: list[Call] = []
+        try:
+            for call in calls:
+                opened.append(_open(call, options))
+            if body.stream:
+                events = await calls[0].primed(http)
+                usage = bool(body.stream_options and body.stream_options.include_usage)
+                chunks = _chunks(server, calls[0], events, calls[0].prompt_tokens, usage, options)
+                return EventSourceResponse(({"data": c} async for c in chunks), ping=10)
+            results = await until_disconnect(http, asyncio.gather(*(c.collect() for c in calls)))
+        except BaseException:
+            for call in opened:
+                call.cancel()
+            raise
+        return JSONResponse(_completion(server, calls, results, body, options))
 
     return api
+
+
+def _open(call: Call, options: Options) -> Call:
+    try:
+        return call.open()
+    except HttpError as exc:
+        raise options.named(exc) from None
 
 
 def _usage(prompt: int, completion: int) -> dict[str, int]:
@@ -122,8 +164,33 @@ def _usage(prompt: int, completion: int) -> dict[str, int]:
 
 
 def _completion(
-    server: Server, call: Call, outs: list[m.Output], prompt: int, body: ChatRequest
+    server: Server,
+    calls: list[Call],
+    results: list[list[m.Output]],
+    body: ChatRequest,
+    options: dict[str, Any],
 ) -> dict[str, Any]:
+    choices = []
+    tokens = 0
+    for i, (call, outs) in enumerate(zip(calls, results, strict=True)):
+        message, n = _message(server, call, outs, body)
+        tokens += n
+        reason = finish_reason(server, options, n)
+        choices.append({"index": i, "message": message, "finish_reason": reason})
+    return {
+        "id": f"chatcmpl-{calls[0].rid}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": server.info.name,
+        "choices": choices,
+        "usage": _usage(calls[0].prompt_tokens, tokens),
+    }
+
+
+def _message(
+    server: Server, call: Call, outs: list[m.Output], body: ChatRequest
+) -> tuple[dict[str, Any], int]:
+    """One choice's message, and its text tokens."""
     text = TextDecoder()
     parts = [text.feed(o.data) for o in outs if o.modality == "text"]
     content = "".join(parts) + text.flush()
@@ -138,18 +205,16 @@ def _completion(
             "expires_at": int(time.time()) + 3600,
             "transcript": content,
         }
-    return {
-        "id": f"chatcmpl-{call.rid}",
-        "object": "chat.completion",
-        "created": int(time.time()),
-        "model": server.info.name,
-        "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
-        "usage": _usage(prompt, len(parts)),
-    }
+    return message, len(parts)
 
 
 async def _chunks(
-    server: Server, call: Call, events: AsyncIterator[Any], prompt: int, usage: bool
+    server: Server,
+    call: Call,
+    events: AsyncIterator[Any],
+    prompt: int,
+    usage: bool,
+    options: dict[str, Any],
 ) -> AsyncIterator[str]:
     head = {
         "id": f"chatcmpl-{call.rid}",
@@ -184,7 +249,7 @@ async def _chunks(
     tail = text.flush()
     if tail:
         yield chunk({"content": tail})
-    yield chunk({}, "stop")
+    yield chunk({}, finish_reason(server, options, n))
     if usage:
         yield json.dumps({**head, "choices": [], "usage": _usage(prompt, n)})
     yield "[DONE]"

@@ -9,9 +9,11 @@ after it (its deadline passes mid-stream) drops the connection before the body's
 (`StreamBroken`), so no client takes the audio so far for the whole.
 Images: ``prompt`` is one ``text`` segment (after the uploaded ``image`` for an edit, shaped for
 the walk input it feeds), the model's ``image`` output is the answer, as base64 PNG
-(``b64_json``; ``url`` is refused: nothing is stored). ``n`` images are ``n`` requests run side by
-side, seeded ``seed``, ``seed + 1`` ... when a seed is given. ``voice``, ``speed`` and ``size``
-are accepted and ignored (the model decides).
+(``b64_json``; ``url`` is refused: nothing is stored). ``n`` images are ``n`` requests run side
+by side, seeded ``seed``, ``seed + 1`` ... when a seed is given.
+``voice`` and ``speed`` set the model's options of that meaning; what the model cannot honour
+(``size`` other than ``auto``, ``quality`` ...) answers 400 naming the field (`openai_params`);
+a ``model`` other than the served one answers 404.
 """
 
 from __future__ import annotations
@@ -29,10 +31,12 @@ from starlette.datastructures import UploadFile
 from wgc_runtime.contract import messages as m
 from wgc_runtime.contract.flow import Segment
 from wgc_runtime.core.conductor.door import Problem
+from wgc_runtime.host.server.access_log import is_logged, record
 from wgc_runtime.host.server.calls import Call, HttpError, Server, conform, until_disconnect
 from wgc_runtime.host.server.media import MediaError, decode_image, pcm16, png_bytes, wav_header
 from wgc_runtime.host.server.model import EDITS, IMAGES, SPEECH
-from wgc_runtime.host.server.schemas import ImageRequest, SpeechRequest
+from wgc_runtime.host.server.openai_params import NEVER, check_model, options_of
+from wgc_runtime.host.server.schemas import ImageRequest, SpeechRequest, openai_fields
 
 SPEECH_FORMATS = {"wav": "audio/wav", "pcm": "audio/pcm"}
 MAX_IMAGES = 8  # `n` at most (as `schemas.ImageRequest`)
@@ -47,12 +51,20 @@ def speech_router(server: Server) -> APIRouter:
 
     @api.post(SPEECH, tags=["openai"], summary="Text to speech, streamed (OpenAI-compatible)")
     async def speech(body: SpeechRequest, http: Request) -> Response:
+        check_model(server, body.model)
+        options = options_of(server, openai_fields(body), body.options)
         fmt = body.response_format
         if fmt not in SPEECH_FORMATS:
             raise _bad("response_format", f"`{fmt}` is not supported (wav, pcm)")
         segments = [Segment("text", body.input)]
-        call = Call(server, SPEECH, segments, ["audio"], body.options, body.seed, body.deadline)
-        events = await call.open().primed(http)
+        call = Call(
+            server, SPEECH, segments, ["audio"], options, body.seed, body.deadline, scope=http.scope
+        )
+        try:
+            call.open()
+        except HttpError as exc:
+            raise options.named(exc) from None
+        events = await call.primed(http)
         rate = server.info.rate("audio")
         return StreamingResponse(_audio(events, rate, fmt == "wav"), media_type=SPEECH_FORMATS[fmt])
 
@@ -81,9 +93,13 @@ def images_router(server: Server, edits: bool) -> APIRouter:
 
     @api.post(IMAGES, tags=["openai"], summary="Text to image (OpenAI-compatible)")
     async def generate(body: ImageRequest, http: Request) -> Response:
+        check_model(server, body.model)
+        options = options_of(server, openai_fields(body), body.options)
         _formats(body.response_format)
+        if body.user is not None and is_logged(http.scope):
+            record(http.scope)["user"] = body.user
         segments = [Segment("text", body.prompt)]
-        return await _images(server, IMAGES, segments, body.n, body.options, body.seed, http)
+        return await _images(server, IMAGES, segments, body.n, options, body.seed, http)
 
     if not edits:
         return api
@@ -91,6 +107,15 @@ def images_router(server: Server, edits: bool) -> APIRouter:
     @api.post(EDITS, tags=["openai"], summary="Edit an image (OpenAI-compatible, multipart)")
     async def edit(http: Request) -> Response:
         form = await http.form()
+        model = form.get("model")
+        check_model(server, None if model is None else str(model))
+        known = {"image", "image[]", "prompt", "n", "seed", "response_format", "model", "user"}
+        for name in form:
+            if name not in known:
+                fields = {name: str(form.get(name))}
+                options_of(server, fields, {})  # the default asks for nothing; else 400
+                if name not in NEVER:
+                    raise _bad(name, f"`{name}` is not a field of an image edit")
         uploads = (*form.getlist("image"), *form.getlist("image[]"))
         files = [f for f in uploads if isinstance(f, UploadFile)]
         if not files:
@@ -142,7 +167,15 @@ async def _images(
 ) -> Response:
     count = n or 1  # validated: 1 .. MAX_IMAGES
     calls = [
-        Call(server, route, segments, ["image"], options, None if seed is None else seed + i)
+        Call(
+            server,
+            route,
+            segments,
+            ["image"],
+            options,
+            None if seed is None else seed + i,
+            scope=http.scope,
+        )
         for i in range(count)
     ]
     opened: list[Call] = []

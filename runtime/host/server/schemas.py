@@ -1,9 +1,10 @@
 """The request bodies, as pydantic models: FastAPI validates them and derives the OpenAPI schema
 (``/openapi.json``, browsable at ``/docs``) from them.
 
-The OpenAI bodies accept the fields the OpenAI clients send; those that mean nothing to a wgc
-model (``temperature``, ``max_tokens``, ``voice`` ...) are accepted and ignored. Every body also
-takes the wgc extras (``options``, ``seed``, ``deadline``), which the OpenAI client passes with
+The OpenAI bodies declare every documented field of their routes; `openai_params` honours each
+(mapped to the model's option of the same meaning) or refuses it, and a field no route
+documents is refused (400 naming it: extra fields are forbidden). Every body also takes the wgc
+extras (``options``, ``seed``, ``deadline``), which the OpenAI client passes with
 ``extra_body``. A body that does not validate is every problem at once, each named like the
 door's (`validation_problems`: ``inputs[0].modality``, ``stream``, ``body`` for what is not a JSON
 object).
@@ -22,8 +23,8 @@ from wgc_runtime.core.conductor.door import Problem
 _UNION_TAGS = {"str", "int", "float", "bool", "none", "list", "dict", "any"}
 
 
-class Extras(BaseModel, extra="allow"):
-    """What every route takes beside its own fields (and the fields it ignores)."""
+class Extras(BaseModel, extra="forbid"):
+    """What every route takes beside its own fields."""
 
     options: dict[str, Any] = Field(
         default_factory=dict, description="Request options, as the model declares them."
@@ -69,10 +70,11 @@ class ChatMessage(BaseModel, extra="allow"):
     content: str | list[dict[str, Any]] | None = None
 
 
-class AudioParams(BaseModel, extra="allow"):
-    """``voice`` is accepted and ignored (the model decides)."""
+class AudioParams(BaseModel, extra="forbid"):
+    """``voice``: the model's ``voice`` (or ``speaker``) option."""
 
     format: str = "wav"
+    voice: str | None = None
 
 
 class StreamOptions(BaseModel, extra="allow"):
@@ -86,17 +88,46 @@ class ChatRequest(Extras):
     modalities: list[str] | None = None
     audio: AudioParams | None = None
     stream_options: StreamOptions | None = None
+    n: int = Field(1, ge=1, le=8, description="Samples: n requests, seeded seed, seed + 1 ...")
+    max_tokens: int | None = None
+    max_completion_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    user: str | None = Field(None, description="Who asks: written in the request's log line.")
+    response_format: dict[str, Any] | None = None
+    # what no wgc model does: refused unless the OpenAI default (`openai_params.NEVER`)
+    stop: str | list[str] | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    logit_bias: dict[str, Any] | None = None
+    logprobs: bool | None = None
+    top_logprobs: int | None = None
+    tools: list[Any] | None = None
+    tool_choice: Any = None
+    functions: list[Any] | None = None
+    function_call: Any = None
+    parallel_tool_calls: bool | None = None
+    prediction: Any = None
+    web_search_options: Any = None
+    reasoning_effort: str | None = None
+    store: bool | None = None
+    metadata: dict[str, Any] | None = None
+    service_tier: str | None = None
 
 
 # ---------------------------------------------------------------- speech and images
 
 
 class SpeechRequest(Extras):
-    """``voice`` and ``speed`` are accepted and ignored (the model decides)."""
+    """``voice`` sets the model's ``voice`` (or ``speaker``) option, ``speed`` its ``speed``."""
 
     model: str | None = None
     input: str = Field(min_length=1)
+    voice: str | None = None
     response_format: str = "wav"
+    speed: float | None = None
+    instructions: str | None = None
+    stream_format: str | None = None
 
 
 class ImageRequest(Extras):
@@ -105,6 +136,25 @@ class ImageRequest(Extras):
     n: int = Field(1, ge=1, le=8)
     size: str | None = None
     response_format: str | None = None
+    user: str | None = None
+    quality: str | None = None
+    style: str | None = None
+    background: str | None = None
+    moderation: str | None = None
+    output_format: str | None = None
+    output_compression: int | None = None
+
+
+# the fields each route reads itself
+_OWN = ("options", "seed", "deadline", "model", "messages", "input", "prompt", "stream")
+_OWN += ("stream_options", "modalities", "audio", "n", "user", "response_format")
+
+
+def openai_fields(body: BaseModel, *names: str) -> dict[str, Any]:
+    """The OpenAI fields of ``body`` that `openai_params` maps or refuses (all but ``names``),
+    as given."""
+    skip = {*_OWN, *names}
+    return {k: v for k, v in body.model_dump().items() if k not in skip}
 
 
 # ---------------------------------------------------------------- errors

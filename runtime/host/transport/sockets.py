@@ -87,6 +87,11 @@ SEND_TIMEOUT_MS = 5000
 HWM = 100_000
 HEARTBEAT_MS = 2000  # ZMTP pings on the client port: a client whose host vanished is dropped
 HEARTBEAT_TIMEOUT_MS = 6000
+# ZMQ_MAXMSGSIZE of every socket: between processes of the deployment (a tensor too large for
+# the arena travels inline), and from a client (a request's frames: its JSON body is at most
+# `Limits.request_bytes`, 64 MiB, and decodes to no more than 4x that as tensors)
+MAX_FRAME_BYTES = 1 << 32
+CLIENT_FRAME_BYTES = 256 << 20
 RECUT_S = 1.0  # a cut-off peer that reconnected is looked for again at most this often
 
 Peer = int | str  # a rank, "conductor" or "launcher"
@@ -159,6 +164,7 @@ def _resolve(host: str) -> str:
 
 def _tune(sock: zmq.Socket, send: bool) -> None:
     sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.MAXMSGSIZE, MAX_FRAME_BYTES)  # a peer's frame past it: dropped, unread
     if send:
         sock.setsockopt(zmq.SNDHWM, HWM)
         sock.setsockopt(zmq.SNDTIMEO, SEND_TIMEOUT_MS)
@@ -475,6 +481,8 @@ class ClientPort:
         self.ctx = ctx or zmq.Context.instance()
         self.sock = self.ctx.socket(zmq.ROUTER)
         _tune(self.sock, send=True)
+        # a client's frame past this is never received (libzmq drops the connection unread)
+        self.sock.setsockopt(zmq.MAXMSGSIZE, CLIENT_FRAME_BYTES)
         self.sock.setsockopt(zmq.ROUTER_MANDATORY, 1)  # a send to a client that left fails
         self.sock.setsockopt(zmq.HEARTBEAT_IVL, HEARTBEAT_MS)
         self.sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, HEARTBEAT_TIMEOUT_MS)

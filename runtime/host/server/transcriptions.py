@@ -1,0 +1,196 @@
+"""``POST /v1/audio/transcriptions``: speech to text, as the OpenAI clients call it, for any
+served model that takes ``audio`` and emits ``text`` (Qwen3-Omni's audio input, Whisper).
+
+The upload (multipart ``file``, a PCM WAV) is cut into windows of at most `WINDOW_S` seconds,
+each one ``audio`` segment with its ``sample_rate`` field, in order (a model that reads one clip
+at a time, Whisper's 30 s, transcribes each in turn; one that reads them all keeps its context);
+``prompt``, when given, is a ``text`` segment before them. The model's ``text`` outputs are the
+transcript. ``response_format``: ``json`` (``{"text", "usage"}``), ``text`` (the transcript as
+``text/plain``) or ``verbose_json`` (``task``, ``language``, ``duration`` and ``segments`` with
+``start`` / ``end`` seconds: one per window when the model's outputs say which segment they came
+from (their loop iteration), else one for the whole clip). ``stream: true`` sends
+``transcript.text.delta`` events as the text comes, then ``transcript.text.done``.
+``language`` and ``temperature`` set the model's options of those names (400 naming the field
+when it has none: `openai_params`); ``timestamp_granularities`` takes ``segment`` only.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import torch
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from sse_starlette.sse import EventSourceResponse
+from starlette.datastructures import UploadFile
+
+from wgc_runtime.contract import messages as m
+from wgc_runtime.contract.flow import Segment
+from wgc_runtime.host.server.calls import Call, HttpError, Server
+from wgc_runtime.host.server.media import MediaError, TextDecoder, decode_wav
+from wgc_runtime.host.server.model import TRANSCRIPTIONS
+from wgc_runtime.host.server.openai_params import NEVER, bad, check_model, options_of
+
+WINDOW_S = 30.0
+FORMATS = ("json", "text", "verbose_json")
+FIELDS = {"file", "model", "prompt", "response_format", "stream", "language", "temperature"}
+FIELDS |= {"timestamp_granularities", "timestamp_granularities[]", "include", "include[]"}
+FIELDS |= {"chunking_strategy", "seed"}
+
+
+def windows(audio: torch.Tensor, rate: int) -> list[tuple[float, float, torch.Tensor]]:
+    """``audio`` as (start s, end s, samples) windows of at most `WINDOW_S` seconds."""
+    step = max(1, int(WINDOW_S * rate))
+    out = []
+    for i in range(0, max(1, audio.numel()), step):
+        clip = audio[i : i + step]
+        out.append((i / rate, (i + clip.numel()) / rate, clip.contiguous()))
+    return out
+
+
+def router(server: Server) -> APIRouter:
+    api = APIRouter()
+
+    @api.post(TRANSCRIPTIONS, tags=["openai"], summary="Speech to text (OpenAI-compatible)")
+    async def transcribe(http: Request) -> Response:
+        form = await http.form()
+        for name in form:
+            if name not in FIELDS:
+                options_of(server, {name: str(form.get(name))}, {})
+                if name not in NEVER:
+                    raise bad(name, f"`{name}` is not a field of a transcription")
+        model = form.get("model")
+        check_model(server, None if model is None else str(model))
+        upload = form.get("file")
+        if not isinstance(upload, UploadFile):
+            raise bad("file", "upload the audio as the multipart field `file` (a PCM WAV)")
+        fmt = str(form.get("response_format") or "json")
+        if fmt not in FORMATS:
+            raise bad("response_format", f"`{fmt}` is not supported ({', '.join(FORMATS)})")
+        grains = [str(g) for k in ("timestamp_granularities", "timestamp_granularities[]")
+                  for g in form.getlist(k)]  # fmt: skip
+        if any(g != "segment" for g in grains):
+            raise bad("timestamp_granularities", "segment timestamps only (no `word`)")
+        if form.getlist("include") or form.getlist("include[]"):
+            raise bad("include", "a transcription includes nothing more (no logprobs)")
+        if str(form.get("chunking_strategy") or "auto") != "auto":
+            raise bad("chunking_strategy", "only `auto` (windows of 30 s)")
+        fields: dict[str, Any] = {}
+        for name, kind in (("language", str), ("temperature", float)):
+            value = form.get(name)
+            if value is not None and value != "":
+                try:
+                    fields[name] = kind(str(value))
+                except ValueError:
+                    raise bad(name, f"`{value}` is not a {kind.__name__}") from None
+        options = options_of(server, fields, {})
+        try:
+            audio, extra = decode_wav(await upload.read(), "file", server.limits)
+        except MediaError as exc:
+            raise bad("file", str(exc).partition(": ")[2], code="invalid_value") from None
+        rate = int(extra["sample_rate"])
+        cuts = windows(audio, rate)
+        segments = [Segment("audio", clip, (("sample_rate", rate),)) for _, _, clip in cuts]
+        prompt = str(form.get("prompt") or "")
+        if prompt:
+            segments.insert(0, Segment("text", prompt))
+        seed = _seed(form.get("seed"))
+        call = Call(server, TRANSCRIPTIONS, segments, ["text"], options, seed, scope=http.scope)
+        try:
+            call.open()
+        except HttpError as exc:
+            raise options.named(exc) from None
+        if str(form.get("stream") or "false").lower() == "true":
+            events = await call.primed(http)
+            return EventSourceResponse(({"data": d} async for d in _deltas(events)), ping=10)
+        outs = await call.gather(http)
+        text, pieces = _text(outs, len(cuts), 1 if prompt else 0)
+        if fmt == "text":
+            return PlainTextResponse(text)
+        usage = {"type": "duration", "seconds": round(audio.numel() / rate, 3)}
+        if fmt == "json":
+            return JSONResponse({"text": text, "usage": usage})
+        return JSONResponse(_verbose(text, pieces, cuts, fields.get("language"), options))
+
+    return api
+
+
+def _seed(value: Any) -> int | None:
+    if value is None or value == "":
+        return None
+    try:
+        return int(str(value))
+    except ValueError:
+        raise bad("seed", f"`{value}` is not an integer") from None
+
+
+def _text(outs: list[m.Output], n: int, first: int) -> tuple[str, list[str] | None]:
+    """The transcript, and each window's when the outputs say which window they came from
+    (their first loop iteration: the segment's index, the windows' from ``first``)."""
+    whole = TextDecoder()
+    per: dict[int, TextDecoder] = {}
+    parts: dict[int, list[str]] = {}
+    text = []
+    for o in outs:
+        if o.modality != "text":
+            continue
+        text.append(whole.feed(o.data))
+        at = o.iters[0] - first if o.iters else -1
+        parts.setdefault(at, []).append(per.setdefault(at, TextDecoder()).feed(o.data))
+    text.append(whole.flush())
+    for at, dec in per.items():
+        parts[at].append(dec.flush())
+    by_window = sorted(parts) == list(range(n)) if n > 1 else False
+    pieces = ["".join(parts[i]) for i in range(n)] if by_window else None
+    return "".join(text), pieces
+
+
+def _verbose(
+    text: str,
+    pieces: list[str] | None,
+    cuts: list[tuple[float, float, torch.Tensor]],
+    language: str | None,
+    options: dict[str, Any],
+) -> dict[str, Any]:
+    spans = [(s, e) for s, e, _ in cuts] if pieces else [(0.0, cuts[-1][1])]
+    texts = pieces or [text]
+    segments = [
+        {
+            "id": i,
+            "seek": int(start * 100),  # in 10 ms frames, as Whisper counts
+            "start": round(start, 3),
+            "end": round(end, 3),
+            "text": piece,
+            "temperature": float(options.get("temperature", 0.0)),
+        }
+        for i, ((start, end), piece) in enumerate(zip(spans, texts, strict=True))
+    ]
+    return {
+        "task": "transcribe",
+        "language": language or "auto",
+        "duration": round(cuts[-1][1], 3),
+        "text": text,
+        "segments": segments,
+    }
+
+
+async def _deltas(events: AsyncIterator[Any]) -> AsyncIterator[str]:
+    text = TextDecoder()
+    whole = []
+    try:
+        async for msg in events:
+            if isinstance(msg, m.Output) and msg.modality == "text":
+                piece = text.feed(msg.data)
+                if piece:
+                    whole.append(piece)
+                    yield json.dumps({"type": "transcript.text.delta", "delta": piece})
+    except HttpError as exc:
+        yield json.dumps({"type": "error", **exc.body()})
+        return
+    tail = text.flush()
+    whole.append(tail)
+    if tail:
+        yield json.dumps({"type": "transcript.text.delta", "delta": tail})
+    yield json.dumps({"type": "transcript.text.done", "text": "".join(whole)})
