@@ -318,3 +318,44 @@ def test_independent_producer_calls_push_in_statement_order() -> None:
         "devices: [cpu]\nplace:\n  - {nodes: [N0, P, C], ranks: [0]}\n",
         REQUEST,
     )
+
+
+NESTED_YIELD = (
+    HEAD
+    + """node K: kv_cache { impl "generic_nodes:Generic" in a: f32[4] out x: f32[4] }
+walk w(i?: f32[4]) {
+  K(a = i) -> h = x
+  loop outer max 3 until st {
+    emit h as image
+    N1(a = h) -> g = x, st = s
+    loop inner max 3 until s2 {
+      K(a = g) -> h = x
+      N0(a = g) -> s2 = s
+    } yield last h
+    emit h as tensor
+  } yield last h
+  emit h as text
+}
+flow main { w() }
+"""
+)
+
+
+@pytest.mark.parametrize(
+    "placement",
+    [
+        "devices: [cpu]\nplace:\n  - {nodes: [N0, N1, K], ranks: [0]}\n",
+        "devices: [cpu, cpu]\nplace:\n  - {nodes: [N0, K], ranks: [0]}\n"
+        "  - {nodes: [N1], ranks: [1]}\n",
+        "devices: [cpu, cpu]\nplace:\n  - {nodes: [N1, K], ranks: [1]}\n"
+        "  - {nodes: [N0], ranks: [0]}\n",
+    ],
+    ids=["one_rank", "two_ranks", "two_ranks_swapped"],
+)
+def test_inner_yield_feeds_the_outer_carry(placement: str) -> None:
+    # was a deadlock behind a clean `wgc check`: the inner loop's `yield last h` is the outer
+    # loop's next `h` (a terminal destination into a carried port, tagged with the outer
+    # iteration), which the executor kept as the outer loop's *initial* value, so iteration 1
+    # of `outer` waited for ever
+    reqs = [(inputs, want, {"stop_at": s}) for (inputs, want, _) in REQUEST for s in (1, 2, 3)]
+    check(NESTED_YIELD, placement, reqs)
