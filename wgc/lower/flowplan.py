@@ -384,6 +384,9 @@ def taken_segments(flows: tuple[FlowPlan, ...]) -> tuple[tuple[SegmentSpec, ...]
                         continue
                     if a.patterns == ("_",):
                         open_[0] = True
+                    for m in a.patterns:  # taken even when the arm does nothing (`text => { }`)
+                        if m != "_":
+                            taken.setdefault(m, {})
                     visit(a.body, {**bound, s.var: None if a.patterns == ("_",) else a.patterns})
             else:
                 inner = {**bound, s.var: None} if isinstance(s, ForPlan) else bound
