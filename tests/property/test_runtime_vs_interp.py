@@ -381,3 +381,33 @@ def test_inner_yield_feeds_the_outer_carry(placement: str) -> None:
     # of `outer` waited for ever
     reqs = [(inputs, want, {"stop_at": s}) for (inputs, want, _) in REQUEST for s in (1, 2, 3)]
     check(NESTED_YIELD, placement, reqs)
+
+
+PARAM_FLOW = (
+    HEAD
+    + """param draft_tokens = 1
+param use_draft = true
+param drafter = "small"
+walk draft(i?: f32[4]) {
+  N0(a = i) -> h = x
+  loop steps max draft_tokens { N1(a = h) -> h = x  emit h as tensor } yield last h
+  emit h as text
+}
+walk plain(i?: f32[4]) { N0(a = i) -> h = x  emit h as text }
+flow main {
+  if use_draft and draft_tokens >= 1 { draft() } else { plain() }
+  if drafter == "mtp" or not use_draft { plain() }
+}
+"""
+)
+
+
+@pytest.mark.parametrize(
+    "params",
+    ["", "params: {draft_tokens: 3}\n", "params: {use_draft: false, drafter: mtp}\n"],
+    ids=["defaults", "k3", "no_draft"],
+)
+def test_params_decide_flow_conditions_and_a_loop_bound_of_one(params: str) -> None:
+    # a `param` is a flow condition (folded per placement, the interpreter reads the same
+    # values), and `max draft_tokens` with draft_tokens = 1 is a loop of one iteration
+    check(PARAM_FLOW, ONE_RANK + params, REQUEST)

@@ -47,6 +47,7 @@ from wgc.ir.flow import (
     OptionCmp,
     OptionCond,
     OptionMatch,
+    ParamCmp,
     Placed,
     Repeat,
     WalkCall,
@@ -408,6 +409,19 @@ def _cond(model: Model, cond) -> list[Diagnostic]:
             out += _option_name(model, atom.name, atom.span)
         elif isinstance(atom, Placed) and model.node(atom.node) is None:
             out.append(_unknown_node(model, atom.node, atom.span, "`placed(...)`"))
+        elif isinstance(atom, ParamCmp) and model.param(atom.name) is None:
+            dym = did_you_mean(atom.name, [p.name for p in model.params])
+            out.append(
+                diag(
+                    "WG105",
+                    f"unknown name `{atom.name}` in a flow condition",
+                    atom.span,
+                    label="not a `param`",
+                    help=dym
+                    or f"declare it with `param {atom.name} = VALUE`, or test an option "
+                    f"(`option.{atom.name}`)",
+                )
+            )
     return out
 
 
