@@ -111,6 +111,7 @@ def pool_spec(model: Model, node: NodeDecl, kv: KvCacheSpec, tp: int, shared: bo
         dtype=kv.dtype,
         tokens_per_request=per_label * len(labels),
         shared=shared,
+        writable=node.writable and owner is not node,
     )
 
 
