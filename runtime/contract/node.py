@@ -188,6 +188,12 @@ class KvCache(Protocol):
         (grouped-query attention)."""
         ...
 
+    def truncate(self, length: int, label: str | None = None) -> None:
+        """Cut ``label``'s sequence back to its first ``length`` tokens (rewind: a speculative
+        step's rejected tokens); the pages past it return to the pool, kept for this request
+        by admission. ``length`` may not exceed `length` (`ValueError`)."""
+        ...
+
     def fork(self, src: str, dst: str) -> None:
         """Make ``dst`` a snapshot of ``src`` (copy on branch: full pages are shared)."""
         ...

@@ -341,6 +341,8 @@ class KvPoolSpec:
     dtype: str
     tokens_per_request: int
     shared: bool = False
+    # a `like X { label L writable }` copy: it writes label L of X's pool (``shared`` too)
+    writable: bool = False
 
     @property
     def pages_per_request(self) -> int:

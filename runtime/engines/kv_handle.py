@@ -129,6 +129,10 @@ class KvHandle:
         slots = self.pool.append(self.request, name, k.shape[1])
         self.pool.write(slots, k, v)
 
+    def truncate(self, length: int, label: str | None = None) -> None:
+        self._writing("truncate")
+        self.pool.truncate(self.request, self._label(label), length)
+
     def fork(self, src: str, dst: str) -> None:
         self._writing("fork")
         self.pool.fork(self.request, self._label(src), self._label(dst))

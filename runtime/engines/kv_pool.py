@@ -452,6 +452,43 @@ class PagedKVPool:
             self._cond.notify_all()
             return len(table.pages)
 
+    def truncate(self, request: Hashable, label: str, length: int) -> int:
+        """Cut ``label``'s sequence to its first ``length`` tokens (speculative decoding's
+        rejected draft tokens): the pages past it go back to the pool, and to ``request``'s
+        reservation when it was admitted with one (admission promised them: the request may
+        grow back). A page another label still shares stays; a shared page that the cut
+        leaves partial is copied first (an append must never write into a shared page).
+        The table is a new list (see `append_token`). Returns the pages freed."""
+        self._check_label(label)
+        with self._cond:
+            tables = self._tables.get(request, {})
+            table = tables.get(label)
+            held = 0 if table is None else table.length
+            if not 0 <= length <= held:
+                raise ValueError(
+                    f"cannot cut `{request}`/`{label}` to {length} tokens: it holds {held}"
+                )
+            if table is None or length == held:
+                return 0
+            keep = self.pages_for(length)
+            pages, dropped = table.pages[:keep], table.pages[keep:]
+            before = len(self._free)
+            self._release(dropped)
+            freed = len(self._free) - before
+            if request in self._reserved and freed:
+                self._reserved[request] += freed
+                self._reserved_total += freed
+            last = pages[-1] if pages else None
+            if last is not None and length % self.page_size and self._refs[last] > 1:
+                (fresh,) = self._take(request, 1, f"cut `{request}`/`{label}` (a shared page)")
+                self.kv[:, fresh] = self.kv[:, last]
+                self._refs[last] -= 1
+                self.stats.copied += 1
+                pages[-1] = fresh
+            tables[label] = PageTable(pages, length)
+            self._cond.notify_all()
+            return freed
+
     def free(self, request: Hashable) -> int:
         """Return every page of ``request`` (all labels) and its reservation: on end or cancel.
         Returns the number of page references dropped. Freeing an unknown request is a no-op."""

@@ -82,7 +82,7 @@ class KvPools:
             request,
             spec.labels,
             node=node,
-            writable=not copy,
+            writable=not copy or spec.writable,
             backends=self._backends[key],
             attention=self.attention,
         )

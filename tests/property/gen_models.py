@@ -8,6 +8,10 @@ schedule shows in them), and so that it exercises:
   or `if option.flag`), with calls, `par` (emits in branches), nested loops (`max 3`) with
   loop-carried and loop-invariant channels, `until` (stop set by the request option `stop_at`,
   sometimes `nospeculate`), `yield last` / `yield all`, `emit` inside and after loops;
+* an outer loop whose carried value is rebound by an inner loop's `yield last` (the inner loop,
+  `max 1`–`3`, steps its own carried value, `until` or not, beside an outer `until` or not, and
+  may push stream items), the shape of speculative decoding's draft steps (`_Walk.inner_carry`;
+  ``models(nested=True)`` draws it in every model);
 * a ``kv_cache`` node `K` whose calls form one dataflow chain (each reads the previous one's
   output, through top-level loops as a carried channel), so its per-request state is well
   defined; only the `main` flow calls it (two flows side by side have no order between them);
@@ -45,8 +49,11 @@ class GenModel:
 class _Walk:
     """Builds one walk body; ``draw`` is hypothesis's, counters keep names fresh."""
 
-    def __init__(self, draw, prefix: str, chained: tuple[str, ...], modality: str) -> None:
+    def __init__(
+        self, draw, prefix: str, chained: tuple[str, ...], modality: str, nested: bool = False
+    ) -> None:
         self.draw = draw
+        self.nested = nested  # every top-level loop carries a value an inner loop yields
         self.prefix = prefix
         self.modality = modality
         self.n = 0
@@ -103,8 +110,10 @@ class _Walk:
             kinds += [*self.chains, *self.chains]
         if "P" in self.chains:
             kinds.append("free P")  # a stream producer call outside the chain
-        for _ in range(size):
+        for k in range(size):
             kind = self.draw(st.sampled_from(kinds))
+            if self.nested and depth == 0 and k == 0:
+                kind = "loop"
             vis = visible + bound
             if kind == "loop":
                 lines += self.loop(vis, depth, bound, top)
@@ -138,14 +147,18 @@ class _Walk:
         name = f"{self.prefix}L{self.loops}"
         lines: list[str] = []
         carried = None
-        if self.draw(st.booleans()):  # bound just before the loop, rebound in it
+        if (self.nested and depth == 0) or self.draw(st.booleans()):  # rebound in the loop
             carried = self.fresh()
             lines.append(self.call(vis, [(carried, "x")]))
             bound.append(carried)
             vis = [*vis, carried]
         inner, inner_bound = self.block(vis, depth + 1, self.draw(st.integers(0, 2)), False)
         body = list(inner)
-        if carried is not None:  # reads the previous iteration's value, then rebinds it
+        if carried is not None and depth == 0 and (self.nested or self.draw(st.booleans())):
+            # an inner loop's `yield last` is the next iteration's value (a draft stepped k
+            # times, whose last value the target reads next)
+            body += self.inner_carry(vis + inner_bound, carried)
+        elif carried is not None:  # reads the previous iteration's value, then rebinds it
             body.append(self.call([carried, *inner_bound], [(carried, "x")]))
         chained = []
         for node, ch in self.chains.items():
@@ -168,6 +181,35 @@ class _Walk:
         lines += [f"loop {name} max 3{mods} {{", *body, f"}} yield last {yields} yield all {acc}"]
         return [*lines, self.emit(acc)]
 
+    def inner_carry(self, vis: list[str], carried: str) -> list[str]:
+        """``g = f(vis)``, then an inner loop (``until`` or not) that carries ``g``, may run
+        other statements (stream pushes among them), and binds the outer loop's ``carried``
+        without reading it (iteration 0 of the inner loop would read the enclosing loop's
+        carried value: `WG607`); its ``yield last carried`` is the outer loop's next value."""
+        self.loops += 1
+        name = f"{self.prefix}L{self.loops}"
+        g = self.fresh()
+        lines = [self.call(vis, [(g, "x")])]
+        inner_vis = [c for c in vis if c != carried] + [g]
+        extra, extra_bound = self.block(inner_vis, 2, self.draw(st.integers(0, 2)), False)
+        body = [*extra, self.call([g, *extra_bound], [(g, "x")])]
+        body.append(self.call([g, *extra_bound], [(carried, "x")]))
+        if self.draw(st.booleans()):
+            body.append(self.emit(carried))
+        mods = ""
+        if self.draw(st.booleans()):
+            stop = self.fresh()
+            body.append(self.call([g, *extra_bound], [(stop, "s")]))
+            mods = f" until {stop}" + (" nospeculate" if self.draw(st.booleans()) else "")
+        bound_max = self.draw(st.integers(1, 3))
+        self.yielded |= {g, carried}
+        return [
+            *lines,
+            f"loop {name} max {bound_max}{mods} {{",
+            *body,
+            f"}} yield last {carried}, {g}",
+        ]
+
 
 NODE_DECLS = [
     *(
@@ -185,8 +227,10 @@ POLICIES = ("fixed(k = 2)", "sliding(window = 2, stride = 1)", "left_context(chu
 
 
 @st.composite
-def models(draw, stream: bool | None = None) -> GenModel:
-    """A random model; ``stream``: with (True) or without (False) the stream, else either."""
+def models(draw, stream: bool | None = None, nested: bool = False) -> GenModel:
+    """A random model; ``stream``: with (True) or without (False) the stream, else either;
+    ``nested``: `w0` starts with a loop whose carried value an inner loop's `yield last`
+    rebinds (every top-level loop of `w0` is such a loop)."""
     kv = draw(st.booleans())
     stream = draw(st.booleans()) if stream is None else stream
     side = draw(st.booleans())
@@ -199,7 +243,7 @@ def models(draw, stream: bool | None = None) -> GenModel:
     gm = GenModel("")
 
     chained = (("K",) if kv else ()) + (("P",) if stream else ())
-    g0 = _Walk(draw, "a", chained, "tensor")
+    g0 = _Walk(draw, "a", chained, "tensor", nested)
     body0, bound0 = g0.body("inp", draw(st.integers(1, 4)))
     keep = draw(st.sampled_from(bound0)) if bound0 else "inp"
     lines += ["walk w0(inp?: f32[4]) {", *body0, f"persist {keep}", "}"]

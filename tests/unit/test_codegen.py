@@ -343,7 +343,7 @@ def test_every_flow_construct_renders_clean_and_runs(tmp_path: Path) -> None:
     for name, text in result.files.items():
         (out / name).write_text(text, encoding="utf-8")
     source = (out / "conductor.py").read_text(encoding="utf-8")
-    assert 'elif seg.modality in ("audio", "video"):' in source  # same arms merged
+    assert 'elif v_seg.modality in ("audio", "video"):' in source  # same arms merged
     assert 'if req.wants("text") and req.option("loud") and req.has("audio"):' in source
     assert 'for _ in range(req.option("n") * 2):' in source
     assert 'extern="demo.flows:side"' in source

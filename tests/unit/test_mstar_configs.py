@@ -56,10 +56,60 @@ def test_mstar_keys_land_in_the_plan() -> None:
         16,
         "flashinfer",
     )
-    assert {
-        "model_kwargs",
-        "kv_cache.flashinfer_backend",
-        "resources.gpu_memory_utilization",
-    } <= set(bagel.ignored_keys)
+    assert {"kv_cache.flashinfer_backend", "resources.gpu_memory_utilization"} <= set(
+        bagel.ignored_keys
+    )
+    # model kwargs are optional param overrides (bagel.walk declares no `torch_dtype`: unused)
+    kwargs = {(p.name, p.value, p.optional) for p in bagel.params}
+    assert kwargs == {
+        ("torch_dtype", "bfloat16", True),
+        ("attn_implementation", "flash_attention_2", True),
+    }
     orpheus = check_placement(None, str(Path(__file__).parent / "mstar" / "orpheus.yaml"))
     assert [d.code for d in orpheus.diagnostics] == ["WG823"]  # on_demand: kept resident
+
+
+SPEC_MODEL = """model spec
+param speculative_tokens = 1
+param speculative_draft = "none"
+param mtp_heads = 0
+node N: stateless {
+  impl "m:N"
+  config k = speculative_tokens
+  config draft = speculative_draft
+  config heads = mtp_heads
+  out x: f32[4]
+}
+walk w() { N() -> x  emit x as tensor }
+flow main { w() }
+"""
+SPEC_CONFIG = """model: "spec"
+speculative_tokens: 4
+speculative_schedule: [4, 4, 2]
+speculative_draft: eagle3
+model_kwargs: {mtp_heads: 2, torch_dtype: bfloat16, rope: {theta: 10000}}
+node_groups:
+  - node_names: [N]
+    ranks: [0]
+"""
+
+
+def test_speculative_keys_and_model_kwargs_reach_the_nodes(tmp_path: Path) -> None:
+    # each scalar sets the model's param of that name (nodes read it through `config`); one
+    # the model does not declare, or a list or mapping, is ignored and recorded as such
+    (tmp_path / "spec.walk").write_text(SPEC_MODEL)
+    (tmp_path / "mstar.yaml").write_text(SPEC_CONFIG)
+    res = DRIVER.plan(str(tmp_path / "spec.walk"), str(tmp_path / "mstar.yaml"))
+    assert res.plan is not None, [(d.code, d.message) for d in res.errors]
+    assert not res.diagnostics, [(d.code, d.message) for d in res.diagnostics]
+    (node,) = res.plan.ranks[0].nodes
+    assert dict(node.config) == {"k": 4, "draft": "eagle3", "heads": 2}
+    placement = check_placement(None, str(tmp_path / "mstar.yaml")).placement
+    assert placement is not None
+    assert {"speculative_schedule", "model_kwargs.rope"} <= set(placement.ignored_keys)
+    # a value of the wrong kind for a declared param is still an error (WG815)
+    (tmp_path / "bad.yaml").write_text(
+        SPEC_CONFIG.replace("speculative_tokens: 4", "speculative_tokens: many")
+    )
+    bad = DRIVER.plan(str(tmp_path / "spec.walk"), str(tmp_path / "bad.yaml"))
+    assert "WG815" in {d.code for d in bad.errors}

@@ -259,3 +259,26 @@ def test_every_example_placement_renders() -> None:
         assert plan is not None, (walk, placement)
         for fmt in ("text", "dot", "mermaid", "html"):
             assert render_plan(plan, fmt)
+
+
+def test_a_pd_handoff_has_bytes_from_the_declared_kv_geometry(tmp_path: Path) -> None:
+    # orpheus.walk: kv_tokens 1024 x (k, v) x layers 2 x kv_heads 2 x head_dim 16 x f32
+    handoff = 1024 * 2 * 2 * 2 * 16 * 4
+    walk = ROOT / "examples/orpheus/orpheus.walk"
+    placement = ROOT / "examples/orpheus/placements/cpu-3rank.yaml"
+    plan = build_plan(str(walk), str(placement), {}, Driver(), color=False)
+    assert plan is not None
+    states = [t for t in plan.transfers if t.edge == "state"]
+    assert states and all(t.nbytes == handoff for t in states)
+    text = render_plan(plan, "text")
+    assert "node state  512.0 KiB  (state)" in text
+    assert "? B (dynamic)" not in text
+    # without `kv_tokens` the bound is the compiler's guess from static shapes: dynamic
+    source = walk.read_text()
+    line = "  config kv_tokens = kv_tokens"
+    assert line in source
+    (tmp_path / "orpheus.walk").write_text(source.replace(line, "  # no kv_tokens"))
+    (tmp_path / "p.yaml").write_text(placement.read_text())
+    plan = build_plan(str(tmp_path / "orpheus.walk"), str(tmp_path / "p.yaml"), {}, Driver(), False)
+    assert plan is not None
+    assert [t.nbytes for t in plan.transfers if t.edge == "state"] == [None] * len(states)

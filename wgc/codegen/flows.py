@@ -1,7 +1,7 @@
 """Flows as Python generator functions: the conductor module's readable heart.
 
 Renders a lowered `FlowPlan` (`wgc.lower.flowplan`). Each statement maps to the Python a person
-would write (``for seg in req.inputs:``, an ``if``/``elif`` chain on ``seg.modality`` for
+would write (``for v_seg in req.inputs:``, an ``if``/``elif`` chain on ``v_seg.modality`` for
 `match`, ``for _ in range(n):`` for `repeat`, ``yield RunWalk(...)`` for a walk call,
 ``yield Fail(...)`` and ``return`` for `fail`), each under a ``# file.walk:line`` comment.
 Conditions arrive with ``placed(NODE)`` folded by lowering; what folding decided is printed as a
@@ -11,7 +11,6 @@ one ``and``, ``else { if }`` becomes ``elif``, match arms with the same code mer
 
 from __future__ import annotations
 
-import keyword
 import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,9 +24,15 @@ Where = Callable[[str], str]  # plan provenance -> the comment's text
 # ---------------------------------------------------------------- names
 
 
+USER_PREFIX = "v_"
+
+
 def py_name(name: str) -> str:
-    """A Python identifier for a flow-level name (keywords and `req` get a trailing `_`)."""
-    return name + "_" if keyword.iskeyword(name) or name == "req" else name
+    """The Python identifier of a name the `.walk` author chose (a `for` variable): always in
+    its own namespace, ``v_NAME``, which no name the generated modules define or import
+    starts with, so a variable called `RunWalk`, `req`, `range` or `flow_main` shadows
+    nothing (a `.walk` identifier is never a Python keyword once prefixed either)."""
+    return USER_PREFIX + name
 
 
 # ---------------------------------------------------------------- conditions
@@ -145,7 +150,7 @@ class _Emitter:
             self.line(depth, "return")
         elif isinstance(s, FP.ForPlan):
             var = py_name(s.var)
-            target = var if _uses_var(s.body, s.var) else "_" + var.lstrip("_")
+            target = var if _uses_var(s.body, s.var) else "_" + var
             self.line(depth, f"for {target} in req.inputs:")
             self.block(s.body, depth + 1, {**scope, s.var: var})
         elif isinstance(s, FP.RepeatPlan):

@@ -96,6 +96,11 @@ def cond(t: Tree, parent: str = "") -> str:
         return f"option.{t.children[0]}"
     if d == "placed":
         return f"placed({t.children[0]})"
+    if d == "param_cond":
+        return str(t.children[0])
+    if d == "param_cmp":
+        name, op, v = t.children
+        return f"{name} {op} {value(v)}"
     if d == "option_cmp":
         name, op, v = t.children
         return f"option.{name} {op} {value(v)}"

@@ -377,7 +377,8 @@ def _node_item(t: Tree, width: int) -> str:
         word = "in " if d == "in_port" else "out"
         return f"{word} {(str(name) + ':').ljust(width)} {exprs.type_expr(typ)}"
     if d == "label":
-        return f"label {t.children[0]}"
+        writable = " writable" if len(t.children) > 1 and t.children[1] is not None else ""
+        return f"label {t.children[0]}{writable}"
     if d == "reads":
         return "reads " + ", ".join(f"option.{n}" for n in t.children)
     name, value = t.children  # config

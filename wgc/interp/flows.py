@@ -43,6 +43,7 @@ from wgc.ir.flow import (
     OptionCmp,
     OptionCond,
     OptionMatch,
+    ParamCmp,
     Placed,
     Repeat,
     RequestPred,
@@ -200,7 +201,8 @@ class FlowRun:
         return to_tensor(v)
 
 
-def eval_cond(c: Cond, req, placed: frozenset[str]) -> bool:
+def eval_cond(c: Cond, req, placed: frozenset[str], params: dict | None = None) -> bool:
+    """``c``'s value for request ``req``; ``params``: the param values (a `ParamCmp`)."""
     if isinstance(c, RequestPred):
         return req.wants(c.modality) if c.pred == "wants" else req.has(c.modality)
     if isinstance(c, OptionCond):
@@ -211,14 +213,24 @@ def eval_cond(c: Cond, req, placed: frozenset[str]) -> bool:
         return compare(c.op, req.count(c.modality), c.value)
     if isinstance(c, Placed):
         return c.node in placed
+    if isinstance(c, ParamCmp):
+        return param_truth(c, params or {})
     if isinstance(c, Const):
         return c.value
     if isinstance(c, Not):
-        return not eval_cond(c.operand, req, placed)
+        return not eval_cond(c.operand, req, placed, params)
     assert isinstance(c, BoolOp)
     if c.op == "and":
-        return eval_cond(c.left, req, placed) and eval_cond(c.right, req, placed)
-    return eval_cond(c.left, req, placed) or eval_cond(c.right, req, placed)
+        return eval_cond(c.left, req, placed, params) and eval_cond(c.right, req, placed, params)
+    return eval_cond(c.left, req, placed, params) or eval_cond(c.right, req, placed, params)
+
+
+def param_truth(c: ParamCmp, params: dict) -> bool:
+    """A param condition under ``params`` (a checked model: the param is known, of its kind)."""
+    v = params.get(c.name)
+    if c.op is None:
+        return v is True
+    return v is not None and compare(c.op, v, c.value)
 
 
 def walks_of(flow: Flow, all_walks: list[str]) -> set[str]:

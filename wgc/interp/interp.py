@@ -167,7 +167,7 @@ class Interpreter:
             yield Wait(ready, what)
 
     def cond(self, c) -> bool:
-        return eval_cond(c, self.request, self.placed)
+        return eval_cond(c, self.request, self.placed, self.model.param_values())
 
     def run_walk(self, flow: str, walk: str, args: dict[str, Any]) -> Steps:
         plan = self.plans.get(walk)

@@ -61,6 +61,7 @@ class DeclBuilder(TypeBuilder):
             reads = dict(zip(base.reads, base.read_spans, strict=True)) if base else {}
             label = None
             label_span = None
+            writable = False
             own_inputs: list[Port] = []
             own_outputs: list[Port] = []
             for it in items:
@@ -73,6 +74,7 @@ class DeclBuilder(TypeBuilder):
                 elif it.data == "label":
                     label = str(it.children[0])
                     label_span = self.span(it)
+                    writable = len(it.children) > 1 and it.children[1] is not None
                 elif it.data == "config":
                     key, ex = str(it.children[0]), self.expr(it.children[1])
                     value = self.static_value(ex)
@@ -104,6 +106,7 @@ class DeclBuilder(TypeBuilder):
                 config=tuple(config.items()),
                 like=like,
                 label=label,
+                writable=writable,
                 span=self.span(t),
                 label_span=label_span,
                 impl_span=impl_span,

@@ -34,6 +34,7 @@ from wgc.ir.flow import (
     OptionCmp,
     OptionCond,
     OptionMatch,
+    ParamCmp,
     Placed,
     Repeat,
     RequestPred,
@@ -43,7 +44,8 @@ from wgc.ir.flow import (
 
 _CONDITIONS = (
     "conditions are `request.wants(m)`, `request.has(m)`, `request.count(m) == N`, a bool "
-    "`option.NAME`, `option.NAME == VALUE`, `placed(NODE)`, combined with `not`, `and`, `or`"
+    "`option.NAME`, `option.NAME == VALUE`, `placed(NODE)`, a bool `param` or `PARAM == VALUE`, "
+    "combined with `not`, `and`, `or`"
 )
 
 
@@ -233,6 +235,12 @@ class FlowBuilder(BuilderCore):
             return Placed(str(t.children[0]), sp)
         if d == "option_cond":
             return OptionCond(str(t.children[0]), sp)
+        if d == "param_cond":
+            return ParamCmp(str(t.children[0]), None, None, sp)
+        if d == "param_cmp":
+            name_t, op_t, value_t = t.children
+            value = self.static_value(self.expr(value_t))
+            return ParamCmp(str(name_t), str(op_t), value, sp, self.span(value_t))
         if d == "option_cmp":
             return self.option_cmp(t, sp)
         if d == "request_cmp":

@@ -107,6 +107,9 @@ class Node:
     # (`CallContext.options`), with the span of each
     reads: tuple[str, ...] = ()
     read_spans: tuple[Span, ...] = field(default=(), compare=False)
+    # `label L writable`: this copy writes its label of the base's pool (a draft model's own
+    # sequence beside the trunk's), on the base's only rank group (`WG828`)
+    writable: bool = False
 
     def input(self, name: str) -> Port | None:
         return next((p for p in self.inputs if p.name == name), None)

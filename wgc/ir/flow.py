@@ -57,6 +57,18 @@ class Placed:
 
 
 @dataclass(frozen=True, slots=True)
+class ParamCmp:
+    """A `param` in a condition: ``NAME`` (a bool param, ``op`` None) or ``NAME OP VALUE``.
+    Placement-time, like `Placed`: lowering folds it with the placement's param values."""
+
+    name: str
+    op: str | None
+    value: Value | None
+    span: Span = field(compare=False)
+    value_span: Span | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True, slots=True)
 class Const:
     value: bool
     span: Span = field(compare=False)
@@ -76,7 +88,7 @@ class BoolOp:
     span: Span = field(compare=False)
 
 
-Cond = RequestPred | OptionCond | OptionCmp | CountCmp | Placed | Const | Not | BoolOp
+Cond = RequestPred | OptionCond | OptionCmp | CountCmp | Placed | ParamCmp | Const | Not | BoolOp
 
 
 def cond_atoms(c: Cond):

@@ -42,6 +42,7 @@ from wgc.ir.flow import (
     OptionCmp,
     OptionCond,
     OptionMatch,
+    ParamCmp,
     Placed,
     Repeat,
     RequestPred,
@@ -200,6 +201,8 @@ class Algebra:
             return self.lit((c.pred, c.modality), truth)
         if isinstance(c, Placed):
             return self.lit(("placed", c.node), truth)
+        if isinstance(c, ParamCmp):  # the placement's value decides: either way here
+            return self.lit(("param", c.name, c.op, repr(c.value)), truth)
         if isinstance(c, OptionCond):
             return self.lit(("opt", c.name), truth)
         if isinstance(c, OptionCmp):

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from wgc.diagnostics.diagnostic import Span
 from wgc.ir import expr as E
 from wgc.ir import flow as F
+from wgc.ir.paths import compare
 from wgc_runtime.contract.conductor import SegmentSpec
 from wgc_runtime.contract.kinds import FlowKind
 
@@ -228,7 +229,7 @@ class FlowLowerer:
 
     def flow(self, f: F.Flow) -> FlowPlan:
         body = self.block(f.body, frozenset()) if f.body is not None else ()
-        when = fold(f.when, self.placed) if f.when is not None else None
+        when = fold(f.when, self.placed, self.params) if f.when is not None else None
         notes = self.notes(f.when) if f.when is not None else ()
         return FlowPlan(
             name=f.name,
@@ -265,7 +266,9 @@ class FlowLowerer:
             return OptionMatchPlan(s.option, option_arms, where)
         then = self.block(s.then, scope)
         else_ = self.block(s.else_, scope) if s.else_ is not None else None
-        return IfPlan(fold(s.cond, self.placed), then, else_, self.notes(s.cond), where)
+        return IfPlan(
+            fold(s.cond, self.placed, self.params), then, else_, self.notes(s.cond), where
+        )
 
     def arg(self, a: F.FArg, scope: frozenset[str]) -> ArgPlan:
         if a.kind is F.ArgKind.OPTION:
@@ -292,19 +295,31 @@ class FlowLowerer:
         return BinNum(e.op, self.count(e.left), self.count(e.right))
 
     def notes(self, cond: F.Cond) -> tuple[str, ...]:
-        """``placed(A) is True, ... in placement `p``` for the `placed` atoms of ``cond``."""
-        atoms = [a for a in F.cond_atoms(cond) if isinstance(a, F.Placed)]
-        if not atoms:
+        """``placed(A) is True, k is 4 ... in placement `p``` for the `placed` and param
+        atoms of ``cond``."""
+        atoms = F.cond_atoms(cond)
+        seen = dict.fromkeys(
+            f"placed({a.node}) is {a.node in self.placed}"
+            if isinstance(a, F.Placed)
+            else f"{a.name} is {self.params.get(a.name)!r}"
+            for a in atoms
+            if isinstance(a, F.Placed | F.ParamCmp)
+        )
+        if not seen:
             return ()
-        seen = dict.fromkeys(a.node for a in atoms)
-        parts = [f"placed({n}) is {n in self.placed}" for n in seen]
-        return (", ".join(parts) + f" in placement `{self.placement}`",)
+        return (", ".join(seen) + f" in placement `{self.placement}`",)
 
 
-def fold(cond: F.Cond, placed: frozenset[str]) -> Folded:
-    """``cond`` with `placed(...)` and constants folded away: a bool, or a tree without them."""
+def fold(cond: F.Cond, placed: frozenset[str], params: dict[str, object] | None = None) -> Folded:
+    """``cond`` with `placed(...)`, params and constants folded away: a bool, or a tree
+    without them."""
     if isinstance(cond, F.Placed):
         return cond.node in placed
+    if isinstance(cond, F.ParamCmp):
+        v = (params or {}).get(cond.name)
+        if cond.op is None:
+            return v is True
+        return v is not None and compare(cond.op, v, cond.value)
     if isinstance(cond, F.Const):
         return cond.value
     if isinstance(cond, F.RequestPred):
@@ -316,9 +331,9 @@ def fold(cond: F.Cond, placed: frozenset[str]) -> Folded:
     if isinstance(cond, F.CountCmp):
         return CountTest(cond.modality, cond.op, cond.value or 0)
     if isinstance(cond, F.Not):
-        inner = fold(cond.operand, placed)
+        inner = fold(cond.operand, placed, params)
         return (not inner) if isinstance(inner, bool) else NotCond(inner)
-    left, right = fold(cond.left, placed), fold(cond.right, placed)
+    left, right = fold(cond.left, placed, params), fold(cond.right, placed, params)
     absorbing = cond.op == "or"  # True absorbs `or`, False absorbs `and`
     for side, other in ((left, right), (right, left)):
         if isinstance(side, bool):
@@ -384,6 +399,9 @@ def taken_segments(flows: tuple[FlowPlan, ...]) -> tuple[tuple[SegmentSpec, ...]
                         continue
                     if a.patterns == ("_",):
                         open_[0] = True
+                    for m in a.patterns:  # taken even when the arm does nothing (`text => { }`)
+                        if m != "_":
+                            taken.setdefault(m, {})
                     visit(a.body, {**bound, s.var: None if a.patterns == ("_",) else a.patterns})
             else:
                 inner = {**bound, s.var: None} if isinstance(s, ForPlan) else bound

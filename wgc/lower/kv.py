@@ -16,6 +16,9 @@ groups, and what admission promises each request.
   the node: per call, the longest leading dim of its inputs (`DYNAMIC_TOKENS` for a dynamic
   one), times the ``max`` of every loop around it. Declare ``kv_tokens`` for real models: the
   bound knows nothing of prompts. `budgets` lists every pool for the conductor.
+* **Handoffs.** A node-state move between groups (P/D) of a node whose cache declares
+  ``kv_tokens`` has a size from the declared geometry (`handoff_bytes`): one request's labels at
+  that bound.
 """
 
 from __future__ import annotations
@@ -108,6 +111,7 @@ def pool_spec(model: Model, node: NodeDecl, kv: KvCacheSpec, tp: int, shared: bo
         dtype=kv.dtype,
         tokens_per_request=per_label * len(labels),
         shared=shared,
+        writable=node.writable and owner is not node,
     )
 
 
@@ -187,6 +191,22 @@ def copies(
             )
         if found:
             out[walk] = tuple(found)
+    return out
+
+
+def handoff_bytes(model: Model, pools: dict[str, KvPoolSpec]) -> dict[str, int]:
+    """The bytes of one request's KV state, per kv-cache node whose cache declares its
+    ``config kv_tokens`` (what a P/D handoff moves at most: every label at its admission bound,
+    all heads, whatever the groups' tensor parallelism); a node without it is left out (its
+    bound is the compiler's guess, so `wgc show` calls its handoff dynamic)."""
+    out: dict[str, int] = {}
+    for name, spec in pools.items():
+        owner = model.node(spec.owner)
+        if owner is None or not _int(dict(owner.config).get("kv_tokens")):
+            continue
+        layers, heads, head_dim = geometry(model, owner)
+        per_token = 2 * layers * heads * head_dim * KV_ITEMSIZE.get(spec.dtype, 2)
+        out[name] = spec.tokens_per_request * per_token
     return out
 
 

@@ -187,7 +187,7 @@ def lower(
     )
     flow_plans = tuple(flows.flow(f) for f in model.flows)
     hops += routes.persisted_transfers(walk_specs, flow_plans, shapes)
-    hops += routes.state_transfers(walk_specs)
+    hops += routes.state_transfers(walk_specs, kv_plan.handoff_bytes(model, pools))
     segments, any_segment = taken_segments(flow_plans)
     return Plan(
         model=model.name,

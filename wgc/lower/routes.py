@@ -8,8 +8,9 @@ consumers on one rank share one transfer.
 Values also cross ranks between walks: a channel one walk persists on the rank that produced it
 and a flow passes to a later walk whose readers sit on other ranks (`persisted_transfers`: text
 embeddings made on rank 0 and read by a denoiser on rank 2), and the node state a handoff moves
-between rank groups (`state_transfers`, of a size only the run knows). A value whose dims are
-shape buckets counts the bytes of its largest bucket.
+between rank groups (`state_transfers`: one request's KV at its declared `kv_tokens` bound, else
+of a size only the run knows). A value whose dims are shape buckets counts the bytes of its
+largest bucket.
 """
 
 from __future__ import annotations
@@ -125,9 +126,14 @@ def persisted_transfers(
     return list(seen.values())
 
 
-def state_transfers(walks: Iterable[WalkSpec]) -> list[Transfer]:
+def state_transfers(
+    walks: Iterable[WalkSpec], kv_bytes: dict[str, int] | None = None
+) -> list[Transfer]:
     """The node-state moves of every handoff (`WalkSpec.handoffs`), leader to leader: a
-    request's state of the node, whose size the run decides."""
+    request's state of the node, of ``kv_bytes[node]`` at most (a kv-cache node whose
+    geometry and ``kv_tokens`` are declared, `kv.handoff_bytes`), else of a size only the run
+    knows."""
+    kv_bytes = kv_bytes or {}
     out = []
     for w in walks:
         for h in w.handoffs:
@@ -142,7 +148,7 @@ def state_transfers(walks: Iterable[WalkSpec]) -> list[Transfer]:
                     edge="state",
                     per="request",
                     loop=None,
-                    nbytes=None,
+                    nbytes=kv_bytes.get(h.node),
                     port=h.node,
                 )
             )

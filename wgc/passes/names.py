@@ -44,9 +44,11 @@ from wgc.ir.flow import (
     FBlock,
     Flow,
     FlowKind,
+    For,
     OptionCmp,
     OptionCond,
     OptionMatch,
+    ParamCmp,
     Placed,
     Repeat,
     WalkCall,
@@ -408,7 +410,42 @@ def _cond(model: Model, cond) -> list[Diagnostic]:
             out += _option_name(model, atom.name, atom.span)
         elif isinstance(atom, Placed) and model.node(atom.node) is None:
             out.append(_unknown_node(model, atom.node, atom.span, "`placed(...)`"))
+        elif isinstance(atom, ParamCmp) and model.param(atom.name) is None:
+            out.append(_unknown_cond_name(model, atom))
     return out
+
+
+def _unknown_cond_name(model: Model, atom: ParamCmp) -> Diagnostic:
+    """WG105 for a bare name in a condition that is no param, with the likely intent."""
+    name = atom.name
+    loop_vars = {
+        s.var
+        for f in model.flows
+        if f.body is not None
+        for s in iter_fstmts(f.body)
+        if isinstance(s, For)
+    }
+    if name == "request":
+        fix = (
+            "test the request: `request.has(text)`, `request.wants(audio)`, "
+            "`request.count(image) == 1`"
+        )
+    elif name in loop_vars:
+        fix = (
+            f"`{name}` is an input segment: pick by its modality with "
+            f"`match {name}.modality {{ ... }}`"
+        )
+    else:
+        fix = did_you_mean(name, [p.name for p in model.params]) or (
+            f"declare it with `param {name} = VALUE`, or test an option (`option.{name}`)"
+        )
+    return diag(
+        "WG105",
+        f"unknown name `{name}` in a flow condition",
+        atom.span,
+        label="not a `param`",
+        help=fix,
+    )
 
 
 def _walk_call(model: Model, c: WalkCall) -> list[Diagnostic]:

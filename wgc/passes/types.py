@@ -11,7 +11,9 @@ Invariants proved (and the code reported when one fails):
   builder reports; other dims are the builder's.
 * WG203: a `repeat` count is an integer expression (literals, `param`s, int options) whose
   literals are in the 64-bit range, even when an option keeps it from being evaluated here.
-* WG204: an `option` used as a condition is a `bool`; one used in a `repeat` count is an `int`.
+* WG204: an `option` used as a condition is a `bool`; one used in a `repeat` count is an `int`;
+  a `param` used bare as a condition is a `bool`, and one compared is compared with a value of
+  its kind (a number with a number, a string with a string, a bool with a bool).
 
 Unknown names (nodes, ports, options, params) are the `names` pass's; this pass skips them.
 """
@@ -21,7 +23,7 @@ from __future__ import annotations
 from wgc.diagnostics.diagnostic import Diagnostic, Label, diag
 from wgc.ir import expr as E
 from wgc.ir.decls import OPTION_TYPES
-from wgc.ir.flow import Flow, If, OptionCond, Repeat, cond_atoms, iter_fstmts
+from wgc.ir.flow import Flow, If, OptionCond, ParamCmp, Repeat, cond_atoms, iter_fstmts
 from wgc.ir.model import Model
 from wgc.ir.query import consumer_port_type, walk_input_type
 from wgc.ir.types import DTYPE_NAMES, Dim, DimKind, TensorType
@@ -176,9 +178,64 @@ def _flow(model: Model, f: Flow) -> list[Diagnostic]:
     return out
 
 
+def _param_kind(v: object) -> str:
+    if isinstance(v, bool):
+        return "bool"
+    return "str" if isinstance(v, str) else "number"
+
+
+def _param_cond(model: Model, atom: ParamCmp) -> list[Diagnostic]:
+    p = model.param(atom.name)
+    if p is None or p.value is None:
+        return []  # unknown (the names pass) or broken where declared
+    kind = _param_kind(p.value)
+    if atom.op is None and kind != "bool":
+        return [
+            diag(
+                "WG204",
+                f"param `{atom.name}` is {kind_article(kind)}, not a `bool`, so it cannot be a "
+                "condition",
+                atom.span,
+                label=f"{kind_article(kind)} param",
+                labels=[Label(p.span, "declared here")],
+                help=f"compare it: `{atom.name} > 1`, `{atom.name} == ...`",
+            )
+        ]
+    if atom.op is None or atom.value is None or _param_kind(atom.value) == kind:
+        if atom.op in ("<", "<=", ">", ">=") and kind != "number":
+            return [
+                diag(
+                    "WG204",
+                    f"param `{atom.name}` is {kind_article(kind)}: it has no order",
+                    atom.span,
+                    label=f"`{atom.op}` on {kind_article(kind)}",
+                    help="compare it with `==` or `!=`",
+                )
+            ]
+        return []
+    return [
+        diag(
+            "WG204",
+            f"param `{atom.name}` is {kind_article(kind)}, but it is compared with "
+            f"{kind_article(_param_kind(atom.value))}",
+            atom.value_span or atom.span,
+            label=f"expected {kind_article(kind)}",
+            labels=[Label(p.span, "declared here")],
+            help="compare a param with a value of its own kind",
+        )
+    ]
+
+
+def kind_article(kind: str) -> str:
+    return "a number" if kind == "number" else _a(kind)
+
+
 def _cond(model: Model, cond) -> list[Diagnostic]:
     out = []
     for atom in cond_atoms(cond):
+        if isinstance(atom, ParamCmp):
+            out += _param_cond(model, atom)
+            continue
         if not isinstance(atom, OptionCond):
             continue
         opt = model.option(atom.name)

@@ -35,6 +35,7 @@ from wgc.ir.flow import (
     OptionCmp,
     OptionCond,
     OptionMatch,
+    ParamCmp,
     Placed,
     Repeat,
     WalkCall,
@@ -148,6 +149,7 @@ def _all_types(model: Model) -> Iterator[TensorType]:
 
 def _params(model: Model) -> list[Diagnostic]:
     used = {r.name for ex in _exprs(model) for r in E.refs(ex)}
+    used |= {c.name for c in _flow_conds(model) if isinstance(c, ParamCmp)}
     for t in _all_types(model):
         for d in t.dims:
             if d.kind in (DimKind.PARAM, DimKind.BUCKET) and d.name:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from wgc.diagnostics.diagnostic import Diagnostic, Span, diag
 from wgc.ir.model import Model
-from wgc.placement import rules
+from wgc.placement import rules, writable
 from wgc.placement.load import load
 from wgc.placement.model import Placement
 
@@ -41,5 +41,5 @@ def check_placement(model: Model | None, path: str, text: str | None = None) -> 
             return PlacementResult(path, None, [err], "")
     placement, diags = load(path, text)
     if placement is not None and model is not None:
-        diags = diags + rules.run(model, placement)
+        diags = diags + rules.run(model, placement) + writable.run(model, placement)
     return PlacementResult(path, placement, sorted(diags, key=Diagnostic.sort_key), text)

@@ -88,6 +88,7 @@ TOP = {
         "model_kwargs",
         "sp_size",
         "rank_devices",
+        *mstar.SPECULATIVE,
     ),
 }
 KV = {"wgc": ("page_size", "pages", "dtype"), "mstar": mstar.KV}

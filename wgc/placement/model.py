@@ -78,6 +78,9 @@ class ParamOverride:
     value: int | float | str | bool
     span: Span = field(compare=False)  # the name
     value_span: Span | None = field(default=None, compare=False)
+    # from M*'s speculative keys or `model_kwargs`: it sets the param when the model declares
+    # one of that name (its nodes read it through `config`), and is ignored otherwise
+    optional: bool = False
 
 
 @dataclass(frozen=True, slots=True)

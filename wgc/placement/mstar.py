@@ -5,9 +5,12 @@ Top level: `node_groups` (groups of `node_names` on `ranks`, optional `graph_wal
 `cpu_offload_pages` and `flashinfer_backend` are read and not used), `resources` (`kv`:
 `page_size`, `max_num_pages`, `max_seq_len`; `attn`: `backend`; `gpu_memory_utilization`),
 `rank_devices` (rank -> GPU index or device, a list or a mapping: several workers may share one
-GPU), `sp_size` (the groups' default sequence-parallel size), and keys wgc reads but does not
-use: `model`, `max_seq_len`, `model_kwargs` (the model constructors' arguments, which the node
-implementations own). Keys read and not used are recorded in `Placement.ignored_keys`.
+GPU), `sp_size` (the groups' default sequence-parallel size), the speculative-decoding keys
+`speculative_tokens`, `speculative_schedule`, `speculative_draft` and `model_kwargs` (the model
+constructors' arguments): each of those scalars sets the model's `param` of the same name when
+the model declares one (so its nodes get it through `config k = speculative_tokens`), and is
+ignored otherwise (a list or mapping value is recorded as ignored); and keys wgc reads but does
+not use: `model`, `max_seq_len`. Keys read and not used are recorded in `Placement.ignored_keys`.
 
 M* names devices only through `rank_devices`: without it the world size is the largest rank + 1
 and rank i runs on `auto:i`; with it every rank a group uses needs an entry (WG809). Nodes no
@@ -24,7 +27,7 @@ from typing import TYPE_CHECKING
 import yaml
 
 from wgc.diagnostics.diagnostic import Label, Span
-from wgc.placement.model import Batching, Group, KvCache, Placement
+from wgc.placement.model import Batching, Group, KvCache, ParamOverride, Placement
 from wgc.placement.yamlnodes import kind, scalar, span
 
 if TYPE_CHECKING:
@@ -35,7 +38,8 @@ KV_IGNORED = ("cpu_offload_pages", "flashinfer_backend")
 RESOURCES = ("kv", "attn", "gpu_memory_utilization")
 RES_KV = ("max_seq_len", "page_size", "max_num_pages")
 ATTN = ("backend",)
-IGNORED_TOP = ("model", "max_seq_len", "model_kwargs")
+IGNORED_TOP = ("model", "max_seq_len")
+SPECULATIVE = ("speculative_tokens", "speculative_schedule", "speculative_draft")
 
 
 def load(r: _Loader, root: yaml.Node, top: Entries) -> Placement:
@@ -57,7 +61,7 @@ def load(r: _Loader, root: yaml.Node, top: Entries) -> Placement:
         groups=groups,
         kv_cache=kv,
         batching=Batching(),
-        params=(),
+        params=_model_params(r, top),
         max_concurrent_requests=r.max_concurrent(top.get("max_concurrent_requests")),
         attention=_attention(r, res.get("attn")),
         span=span(r.file, root),
@@ -65,6 +69,32 @@ def load(r: _Loader, root: yaml.Node, top: Entries) -> Placement:
         groups_span=r.key_span(top.get("node_groups")),
         ignored_keys=tuple(r.ignored),
     )
+
+
+def _model_params(r: _Loader, top: Entries) -> tuple[ParamOverride, ...]:
+    """The speculative keys and `model_kwargs` entries as optional param overrides."""
+    entries: list[tuple[str, str, yaml.Node, yaml.Node]] = []
+    for name in SPECULATIVE:
+        if name in top:
+            k, v = top[name]
+            entries.append((name, name, k, v))
+    kwargs = top.get("model_kwargs")
+    if kwargs is not None and r.map_(kwargs[1], "`model_kwargs`"):
+        for k, v in kwargs[1].value:
+            name = r.str_(k, "a `model_kwargs` key")
+            if name is not None:
+                entries.append((name, f"model_kwargs.{name}", k, v))
+    out: list[ParamOverride] = []
+    seen: set[str] = set()
+    for name, where, k, v in entries:
+        if name in seen or kind(v) not in ("int", "float", "bool", "str"):
+            r.ignored.append(where)  # a list, a mapping, or a kwarg a speculative key sets
+            continue
+        seen.add(name)
+        value = scalar(v)
+        assert isinstance(value, int | float | str)  # what those kinds construct to
+        out.append(ParamOverride(name, value, span(r.file, k), span(r.file, v), optional=True))
+    return tuple(out)
 
 
 def _sp_default(r: _Loader, entry) -> int:

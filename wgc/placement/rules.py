@@ -273,6 +273,8 @@ def _params(model: Model, placement: Placement) -> list[Diagnostic]:
     names = [p.name for p in model.params]
     for o in placement.params:
         p = model.param(o.name)
+        if p is None and o.optional:
+            continue  # an M* model argument this model has no param for
         if p is None:
             close = closest(o.name, names)
             out.append(

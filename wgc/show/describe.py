@@ -19,6 +19,7 @@ from wgc.ir.flow import (
     Not,
     OptionCmp,
     OptionCond,
+    ParamCmp,
     Placed,
     RequestPred,
 )
@@ -145,6 +146,8 @@ def cond_text(c: Cond, outer: int = 0) -> str:
         return f"request.count({c.modality}) {c.op} {'?' if c.value is None else c.value}"
     if isinstance(c, Placed):
         return f"placed({c.node})"
+    if isinstance(c, ParamCmp):
+        return c.name if c.op is None else f"{c.name} {c.op} {value(c.value)}"
     if isinstance(c, Const):
         return "true" if c.value else "false"
     if isinstance(c, Not):

@@ -242,17 +242,17 @@ WALK_IMAGE_GEN_CFG = WalkSpec(
 # examples/bagel/bagel.walk:189
 def flow_main(req: Request) -> FlowGen:
     # examples/bagel/bagel.walk:190
-    for seg in req.inputs:
+    for v_seg in req.inputs:
         # examples/bagel/bagel.walk:191
-        if seg.modality == "text":
+        if v_seg.modality == "text":
             # examples/bagel/bagel.walk:192
-            yield RunWalk("prefill_text", {"text_inputs": seg})
-        elif seg.modality == "image":
+            yield RunWalk("prefill_text", {"text_inputs": v_seg})
+        elif v_seg.modality == "image":
             # examples/bagel/bagel.walk:194
             if req.wants("image"):
-                yield RunWalk("prefill_vae", {"image": seg})
+                yield RunWalk("prefill_vae", {"image": v_seg})
             # examples/bagel/bagel.walk:195
-            yield RunWalk("prefill_vit", {"image": seg})
+            yield RunWalk("prefill_vit", {"image": v_seg})
         else:
             # examples/bagel/bagel.walk:197
             yield Fail("BAGEL takes text and image inputs")

@@ -80,11 +80,11 @@ WALK_DECODE = WalkSpec(
 # examples/llama/llama.walk:57
 def flow_generate(req: Request) -> FlowGen:
     # examples/llama/llama.walk:58
-    for seg in req.inputs:
+    for v_seg in req.inputs:
         # examples/llama/llama.walk:59
-        if seg.modality == "text":
+        if v_seg.modality == "text":
             # examples/llama/llama.walk:60
-            yield RunWalk("prefill", {"prompt": seg})
+            yield RunWalk("prefill", {"prompt": v_seg})
         else:
             # examples/llama/llama.walk:61
             yield Fail("the decoder takes a text prompt")

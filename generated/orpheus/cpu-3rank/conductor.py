@@ -111,11 +111,11 @@ def flow_speech(req: Request) -> FlowGen:
         yield Fail("Orpheus takes one text prompt")
         return
     # examples/orpheus/orpheus.walk:125
-    for seg in req.inputs:
+    for v_seg in req.inputs:
         # examples/orpheus/orpheus.walk:126
-        if seg.modality == "text":
+        if v_seg.modality == "text":
             # examples/orpheus/orpheus.walk:127
-            yield RunWalk("prefill", {"text_inputs": seg})
+            yield RunWalk("prefill", {"text_inputs": v_seg})
         else:
             # examples/orpheus/orpheus.walk:128
             yield Fail("Orpheus takes a text prompt")

@@ -245,11 +245,11 @@ WALK_ACTION_GEN_MPC = WalkSpec(
 # examples/pi05/pi05.walk:125
 def flow_main(req: Request) -> FlowGen:
     # examples/pi05/pi05.walk:126
-    for seg in req.inputs:
+    for v_seg in req.inputs:
         # examples/pi05/pi05.walk:127
-        if seg.modality == "image":
+        if v_seg.modality == "image":
             # examples/pi05/pi05.walk:128
-            yield RunWalk("prefill", {"images": seg, "prompt": seg.field("prompt")})
+            yield RunWalk("prefill", {"images": v_seg, "prompt": v_seg.field("prompt")})
         else:
             # examples/pi05/pi05.walk:129
             yield Fail("pi0.5 takes one observation: camera images with a prompt")

@@ -229,14 +229,14 @@ STREAM_CODES = StreamSpec(
 # examples/qwen3_omni/qwen3_omni.walk:209
 def flow_thinker(req: Request) -> FlowGen:
     # examples/qwen3_omni/qwen3_omni.walk:210
-    for seg in req.inputs:
+    for v_seg in req.inputs:
         # examples/qwen3_omni/qwen3_omni.walk:211
-        if seg.modality == "text":
+        if v_seg.modality == "text":
             # examples/qwen3_omni/qwen3_omni.walk:212
-            yield RunWalk("prefill_text", {"text_inputs": seg})
-        elif seg.modality == "audio":
+            yield RunWalk("prefill_text", {"text_inputs": v_seg})
+        elif v_seg.modality == "audio":
             # examples/qwen3_omni/qwen3_omni.walk:213
-            yield RunWalk("prefill_audio", {"audio": seg})
+            yield RunWalk("prefill_audio", {"audio": v_seg})
         else:
             # examples/qwen3_omni/qwen3_omni.walk:214
             yield Fail("this Qwen3-Omni takes text and audio inputs (no vision encoder)")
@@ -255,7 +255,7 @@ def when_talker(req: Request) -> bool:
 # examples/qwen3_omni/qwen3_omni.walk:221
 def flow_talker(req: Request) -> FlowGen:
     # examples/qwen3_omni/qwen3_omni.walk:222
-    for _seg in req.inputs:
+    for _v_seg in req.inputs:
         # examples/qwen3_omni/qwen3_omni.walk:223
         yield RunWalk("talker_prefill")
     # examples/qwen3_omni/qwen3_omni.walk:225

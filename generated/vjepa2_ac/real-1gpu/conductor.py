@@ -308,19 +308,19 @@ WALK_PREFILL_VIDEO_MPC = WalkSpec(
 # examples/vjepa2_ac/vjepa2_ac.walk:167
 def flow_main(req: Request) -> FlowGen:
     # examples/vjepa2_ac/vjepa2_ac.walk:168
-    for seg in req.inputs:
+    for v_seg in req.inputs:
         # examples/vjepa2_ac/vjepa2_ac.walk:169
-        if seg.modality == "video":
+        if v_seg.modality == "video":
             # examples/vjepa2_ac/vjepa2_ac.walk:171
             if req.wants("action"):
                 # examples/vjepa2_ac/vjepa2_ac.walk:172
                 yield RunWalk(
                     "prefill_video_mpc",
                     {
-                        "video": seg,
-                        "goal": seg.field("goal"),
-                        "plans": seg.field("plans"),
-                        "states": seg.field("states"),
+                        "video": v_seg,
+                        "goal": v_seg.field("goal"),
+                        "plans": v_seg.field("plans"),
+                        "states": v_seg.field("states"),
                     },
                 )
             elif req.option("rollout"):
@@ -330,9 +330,9 @@ def flow_main(req: Request) -> FlowGen:
                     yield RunWalk(
                         "prefill_video_rollout_streaming",
                         {
-                            "video": seg,
-                            "actions": seg.field("actions"),
-                            "states": seg.field("states"),
+                            "video": v_seg,
+                            "actions": v_seg.field("actions"),
+                            "states": v_seg.field("states"),
                             "horizon": req.option("horizon"),
                         },
                     )
@@ -341,9 +341,9 @@ def flow_main(req: Request) -> FlowGen:
                     yield RunWalk(
                         "prefill_video_rollout",
                         {
-                            "video": seg,
-                            "actions": seg.field("actions"),
-                            "states": seg.field("states"),
+                            "video": v_seg,
+                            "actions": v_seg.field("actions"),
+                            "states": v_seg.field("states"),
                             "horizon": req.option("horizon"),
                         },
                     )
@@ -351,7 +351,11 @@ def flow_main(req: Request) -> FlowGen:
                 # examples/vjepa2_ac/vjepa2_ac.walk:182
                 yield RunWalk(
                     "prefill_video",
-                    {"video": seg, "actions": seg.field("actions"), "states": seg.field("states")},
+                    {
+                        "video": v_seg,
+                        "actions": v_seg.field("actions"),
+                        "states": v_seg.field("states"),
+                    },
                 )
         else:
             # examples/vjepa2_ac/vjepa2_ac.walk:185

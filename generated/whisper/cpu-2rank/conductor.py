@@ -150,11 +150,11 @@ def flow_main(req: Request) -> FlowGen:
         yield Fail("translation is into English: transcribe English audio instead")
         return
     # examples/whisper/whisper.walk:160
-    for seg in req.inputs:
+    for v_seg in req.inputs:
         # examples/whisper/whisper.walk:161
-        if seg.modality == "audio":
+        if v_seg.modality == "audio":
             # examples/whisper/whisper.walk:146
-            yield RunWalk("encode", {"audio": seg})
+            yield RunWalk("encode", {"audio": v_seg})
             # examples/whisper/whisper.walk:147
             if req.has("text"):
                 # examples/whisper/whisper.walk:148
@@ -174,7 +174,7 @@ def flow_main(req: Request) -> FlowGen:
                 )
             # examples/whisper/whisper.walk:152
             yield RunWalk("decode", {"token": Persisted("new_token")})
-        elif seg.modality == "text":
+        elif v_seg.modality == "text":
             pass
         else:
             # examples/whisper/whisper.walk:164

@@ -87,6 +87,13 @@ def _store(
     if edge == Edge.LOOP_CARRIED:
         w.carried.setdefault(slot, {})[key] = value
         w.carried_loop[slot] = loop or loop_name or ""
+    elif edge == Edge.TERMINAL and port is not None and _inner_yield(call, port, key):
+        # an inner loop's `yield last` that rebinds the enclosing loop's carried channel,
+        # sent when the inner loop ends in iteration i of the carrying loop: iteration
+        # i + 1's value (a value for an iteration that never starts is never read)
+        j = call.loops.index(port.loop or "")
+        w.carried.setdefault(slot, {})[(*key[:j], key[j] + 1)] = value
+        w.carried_loop[slot] = port.loop or ""
     elif edge == Edge.LOOP_INIT or (port is not None and port.mode is InputMode.CARRIED):
         # iteration 0's value of a carried port (an earlier loop's yield comes as
         # `terminal`, once that loop has ended)
@@ -96,6 +103,15 @@ def _store(
     else:
         w.values.setdefault(slot, {})[key] = value
     self._dirty[(id(w), cid)] = w
+
+
+def _inner_yield(call: Unit, port, key: tuple[int, ...]) -> bool:
+    """Whether a terminal value for carried ``port`` comes from inside its own loop (a nested
+    loop's yield, tagged with the carrying loop's iteration) rather than from an earlier loop
+    ended before it (iteration 0's value)."""
+    if port.mode is not InputMode.CARRIED or port.loop not in call.loops:
+        return False
+    return call.loops.index(port.loop) < len(key)
 
 
 def _on_forward(self: RankExecutor, m: ForwardPersisted) -> None:
