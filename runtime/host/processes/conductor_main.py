@@ -309,8 +309,9 @@ class ConductorLoop:
             if self.port.sock in events:
                 for ident, msg in self.port.recv_all():
                     self.on_client(ident, msg)
-            if self.mesh.inbox in events or self.mesh.rings is not None:
-                for msg in self.mesh.poll(0):
+            inbox = self.mesh.inbox in events
+            if inbox or self.mesh.rings is not None:
+                for msg in self.mesh.poll(0, inbox):
                     self.on_inbox(msg)
             self.core.tick()
             self.flush()

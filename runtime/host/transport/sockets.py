@@ -93,6 +93,7 @@ RECUT_S = 1.0  # a cut-off peer that reconnected is looked for again at most thi
 
 Peer = int | str  # a rank, "conductor" or "launcher"
 RINGS = "rings"  # the event `Mesh.wait` reports for a record waiting in a ring
+INBOX_EVERY_S = 0.001  # how often a process whose data peers are all on rings looks at its inbox
 
 # plain ints: pyzmq's enum flags cost a Python-level `Flag.__and__` (~1 µs) per use on the hot path
 _EVENTS, _POLLIN, _RCVMORE = int(zmq.EVENTS), int(zmq.POLLIN), int(zmq.RCVMORE)
@@ -250,6 +251,8 @@ class Mesh:
         # same-host peers with a ring (`wgc_runtime.host.transport.ring`): peer -> its slot
         self.rings: Rings | None = None
         self._ring_slot: dict[Peer, int] = {}
+        self._ring_only = False  # every data peer (ranks, conductor) is on a ring
+        self._inbox_at = 0.0  # perf_counter of the last look at the inbox (`take`)
 
     @property
     def endpoints(self) -> list[str]:
@@ -286,6 +289,8 @@ class Mesh:
             self._ring_slot[peer] = slot
         else:
             self._ring_slot.pop(peer, None)
+        data = [p for p in self.peers if p != "launcher" and p != self.me]
+        self._ring_only = bool(data) and all(p in self._ring_slot for p in data)
 
     def use_rings(self, rings: Rings | None) -> None:
         """Talk to same-host peers through ``rings`` (its token must be this inbox's:
@@ -425,12 +430,10 @@ class Mesh:
                 now = time.perf_counter()
         rings.sleeping(True)
         try:
-            events = poller.poll(0)  # a syscall between announcing the sleep and looking again
-            if not events and not rings.ready():
-                events = self._wait(poller, timeout_ms)
+            rings.drain_bell()  # a syscall between announcing the sleep and looking again
+            events = [] if rings.ready() else self._wait(poller, timeout_ms)
         finally:
             rings.sleeping(False)
-        rings.drain_bell()
         return events or ([(RINGS, _POLLIN)] if rings.ready() else [])
 
     def _wait(self, poller: zmq.Poller, timeout_ms: float) -> list[tuple[Any, int]]:
@@ -448,21 +451,34 @@ class Mesh:
                 now = time.perf_counter()
         return poller.poll(max(0, int(timeout_ms)))
 
-    def poll(self, timeout_ms: float) -> list[Message]:
+    def poll(self, timeout_ms: float, inbox: bool | None = None) -> list[Message]:
         """Messages that arrived within ``timeout_ms`` (all that are queued, at least one if any
-        arrives in time); transport messages are handled here."""
+        arrives in time); transport messages are handled here. ``inbox``: whether the caller's
+        own poller saw the inbox ready (None: unknown; see `take`)."""
         out: list[Message] = []
         if self.rings is not None:
             self.rings.pump()
-        if timeout_ms > 0 and not self.wait(self.poller, timeout_ms):
-            return out
-        self.take(out)
+        if timeout_ms > 0:
+            events = self.wait(self.poller, timeout_ms)
+            if not events:
+                return out
+            inbox = any(sock is self.inbox for sock, _ in events)
+        self.take(out, inbox)
         return out
 
-    def take(self, out: list[Message]) -> None:
-        """Append every message queued in the inbox now to ``out`` (without waiting)."""
+    def take(self, out: list[Message], inbox: bool | None = None) -> None:
+        """Append every message queued now to ``out`` (without waiting). With every data peer
+        on a ring, the ZeroMQ inbox carries only the launcher's control messages: it is read
+        when a poller saw it ready (``inbox``) and otherwise at most every `INBOX_EVERY_S`
+        (each look costs ZeroMQ two syscalls)."""
         if self.rings is not None:
             self._take_rings(self.rings, out)
+            if not inbox and self._ring_only:
+                now = time.perf_counter()
+                if now - self._inbox_at < INBOX_EVERY_S:
+                    self._last_active = now
+                    return
+                self._inbox_at = now
         inbox = self.inbox
         get = inbox.get
         secret = self.secret
