@@ -143,7 +143,7 @@ def test_a_mesh_sends_typed_batches_through_its_ring_and_wakes_on_the_doorbell()
         assert a._out == {} and b._out == {}, "nothing went over ZeroMQ"
         assert [type(x) for x in got] == [m.Value, m.Value, m.WalkDone]
         for s, r in zip(sent, got[:2], strict=True):
-            assert torch.equal(r.data, s.data)
+            assert isinstance(r, m.Value) and torch.equal(r.data, s.data)
         a.send(1, [c.Shutdown()])
         assert b.poll(1000) == [c.Shutdown()]
         del got, r

@@ -274,7 +274,7 @@ def worker_main(boot: dict[str, Any]) -> None:
             ipc_dir=boot.get("ipc_dir"),
             keys=Keys.of_boot(boot.get("keys")),
         )
-        if arena is not None:  # the same-host rings after the arena's regions, if any
+        if arena is not None and a is not None:  # the same-host rings after the regions, if any
             mesh.use_rings(attach_rings(arena, a, rank, mesh.address, boot.get("ipc_dir")))
         mesh.connect("launcher", *launcher_address(boot))
         hello = c.Hello(rank, mesh.address, boot["host"], mesh.ipc_address)

@@ -302,9 +302,10 @@ class Rings:
                 elif flags & FIRST:
                     ring.partial = bytearray(payload)
                 elif ring.partial is not None:
-                    ring.partial += payload
+                    whole = ring.partial
+                    whole += payload
                     if flags & LAST:
-                        frames = _frames(memoryview(ring.partial))
+                        frames = _frames(memoryview(whole))
                         ring.partial = None
                 if frames is not None:
                     yield frames

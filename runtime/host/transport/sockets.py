@@ -451,10 +451,10 @@ class Mesh:
                 now = time.perf_counter()
         return poller.poll(max(0, int(timeout_ms)))
 
-    def poll(self, timeout_ms: float, inbox: bool | None = None) -> list[Message]:
+    def poll(self, timeout_ms: float, inbox_ready: bool | None = None) -> list[Message]:
         """Messages that arrived within ``timeout_ms`` (all that are queued, at least one if any
-        arrives in time); transport messages are handled here. ``inbox``: whether the caller's
-        own poller saw the inbox ready (None: unknown; see `take`)."""
+        arrives in time); transport messages are handled here. ``inbox_ready``: whether the
+        caller's own poller saw the inbox ready (None: unknown; see `take`)."""
         out: list[Message] = []
         if self.rings is not None:
             self.rings.pump()
@@ -462,18 +462,18 @@ class Mesh:
             events = self.wait(self.poller, timeout_ms)
             if not events:
                 return out
-            inbox = any(sock is self.inbox for sock, _ in events)
-        self.take(out, inbox)
+            inbox_ready = any(sock is self.inbox for sock, _ in events)
+        self.take(out, inbox_ready)
         return out
 
-    def take(self, out: list[Message], inbox: bool | None = None) -> None:
+    def take(self, out: list[Message], inbox_ready: bool | None = None) -> None:
         """Append every message queued now to ``out`` (without waiting). With every data peer
         on a ring, the ZeroMQ inbox carries only the launcher's control messages: it is read
-        when a poller saw it ready (``inbox``) and otherwise at most every `INBOX_EVERY_S`
+        when a poller saw it ready (``inbox_ready``) and otherwise at most every `INBOX_EVERY_S`
         (each look costs ZeroMQ two syscalls)."""
         if self.rings is not None:
             self._take_rings(self.rings, out)
-            if not inbox and self._ring_only:
+            if not inbox_ready and self._ring_only:
                 now = time.perf_counter()
                 if now - self._inbox_at < INBOX_EVERY_S:
                     self._last_active = now
