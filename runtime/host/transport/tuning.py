@@ -23,7 +23,7 @@ at import:
     `cpu-2rank-compiled` sends ~2.3x fewer batches from the LM rank for +2-3% throughput.
 ``WGC_IPC`` (default 1)
     Peers on the same host talk over ``ipc://`` (Unix domain) sockets instead of TCP loopback.
-``WGC_RING`` (default 0)
+``WGC_RING`` (default 1; 0: ZeroMQ between the processes of one host too)
     Processes of one host (the conductor and the ranks that share its arena) send to each
     other through single-producer/single-consumer rings in the arena segment instead of ZeroMQ
     (`wgc_runtime.host.transport.ring`); ZeroMQ stays for other hosts, the launcher and clients.
@@ -64,7 +64,7 @@ class Tuning:
     ipc: bool = True
     profile: str | None = None
     hold_us: float = 10_000.0
-    ring: bool = False
+    ring: bool = True
     ring_kib: int = 1024
     ring_spin_us: float = 50.0
 
@@ -76,7 +76,7 @@ class Tuning:
             ipc=_flag("WGC_IPC", True),
             profile=os.environ.get("WGC_PROFILE") or None,
             hold_us=max(0.0, _float("WGC_HOLD_US", 10_000.0)),
-            ring=_flag("WGC_RING", False),
+            ring=_flag("WGC_RING", True),
             ring_kib=max(1, int(_float("WGC_RING_KIB", 1024))),
             ring_spin_us=max(0.0, _float("WGC_RING_SPIN_US", 50.0)),
         )
