@@ -119,6 +119,73 @@ def raw_zmq_one_way(n: int, transport: str = "tcp") -> float:
     return median_us(samples)
 
 
+def _ring_wait(rings) -> list[bytes]:
+    """The next record's header frame, sleeping on the doorbell as `Mesh.wait` does."""
+    import select
+
+    poller = select.poll()
+    poller.register(rings.bell, select.POLLIN)
+    while not rings.ready():
+        rings.sleeping(True)
+        rings.drain_bell()
+        if not rings.ready():
+            poller.poll(1000)
+        rings.sleeping(False)
+    return [bytes(frames[0]) for frames in rings.take()]
+
+
+def _ring_echo(name: str, cap: int, folder: str, n: int) -> None:
+    from multiprocessing import shared_memory
+
+    from wgc_runtime.host.transport.ring import Rings, token_of
+
+    shm = shared_memory.SharedMemory(name=name)
+    assert shm.buf is not None
+    rings = Rings(shm.buf, 0, 3, cap, 1, token_of("b"), folder)
+    rings.connect(0, "a")
+    got = 0
+    while got < n:
+        for head in _ring_wait(rings):
+            rings.send(0, [head])
+            got += 1
+    rings.close()
+    shm.close()
+
+
+def raw_ring_one_way(n: int) -> float:
+    """Half the median round trip of the same small message through two same-host rings
+    (`wgc_runtime.host.transport.ring`), both sides sleeping on their doorbells between
+    messages: the rings' floor, as `raw_zmq_one_way` is ZeroMQ's."""
+    from multiprocessing import shared_memory
+
+    import msgpack
+
+    from wgc_runtime.host.transport.ring import Rings, ring_bytes, token_of
+
+    cap = 1 << 16
+    shm = shared_memory.SharedMemory(create=True, size=ring_bytes(3, cap))
+    folder = tempfile.mkdtemp(prefix="wgc-bench-ring-")
+    assert shm.buf is not None
+    rings = Rings(shm.buf, 0, 3, cap, 0, token_of("a"), folder)
+    rings.connect(1, "b")
+    mp = multiprocessing.get_context("spawn")
+    proc = mp.Process(target=_ring_echo, args=(shm.name, cap, folder, n + 50))
+    proc.start()
+    msg = msgpack.packb({"t": "Value", "request": "r", "walk_id": 1, "call": 3, "port": "x"})
+    samples = []
+    for i in range(n + 50):
+        t0 = time.perf_counter()
+        rings.send(1, [msg])
+        _ring_wait(rings)
+        if i >= 50:
+            samples.append((time.perf_counter() - t0) / 2)
+    proc.join()
+    rings.close()
+    shm.close()
+    shm.unlink()
+    return median_us(samples)
+
+
 def _forwarder(me: str, inbox: str, table: dict[str, str], route: list[str], n: int) -> None:
     """One process of `raw_route`: forward every message to the next process on its route."""
     import msgpack
@@ -463,6 +530,7 @@ def side_by_side(
             print(f"round {r + 1}/{rounds}, load {loadavg()}", flush=True)
             out.setdefault("raw tcp", []).append(raw_zmq_one_way(2000))
             out.setdefault("raw ipc", []).append(raw_zmq_one_way(2000, "ipc"))
+            out.setdefault("raw ring", []).append(raw_ring_one_way(2000))
             for name, env in TRANSPORTS.items():
                 for plan in SIDE_PLANS:
                     lat, cpu = request_latency(plans[plan], n, env)
@@ -579,6 +647,12 @@ def main() -> None:
             "",
         ),
         ("raw pyzmq, hop10-2rank route, per hop (baseline)", f"{raw_topo:.1f} µs", "", ""),
+        (
+            "raw one-way hop through the rings, no runtime (their floor)",
+            "",
+            spread(res["raw ring"], "{:.1f}") + " µs",
+            "",
+        ),
     ]
 
     def both(label: str, fn, goal: str, fmt: str = "{:.0f}", unit: str = " µs") -> None:

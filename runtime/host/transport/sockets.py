@@ -93,7 +93,7 @@ RECUT_S = 1.0  # a cut-off peer that reconnected is looked for again at most thi
 
 Peer = int | str  # a rank, "conductor" or "launcher"
 RINGS = "rings"  # the event `Mesh.wait` reports for a record waiting in a ring
-INBOX_EVERY_S = 0.001  # how often a process whose data peers are all on rings looks at its inbox
+INBOX_EVERY_S = 0.01  # how often a process whose data peers are all on rings looks at its inbox
 
 # plain ints: pyzmq's enum flags cost a Python-level `Flag.__and__` (~1 µs) per use on the hot path
 _EVENTS, _POLLIN, _RCVMORE = int(zmq.EVENTS), int(zmq.POLLIN), int(zmq.RCVMORE)
