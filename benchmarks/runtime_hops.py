@@ -1,8 +1,15 @@
 """Runtime latency benchmarks: cross-rank hops, same-rank dispatch, 16 MiB hand-over (and Ray).
 
-    .venv/bin/python benchmarks/runtime_hops.py [--requests N] [--markdown PATH]
+    .venv/bin/python benchmarks/runtime_hops.py [--requests N] [--rounds R]
+        [--ray-python PYTHON_WITH_RAY] [--markdown PATH]
 
-Every number is measured in the same run as its baseline, on this machine:
+Every number is measured in the same run as its baseline, on this machine. The served numbers
+(hop10 on 1 and 2 ranks, dispatch100, chain3) are taken for both same-host transports, ZeroMQ
+(``WGC_RING=0``) and the rings (``WGC_RING=1``, `wgc_runtime.host.transport.ring`), in ``R``
+interleaved rounds with the raw baselines (pyzmq one-way over tcp and ipc, the rings' own
+one-way hop) and, with ``--ray-python``, a block of a warm Ray Compiled Graph chain in every
+round (one Ray process kept alive, never measured right after ``ray.init``); each row is the
+median over the rounds with the min–max, ratios taken within a round. The load is printed.
 
 * **cross-rank hop**: ``benchmarks/models/hop10.walk`` (10 no-op nodes) placed alternating
   between 2 ranks, run as processes (conductor + 2 workers); the median request latency divided
@@ -603,7 +610,11 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--requests", type=int, default=200)
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds, side by side")
-    ap.add_argument("--ray-python", help="a Python that has ray: its chain runs interleaved")
+    ap.add_argument(
+        "--ray-python",
+        default=os.environ.get("WGC_RAY_PYTHON") or None,
+        help="a Python that has ray: its chain runs interleaved (default: $WGC_RAY_PYTHON)",
+    )
     ap.add_argument("--ray-only", action="store_true")
     ap.add_argument("--ray-serve", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--hops-only", action="store_true", help="only the cross-rank hop, best of")
