@@ -336,28 +336,16 @@ class Rings:
         return self._calm
 
     def close(self) -> None:
-        """Close the doorbells; the views go with the segment."""
+        """Close the doorbells and let go of the segment (its owner can then unmap it)."""
         for fd in [self.bell, *(out.bell for out in self.outs.values())]:
             if fd >= 0:
                 with contextlib.suppress(OSError):
                     os.close(fd)
         self.bell = -1
-        for out in self.outs.values():
-            out.bell = -1
-        self._release_views()
-
-    def _release_views(self) -> None:
-        for view in self._ctl:
+        views = [*self._ctl, *(v for e in [*self.outs.values(), *self.ins] for v in (e.w, e.ridx))]
+        for view in views:
             view.release()
-        for out in self.outs.values():
-            out.w.release()
-            out.ridx.release()
-        for ring in self.ins:
-            ring.w.release()
-            ring.ridx.release()
-        self._ctl = []
-        self.outs = {}
-        self.ins = []
+        self._ctl, self.outs, self.ins = [], {}, []
 
 
 def attach(
