@@ -160,3 +160,15 @@ def test_a_mesh_sends_typed_batches_through_its_ring_and_wakes_on_the_doorbell()
             arena.close()
         shm.close()
         shm.unlink()
+
+
+def test_attach_finds_the_rings_after_the_arena_regions_or_none() -> None:
+    spec = {"name": "x", "slots": 3, "region": 128, "ring": CAP}
+    buf = memoryview(bytearray(3 * 128 + ring.ring_bytes(3, CAP)))
+    folder = tempfile.mkdtemp(prefix="wgc-test-ring-")
+    rings = ring.attach(buf, spec, 2, "conductor-address", folder)
+    assert rings is not None and rings.slots == 3 and rings.me == 2
+    assert rings.token == ring.token_of("conductor-address")
+    rings.close()
+    assert ring.attach(buf, {**spec, "ring": 0}, 2, "a", folder) is None  # made without rings
+    assert ring.attach(buf, spec, 2, "a", None) is None  # no private folder for the doorbells
