@@ -172,3 +172,31 @@ def test_attach_finds_the_rings_after_the_arena_regions_or_none() -> None:
     rings.close()
     assert ring.attach(buf, {**spec, "ring": 0}, 2, "a", folder) is None  # made without rings
     assert ring.attach(buf, spec, 2, "a", None) is None  # no private folder for the doorbells
+
+
+def test_a_mesh_batch_larger_than_its_ring_arrives_whole() -> None:
+    slots, cap = 3, 1 << 14
+    shm = shared_memory.SharedMemory(create=True, size=ring.ring_bytes(slots, cap))
+    folder = tempfile.mkdtemp(prefix="wgc-test-ring-")
+    a, b = (Mesh(r, tuning=Tuning(ring=True), secret=SECRET) for r in (0, 1))
+    try:
+        for mesh in (a, b):
+            assert shm.buf is not None
+            token = ring.token_of(mesh.address)
+            mesh.use_rings(ring.Rings(shm.buf, 0, slots, cap, int(mesh.me), token, folder))
+        a.connect(1, b.address)
+        b.connect(0, a.address)
+        big = torch.randn(512, 512)  # 1 MiB, no arena: a tensor frame, 64 ring fragments
+        a.send(1, [m.Value("r", 1, "w", 0, "x", Edge.INPUT, None, (), False, big)])
+        got: list = []
+        for _ in range(2000):
+            if got:
+                break
+            a.poll(0)  # the sender's queue moves as the receiver makes room
+            got.extend(b.poll(1))
+        assert len(got) == 1 and torch.equal(got[0].data, big)
+    finally:
+        a.close()
+        b.close()
+        shm.close()
+        shm.unlink()

@@ -428,6 +428,8 @@ class Mesh:
                         return events
                 os.sched_yield()  # never hold a core a runnable peer needs
                 now = time.perf_counter()
+        if rings.backlog():  # a receiver makes room without a word: look again soon
+            timeout_ms = min(timeout_ms, 1)
         rings.sleeping(True)
         try:
             rings.drain_bell()  # a syscall between announcing the sleep and looking again
