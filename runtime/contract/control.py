@@ -173,7 +173,8 @@ class Ping(Message, frozen=True, tag=63):
 
 
 class Accepted(Message, frozen=True, tag=64):
-    """The request is admitted (``queued``: it waits behind the admission cap)."""
+    """The request is admitted and waits behind the admission cap (``queued``). A request that
+    starts at once gets no `Accepted`: its outputs are the first reply (one round trip less)."""
 
     request: str
     queued: bool = False

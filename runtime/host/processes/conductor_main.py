@@ -58,6 +58,7 @@ from wgc_runtime.host.processes import child
 from wgc_runtime.host.processes.recovery import RankWatch
 from wgc_runtime.host.processes.worker_main import (
     Trouble,
+    attach_rings,
     batches,
     launcher_address,
     peer_of,
@@ -100,7 +101,7 @@ class ConductorLoop:
         self.running = True
         self._last_keepalive = 0.0
         self.poller = zmq.Poller()
-        self.poller.register(mesh.inbox, zmq.POLLIN)
+        mesh.register(self.poller)  # its inbox, and its ring doorbell if it has rings
         self.poller.register(port.sock, zmq.POLLIN)
 
     def _outbox(self, to: int, msg: m.Message) -> None:
@@ -167,7 +168,8 @@ class ConductorLoop:
             self.ids.close(internal)
             refuse(FailKind.REJECTED, f"bad request: {exc}")
             return
-        self.port.send(ident, [c.Accepted(rid, internal in self.core.queue)])
+        if internal in self.core.queue:  # a request that starts at once gets no reply round trip
+            self.port.send(ident, [c.Accepted(rid, True)])
 
     def _stats(self) -> c.Stats:
         from wgc_runtime.core.conductor.stats import BUCKETS
@@ -318,8 +320,9 @@ class ConductorLoop:
             if self.port.sock in events:
                 for ident, msg in self.port.recv_all():
                     self.on_client(ident, msg)
-            if self.mesh.inbox in events:
-                for msg in self.mesh.poll(0):
+            inbox = self.mesh.inbox in events
+            if inbox or self.mesh.rings is not None:
+                for msg in self.mesh.poll(0, inbox):
                     self.on_inbox(msg)
             self.core.tick()
             self.flush()
@@ -345,6 +348,7 @@ def conductor_main(boot: dict[str, Any]) -> None:
             ipc_dir=boot["ipc_dir"],
             keys=keys,
         )
+        mesh.use_rings(attach_rings(arena, a, int(boot["world"]), mesh.address, boot["ipc_dir"]))
         port = ClientPort(bind=boot["bind"], keys=keys)
         mesh.connect("launcher", *launcher_address(boot))
         hello = c.Hello("conductor", mesh.address, boot["host"], mesh.ipc_address, port.address)

@@ -70,6 +70,7 @@ from wgc_runtime.host.transport.sockets import (
     named_hosts,
     new_secret,
 )
+from wgc_runtime.host.transport.tuning import Tuning
 
 Progress = Callable[[str], None]
 
@@ -209,7 +210,9 @@ class Cluster:
         t0 = time.monotonic()
         slots = self.world + 1  # one region per rank, one for the conductor
         region = region_size(slots, self.arena_bytes or region_size(slots))
-        self.segment = Segment(slots, region, tag=self.spec.model[:16])
+        tuning = Tuning.from_env()  # the environment now (its children read theirs at start)
+        ring = tuning.ring_kib << 10 if tuning.ring else 0  # same-host rings after the regions
+        self.segment = Segment(slots, region, tag=self.spec.model[:16], ring=ring)
         self.secret = new_secret()
         self.keys = Keys.generate() if self.curve else None
         self.ipc_dir = tempfile.mkdtemp(prefix="wgc-")  # mode 0700: only this user's processes

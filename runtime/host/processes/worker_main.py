@@ -50,6 +50,8 @@ from wgc_runtime.host.processes import child
 from wgc_runtime.host.processes.external import untrack_segment
 from wgc_runtime.host.transport.arena import Arena
 from wgc_runtime.host.transport.keys import Keys
+from wgc_runtime.host.transport.ring import Rings
+from wgc_runtime.host.transport.ring import attach as _attach_rings
 from wgc_runtime.host.transport.sockets import Mesh, Peer
 from wgc_runtime.host.transport.tuning import TUNING
 
@@ -225,6 +227,14 @@ def run_profiled(run: Callable[[], None], who: str) -> None:
         profiler.dump_stats(f"{TUNING.profile}.{who}.prof")
 
 
+def attach_rings(
+    arena: Arena, spec: dict[str, Any], slot: int, address: str, ipc_dir: str | None
+) -> Rings | None:
+    """This process's same-host rings in the arena's segment (None when it has none)."""
+    assert arena.shm.buf is not None  # an attached arena has its buffer
+    return _attach_rings(arena.shm.buf, spec, slot, address, ipc_dir, TUNING.ring_spin_us)
+
+
 def launcher_address(boot: dict[str, Any]) -> tuple[str, str, str | None]:
     """Where the launcher listens: (address, host, ipc address)."""
     return boot["launcher"], boot.get("launcher_host", "127.0.0.1"), boot.get("launcher_ipc")
@@ -264,6 +274,8 @@ def worker_main(boot: dict[str, Any]) -> None:
             ipc_dir=boot.get("ipc_dir"),
             keys=Keys.of_boot(boot.get("keys")),
         )
+        if arena is not None and a is not None:  # the same-host rings after the regions, if any
+            mesh.use_rings(attach_rings(arena, a, rank, mesh.address, boot.get("ipc_dir")))
         mesh.connect("launcher", *launcher_address(boot))
         hello = c.Hello(rank, mesh.address, boot["host"], mesh.ipc_address)
         mesh.send("launcher", [hello])

@@ -4,7 +4,8 @@ The launcher creates the segment that `wgc_runtime.host.transport.arena` divides
 and unlinks it when the run ends; it never maps a tensor, so this part of the arena needs no
 torch (nor numpy). Segment names carry a unique per-run prefix (`segment_name`) so tests can list
 ``/dev/shm`` for leaks (`leaked_segments`); `region_size` caps a region so the whole segment fits
-in half of what ``/dev/shm`` has free.
+in half of what ``/dev/shm`` has free. The same-host rings (`wgc_runtime.host.transport.ring`)
+live after the regions when the segment is made with ``ring`` bytes per ring.
 """
 
 from __future__ import annotations
@@ -51,11 +52,15 @@ class Segment:
     """A new segment of ``slots`` regions of ``region`` bytes, owned (unlinked) by this
     process: at `close`, at exit, and by multiprocessing's resource tracker if it is killed."""
 
-    def __init__(self, slots: int, region: int, tag: str = "") -> None:
+    def __init__(self, slots: int, region: int, tag: str = "", ring: int = 0) -> None:
+        from wgc_runtime.host.transport.ring import ring_bytes  # stdlib only
+
         self.slots = slots
         self.region = region
+        self.ring = ring  # bytes per same-host ring after the regions (0: no rings)
+        extra = ring_bytes(slots, ring) if ring else 0
         self.shm = shared_memory.SharedMemory(
-            name=segment_name(tag), create=True, size=slots * region
+            name=segment_name(tag), create=True, size=slots * region + extra
         )
         self.name = self.shm.name
         self._closed = False
@@ -63,7 +68,7 @@ class Segment:
 
     def spec(self) -> dict[str, Any]:
         """What a child needs to attach (`Arena.attach`)."""
-        return {"name": self.name, "slots": self.slots, "region": self.region}
+        return {"name": self.name, "slots": self.slots, "region": self.region, "ring": self.ring}
 
     def close(self) -> None:
         """Unmap and unlink; idempotent."""

@@ -76,10 +76,12 @@ from wgc_runtime.contract.messages import Message
 from wgc_runtime.host.transport import cutoff
 from wgc_runtime.host.transport.guard import PeerGuard
 from wgc_runtime.host.transport.keys import CLIENT_DOMAIN, INBOX_DOMAIN, Keys
+from wgc_runtime.host.transport.ring import RingFull
 from wgc_runtime.host.transport.tuning import TUNING, Tuning
 
 if TYPE_CHECKING:
     from wgc_runtime.host.transport.arena import Arena
+    from wgc_runtime.host.transport.ring import Rings
 
 LOOPBACK = {"127.0.0.1", "localhost", "::1", ""}
 WILDCARD = {"0.0.0.0", "*", "::"}
@@ -95,6 +97,8 @@ CLIENT_FRAME_BYTES = 256 << 20
 RECUT_S = 1.0  # a cut-off peer that reconnected is looked for again at most this often
 
 Peer = int | str  # a rank, "conductor" or "launcher"
+RINGS = "rings"  # the event `Mesh.wait` reports for a record waiting in a ring
+INBOX_EVERY_S = 0.01  # how often a process whose data peers are all on rings looks at its inbox
 
 # plain ints: pyzmq's enum flags cost a Python-level `Flag.__and__` (~1 µs) per use on the hot path
 _EVENTS, _POLLIN, _RCVMORE = int(zmq.EVENTS), int(zmq.POLLIN), int(zmq.RCVMORE)
@@ -250,6 +254,11 @@ class Mesh:
         self._codec = codec or _default_codec(INBOX)
         self._resolve = arena.view if arena is not None else None
         self._last_active = 0.0  # perf_counter of the last send or receive (busy-poll window)
+        # same-host peers with a ring (`wgc_runtime.host.transport.ring`): peer -> its slot
+        self.rings: Rings | None = None
+        self._ring_slot: dict[Peer, int] = {}
+        self._ring_only = False  # every data peer (ranks, conductor) is on a ring
+        self._inbox_at = 0.0  # perf_counter of the last look at the inbox (`take`)
 
     @property
     def endpoints(self) -> list[str]:
@@ -280,6 +289,45 @@ class Mesh:
             self.ipc[peer] = ipc
         else:
             self.ipc.pop(peer, None)
+        slot = self._slot_of(peer)
+        if slot is not None and self.rings is not None and self.same_host(peer):
+            self.rings.connect(slot, address)
+            self._ring_slot[peer] = slot
+        else:
+            self._ring_slot.pop(peer, None)
+        data = [p for p in self.peers if p != "launcher" and p != self.me]
+        self._ring_only = bool(data) and all(p in self._ring_slot for p in data)
+
+    def use_rings(self, rings: Rings | None) -> None:
+        """Talk to same-host peers through ``rings`` (its token must be this inbox's:
+        `ring.token_of` ``self.address``); peers already known switch over at once."""
+        if rings is None:
+            return
+        self.rings = rings
+        self.poller.register(rings.bell, _POLLIN)
+        for peer in list(self.peers):
+            self.connect(
+                peer, self.peers[peer], self.hosts.get(peer, self.host), self.ipc.get(peer)
+            )
+
+    def _slot_of(self, peer: Peer) -> int | None:
+        """The ring slot of ``peer`` (the arena's: rank r is r, the conductor the last)."""
+        rings = self.rings
+        if rings is None:
+            return None
+        if peer == "conductor":
+            slot = rings.slots - 1
+        elif isinstance(peer, int) and 0 <= peer < rings.slots - 1:
+            slot = peer
+        else:
+            return None
+        return slot if slot != rings.me else None
+
+    def register(self, poller: zmq.Poller) -> None:
+        """Watch this mesh's inbox (and its ring doorbell) with another poller."""
+        poller.register(self.inbox, _POLLIN)
+        if self.rings is not None:
+            poller.register(self.rings.bell, _POLLIN)
 
     def _socket(self, peer: Peer) -> zmq.Socket:
         sock = self._out.get(peer)
@@ -308,8 +356,18 @@ class Mesh:
 
     def send(self, peer: Peer, msgs: Sequence[Message]) -> None:
         """Messages for ``peer``, in order, as one batch (their tensors: small ones inline,
-        large ones in the arena on this host, frames elsewhere). Raises `TransportError` when the
-        peer's queue stays full."""
+        large ones in the arena on this host, frames elsewhere; through the peer's ring when it
+        has one). Raises `TransportError` when the peer's queue stays full."""
+        slot = self._ring_slot.get(peer)
+        if slot is not None:
+            assert self.rings is not None
+            try:
+                self.rings.send(slot, self._codec.encode(list(msgs), self._place(peer)))
+            except RingFull as exc:
+                who = f"{_name(self.me)} could not send to {_name(peer)}"
+                raise TransportError(f"{who}: {exc}") from None
+            self._last_active = time.perf_counter()
+            return
         self._send(peer, self._codec.encode(list(msgs), self._place(peer)))
 
     def _send(self, peer: Peer, frames: list[Any]) -> None:
@@ -349,7 +407,44 @@ class Mesh:
 
     def wait(self, poller: zmq.Poller, timeout_ms: float) -> list[tuple[Any, int]]:
         """``poller.poll(timeout_ms)``, busy-polling first for what is left of the busy-poll
-        window after the last activity (`Tuning.busy_poll_us`; 0: never)."""
+        window after the last activity (`Tuning.busy_poll_us`; 0: never). With rings, a
+        record waiting in one counts as an event (``(RINGS, POLLIN)``), and the sleep is
+        announced to the senders (`Rings.sleeping`) so they ring the doorbell."""
+        rings = self.rings
+        if rings is not None:
+            return self._wait_rings(rings, poller, timeout_ms)
+        return self._wait(poller, timeout_ms)
+
+    def _wait_rings(self, rings: Rings, poller: zmq.Poller, timeout_ms: float) -> list:
+        if rings.ready():
+            return [(RINGS, _POLLIN)]
+        if timeout_ms <= 0:
+            return poller.poll(0)
+        now = time.perf_counter()
+        if rings.may_spin():  # a short spin on the rings (and now and then the sockets)
+            until = self._last_active + rings.spin_s
+            turn = 0
+            while now < until:
+                if rings.ready():
+                    return [(RINGS, _POLLIN)]
+                turn += 1
+                if not turn & 15:
+                    events = poller.poll(0)
+                    if events:
+                        return events
+                os.sched_yield()  # never hold a core a runnable peer needs
+                now = time.perf_counter()
+        if rings.backlog():  # a receiver makes room without a word: look again soon
+            timeout_ms = min(timeout_ms, 1)
+        rings.sleeping(True)
+        try:
+            rings.drain_bell()  # a syscall between announcing the sleep and looking again
+            events = [] if rings.ready() else self._wait(poller, timeout_ms)
+        finally:
+            rings.sleeping(False)
+        return events or ([(RINGS, _POLLIN)] if rings.ready() else [])
+
+    def _wait(self, poller: zmq.Poller, timeout_ms: float) -> list[tuple[Any, int]]:
         spin = self.tuning.busy_poll_us
         if timeout_ms > 0 and spin > 0:
             now = time.perf_counter()
@@ -364,17 +459,34 @@ class Mesh:
                 now = time.perf_counter()
         return poller.poll(max(0, int(timeout_ms)))
 
-    def poll(self, timeout_ms: float) -> list[Message]:
+    def poll(self, timeout_ms: float, inbox_ready: bool | None = None) -> list[Message]:
         """Messages that arrived within ``timeout_ms`` (all that are queued, at least one if any
-        arrives in time); transport messages are handled here."""
+        arrives in time); transport messages are handled here. ``inbox_ready``: whether the
+        caller's own poller saw the inbox ready (None: unknown; see `take`)."""
         out: list[Message] = []
-        if timeout_ms > 0 and not self.wait(self.poller, timeout_ms):
-            return out
-        self.take(out)
+        if self.rings is not None:
+            self.rings.pump()
+        if timeout_ms > 0:
+            events = self.wait(self.poller, timeout_ms)
+            if not events:
+                return out
+            inbox_ready = any(sock is self.inbox for sock, _ in events)
+        self.take(out, inbox_ready)
         return out
 
-    def take(self, out: list[Message]) -> None:
-        """Append every message queued in the inbox now to ``out`` (without waiting)."""
+    def take(self, out: list[Message], inbox_ready: bool | None = None) -> None:
+        """Append every message queued now to ``out`` (without waiting). With every data peer
+        on a ring, the ZeroMQ inbox carries only the launcher's control messages: it is read
+        when a poller saw it ready (``inbox_ready``) and otherwise at most every `INBOX_EVERY_S`
+        (each look costs ZeroMQ two syscalls)."""
+        if self.rings is not None:
+            self._take_rings(self.rings, out)
+            if not inbox_ready and self._ring_only:
+                now = time.perf_counter()
+                if now - self._inbox_at < INBOX_EVERY_S:
+                    self._last_active = now
+                    return
+                self._inbox_at = now
         inbox = self.inbox
         get = inbox.get
         secret = self.secret
@@ -412,6 +524,23 @@ class Mesh:
                 else:
                     out.append(msg)
         self._last_active = time.perf_counter()
+
+    def _take_rings(self, rings: Rings, out: list[Message]) -> None:
+        """Every message in this process's rings now (no secret: the segment is private)."""
+        decode, resolve = self._codec.decode, self._resolve
+        for frames in rings.take():
+            try:
+                batch = decode(frames, resolve)
+            except Exception as exc:  # as on the socket: a bad record is dropped
+                self._reject(exc, "a ring peer")
+                continue
+            for msg in batch:
+                if msg.__class__ is ArenaFree:
+                    if self.arena is not None:
+                        for off, gen in msg.blocks:
+                            self.arena.release(off, gen)
+                else:
+                    out.append(msg)
 
     def _drain(self, first: Any) -> str:
         """Drop the rest of a message unread; who sent it (as far as its frames tell)."""
@@ -465,6 +594,10 @@ class Mesh:
         for sock in self._out.values():
             sock.close(linger_ms)
         self._out.clear()
+        if self.rings is not None:
+            self.rings.close()
+            self.rings = None
+            self._ring_slot.clear()
         self.inbox.close(0)
         if self._ipc is not None:
             self._ipc.remove()

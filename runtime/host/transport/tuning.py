@@ -23,6 +23,15 @@ at import:
     `cpu-2rank-compiled` sends ~2.3x fewer batches from the LM rank for +2-3% throughput.
 ``WGC_IPC`` (default 1)
     Peers on the same host talk over ``ipc://`` (Unix domain) sockets instead of TCP loopback.
+``WGC_RING`` (default 1; 0: ZeroMQ between the processes of one host too)
+    Processes of one host (the conductor and the ranks that share its arena) send to each
+    other through single-producer/single-consumer rings in the arena segment instead of ZeroMQ
+    (`wgc_runtime.host.transport.ring`); ZeroMQ stays for other hosts, the launcher and clients.
+``WGC_RING_KIB`` (default 1024)
+    Bytes per ring (one per ordered pair of processes; sparse: pages are touched as used).
+``WGC_RING_SPIN_US`` (default 50)
+    How long a process with rings spins on them after its last activity before it sleeps,
+    only while the host's 1-minute load average is below its core count.
 ``WGC_PROFILE`` (default unset)
     A path prefix: every worker and the conductor run under ``cProfile`` and write
     ``<prefix>.<who>.prof`` when they exit (``python -m pstats`` reads them).
@@ -55,6 +64,9 @@ class Tuning:
     ipc: bool = True
     profile: str | None = None
     hold_us: float = 10_000.0
+    ring: bool = True
+    ring_kib: int = 1024
+    ring_spin_us: float = 50.0
 
     @classmethod
     def from_env(cls) -> Tuning:
@@ -64,6 +76,9 @@ class Tuning:
             ipc=_flag("WGC_IPC", True),
             profile=os.environ.get("WGC_PROFILE") or None,
             hold_us=max(0.0, _float("WGC_HOLD_US", 10_000.0)),
+            ring=_flag("WGC_RING", True),
+            ring_kib=max(1, int(_float("WGC_RING_KIB", 1024))),
+            ring_spin_us=max(0.0, _float("WGC_RING_SPIN_US", 50.0)),
         )
 
 
