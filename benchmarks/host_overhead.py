@@ -1,0 +1,197 @@
+"""Host overhead of serving a decode loop: Orpheus's graph over a fake engine, on 2 ranks.
+
+    .venv/bin/python benchmarks/host_overhead.py [--concurrency 1 16 128] [--tokens 280]
+        [--repeat 3] [--json out.json]
+
+The graph is `examples/orpheus/orpheus.walk` with its nodes swapped for `benchmarks/host_nodes`'s:
+`FakeLM` is Orpheus's own `LLM` node (prefill, captured decode step, sampling and stop
+bookkeeping, KV pool appends and page tables) over an engine whose model step returns fixed
+logits in ~0 time; `FakeVocoder` turns each ``sliding(28, 7)`` window into fixed samples. The
+placement is Orpheus's ``cpu-2rank`` (the LM on rank 0, the vocoder and the token stream on
+rank 1) with ``max_batch`` and the capture buckets raised to 128. Each request speaks
+``--tokens`` tokens (``option max_tokens``), so the LM rank makes ``c * tokens`` rows of decode
+steps for ``c`` requests.
+
+Per concurrency ``c`` (1, 16, 128 requests submitted at once through `Cluster` + `Client`, the
+processes ``wgc run --serve`` starts), ``--repeat`` rounds, the concurrencies interleaved:
+
+* **host µs per row per decode step** of each rank: the rank process's CPU time over the
+  round (``/proc`` schedstat, every thread) / (``c * tokens``): with a fake engine everything
+  it spends is host overhead (the runtime's and the node's Python, the transport);
+* **conductor µs per row-step**: the conductor's CPU over the round / (``c * tokens``), and
+  per request;
+* **messages per request**: every message the cores exchange for the ``c`` requests
+  (`LocalCluster.log`: conductor <-> ranks, rank <-> rank, to the client) / ``c``, by type
+  (a `StreamItems` counts once, whatever it carries);
+* the round's wall time, and tokens per second.
+
+Medians over the rounds with the spread (min-max); the machine load before and after each
+round. Published anchors for the per-row cost (M*: a Python router ≈ 21.7 µs per request per
+step at batch 128, its Rust port 0.28 µs) are printed beside them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.hot_path import cpu_seconds, loadavg  # noqa: E402
+
+WALK = ROOT / "examples" / "orpheus" / "orpheus.walk"
+IMPLS = {
+    '"examples.orpheus.nodes:LLM"': '"benchmarks.host_nodes:FakeLM"',
+    '"examples.orpheus.nodes:SnacDecoder"': '"benchmarks.host_nodes:FakeVocoder"',
+}
+BUCKETS = [1, 2, 4, 8, 16, 32, 64, 128]
+# published per-row routing costs at batch 128 (µs per request per decode step)
+ANCHORS = {"M* Python": 21.7, "M* Rust": 0.28}
+TEXT = "hello there, this is a test"
+
+
+def placement(max_c: int, kv_tokens: int) -> str:
+    pages = max_c * (-(-kv_tokens // 16) + 1) + 16
+    return (
+        "devices: [cpu, cpu]\n"
+        "place:\n  - nodes: [LLM]\n    ranks: [0]\n  - nodes: [snac_decoder]\n    ranks: [1]\n"
+        f"params: {{kv_tokens: {kv_tokens}}}\n"
+        f"kv_cache: {{page_size: 16, pages: {pages}, dtype: f32}}\n"
+        f"batching: {{max_batch: {max_c}, capture: {[b for b in BUCKETS if b <= max_c]}}}\n"
+        f"max_concurrent_requests: {max_c}\n"
+    )
+
+
+def compile_plan(out: Path, max_c: int, tokens: int) -> Path:
+    from wgc.driver import Driver
+
+    text = WALK.read_text()
+    for old, new in IMPLS.items():
+        assert old in text, f"{WALK} no longer names {old}"
+        text = text.replace(old, new)
+    walk = out / "host_orpheus.walk"
+    walk.write_text(text)
+    place = out / "host-2rank.yaml"
+    place.write_text(placement(max_c, tokens + 64))
+    result = Driver().compile(str(walk), str(place))
+    if not result.ok:
+        raise SystemExit("\n".join(d.message for d in result.errors))
+    plan = out / "plan"
+    plan.mkdir()
+    for name, text in result.files.items():
+        (plan / name).write_text(text)
+    return plan
+
+
+def messages(plan: Path, c: int, tokens: int) -> dict:
+    """Every message of ``c`` requests run at once in one process, by type, per request."""
+    from wgc_runtime.contract.flow import Segment
+    from wgc_runtime.host.local import LocalCluster
+
+    local = LocalCluster(plan)
+    options = {"max_tokens": tokens}
+    req = local.request([Segment("text", TEXT)], ["audio"], options)
+    local.submit(req)
+    local.run()
+    local.log = []
+    handles = [local.submit(local.request([Segment("text", TEXT)], ["audio"], options)) for _ in range(c)]
+    local.run()
+    assert all(h.ok for h in handles), [h.error for h in handles if not h.ok]
+    counts = collections.Counter(type(m).__name__ for _, m in local.log)
+    return {"per_request": sum(counts.values()) / c, "by_type": {k: v / c for k, v in counts.items()}}
+
+
+def served_round(client, pids: dict[str, int], c: int, tokens: int) -> dict:
+    c0 = {who: cpu_seconds([pid]) for who, pid in pids.items()}
+    t0 = time.perf_counter()
+    streams = [
+        client.submit([("text", TEXT)], ["audio"], {"max_tokens": tokens}, deadline=600)
+        for _ in range(c)
+    ]
+    frames = sum(len(s.collect()) for s in streams)
+    wall = time.perf_counter() - t0
+    rows = c * tokens
+    cpu = {who: (cpu_seconds([pid]) - c0[who]) * 1e6 / rows for who, pid in pids.items()}
+    return {"wall_s": wall, "tok_s": rows / wall, "frames": frames, "us_per_row": cpu}
+
+
+def spread(vals: list[float]) -> str:
+    return f"{statistics.median(vals):,.2f} ({min(vals):,.2f}-{max(vals):,.2f})"
+
+
+def table(result: dict) -> str:
+    whos = sorted(result["rounds"][str(result["concurrency"][0])][0]["us_per_row"], key=_order)
+    head = "| concurrency | " + " | ".join(f"{w} µs / row-step" for w in whos)
+    head += " | conductor µs / request | messages / request | tokens/s | wall s |"
+    lines = [head, "|" + " --- |" * (len(whos) + 5)]
+    for c in result["concurrency"]:
+        rounds = result["rounds"][str(c)]
+        cells = [spread([r["us_per_row"][w] for r in rounds]) for w in whos]
+        per_req = [r["us_per_row"]["conductor"] * result["tokens"] for r in rounds]
+        lines.append(
+            f"| {c} | "
+            + " | ".join(cells)
+            + f" | {spread(per_req)} | {result['messages'][str(c)]['per_request']:.1f} "
+            + f"| {spread([r['tok_s'] for r in rounds])} | {spread([r['wall_s'] for r in rounds])} |"
+        )
+    anchors = ", ".join(f"{k} {v} µs" for k, v in ANCHORS.items())
+    lines.append(f"| anchors (per request per step at batch 128) | {anchors} |" + " |" * (len(whos) + 3))
+    return "\n".join(lines)
+
+
+def _order(who: str) -> tuple[int, str]:
+    return (0, who) if who.startswith("rank") else (1, who)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 128])
+    ap.add_argument("--tokens", type=int, default=280)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    import torch
+
+    torch.set_num_threads(1)
+    os.environ["OMP_NUM_THREADS"] = "1"
+    os.chdir(ROOT)  # the nodes' impl paths resolve from the project root
+    from wgc_runtime.host.client import Client
+    from wgc_runtime.host.processes.launcher import Cluster
+
+    max_c = max(args.concurrency)
+    result: dict = {
+        "concurrency": args.concurrency,
+        "tokens": args.tokens,
+        "rounds": {str(c): [] for c in args.concurrency},
+        "messages": {},
+        "load": [],
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        plan = compile_plan(Path(tmp), max_c, args.tokens)
+        for c in args.concurrency:
+            result["messages"][str(c)] = messages(plan, c, args.tokens)
+        with Cluster(str(plan), progress=None) as cluster, Client(cluster.client_address) as cl:
+            pids = dict(cluster.pids)
+            served_round(cl, pids, min(4, max_c), args.tokens)  # warm-up
+            for r in range(args.repeat):
+                before = loadavg()
+                for c in args.concurrency:
+                    result["rounds"][str(c)].append(served_round(cl, pids, c, args.tokens))
+                result["load"].append(f"{before} -> {loadavg()}")
+                print(f"round {r + 1}/{args.repeat}: load {result['load'][-1]}", flush=True)
+    print("messages by type, per request: " + json.dumps(result["messages"]))
+    print(table(result))
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
