@@ -26,7 +26,11 @@ processes ``wgc run --serve`` starts), ``--repeat`` rounds, the concurrencies in
 * the round's wall time, and tokens per second.
 
 Medians over the rounds with the spread (min-max); the machine load before and after each
-round. Published anchors for the per-row cost (M*: a Python router ≈ 21.7 µs per request per
+round. ``--base CHECKOUT``: the same measurement of another checkout's runtime and nodes
+(`speech_paired.start`: its processes import ``CHECKOUT/runtime`` and ``CHECKOUT/examples``),
+started beside this one and served in alternating order each round; then the per-round ratios
+this / base are printed too (on a shared machine the paired ratio is what counts).
+Published anchors for the per-row cost (M*: a Python router ≈ 21.7 µs per request per
 step at batch 128, its Rust port 0.28 µs) are printed beside them.
 """
 
@@ -40,10 +44,13 @@ import statistics
 import sys
 import tempfile
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+for _p in (str(ROOT), str(ROOT / "benchmarks")):  # once: a spawned child re-runs this module,
+    if _p not in sys.path:  # and must keep a base deployment's shim (`start`) first
+        sys.path.insert(0, _p)
 
 from benchmarks.hot_path import cpu_seconds, loadavg  # noqa: E402
 
@@ -102,11 +109,16 @@ def messages(plan: Path, c: int, tokens: int) -> dict:
     local.submit(req)
     local.run()
     local.log = []
-    handles = [local.submit(local.request([Segment("text", TEXT)], ["audio"], options)) for _ in range(c)]
+    handles = [
+        local.submit(local.request([Segment("text", TEXT)], ["audio"], options)) for _ in range(c)
+    ]
     local.run()
     assert all(h.ok for h in handles), [h.error for h in handles if not h.ok]
     counts = collections.Counter(type(m).__name__ for _, m in local.log)
-    return {"per_request": sum(counts.values()) / c, "by_type": {k: v / c for k, v in counts.items()}}
+    return {
+        "per_request": sum(counts.values()) / c,
+        "by_type": {k: v / c for k, v in counts.items()},
+    }
 
 
 def served_round(client, pids: dict[str, int], c: int, tokens: int) -> dict:
@@ -127,23 +139,45 @@ def spread(vals: list[float]) -> str:
     return f"{statistics.median(vals):,.2f} ({min(vals):,.2f}-{max(vals):,.2f})"
 
 
-def table(result: dict) -> str:
-    whos = sorted(result["rounds"][str(result["concurrency"][0])][0]["us_per_row"], key=_order)
-    head = "| concurrency | " + " | ".join(f"{w} µs / row-step" for w in whos)
+def table(result: dict, side: str) -> str:
+    first = result["sides"][side][str(result["concurrency"][0])][0]
+    whos = sorted(first["us_per_row"], key=_order)
+    head = f"| {side}: concurrency | " + " | ".join(f"{w} µs / row-step" for w in whos)
     head += " | conductor µs / request | messages / request | tokens/s | wall s |"
     lines = [head, "|" + " --- |" * (len(whos) + 5)]
     for c in result["concurrency"]:
-        rounds = result["rounds"][str(c)]
+        rounds = result["sides"][side][str(c)]
         cells = [spread([r["us_per_row"][w] for r in rounds]) for w in whos]
         per_req = [r["us_per_row"]["conductor"] * result["tokens"] for r in rounds]
+        msgs = result["messages"].get(side, {}).get(str(c))
+        shown = f"{msgs['per_request']:.1f}" if msgs else "-"
         lines.append(
             f"| {c} | "
             + " | ".join(cells)
-            + f" | {spread(per_req)} | {result['messages'][str(c)]['per_request']:.1f} "
-            + f"| {spread([r['tok_s'] for r in rounds])} | {spread([r['wall_s'] for r in rounds])} |"
+            + f" | {spread(per_req)} | {shown} "
+            + f"| {spread([r['tok_s'] for r in rounds])} "
+            + f"| {spread([r['wall_s'] for r in rounds])} |"
         )
     anchors = ", ".join(f"{k} {v} µs" for k, v in ANCHORS.items())
-    lines.append(f"| anchors (per request per step at batch 128) | {anchors} |" + " |" * (len(whos) + 3))
+    lines.append(
+        f"| anchors (per request per step at batch 128) | {anchors} |" + " |" * (len(whos) + 3)
+    )
+    return "\n".join(lines)
+
+
+def ratios(result: dict) -> str:
+    """this / base per process and concurrency: the median of the per-round ratios (range)."""
+    base, this = result["sides"]["base"], result["sides"]["this"]
+    whos = sorted(base[str(result["concurrency"][0])][0]["us_per_row"], key=_order)
+    lines = [
+        "| this / base: concurrency | " + " | ".join(f"{w} CPU" for w in whos) + " | tokens/s |",
+        "|" + " --- |" * (len(whos) + 2),
+    ]
+    for c in result["concurrency"]:
+        pairs = list(zip(base[str(c)], this[str(c)], strict=True))
+        cells = [spread([t["us_per_row"][w] / b["us_per_row"][w] for b, t in pairs]) for w in whos]
+        cells.append(spread([t["tok_s"] / b["tok_s"] for b, t in pairs]))
+        lines.append(f"| {c} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -156,6 +190,7 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 128])
     ap.add_argument("--tokens", type=int, default=280)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--base", type=Path, help="another checkout, run side by side (paired)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     import torch
@@ -163,32 +198,44 @@ def main() -> None:
     torch.set_num_threads(1)
     os.environ["OMP_NUM_THREADS"] = "1"
     os.chdir(ROOT)  # the nodes' impl paths resolve from the project root
+    from speech_paired import start
+
     from wgc_runtime.host.client import Client
-    from wgc_runtime.host.processes.launcher import Cluster
 
     max_c = max(args.concurrency)
+    names = ["base", "this"] if args.base else ["this"]
     result: dict = {
         "concurrency": args.concurrency,
         "tokens": args.tokens,
-        "rounds": {str(c): [] for c in args.concurrency},
-        "messages": {},
+        "sides": {n: {str(c): [] for c in args.concurrency} for n in names},
+        "messages": {"this": {}},
         "load": [],
     }
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
         plan = compile_plan(Path(tmp), max_c, args.tokens)
         for c in args.concurrency:
-            result["messages"][str(c)] = messages(plan, c, args.tokens)
-        with Cluster(str(plan), progress=None) as cluster, Client(cluster.client_address) as cl:
-            pids = dict(cluster.pids)
-            served_round(cl, pids, min(4, max_c), args.tokens)  # warm-up
-            for r in range(args.repeat):
-                before = loadavg()
-                for c in args.concurrency:
-                    result["rounds"][str(c)].append(served_round(cl, pids, c, args.tokens))
-                result["load"].append(f"{before} -> {loadavg()}")
-                print(f"round {r + 1}/{args.repeat}: load {result['load'][-1]}", flush=True)
+            result["messages"]["this"][str(c)] = messages(plan, c, args.tokens)
+        clients = {}
+        for n in names:
+            cluster = start(stack, plan, {}, args.base.resolve() if n == "base" else None)
+            client = stack.enter_context(Client(cluster.client_address))
+            clients[n] = (client, dict(cluster.pids))
+            served_round(client, clients[n][1], min(4, max_c), args.tokens)  # warm-up
+        for r in range(args.repeat):
+            before = loadavg()
+            order = names if r % 2 == 0 else names[::-1]
+            for c in args.concurrency:
+                for n in order:
+                    client, pids = clients[n]
+                    result["sides"][n][str(c)].append(served_round(client, pids, c, args.tokens))
+            result["load"].append(f"{before} -> {loadavg()}")
+            print(f"round {r + 1}/{args.repeat}: load {result['load'][-1]}", flush=True)
     print("messages by type, per request: " + json.dumps(result["messages"]))
-    print(table(result))
+    for n in names:
+        print(table(result, n))
+        print()
+    if args.base:
+        print(ratios(result))
     if args.json:
         args.json.write_text(json.dumps(result, indent=2))
 

@@ -75,7 +75,7 @@ from wgc_runtime.contract.node import (
     NodeError,
     Work,
 )
-from wgc_runtime.engines.kv_pool import SequenceFull
+from wgc_runtime.engines.decode_runner import DecodeRunner, requests_of
 
 
 def orpheus_tokens(config: Mapping[str, Any]) -> OrpheusTokens:
@@ -180,7 +180,7 @@ class LLM(Node):
             )
         self._engine: DecoderEngine | None = None
         self._params: dict[str, Sampling] = {}  # each running request's sampling options
-        self._table_rows: dict[int, dict[str, Any]] = {}  # per decode width (`_decode_form`)
+        self._runner: DecodeRunner | None = None  # the decode step's running batch
 
     def engine(self, kv: KvCache | None) -> DecoderEngine:
         if kv is None:
@@ -213,6 +213,9 @@ class LLM(Node):
         if not rows:
             return results
         logits = engine.forward(seqs, feeds)
+        if self._runner is not None:  # sequences the decode step's runner holds grew here
+            for request, _ in seqs:
+                self._runner.sync(request)
         for j, i in enumerate(rows):
             w = batch[i]
             masked = self._mask(logits[j : j + 1], w)
@@ -278,8 +281,8 @@ class LLM(Node):
 
     def release(self, request_id: str) -> None:
         self._params.pop(request_id, None)
-        for rows in self._table_rows.values():
-            rows.pop(request_id, None)
+        if self._runner is not None:
+            self._runner.leave(request_id)
 
     def export_state(self, request_id: str, kept: dict[str, Any]) -> dict[str, torch.Tensor]:
         self.release(request_id)  # the request moves on to another rank
@@ -304,6 +307,31 @@ class LLM(Node):
         widths = engine.width_forms(self.kv_tokens, forms)
         return [self._decode_form(call, engine, w, w == widths[-1]) for w in widths]
 
+    def _decode_runner(self, engine: DecoderEngine, call: CapturedCall) -> DecodeRunner:
+        """The node's one running batch (`DecodeRunner`), shared by its step's forms."""
+        if self._runner is None or self._runner.pool is not engine.pool:
+            kv = call.kv
+            assert kv is not None
+            width = engine.width_for(self.kv_tokens)
+            pad = engine.pad_slot // engine.pool.page_size
+            self._runner = DecodeRunner(
+                engine.pool,
+                label=kv.labels[0],
+                width=width,
+                limit=self.kv_tokens,
+                pad_page=pad,
+            )
+        return self._runner
+
+    def _full(self, w: Work, exc: BaseException) -> BaseException:
+        """A row the runner could not grow: the node's own message when its sequence is full."""
+        try:
+            assert w.ctx.kv is not None
+            self._check_room(w.ctx.kv, 1)
+        except NodeError as mine:
+            return mine
+        return exc
+
     def _decode_form(
         self, call: CapturedCall, engine: DecoderEngine, width: int, widest: bool
     ) -> StaticStep:
@@ -313,7 +341,6 @@ class LLM(Node):
         extra = {name: StaticPort(b.dims, DTYPE_NAMES[b.dtype], b.pad) for name, b in bufs.items()}
         del extra["tokens"]  # the `token` port
         extra["spoken"] = StaticPort((), "i64", 0)  # each row's audio position (the mask)
-        pad_page = int(bufs["block_tables"].pad)
         unit = engine.unit_for(call.backend)
         tokens, audio_only = self.tokens, self.audio_only
         stash: dict[int, torch.Tensor] = {}  # the step's logits, per bucket
@@ -329,37 +356,20 @@ class LLM(Node):
             nxt = logits.argmax(-1)
             return {"new_token": nxt.reshape(-1, 1), "stop": nxt == tokens.end_of_speech}
 
+        runner = self._decode_runner(engine, call)
+
         def admits(works: Sequence[Work]) -> bool:
             """Every row's sequence, with this step's token, fits ``width`` pages."""
-            return all(w.ctx.kv is not None and w.ctx.kv.length() < room for w in works)
+            return runner.longest(requests_of(works)) < room
 
-        pool, limit = engine.pool, self.kv_tokens
-        # request -> (its page list, that list's length, the padded table row made from it):
-        # a row changes when the sequence takes a page, once in `page_size` steps
-        rows = self._table_rows.setdefault(width, {})
-
-        def prepare(w: Work) -> dict[str, Any]:
-            """Append the row's token slot to its sequence: its slot, position, length, page
-            table (padded with the padding page) and audio position."""
-            kv = w.ctx.kv
-            assert kv is not None
-            try:
-                slot, length, pages = pool.append_token(kv.request, kv.labels[0], limit)
-            except SequenceFull:
-                self._check_room(kv, 1)  # the node's own message
-                raise
-            row = rows.get(kv.request)
-            if row is None or row[0] is not pages or row[1] != len(pages):
-                table = torch.full((width,), pad_page, dtype=torch.int32)
-                table[: len(pages)] = torch.tensor(pages, dtype=torch.int32)
-                row = rows[kv.request] = (pages, len(pages), table)
-            return {
-                "positions": length - 1,
-                "slots": slot,
-                "kv_lens": length,
-                "block_tables": row[2],
-                "spoken": int(w.ctx.state["spoken"]),
-            }
+        def prepare_batch(works: Sequence[Work]) -> tuple[dict[str, torch.Tensor], dict]:
+            """Append each row's token slot to its sequence (`DecodeRunner.step`): the batch's
+            slots, positions, lengths, page tables, and audio positions."""
+            meta = runner.step(requests_of(works))
+            extra = meta.tensors(width)
+            extra["spoken"] = torch.tensor([int(works[i].ctx.state["spoken"]) for i in meta.rows])
+            failed = {i: self._full(works[i], exc) for i, exc in meta.failed.items()}
+            return extra, failed
 
         def finish(works: Sequence[Work], outputs: Mapping[str, torch.Tensor]) -> None:
             """Per row: the request's choice (sampled rows re-chosen from the step's logits),
@@ -383,7 +393,7 @@ class LLM(Node):
         return StaticStep(
             fn=fn,
             extra=extra,
-            prepare=prepare,
+            prepare_batch=prepare_batch,
             finish=finish,
             admits=None if widest else admits,
             label=f"page tables of {room} tokens",
