@@ -192,6 +192,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--base", type=Path, help="another checkout, run side by side (paired)")
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--markdown", type=Path, help="write the tables here (benchmarks/all.py)")
     args = ap.parse_args()
     import torch
 
@@ -231,11 +232,12 @@ def main() -> None:
             result["load"].append(f"{before} -> {loadavg()}")
             print(f"round {r + 1}/{args.repeat}: load {result['load'][-1]}", flush=True)
     print("messages by type, per request: " + json.dumps(result["messages"]))
-    for n in names:
-        print(table(result, n))
-        print()
-    if args.base:
-        print(ratios(result))
+    tables = [table(result, n) for n in names] + ([ratios(result)] if args.base else [])
+    loads = "Load (1 min, 5, 15) per round, before -> after: " + "; ".join(result["load"]) + "."
+    text = "\n\n".join([*tables, loads]) + "\n"
+    print(text)
+    if args.markdown:
+        args.markdown.write_text(text)
     if args.json:
         args.json.write_text(json.dumps(result, indent=2))
 

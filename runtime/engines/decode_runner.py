@@ -146,7 +146,8 @@ class DecodeRunner:
         ones): what decides the narrowest page table that admits their step."""
         if not requests:
             return 0
-        return int(self._lengths.index_select(0, self.rows_of(requests)).max())
+        rows = self.rows_of(requests)  # first: a join may grow the tensors
+        return int(self._lengths.index_select(0, rows).max())
 
     # ------------------------------------------------------------------ one step
     def step(self, requests: Sequence[Hashable]) -> StepMeta:

@@ -273,9 +273,13 @@ class CapturedSteps:
         self.rows += len(rows)
         self.batch_sizes[len(rows)] += 1
         # one copy of each output (the runner's buffers are reused), split into row views
-        split = {port: t.clone().unbind(0) for port, t in got.items()}
-        for j, i in enumerate(rows):
-            results[i] = {port: split[port][j] for port in unit.outputs}
+        ports = unit.outputs
+        columns = [got[port].clone().unbind(0) for port in ports]
+        rows_of = zip(*columns, strict=True) if columns else iter([()] * len(rows))
+        if len(rows) == len(works):  # no row failed: one dict per row, straight
+            return [dict(zip(ports, values, strict=True)) for values in rows_of]
+        for i, values in zip(rows, rows_of, strict=True):
+            results[i] = dict(zip(ports, values, strict=True))
         return results
 
     @staticmethod
