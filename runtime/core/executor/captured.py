@@ -277,9 +277,9 @@ class CapturedSteps:
         columns = [got[port].clone().unbind(0) for port in ports]
         rows_of = zip(*columns, strict=True) if columns else iter([()] * len(rows))
         if len(rows) == len(works):  # no row failed: one dict per row, straight
-            return [dict(zip(ports, values, strict=True)) for values in rows_of]
-        for i, values in zip(rows, rows_of, strict=True):
-            results[i] = dict(zip(ports, values, strict=True))
+            return [dict(zip(ports, row, strict=True)) for row in rows_of]
+        for i, row in zip(rows, rows_of, strict=True):
+            results[i] = dict(zip(ports, row, strict=True))
         return results
 
     @staticmethod
