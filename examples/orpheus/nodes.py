@@ -13,7 +13,10 @@ over wgc's components (`wgc_runtime.components`: `LlamaDecoder` / `DecoderEngine
   the audio tokens of its position only when ``config audio_only`` (`audio_mask`), and
   ``stop`` at ``end_of_speech`` or after ``option max_tokens`` tokens. `static_step` is the
   decode step as a captured unit (`DecoderEngine.decode_unit`, masked and greedy in the
-  graph); rows of requests that sample are re-chosen from its logits in ``finish``.
+  graph); its running batch is the node's `DecodeRunner` (page tables as one tensor, lengths,
+  and per request its audio position, token budget and whether it decodes plainly: a step's
+  stops are tensor ops over the batch); rows of requests that sample are re-chosen from its
+  logits in ``finish``.
 - **`SnacDecoder`**: one ``sliding(28, 7)`` window of LM tokens → the 2048 samples of its
   second frame (`OrpheusVocoder.window`), or no samples for a window with a token that is not
   an audio code (as the reference's range check). The ready windows of a batch, from any
@@ -38,6 +41,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import torch
 
 from examples._batched import cast_weights, weights_dtype
@@ -200,6 +204,7 @@ class LLM(Node):
         results: list[Any] = [None] * len(batch)
         rows, seqs, feeds = [], [], []
         for i, w in enumerate(batch):
+            self._spoken_in(w)
             try:
                 feed = self._feed(w)
             except NodeError as exc:  # fails this request only
@@ -221,6 +226,7 @@ class LLM(Node):
             masked = self._mask(logits[j : j + 1], w)
             token = self._choose(w, lambda m=masked: m, None)
             results[i] = self._result(w, token)
+            self._spoken_out(w)
         return results
 
     def _feed(self, w: Work) -> torch.Tensor:
@@ -253,9 +259,7 @@ class LLM(Node):
         only when the request samples or penalises); ``greedy``: the captured step's argmax,
         kept when the request decodes plainly."""
         st = w.ctx.state
-        params = self._params.get(w.ctx.request_id)
-        if params is None:  # read once a request: its options do not change
-            params = self._params[w.ctx.request_id] = sampling(w.ctx.options)
+        params = self._params_of(w)
         if greedy is not None and plain(params):
             token = greedy
         elif params.do_sample:
@@ -267,6 +271,12 @@ class LLM(Node):
             st["history"] = torch.cat((st["history"], torch.tensor([token])))
         st["spoken"] = int(st["spoken"]) + 1
         return token
+
+    def _params_of(self, w: Work) -> Sampling:
+        params = self._params.get(w.ctx.request_id)
+        if params is None:  # read once a request: its options do not change
+            params = self._params[w.ctx.request_id] = sampling(w.ctx.options)
+        return params
 
     def _result(self, w: Work, token: int) -> dict[str, torch.Tensor]:
         out = {"new_token": torch.tensor([token], dtype=torch.int64)}
@@ -285,6 +295,9 @@ class LLM(Node):
             self._runner.leave(request_id)
 
     def export_state(self, request_id: str, kept: dict[str, Any]) -> dict[str, torch.Tensor]:
+        r = self._runner
+        if r is not None and request_id in r:  # the runner's audio position is the current one
+            kept["spoken"] = int(r.get(request_id, "spoken"))
         self.release(request_id)  # the request moves on to another rank
         return super().export_state(request_id, normal_tensors(kept))
 
@@ -320,8 +333,30 @@ class LLM(Node):
                 width=width,
                 limit=self.kv_tokens,
                 pad_page=pad,
+                columns={"spoken": np.int64, "limit": np.int64, "plain": np.bool_},
             )
         return self._runner
+
+    def _join_row(self, runner: DecodeRunner, w: Work) -> None:
+        """A request's row joined the running batch: its audio position, token budget and
+        whether it decodes plainly go to the runner's columns (the runner's ``spoken`` is the
+        current one from now on: `_spoken_in`, `_spoken_out`)."""
+        kv = w.ctx.kv
+        assert kv is not None
+        runner.set(kv.request, "spoken", int(w.ctx.state["spoken"]))
+        runner.set(kv.request, "limit", int(w.ctx.options.get("max_tokens", 0) or 0))
+        runner.set(kv.request, "plain", plain(self._params_of(w)))
+
+    def _spoken_in(self, w: Work) -> None:
+        """Before a plain call of a request the decode runner holds: its audio position."""
+        r = self._runner
+        if r is not None and w.ctx.kv is not None and w.ctx.kv.request in r:
+            w.ctx.state["spoken"] = int(r.get(w.ctx.kv.request, "spoken"))
+
+    def _spoken_out(self, w: Work) -> None:
+        r = self._runner
+        if r is not None and w.ctx.kv is not None and w.ctx.kv.request in r:
+            r.set(w.ctx.kv.request, "spoken", int(w.ctx.state["spoken"]))
 
     def _full(self, w: Work, exc: BaseException) -> BaseException:
         """A row the runner could not grow: the node's own message when its sequence is full."""
@@ -365,30 +400,42 @@ class LLM(Node):
         def prepare_batch(works: Sequence[Work]) -> tuple[dict[str, torch.Tensor], dict]:
             """Append each row's token slot to its sequence (`DecodeRunner.step`): the batch's
             slots, positions, lengths, page tables, and audio positions."""
-            meta = runner.step(requests_of(works))
+            requests = requests_of(works)
+            meta = runner.step(requests)
+            for i in runner.fresh(requests):  # rows that joined: their columns, once
+                self._join_row(runner, works[i])
             extra = meta.tensors(width)
-            extra["spoken"] = torch.tensor([int(works[i].ctx.state["spoken"]) for i in meta.rows])
+            extra["spoken"] = torch.from_numpy(runner.columns["spoken"][meta.row_ids])
             failed = {i: self._full(works[i], exc) for i, exc in meta.failed.items()}
             return extra, failed
 
         def finish(works: Sequence[Work], outputs: Mapping[str, torch.Tensor]) -> None:
-            """Per row: the request's choice (sampled rows re-chosen from the step's logits),
-            its history and its stop."""
+            """The batch's audio positions and stops; sampled rows re-chosen from the step's
+            logits (`choose_all`)."""
             with torch.inference_mode():  # a compiled step's outputs are inference tensors
                 choose_all(works, outputs)
 
         def choose_all(works: Sequence[Work], outputs: Mapping[str, torch.Tensor]) -> None:
-            n = len(works)
-            logits = stash[min(b for b in stash if b >= n)]
-            greedy = outputs["new_token"].reshape(-1).tolist()
-            stops = outputs["stop"].tolist()
-            for i, w in enumerate(works):
-                token = self._choose(w, lambda i=i: logits[i : i + 1].float(), int(greedy[i]))
-                stop = self._stops(w, token)
-                if token != greedy[i]:  # a sampled row (the step's own choice stands otherwise)
-                    outputs["new_token"][i, 0] = token
-                if stop != stops[i]:  # `max_tokens` reached, or a sampled end of speech
-                    outputs["stop"][i] = stop
+            """The batch's audio positions and stops as arrays over its rows (the runner's
+            columns); a request that samples or penalises repetition is re-chosen alone."""
+            rows = runner.rows_of(requests_of(works))
+            cols = runner.columns
+            spoken = cols["spoken"][rows]  # before this step's token (a copy)
+            new = outputs["new_token"]
+            sampled = np.flatnonzero(~cols["plain"][rows]).tolist()
+            if sampled:
+                logits = stash[min(b for b in stash if b >= len(works))]
+                for i in sampled:
+                    w = works[i]
+                    w.ctx.state["spoken"] = int(spoken[i])  # the runner's is the current one
+                    greedy = int(new[i, 0])
+                    new[i, 0] = self._choose(w, lambda i=i: logits[i : i + 1].float(), greedy)
+            spoken += 1
+            cols["spoken"][rows] = spoken
+            limit = cols["limit"][rows]
+            chosen = new.reshape(-1).cpu().numpy()
+            ended = (chosen == tokens.end_of_speech) | ((limit > 0) & (spoken >= limit))
+            outputs["stop"].copy_(torch.from_numpy(ended))
 
         return StaticStep(
             fn=fn,

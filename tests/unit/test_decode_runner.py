@@ -70,7 +70,7 @@ def test_a_full_sequence_fails_alone() -> None:
     meta = runner.step(["full", "ok"])
     assert list(meta.failed) == [0] and isinstance(meta.failed[0], SequenceFull)
     assert meta.rows == [1] and meta.slots.shape == (1,) and meta.block_tables.shape == (1, WIDTH)
-    slot, n, table = _want(pool, "ok", pad)
+    slot, _, table = _want(pool, "ok", pad)
     assert int(meta.slots[0]) == slot and meta.block_tables[0].tolist() == table
     assert pool.seq_len("full") == LIMIT  # not grown
 
