@@ -14,8 +14,8 @@ over wgc's components (`wgc_runtime.components`: `LlamaDecoder` / `DecoderEngine
   ``stop`` at ``end_of_speech`` or after ``option max_tokens`` tokens. `static_step` is the
   decode step as a captured unit (`DecoderEngine.decode_unit`, masked and greedy in the
   graph); its running batch is the node's `DecodeRunner` (page tables as one tensor, lengths,
-  and per request its audio position, token budget and whether it decodes plainly: a step's
-  stops are tensor ops over the batch); rows of requests that sample are re-chosen from its
+  and per request its audio position and token budget: a step's stops are array operations over
+  the batch); rows of requests that sample are re-chosen from its
   logits in ``finish``.
 - **`SnacDecoder`**: one ``sliding(28, 7)`` window of LM tokens → the 2048 samples of its
   second frame (`OrpheusVocoder.window`), or no samples for a window with a token that is not
@@ -185,6 +185,7 @@ class LLM(Node):
         self._engine: DecoderEngine | None = None
         self._params: dict[str, Sampling] = {}  # each running request's sampling options
         self._runner: DecodeRunner | None = None  # the decode step's running batch
+        self._sampling: set[str] = set()  # its requests that do not decode plainly
 
     def engine(self, kv: KvCache | None) -> DecoderEngine:
         if kv is None:
@@ -291,6 +292,7 @@ class LLM(Node):
 
     def release(self, request_id: str) -> None:
         self._params.pop(request_id, None)
+        self._sampling.discard(request_id)
         if self._runner is not None:
             self._runner.leave(request_id)
 
@@ -333,19 +335,22 @@ class LLM(Node):
                 width=width,
                 limit=self.kv_tokens,
                 pad_page=pad,
-                columns={"spoken": np.int64, "limit": np.int64, "plain": np.bool_},
+                columns={"spoken": np.int64, "budget": np.int64},
             )
         return self._runner
 
     def _join_row(self, runner: DecodeRunner, w: Work) -> None:
-        """A request's row joined the running batch: its audio position, token budget and
-        whether it decodes plainly go to the runner's columns (the runner's ``spoken`` is the
-        current one from now on: `_spoken_in`, `_spoken_out`)."""
+        """A request's row joined the running batch: its audio position and token budget go
+        to the runner's columns, and whether it samples to `_sampling` (the runner's ``spoken``
+        is the current one from now on: `_spoken_in`, `_spoken_out`)."""
         kv = w.ctx.kv
         assert kv is not None
-        runner.set(kv.request, "spoken", int(w.ctx.state["spoken"]))
-        runner.set(kv.request, "limit", int(w.ctx.options.get("max_tokens", 0) or 0))
-        runner.set(kv.request, "plain", plain(self._params_of(w)))
+        spoken = int(w.ctx.state["spoken"])
+        limit = int(w.ctx.options.get("max_tokens", 0) or 0)
+        runner.set(kv.request, "spoken", spoken)
+        runner.set(kv.request, "budget", limit if limit > 0 else np.iinfo(np.int64).max)
+        if not plain(self._params_of(w)):
+            self._sampling.add(kv.request)
 
     def _spoken_in(self, w: Work) -> None:
         """Before a plain call of a request the decode runner holds: its audio position."""
@@ -410,32 +415,36 @@ class LLM(Node):
             return extra, failed
 
         def finish(works: Sequence[Work], outputs: Mapping[str, torch.Tensor]) -> None:
-            """The batch's audio positions and stops; sampled rows re-chosen from the step's
-            logits (`choose_all`)."""
-            with torch.inference_mode():  # a compiled step's outputs are inference tensors
-                choose_all(works, outputs)
-
-        def choose_all(works: Sequence[Work], outputs: Mapping[str, torch.Tensor]) -> None:
-            """The batch's audio positions and stops as arrays over its rows (the runner's
-            columns); a request that samples or penalises repetition is re-chosen alone."""
-            rows = runner.rows_of(requests_of(works))
+            """The batch's audio positions and stops as array operations over its rows (the
+            runner's columns: the step's own stop at ``end_of_speech`` stands, and a row that
+            reached its ``max_tokens`` stops); a request that samples or penalises repetition
+            is re-chosen alone from the step's logits."""
+            requests = requests_of(works)
+            rows = runner.rows_of(requests)
             cols = runner.columns
             spoken = cols["spoken"][rows]  # before this step's token (a copy)
-            new = outputs["new_token"]
-            sampled = np.flatnonzero(~cols["plain"][rows]).tolist()
+            sampling = self._sampling
+            sampled = [i for i, r in enumerate(requests) if r in sampling] if sampling else ()
             if sampled:
-                logits = stash[min(b for b in stash if b >= len(works))]
-                for i in sampled:
-                    w = works[i]
-                    w.ctx.state["spoken"] = int(spoken[i])  # the runner's is the current one
-                    greedy = int(new[i, 0])
-                    new[i, 0] = self._choose(w, lambda i=i: logits[i : i + 1].float(), greedy)
+                with torch.inference_mode():  # a compiled step's outputs are inference tensors
+                    resample(works, outputs, sampled, spoken)
             spoken += 1
             cols["spoken"][rows] = spoken
-            limit = cols["limit"][rows]
-            chosen = new.reshape(-1).cpu().numpy()
-            ended = (chosen == tokens.end_of_speech) | ((limit > 0) & (spoken >= limit))
-            outputs["stop"].copy_(torch.from_numpy(ended))
+            budget = spoken >= cols["budget"][rows]
+            if budget.any():  # `max_tokens` reached: those rows stop
+                with torch.inference_mode():
+                    outputs["stop"].logical_or_(torch.from_numpy(budget))
+
+        def resample(works, outputs, sampled, spoken) -> None:
+            """The rows of requests that sample, chosen from the step's logits."""
+            logits = stash[min(b for b in stash if b >= len(works))]
+            new, stop = outputs["new_token"], outputs["stop"]
+            for i in sampled:
+                w = works[i]
+                w.ctx.state["spoken"] = int(spoken[i])  # the runner's is the current one
+                greedy = int(new[i, 0])
+                token = self._choose(w, lambda i=i: logits[i : i + 1].float(), greedy)
+                new[i, 0], stop[i] = token, token == tokens.end_of_speech
 
         return StaticStep(
             fn=fn,
