@@ -150,6 +150,9 @@ def _run_batch(self: RankExecutor, batch: list[tuple[Inst, Work]]) -> None:
             self.stats.call(n, k, seconds * k / len(batch))
     else:
         self.stats.call(call.node, len(works), seconds)
+    if len(batch) == 1 or not batch[0][0].walk.piece.pushes.get(call.id):
+        _route_results(self, batch, results, checked)  # no stream items to pack
+        return
     outbox = self.outbox
     held: dict[int, list[Message]] = {}  # the batch's messages, per destination in order
     self.outbox = lambda to, msg: held.setdefault(to, []).append(msg)
