@@ -198,6 +198,13 @@ BENCHES = (
     ),
     Bench("runtime_hops", ("--requests", "300"), ("--requests", "20"), markdown=True),
     Bench("hot_path", (), ("--requests", "5", "--repeat", "1"), json=True),
+    Bench(
+        "host_overhead",
+        ("--repeat", "3"),
+        ("--concurrency", "1", "16", "--tokens", "35", "--repeat", "1"),
+        markdown=True,
+        json=True,
+    ),
     Bench("startup", ("--rounds", "5"), ("--rounds", "1", "--examples", "llama"), markdown=True),
     Bench(
         "served_decode",

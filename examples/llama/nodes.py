@@ -14,8 +14,9 @@ and the components it runs (`wgc_runtime.components`):
 - **`static_step`**: the decode step as a captured unit (`DecoderEngine.decode_unit`: fixed
   buffers per batch bucket, padding rows writing to the runtime's padding page); on a GPU it
   is replayed as a CUDA graph, on the CPU compiled with inductor or run eagerly, as the
-  placement's ``batching.backend`` says. ``prepare`` appends each row's token slot to its
-  sequence and writes the row's slot, position, length and page table.
+  placement's ``batching.backend`` says. The node's `DecodeRunner` (the running batch: page
+  tables as one tensor, lengths) appends each row's token slot to its sequence and gives the
+  batch's slots, positions, lengths and page tables in one call.
 
 Greedy decoding is deterministic, so a request's tokens are the same batched or alone,
 captured or not, and in the reference interpreter.
@@ -35,6 +36,7 @@ from wgc_runtime.components.decode_engine import DecoderEngine
 from wgc_runtime.components.decoder import LlamaDecoder
 from wgc_runtime.contract.capture import CapturedCall, StaticPort, StaticStep
 from wgc_runtime.contract.node import DTYPE_NAMES, KvCache, Node, NodeContext, NodeError, Work
+from wgc_runtime.engines.decode_runner import DecodeRunner, requests_of
 
 
 def decoder_config(config: Mapping[str, Any]) -> DecoderConfig:
@@ -87,6 +89,7 @@ class Decoder(Node):
         self.eos = int(self.config.get("eos", -1))
         self.kv_tokens = int(self.config["kv_tokens"])
         self._engine: DecoderEngine | None = None
+        self._runner: DecodeRunner | None = None  # the decode step's running batch
 
     def engine(self, kv: KvCache | None) -> DecoderEngine:
         """The `DecoderEngine` over this rank's pool for the node (built on first use)."""
@@ -112,6 +115,9 @@ class Decoder(Node):
             seqs.append((kv.request, kv.labels[0]))
             tokens.append(x.reshape(-1).to(torch.long))
         nxt = engine.forward(seqs, tokens).argmax(-1).cpu()
+        if self._runner is not None:  # sequences the decode step's runner holds grew here
+            for request, _ in seqs:
+                self._runner.sync(request)
         fed = [int(t[-1]) for t in tokens]
         return [self._result(w, int(t), f) for w, t, f in zip(batch, nxt, fed, strict=True)]
 
@@ -122,6 +128,19 @@ class Decoder(Node):
             # `generate` ends there, whatever the step would choose next
             out["stop"] = torch.tensor(token == self.eos or fed == self.eos)
         return out
+
+    def release(self, request_id: str) -> None:
+        if self._runner is not None:
+            self._runner.leave(request_id)
+
+    def _full(self, w: Work, exc: BaseException) -> BaseException:
+        """A row the runner could not grow: the node's own message when its sequence is full."""
+        try:
+            assert w.ctx.kv is not None
+            self._check_room(w.ctx.kv, 1)
+        except NodeError as mine:
+            return mine
+        return exc
 
     def _check_room(self, kv: KvCache, new: int) -> None:
         have = kv.length()
@@ -140,8 +159,18 @@ class Decoder(Node):
         bufs = engine.decode_buffers(width)  # allocates the padding page, builds rope tables
         extra = {name: StaticPort(b.dims, DTYPE_NAMES[b.dtype], b.pad) for name, b in bufs.items()}
         del extra["tokens"]  # the `token` port
-        pad_page = int(bufs["block_tables"].pad)
         eos = self.eos
+        kv = call.kv
+        pad = engine.pad_slot // engine.pool.page_size
+        if self._runner is None or self._runner.pool is not engine.pool:
+            self._runner = DecodeRunner(
+                engine.pool,
+                label=kv.labels[0],
+                width=width,
+                limit=self.kv_tokens,
+                pad_page=pad,
+            )
+        runner = self._runner
 
         def fn(ports: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
             inputs = dict(ports)
@@ -153,22 +182,12 @@ class Decoder(Node):
                 "stop": (nxt == eos) | (inputs["tokens"] == eos),
             }
 
-        def prepare(w: Work) -> dict[str, torch.Tensor]:
-            """Append the row's token slot to its sequence; its slot, position, length and
-            page table (padded with the padding page)."""
-            kv = w.ctx.kv
-            assert kv is not None
-            self._check_room(kv, 1)
-            pool, label = engine.pool, kv.labels[0]
-            (slot,) = pool.append_slots(kv.request, label, 1)
-            length = pool.seq_len(kv.request, label)
-            table = pool.page_table(kv.request, label)
-            return {
-                "positions": length - 1,
-                "slots": slot,
-                "kv_lens": length,
-                "block_tables": table + [pad_page] * (width - len(table)),
-            }
+        def prepare_batch(works: Sequence[Work]) -> tuple[dict[str, torch.Tensor], dict]:
+            """Append each row's token slot to its sequence (`DecodeRunner.step`): the batch's
+            slots, positions, lengths and page tables."""
+            meta = runner.step(requests_of(works))
+            failed = {i: self._full(works[i], exc) for i, exc in meta.failed.items()}
+            return meta.tensors(width), failed
 
         unit = engine.unit_for(call.backend)
-        return StaticStep(fn=fn, extra=extra, prepare=prepare)
+        return StaticStep(fn=fn, extra=extra, prepare_batch=prepare_batch)

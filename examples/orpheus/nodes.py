@@ -13,7 +13,10 @@ over wgc's components (`wgc_runtime.components`: `LlamaDecoder` / `DecoderEngine
   the audio tokens of its position only when ``config audio_only`` (`audio_mask`), and
   ``stop`` at ``end_of_speech`` or after ``option max_tokens`` tokens. `static_step` is the
   decode step as a captured unit (`DecoderEngine.decode_unit`, masked and greedy in the
-  graph); rows of requests that sample are re-chosen from its logits in ``finish``.
+  graph); its running batch is the node's `DecodeRunner` (page tables as one tensor, lengths,
+  and per request its audio position and token budget: a step's stops are array operations over
+  the batch); rows of requests that sample are re-chosen from its
+  logits in ``finish``.
 - **`SnacDecoder`**: one ``sliding(28, 7)`` window of LM tokens → the 2048 samples of its
   second frame (`OrpheusVocoder.window`), or no samples for a window with a token that is not
   an audio code (as the reference's range check). The ready windows of a batch, from any
@@ -38,6 +41,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import torch
 
 from examples._batched import cast_weights, weights_dtype
@@ -77,7 +81,7 @@ from wgc_runtime.contract.node import (
     NodeError,
     Work,
 )
-from wgc_runtime.engines.kv_pool import SequenceFull
+from wgc_runtime.engines.decode_runner import DecodeRunner, requests_of
 
 
 def orpheus_tokens(config: Mapping[str, Any]) -> OrpheusTokens:
@@ -186,7 +190,8 @@ class LLM(Node):
             )
         self._engine: DecoderEngine | None = None
         self._params: dict[str, Sampling] = {}  # each running request's sampling options
-        self._table_rows: dict[int, dict[str, Any]] = {}  # per decode width (`_decode_form`)
+        self._runner: DecodeRunner | None = None  # the decode step's running batch
+        self._sampling: set[str] = set()  # its requests that do not decode plainly
 
     def engine(self, kv: KvCache | None) -> DecoderEngine:
         if kv is None:
@@ -206,6 +211,7 @@ class LLM(Node):
         results: list[Any] = [None] * len(batch)
         rows, seqs, feeds = [], [], []
         for i, w in enumerate(batch):
+            self._spoken_in(w)
             try:
                 feed = self._feed(w)
             except NodeError as exc:  # fails this request only
@@ -219,11 +225,15 @@ class LLM(Node):
         if not rows:
             return results
         logits = engine.forward(seqs, feeds)
+        if self._runner is not None:  # sequences the decode step's runner holds grew here
+            for request, _ in seqs:
+                self._runner.sync(request)
         for j, i in enumerate(rows):
             w = batch[i]
             masked = self._mask(logits[j : j + 1], w)
             token = self._choose(w, lambda m=masked: m, None)
             results[i] = self._result(w, token)
+            self._spoken_out(w)
         return results
 
     def _feed(self, w: Work) -> torch.Tensor:
@@ -256,9 +266,7 @@ class LLM(Node):
         only when the request samples or penalises); ``greedy``: the captured step's argmax,
         kept when the request decodes plainly."""
         st = w.ctx.state
-        params = self._params.get(w.ctx.request_id)
-        if params is None:  # read once a request: its options do not change
-            params = self._params[w.ctx.request_id] = sampling(w.ctx.options)
+        params = self._params_of(w)
         if greedy is not None and plain(params):
             token = greedy
         elif params.do_sample:
@@ -270,6 +278,12 @@ class LLM(Node):
             st["history"] = torch.cat((st["history"], torch.tensor([token])))
         st["spoken"] = int(st["spoken"]) + 1
         return token
+
+    def _params_of(self, w: Work) -> Sampling:
+        params = self._params.get(w.ctx.request_id)
+        if params is None:  # read once a request: its options do not change
+            params = self._params[w.ctx.request_id] = sampling(w.ctx.options)
+        return params
 
     def _result(self, w: Work, token: int) -> dict[str, torch.Tensor]:
         out = {"new_token": torch.tensor([token], dtype=torch.int64)}
@@ -284,10 +298,14 @@ class LLM(Node):
 
     def release(self, request_id: str) -> None:
         self._params.pop(request_id, None)
-        for rows in self._table_rows.values():
-            rows.pop(request_id, None)
+        self._sampling.discard(request_id)
+        if self._runner is not None:
+            self._runner.leave(request_id)
 
     def export_state(self, request_id: str, kept: dict[str, Any]) -> dict[str, torch.Tensor]:
+        r = self._runner
+        if r is not None and request_id in r:  # the runner's audio position is the current one
+            kept["spoken"] = int(r.get(request_id, "spoken"))
         self.release(request_id)  # the request moves on to another rank
         return super().export_state(request_id, normal_tensors(kept))
 
@@ -310,6 +328,56 @@ class LLM(Node):
         widths = engine.width_forms(self.kv_tokens, forms)
         return [self._decode_form(call, engine, w, w == widths[-1]) for w in widths]
 
+    def _decode_runner(self, engine: DecoderEngine, call: CapturedCall) -> DecodeRunner:
+        """The node's one running batch (`DecodeRunner`), shared by its step's forms."""
+        if self._runner is None or self._runner.pool is not engine.pool:
+            kv = call.kv
+            assert kv is not None
+            width = engine.width_for(self.kv_tokens)
+            pad = engine.pad_slot // engine.pool.page_size
+            self._runner = DecodeRunner(
+                engine.pool,
+                label=kv.labels[0],
+                width=width,
+                limit=self.kv_tokens,
+                pad_page=pad,
+                columns={"spoken": np.int64, "budget": np.int64},
+            )
+        return self._runner
+
+    def _join_row(self, runner: DecodeRunner, w: Work) -> None:
+        """A request's row joined the running batch: its audio position and token budget go
+        to the runner's columns, and whether it samples to `_sampling` (the runner's ``spoken``
+        is the current one from now on: `_spoken_in`, `_spoken_out`)."""
+        kv = w.ctx.kv
+        assert kv is not None
+        spoken = int(w.ctx.state["spoken"])
+        limit = int(w.ctx.options.get("max_tokens", 0) or 0)
+        runner.set(kv.request, "spoken", spoken)
+        runner.set(kv.request, "budget", limit if limit > 0 else np.iinfo(np.int64).max)
+        if not plain(self._params_of(w)):
+            self._sampling.add(kv.request)
+
+    def _spoken_in(self, w: Work) -> None:
+        """Before a plain call of a request the decode runner holds: its audio position."""
+        r = self._runner
+        if r is not None and w.ctx.kv is not None and w.ctx.kv.request in r:
+            w.ctx.state["spoken"] = int(r.get(w.ctx.kv.request, "spoken"))
+
+    def _spoken_out(self, w: Work) -> None:
+        r = self._runner
+        if r is not None and w.ctx.kv is not None and w.ctx.kv.request in r:
+            r.set(w.ctx.kv.request, "spoken", int(w.ctx.state["spoken"]))
+
+    def _full(self, w: Work, exc: BaseException) -> BaseException:
+        """A row the runner could not grow: the node's own message when its sequence is full."""
+        try:
+            assert w.ctx.kv is not None
+            self._check_room(w.ctx.kv, 1)
+        except NodeError as mine:
+            return mine
+        return exc
+
     def _decode_form(
         self, call: CapturedCall, engine: DecoderEngine, width: int, widest: bool
     ) -> StaticStep:
@@ -319,7 +387,6 @@ class LLM(Node):
         extra = {name: StaticPort(b.dims, DTYPE_NAMES[b.dtype], b.pad) for name, b in bufs.items()}
         del extra["tokens"]  # the `token` port
         extra["spoken"] = StaticPort((), "i64", 0)  # each row's audio position (the mask)
-        pad_page = int(bufs["block_tables"].pad)
         unit = engine.unit_for(call.backend)
         tokens, audio_only = self.tokens, self.audio_only
         stash: dict[int, torch.Tensor] = {}  # the step's logits, per bucket
@@ -335,61 +402,60 @@ class LLM(Node):
             nxt = logits.argmax(-1)
             return {"new_token": nxt.reshape(-1, 1), "stop": nxt == tokens.end_of_speech}
 
+        runner = self._decode_runner(engine, call)
+
         def admits(works: Sequence[Work]) -> bool:
             """Every row's sequence, with this step's token, fits ``width`` pages."""
-            return all(w.ctx.kv is not None and w.ctx.kv.length() < room for w in works)
+            return runner.longest(requests_of(works)) < room
 
-        pool, limit = engine.pool, self.kv_tokens
-        # request -> (its page list, that list's length, the padded table row made from it):
-        # a row changes when the sequence takes a page, once in `page_size` steps
-        rows = self._table_rows.setdefault(width, {})
-
-        def prepare(w: Work) -> dict[str, Any]:
-            """Append the row's token slot to its sequence: its slot, position, length, page
-            table (padded with the padding page) and audio position."""
-            kv = w.ctx.kv
-            assert kv is not None
-            try:
-                slot, length, pages = pool.append_token(kv.request, kv.labels[0], limit)
-            except SequenceFull:
-                self._check_room(kv, 1)  # the node's own message
-                raise
-            row = rows.get(kv.request)
-            if row is None or row[0] is not pages or row[1] != len(pages):
-                table = torch.full((width,), pad_page, dtype=torch.int32)
-                table[: len(pages)] = torch.tensor(pages, dtype=torch.int32)
-                row = rows[kv.request] = (pages, len(pages), table)
-            return {
-                "positions": length - 1,
-                "slots": slot,
-                "kv_lens": length,
-                "block_tables": row[2],
-                "spoken": int(w.ctx.state["spoken"]),
-            }
+        def prepare_batch(works: Sequence[Work]) -> tuple[dict[str, torch.Tensor], dict]:
+            """Append each row's token slot to its sequence (`DecodeRunner.step`): the batch's
+            slots, positions, lengths, page tables, and audio positions."""
+            requests = requests_of(works)
+            meta = runner.step(requests)
+            for i in runner.fresh(requests):  # rows that joined: their columns, once
+                self._join_row(runner, works[i])
+            extra = meta.tensors(width)
+            extra["spoken"] = torch.from_numpy(runner.columns["spoken"][meta.row_ids])
+            failed = {i: self._full(works[i], exc) for i, exc in meta.failed.items()}
+            return extra, failed
 
         def finish(works: Sequence[Work], outputs: Mapping[str, torch.Tensor]) -> None:
-            """Per row: the request's choice (sampled rows re-chosen from the step's logits),
-            its history and its stop."""
-            with torch.inference_mode():  # a compiled step's outputs are inference tensors
-                choose_all(works, outputs)
+            """The batch's audio positions and stops as array operations over its rows (the
+            runner's columns: the step's own stop at ``end_of_speech`` stands, and a row that
+            reached its ``max_tokens`` stops); a request that samples or penalises repetition
+            is re-chosen alone from the step's logits."""
+            requests = requests_of(works)
+            rows = runner.rows_of(requests)
+            cols = runner.columns
+            spoken = cols["spoken"][rows]  # before this step's token (a copy)
+            sampling = self._sampling
+            sampled = [i for i, r in enumerate(requests) if r in sampling] if sampling else ()
+            if sampled:
+                with torch.inference_mode():  # a compiled step's outputs are inference tensors
+                    resample(works, outputs, sampled, spoken)
+            spoken += 1
+            cols["spoken"][rows] = spoken
+            budget = spoken >= cols["budget"][rows]
+            if budget.any():  # `max_tokens` reached: those rows stop
+                with torch.inference_mode():
+                    outputs["stop"].logical_or_(torch.from_numpy(budget))
 
-        def choose_all(works: Sequence[Work], outputs: Mapping[str, torch.Tensor]) -> None:
-            n = len(works)
-            logits = stash[min(b for b in stash if b >= n)]
-            greedy = outputs["new_token"].reshape(-1).tolist()
-            stops = outputs["stop"].tolist()
-            for i, w in enumerate(works):
-                token = self._choose(w, lambda i=i: logits[i : i + 1].float(), int(greedy[i]))
-                stop = self._stops(w, token)
-                if token != greedy[i]:  # a sampled row (the step's own choice stands otherwise)
-                    outputs["new_token"][i, 0] = token
-                if stop != stops[i]:  # `max_tokens` reached, or a sampled end of speech
-                    outputs["stop"][i] = stop
+        def resample(works, outputs, sampled, spoken) -> None:
+            """The rows of requests that sample, chosen from the step's logits."""
+            logits = stash[min(b for b in stash if b >= len(works))]
+            new, stop = outputs["new_token"], outputs["stop"]
+            for i in sampled:
+                w = works[i]
+                w.ctx.state["spoken"] = int(spoken[i])  # the runner's is the current one
+                greedy = int(new[i, 0])
+                token = self._choose(w, lambda i=i: logits[i : i + 1].float(), greedy)
+                new[i, 0], stop[i] = token, token == tokens.end_of_speech
 
         return StaticStep(
             fn=fn,
             extra=extra,
-            prepare=prepare,
+            prepare_batch=prepare_batch,
             finish=finish,
             admits=None if widest else admits,
             label=f"page tables of {room} tokens",

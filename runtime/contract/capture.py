@@ -23,6 +23,11 @@ A `StaticStep` is
   numbers, which the runtime turns into one tensor per batch, the cheaper way), e.g. after
   appending the request's new token to its KV sequence. A ``prepare`` that raises fails that
   request only; the others run.
+* ``prepare_batch(works)``: ``prepare`` for the whole batch in one call (a decode runner's,
+  `wgc_runtime.engines.decode_runner`): returns the batch's ``extra`` buffers as tensors over
+  the rows that run (``[n, *dims]``, in the batch's order) and, by position in ``works``, the
+  rows that failed (they fail their requests only). A step has ``prepare`` or
+  ``prepare_batch``, not both.
 * ``finish(works, outputs)``: called after each run with the batch's rows of every output
   (per-request bookkeeping the graph cannot do).
 * ``admits(works)``: for a step offered in several *forms* (below), whether this form can run
@@ -54,6 +59,10 @@ if TYPE_CHECKING:
     from wgc_runtime.contract.node import KvCache, Work
 
 StepFn = Callable[[Mapping[str, torch.Tensor]], Mapping[str, torch.Tensor]]
+# works -> (the extra buffers of the rows that run, the failed rows by position)
+PrepareBatch = Callable[
+    [Sequence["Work"]], tuple[Mapping[str, torch.Tensor], Mapping[int, BaseException]]
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +82,7 @@ class StaticStep:
     fn: StepFn
     extra: Mapping[str, StaticPort] = field(default_factory=dict)
     prepare: Callable[[Work], Mapping[str, Any]] | None = None
+    prepare_batch: PrepareBatch | None = None
     finish: Callable[[Sequence[Work], Mapping[str, torch.Tensor]], None] | None = None
     admits: Callable[[Sequence[Work]], bool] | None = None
     label: str = ""

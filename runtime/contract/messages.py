@@ -222,8 +222,9 @@ class StreamItems(Message, frozen=True, tag=22):
     """Consecutive `StreamItem`s of one producer rank for one stream, bound for one owner in
     one send, as one message: item ``i`` is ``(requests[i], seqs[i], data[i])``, the items'
     tensors stacked in ``data`` (``[n, *item dims]``: one tensor to encode and decode instead
-    of n). Only the transport packs and unpacks them (`pack_items`, `unpack_items`); a core
-    sees the `StreamItem`s. A message whose lengths disagree does not decode."""
+    of n). A core sends a batch's items for one owner packed (`pack_items`) and takes them
+    packed or one by one (`unpack_items`); a transport may pack consecutive items too. A
+    message whose lengths disagree does not decode."""
 
     DATA: ClassVar[bool] = True
     stream: str

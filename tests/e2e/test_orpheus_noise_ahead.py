@@ -27,7 +27,7 @@ from examples.orpheus.nodes import SnacDecoder  # noqa: E402
 from tests.e2e.speech_support import orpheus  # noqa: E402
 from tests.e2e.test_speech_examples import REQUESTS, audio_of, one_thread  # noqa: E402
 from wgc_runtime.contract.flow import Segment  # noqa: E402
-from wgc_runtime.contract.messages import StreamItem  # noqa: E402
+from wgc_runtime.contract.messages import StreamItem, StreamItems, unpack_items  # noqa: E402
 from wgc_runtime.host.local import LocalCluster  # noqa: E402
 
 
@@ -68,6 +68,8 @@ def test_noise_drawn_ahead_speaks_the_same_audio(tmp_path, placement) -> None:
         def recording(to, msg) -> None:  # the ranks' messages, the stream items kept
             if isinstance(msg, StreamItem):
                 sent.append(msg)
+            elif isinstance(msg, StreamItems):  # a decode step's items for one owner
+                sent.extend(unpack_items(msg))
             send(to, msg)
 
         for ex in c.ranks.values():

@@ -36,7 +36,13 @@ from test_runtime_vs_interp import DRIVER, EXAMPLES, PROPERTY, as_outputs, compa
 
 from wgc.interp import make_request, node_context, run_request
 from wgc_runtime.contract.kinds import DestKind
-from wgc_runtime.contract.messages import ChunkReady, StreamAck, StreamItem
+from wgc_runtime.contract.messages import (
+    ChunkReady,
+    StreamAck,
+    StreamItem,
+    StreamItems,
+    unpack_items,
+)
 from wgc_runtime.host.loading import load_plan
 from wgc_runtime.host.local import LocalCluster
 
@@ -86,7 +92,11 @@ def cross_rank_streams(folder: Path) -> bool:
 def check_traffic(log: list, credits: int, ok: set[str]) -> None:
     out: dict[tuple[str, str, int], int] = {}  # (request, stream, producer rank) -> in flight
     chunks: dict[tuple[str, str], list[bool]] = {}
-    for to, msg in log:
+    # a batch's items for one owner travel as one `StreamItems`: each counts as sent
+    flat = [
+        (to, x) for to, m in log for x in (unpack_items(m) if isinstance(m, StreamItems) else [m])
+    ]
+    for to, msg in flat:
         if isinstance(msg, StreamItem):
             key = (msg.request, msg.stream, msg.src_rank)
             out[key] = out.get(key, 0) + 1

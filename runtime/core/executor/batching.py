@@ -10,8 +10,11 @@ item when the node is stateless, and fails every request of the batch when it ke
 declared output ports. A node's exception is the request's fault (`Cause.INPUT`) when it is a
 `NodeInputError` (the node refused a value it was given, and said so), else the deployment's
 (`Cause.INTERNAL`: a stray `ValueError` may be a bug, e.g. a KV append of the wrong shape).
-Each call's time and rows go to `NodeStats`. A batch may hold a node's ``like`` copies' calls
-too (`merging`): it runs in the owner's `forward`, each call checked and routed as its own.
+Each call's time and rows go to `NodeStats`. The messages a batch's routing sends leave
+after it, per destination in order, a run of stream items for one owner as one `StreamItems`
+(a decode step of n requests sends one message to the stream's owner, not n). A batch may
+hold a node's ``like`` copies' calls too (`merging`): it runs in the owner's `forward`, each
+call checked and routed as its own.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
 from wgc_runtime.contract.kinds import Cause, Engine, FailKind, InputMode
+from wgc_runtime.contract.messages import Message, pack_items
 from wgc_runtime.contract.node import (
     CallContext,
     Node,
@@ -146,6 +150,26 @@ def _run_batch(self: RankExecutor, batch: list[tuple[Inst, Work]]) -> None:
             self.stats.call(n, k, seconds * k / len(batch))
     else:
         self.stats.call(call.node, len(works), seconds)
+    if len(batch) == 1 or not batch[0][0].walk.piece.pushes.get(call.id):
+        _route_results(self, batch, results, checked)  # no stream items to pack
+        return
+    outbox = self.outbox
+    held: dict[int, list[Message]] = {}  # the batch's messages, per destination in order
+    self.outbox = lambda to, msg: held.setdefault(to, []).append(msg)
+    try:
+        _route_results(self, batch, results, checked)
+    finally:
+        self.outbox = outbox
+        for to, msgs in held.items():
+            # a step's stream items for one owner leave as one message (`StreamItems`)
+            for msg in pack_items(msgs) if len(msgs) > 1 else msgs:
+                outbox(to, msg)
+
+
+def _route_results(
+    self: RankExecutor, batch: list[tuple[Inst, Work]], results: list[Any], checked: bool
+) -> None:
+    """Fail or route each call of a batch by its result."""
     for (inst, work), result in zip(batch, results, strict=True):
         if inst.walk.req.id not in self.requests:
             continue

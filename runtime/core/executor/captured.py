@@ -11,7 +11,8 @@ runs a body call by call (each call's batch forms from the requests whose inputs
 the calls are captured one graph each.
 
 `CapturedSteps.run` is the executor's path for a batch of such a call: stack the requests'
-port values, let the step fill its extra buffers (`StaticStep.prepare`), run at the smallest
+port values, let the step fill its extra buffers (`StaticStep.prepare_batch`, e.g. a decode
+runner's one call for the batch, or `StaticStep.prepare` per row), run at the smallest
 bucket that holds the batch, and split the outputs back per request. Values that do not have
 the declared static shapes (or a bare signal) make the batch run the node's `forward`
 (counted in ``fallbacks``).
@@ -255,26 +256,14 @@ class CapturedSteps:
                     return None
                 column.append(v)
         results: list[Any] = [None] * len(works)
-        rows: list[int] = []  # the works that run
-        extras: list[Mapping[str, Any]] = []
-        for i, w in enumerate(works):
-            try:
-                extras.append(unit.step.prepare(w) if unit.step.prepare is not None else {})
-                rows.append(i)
-            except Exception as exc:  # fails this request only
-                results[i] = exc
+        rows, extra = self._prepare(unit, works, results)
         if not rows:
             return results
         inputs = {
             unit.key(port): torch.stack([column[i] for i in rows])
             for port, column in values.items()
         }
-        for name in extras[0]:
-            column = [e[name] for e in extras]
-            if isinstance(column[0], torch.Tensor):
-                inputs[name] = torch.stack(column)
-            else:  # numbers or lists of numbers: one tensor for the batch
-                inputs[name] = torch.tensor(column, dtype=unit.runner.specs[name].dtype)
+        inputs.update(extra)
         outs = unit.runner.run(inputs, len(rows))
         got = {port: outs[unit.key(port)] for port in unit.outputs}
         self._check(unit, got, len(rows))
@@ -284,10 +273,47 @@ class CapturedSteps:
         self.rows += len(rows)
         self.batch_sizes[len(rows)] += 1
         # one copy of each output (the runner's buffers are reused), split into row views
-        split = {port: t.clone().unbind(0) for port, t in got.items()}
-        for j, i in enumerate(rows):
-            results[i] = {port: split[port][j] for port in unit.outputs}
+        ports = unit.outputs
+        columns = [got[port].clone().unbind(0) for port in ports]
+        rows_of = zip(*columns, strict=True) if columns else iter([()] * len(rows))
+        if len(rows) == len(works):  # no row failed: one dict per row, straight
+            return [dict(zip(ports, row, strict=True)) for row in rows_of]
+        for i, row in zip(rows, rows_of, strict=True):
+            results[i] = dict(zip(ports, row, strict=True))
         return results
+
+    @staticmethod
+    def _prepare(
+        unit: CapturedUnit, works: Sequence[Work], results: list[Any]
+    ) -> tuple[list[int], dict[str, torch.Tensor]]:
+        """The rows that run and their extra buffers (`StaticStep.prepare_batch` in one call,
+        or `StaticStep.prepare` per row); a row that fails gets its exception in ``results``."""
+        step = unit.step
+        if step.prepare_batch is not None:
+            try:
+                extra, failed = step.prepare_batch(works)
+            except Exception as exc:  # the whole batch's preparation failed
+                results[:] = [exc] * len(works)
+                return [], {}
+            for i, exc in failed.items():
+                results[i] = exc
+            return [i for i in range(len(works)) if i not in failed], dict(extra)
+        rows: list[int] = []
+        extras: list[Mapping[str, Any]] = []
+        for i, w in enumerate(works):
+            try:
+                extras.append(step.prepare(w) if step.prepare is not None else {})
+                rows.append(i)
+            except Exception as exc:  # fails this request only
+                results[i] = exc
+        out: dict[str, torch.Tensor] = {}
+        for name in extras[0] if extras else ():
+            column = [e[name] for e in extras]
+            if isinstance(column[0], torch.Tensor):
+                out[name] = torch.stack(column)
+            else:  # numbers or lists of numbers: one tensor for the batch
+                out[name] = torch.tensor(column, dtype=unit.runner.specs[name].dtype)
+        return rows, out
 
     @staticmethod
     def _check(unit: CapturedUnit, got: Mapping[str, torch.Tensor], batch: int) -> None:

@@ -50,9 +50,11 @@ from wgc_runtime.contract.messages import (
     StreamAck,
     StreamDone,
     StreamItem,
+    StreamItems,
     Until,
     Value,
     WalkDone,
+    unpack_items,
 )
 from wgc_runtime.contract.node import Node
 from wgc_runtime.contract.spec import RankSpec, StreamSpec, Unit
@@ -198,6 +200,7 @@ class RankExecutor:
             ForwardPersisted: self._on_forward,
             Until: self._on_until,
             StreamItem: self._on_stream_item,
+            StreamItems: self._on_stream_items,
             StreamAck: self._on_stream_ack,
             StreamDone: self._on_stream_done,
             StreamAbandon: self._on_stream_abandon,
@@ -208,6 +211,10 @@ class RankExecutor:
             StateEnd: self._on_state_end,
             Release: lambda m: self.release(m.request),
         }
+
+    def _on_stream_items(self, m: StreamItems) -> None:
+        for item in unpack_items(m):  # each as if it came alone (an ended request's dropped)
+            self.deliver(item)
 
     def prepare_captures(self, progress: Progress | None = None) -> CaptureReport:
         """Build and capture the rank's captured steps (`captured`); once, before serving."""
