@@ -48,6 +48,7 @@ from wgc_runtime.components.bagel import (
     patchify,
     unpatchify,
 )
+from wgc_runtime.components.bagel_image import vit_pixels
 from wgc_runtime.components.block_attention import Block, DenseBlocks, DenseKV
 from wgc_runtime.components.configs.bagel import TINY
 from wgc_runtime.components.random_init import init_seeded
@@ -126,7 +127,8 @@ def contexts(model: Bagel, vae, inputs, want) -> dict[str, list]:
             )
             tokens = model.latent_tokens(patchify(z[0], TINY.latent_patch_size), 0.0)
             images.append((tokens, True))
-        vit = model.vit_tokens(pixels(seg.data, TINY.vit.image_size))
+        # the ViT reads the image at its aspect ratio (`bagel_image`, tested against the release)
+        vit = model.vit_tokens(vit_pixels(seg.data, TINY.vit.image_size, TINY.vit.patch_size))
         images.append((vit.to(torch.bfloat16).float(), False))  # the `bf16` port
         for tokens, gen in images:
             ctx["main"].append(model.image_block(tokens, rope(ctx["main"]), gen))
