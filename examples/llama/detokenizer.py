@@ -7,18 +7,9 @@ prefill chose the end-of-sequence token). The reply's ids are those ``generate``
 and including the first ``eos``, at most ``max_new_tokens``; later tokens add nothing.
 
 With a checkpoint folder that has a ``tokenizer.json`` the text is what transformers'
-``tokenizer.decode(ids, skip_special_tokens=True)`` makes of the generated ids. A token's text
-depends on its neighbours (a SentencePiece ``▁`` becomes a space except at the start, a
-character's UTF-8 bytes may be split over byte-fallback or byte-level tokens), so each call
-decodes the request's ids so far and emits what the new token added to the text (decoding the
-whole list keeps every decoder rule exact; a window of the last tokens would be cheaper for long
-replies). While the decoded text ends in U+FFFD (a character whose bytes have not all arrived)
-nothing is emitted; the next complete character brings them all. At the reply's last token (its
-``eos`` or its ``max_new_tokens``-th) what is pending goes out as decoded, U+FFFD included, as
-transformers shows it.
-
-The request's ids and how much of their text was sent live in `CallContext.state` (a tensor and
-an int), so they move with the request when prefill and decode run on different ranks.
+``tokenizer.decode(ids, skip_special_tokens=True)`` makes of the reply's ids, sent token by
+token (`wgc_runtime.components.incremental_text`; its state in `CallContext.state`, so it moves
+with the request between ranks). The reply's last id sends what is pending.
 
 Without a checkpoint, or with a folder that has no tokenizer, a token is one byte (the tiny
 model's 256-token vocabulary) and is emitted as that byte, as before.
@@ -31,9 +22,10 @@ from pathlib import Path
 import torch
 from tokenizers import Tokenizer
 
+from wgc_runtime.components.incremental_text import IncrementalText
 from wgc_runtime.contract.node import CallContext, Node, NodeContext, NodeError
 
-_INCOMPLETE = "\ufffd"
+__all__ = ["Detokenizer", "IncrementalText", "load_tokenizer"]
 
 
 def load_tokenizer(path: str) -> Tokenizer | None:
@@ -44,27 +36,6 @@ def load_tokenizer(path: str) -> Tokenizer | None:
         return Tokenizer.from_file(str(Path(path) / "tokenizer.json"))
     except Exception as exc:  # the tokenizers package's own parse error
         raise NodeError(f"checkpoint `{path}`: `tokenizer.json` does not load: {exc}") from exc
-
-
-class IncrementalText:
-    """Decodes one request's ids as they come (module docstring); ``state`` holds its ids
-    (``ids``, i64) and the length of the text sent (``sent``, characters)."""
-
-    def __init__(self, tokenizer: Tokenizer, state: dict):
-        self.tok, self.state = tokenizer, state
-
-    def push(self, token: int, last: bool = False) -> str:
-        """The text ``token`` adds to the request's ("" while a character is incomplete, unless
-        ``token`` is the reply's last: then what is pending goes out as decoded)."""
-        st = self.state
-        prev = st.get("ids")
-        ids = (prev.tolist() if isinstance(prev, torch.Tensor) else []) + [token]
-        st["ids"] = torch.tensor(ids, dtype=torch.int64)
-        text, sent = self.tok.decode(ids, skip_special_tokens=True), int(st.get("sent", 0))
-        if len(text) <= sent or (text.endswith(_INCOMPLETE) and not last):
-            return ""  # a special token (nothing to add) or a character still arriving
-        st["sent"] = len(text)
-        return text[sent:]
 
 
 class Detokenizer(Node):

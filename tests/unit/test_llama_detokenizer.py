@@ -1,12 +1,13 @@
-"""The Llama example's incremental detokenizer (`examples.llama.detokenizer`): the text it sends
-token by token, joined, is ``tokenizer.decode(ids, skip_special_tokens=True)`` of the whole
-reply, for byte-level ids that split characters (and leave one unfinished at the end)."""
+"""The incremental detokenizer (`wgc_runtime.components.incremental_text`, the Llama and BAGEL
+examples' text out): the text it sends token by token, joined, is ``tokenizer.decode(ids,
+skip_special_tokens=True)`` of the whole reply, for byte-level ids that split characters (and
+leave one unfinished at the end)."""
 
 from __future__ import annotations
 
 import random
 
-from examples.llama.detokenizer import IncrementalText
+from wgc_runtime.components.incremental_text import IncrementalText
 
 
 def _pieces(tok, ids: list[int]) -> list[str]:
