@@ -2,7 +2,8 @@
 node API.
 
 - `VitEncoder`: an image → SigLIP → connector + ViT positions: the understanding tokens
-  ``[V, hidden]`` the LLM reads (images are resized to the ViT's size).
+  ``[V, hidden]`` the LLM reads (an image keeps its aspect ratio, resized as BAGEL's release
+  resizes it: `wgc_runtime.components.bagel_image`).
 - `VaeEncoder`: an image → the FLUX VAE's scaled latents, patchified 2x2: ``[L, latent_dim]``
   (images are resized to the generation size, so the latent grid is ``latent_side`` square).
 - `LLM` (and `LLM_cfg_text`, `LLM_cfg_img`, which read one label of its cache each): the Qwen2
@@ -64,6 +65,7 @@ from wgc_runtime.components.bagel import (
     patchify,
     unpatchify,
 )
+from wgc_runtime.components.bagel_image import vit_pixels
 from wgc_runtime.components.block_attention import Block, PagedBlocks
 from wgc_runtime.components.configs.bagel import CONFIGS
 from wgc_runtime.components.convert import load_converted, load_tensors
@@ -194,10 +196,11 @@ class VitEncoder(Batched):
 
     @torch.inference_mode()
     def forward(self, batch: Sequence[Work]) -> list[dict[str, torch.Tensor]]:
-        size = self.model.config.vit.image_size
+        v = self.model.config.vit
         out = []
-        for w in batch:  # one image at a time: a batched convolution rounds differently
-            px = pixels(_image(w, self.name), size).to(self.device, self.dtype)
+        for w in batch:  # one image at a time: each its own size (and a batch rounds otherwise)
+            px = vit_pixels(_image(w, self.name), v.image_size, v.patch_size)
+            px = px.to(self.device, self.dtype)
             out.append({"vit_embeddings": self.model.vit_tokens(px).to(torch.bfloat16).cpu()})
         return out
 

@@ -18,7 +18,9 @@ Weights: ``config checkpoint``, a Hugging Face Whisper folder as published (``co
 ``generation_config.json``, ``tokenizer.json``, ``model.safetensors`` or shards; every file
 required, the weights loaded strictly, the sizes checked against the ``.walk``), else seeded
 random weights at the ``.walk`` sizes with the tiny tokenizer and generation settings of
-`wgc_runtime.components.configs.whisper`.
+`wgc_runtime.components.configs.whisper`. The encoder and the decoder say what they will hold
+before they are built (`Node.weights`, for the launch's preflight): counted from the checkpoint's
+headers when given, else at the sizes.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from examples._speech import (
     prompt_text,
     speech_seed,
 )
+from examples._weights import part
 from wgc_runtime.components.configs import whisper as tiny
 from wgc_runtime.components.random_init import init_seeded
 from wgc_runtime.components.sampling import choose
@@ -56,6 +59,7 @@ from wgc_runtime.components.whisper import (
 )
 from wgc_runtime.components.whisper_text import WhisperTokens
 from wgc_runtime.contract.node import Node, NodeContext, NodeError, NodeInputError, Work
+from wgc_runtime.contract.weights import WeightParts
 
 GAIN = 2.0  # random weights at twice fan-in scale: a tiny random decoder's tokens then vary
 WINDOW_STATE = ("prompt", "task", "text_ids", "done", "limit", "generated")
@@ -104,7 +108,26 @@ class Frontend(Node):
         return {"mel": window_features(audio, mels, frames)}
 
 
+def whisper_parts(node: str, config: Mapping[str, Any]) -> list[WeightParts]:
+    """What the encoder or the decoder (``node``) will hold (`Node.weights`): the model at the
+    checkpoint's sizes (else the ``.walk``'s) in the node's dtype, counted from the checkpoint's
+    headers when given (the decoder's ``proj_out`` shares the token embedding's tensor when
+    tied, so a stored copy is not counted twice)."""
+    cfg = whisper_config(node, config)
+    if node == "encoder":
+        build, names = (lambda: WhisperEncoder(cfg)), ("model.encoder.",)
+    else:
+        build, names = (lambda: WhisperTextDecoder(cfg)), ("model.decoder.",)
+        if not cfg.tie_word_embeddings:
+            names += ("proj_out.",)
+    return [part("whisper", node, config, build, names=names)]
+
+
 class Encoder(Node):
+    @classmethod
+    def weights(cls, config):
+        return whisper_parts("encoder", config)
+
     def __init__(self, ctx: NodeContext) -> None:
         super().__init__(ctx)
         cfg = whisper_config(self.name, self.config)
@@ -127,6 +150,10 @@ class Encoder(Node):
 
 class Decoder(Node):
     """Whisper's text decoder on the paged pool (see the module docstring)."""
+
+    @classmethod
+    def weights(cls, config):
+        return whisper_parts("decoder", config)
 
     def __init__(self, ctx: NodeContext) -> None:
         super().__init__(ctx)

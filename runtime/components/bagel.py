@@ -190,11 +190,17 @@ class Bagel(nn.Module):
 
     # ------------------------------------------------------------------ encoders
     def vit_tokens(self, pixel_values: torch.Tensor) -> torch.Tensor:
-        """``[1, 3, S, S]`` SigLIP pixels → ``[patches, hidden]`` (connector + positions)."""
+        """``[1, 3, H, W]`` SigLIP pixels (sides multiples of the patch, at most the ViT's
+        ``image_size``: `bagel_image.vit_side`) → ``[patches, hidden]`` (connector +
+        positions). A patch's position is its row and column in the ViT's table, as BAGEL's
+        ``get_flattened_position_ids_extrapolate`` places it."""
         v = self.config.vit
-        feats = self.vit_model.vision_model(pixel_values)[0]
+        rows, cols = (n // v.patch_size for n in pixel_values.shape[-2:])
         side = v.image_size // v.patch_size
-        ids = flat_positions(side, side, self.config.vit_max_num_patch_per_side)
+        if rows > side or cols > side:
+            raise ValueError(f"a {rows}x{cols}-patch image is past the ViT's {side}x{side}")
+        feats = self.vit_model.vision_model(pixel_values, flat_positions(rows, cols, side))[0]
+        ids = flat_positions(rows, cols, self.config.vit_max_num_patch_per_side)
         return self.connector(feats) + self.vit_pos_embed(ids.to(feats.device))
 
     def latent_tokens(self, latents: torch.Tensor, t: float) -> torch.Tensor:

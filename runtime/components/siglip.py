@@ -61,9 +61,12 @@ class _Embeddings(nn.Module):
         )
         self.position_embedding = nn.Embedding(cfg.num_patches, cfg.hidden_size)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, position_ids: torch.Tensor | None = None) -> torch.Tensor:
         x = self.patch_embedding(x.to(self.patch_embedding.weight.dtype))
-        return x.flatten(2).transpose(1, 2) + self.position_embedding.weight
+        x = x.flatten(2).transpose(1, 2)
+        if position_ids is None:  # the full square grid: every position, in order
+            return x + self.position_embedding.weight
+        return x + self.position_embedding(position_ids.to(x.device))
 
 
 class _Attention(nn.Module):
@@ -125,8 +128,13 @@ class SiglipVision(nn.Module):
         self.encoder = _Encoder(cfg)
         self.post_layernorm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps)
 
-    def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
-        x = self.embeddings(pixel_values)
+    def forward(
+        self, pixel_values: torch.Tensor, position_ids: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """``position_ids`` (one per patch, row-major) place the patches of an image that is not
+        the full ``image_size`` square in the position table (BAGEL's native-resolution ViT);
+        without them the image is the square."""
+        x = self.embeddings(pixel_values, position_ids)
         for layer in self.encoder.layers:
             x = layer(x)
         return self.post_layernorm(x)

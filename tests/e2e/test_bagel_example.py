@@ -48,6 +48,7 @@ from wgc_runtime.components.bagel import (
     patchify,
     unpatchify,
 )
+from wgc_runtime.components.bagel_image import vit_pixels
 from wgc_runtime.components.block_attention import Block, DenseBlocks, DenseKV
 from wgc_runtime.components.configs.bagel import TINY
 from wgc_runtime.components.random_init import init_seeded
@@ -126,7 +127,8 @@ def contexts(model: Bagel, vae, inputs, want) -> dict[str, list]:
             )
             tokens = model.latent_tokens(patchify(z[0], TINY.latent_patch_size), 0.0)
             images.append((tokens, True))
-        vit = model.vit_tokens(pixels(seg.data, TINY.vit.image_size))
+        # the ViT reads the image at its aspect ratio (`bagel_image`, tested against the release)
+        vit = model.vit_tokens(vit_pixels(seg.data, TINY.vit.image_size, TINY.vit.patch_size))
         images.append((vit.to(torch.bfloat16).float(), False))  # the `bf16` port
         for tokens, gen in images:
             ctx["main"].append(model.image_block(tokens, rope(ctx["main"]), gen))
@@ -259,3 +261,26 @@ def test_bf16_weights_run_every_task(weights, plans, tmp_path) -> None:
         assert image.shape == want.shape and 0 < diff.mean() < 4
     texts = run_local(plan, *REQUESTS["i2t"], rid="i2t-0")[("main", "decode", "text")]
     assert 1 <= len(texts) <= 7
+
+
+def test_with_the_detokenizer_placed_the_reply_is_text(weights, tmp_path) -> None:
+    """Image understanding through a placement with the detokenizer: the reply is the text of
+    the tokens the reference decodes (tiny: a token under 256 is a byte, BAGEL's special ids
+    add nothing), the tokens past the stop (`max_tokens`) adding nothing either."""
+    from wgc.cli.compile import sync
+    from wgc.driver import Driver
+
+    cpu = (ROOT / "examples/bagel/placements/cpu.yaml").read_text()
+    assert "combine_cfg, vae_decoder]" in cpu
+    (tmp_path / "text.yaml").write_text(cpu.replace("vae_decoder]", "vae_decoder, detokenizer]"))
+    result = Driver().compile(
+        str(ROOT / "examples/bagel/bagel.walk"), str(tmp_path / "text.yaml"),
+        {"checkpoint": str(weights[0])},
+    )  # fmt: skip
+    assert result.ok, [d.message for d in result.errors]
+    sync(tmp_path / "plan", result.files, check=False)
+    got = run_local(tmp_path / "plan", *REQUESTS["i2t"], rid="i2t-0")
+    assert list(got) == [("text", "detokenize", "text")]
+    text = b"".join(bytes(t.tolist()) for t in got[("text", "detokenize", "text")])
+    want = reference(weights, "i2t", "i2t-0").tolist()
+    assert len(text) > 0 and text == bytes(t for t in want if t < 256)

@@ -56,7 +56,9 @@ def reference() -> dict[str, list[int]]:
     m = load_model(str(WALK))
     out = {}
     for p in PROMPTS:
-        res = run_request(m, make_request(m, [segment("text", p)], ["text"]), kv_dtype="f32")
+        req = make_request(m, [segment("text", p)], ["text"])
+        # the placements here place the decoder alone: token ids out, not the detokenizer's text
+        res = run_request(m, req, placed={"LLM"}, kv_dtype="f32")
         assert res.error is None, res.error
         out[p] = [int(e.value) for e in res.emitted]
     return out

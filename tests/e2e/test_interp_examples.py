@@ -44,6 +44,11 @@ def run(family: str, inputs, want, options=None, **kw):
     return first
 
 
+def bagel_ids() -> frozenset[str]:
+    """BAGEL's nodes but its detokenizer: the token-id placements (walk `decode` emits)."""
+    return frozenset(n.name for n in model("bagel").nodes if n.name != "detokenizer")
+
+
 def shapes(out) -> Counter:
     return Counter((e.flow, e.walk, e.modality, tuple(e.value.shape)) for e in out.emitted)
 
@@ -89,7 +94,7 @@ def test_bagel_image_editing():
 
 def test_bagel_image_understanding_decodes_until_eos():
     inputs = [segment("image", IMAGE), segment("text", "what is this?")]
-    out = run("bagel", inputs, ["text"], {"max_tokens": 6})
+    out = run("bagel", inputs, ["text"], {"max_tokens": 6}, placed=bagel_ids())
     assert out.ok, out.error
     # the prefill's token (`<|im_start|>`), then one per decode step; the last step's token
     # (EOS, or the one after `max_tokens`) is not emitted
@@ -100,8 +105,21 @@ def test_bagel_image_understanding_decodes_until_eos():
 
 
 def test_bagel_think_then_generate():
-    out = run("bagel", [segment("text", "a cat")], ["image"], {"think": True, "max_tokens": 3})
+    options = {"think": True, "max_tokens": 3}
+    out = run("bagel", [segment("text", "a cat")], ["image"], options, placed=bagel_ids())
     assert [e.walk for e in out.emitted] == ["decode"] * 3 + ["image_gen_cfg"]
+
+
+def test_bagel_with_its_detokenizer_replies_in_text():
+    """The detokenizer placed (every node, the interpreter's default): the reply is the text of
+    the tokens the token-id run emits (tiny: bytes; BAGEL's special ids add nothing)."""
+    inputs = [segment("image", IMAGE), segment("text", "what is this?")]
+    ids = run("bagel", inputs, ["text"], {"max_tokens": 6}, placed=bagel_ids())
+    out = run("bagel", inputs, ["text"], {"max_tokens": 6})
+    assert out.ok, out.error
+    assert {(e.flow, e.walk) for e in out.emitted} == {("text", "detokenize")}
+    text = b"".join(bytes(e.value.tolist()) for e in out.emitted)
+    assert text == bytes(int(e.value) for e in ids.emitted if int(e.value) < 256) != b""
 
 
 def test_bagel_rejects_audio_input():

@@ -63,3 +63,78 @@ def test_a_checkpoint_with_a_chat_template_speaks_through_it(tmp_path: Path) -> 
             want.append(int(hf(seq).logits[0, -1].argmax()))
             seq = torch.cat([seq, torch.tensor([[want[-1]]])], dim=1)
     assert tokens(h) == want
+
+
+TEXT_CPU = ROOT / "examples" / "llama" / "placements" / "cpu-text.yaml"
+
+
+def _text(h) -> str:
+    assert h.error is None, h.error
+    return b"".join(bytes(o.tensor.tolist()) for o in h.outputs).decode("utf-8")
+
+
+def _greedy(hf, ids: list[int], eos: int, n: int = 32) -> list[int]:
+    """`generate`'s greedy ids: ``n`` new tokens, or up to and including ``eos``."""
+    import torch
+
+    want, seq = [], torch.tensor([ids])
+    with torch.no_grad():
+        while len(want) < n and (not want or want[-1] != eos):
+            want.append(int(hf(seq).logits[0, -1].argmax()))
+            seq = torch.cat([seq, torch.tensor([[want[-1]]])], dim=1)
+    return want
+
+
+@pytest.mark.parametrize("eos", ["-1", "tokenizer"])
+def test_with_the_detokenizer_placed_the_reply_is_the_generated_text(
+    tmp_path: Path, eos: str
+) -> None:
+    """Text out: the served reply is `tokenizer.decode(generate's ids,
+    skip_special_tokens=True)`, token by token (the stream's extra step past the end, and the
+    end-of-sequence token, add nothing)."""
+    import torch
+    import transformers
+
+    from tests.unit.test_chat_template import TEMPLATE, _tokenizer
+
+    fast = _tokenizer(TEMPLATE)
+    vocab = len(fast)
+    torch.manual_seed(3)
+    cfg = transformers.LlamaConfig(
+        vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False,
+    )  # fmt: skip
+    hf = transformers.LlamaForCausalLM(cfg).eval()
+    ids = fast.apply_chat_template(
+        [{"role": "user", "content": "hello there"}], add_generation_prompt=True, tokenize=True
+    )
+    ids = list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+    want = _greedy(hf, ids, -1)
+    stop = -1
+    if eos == "tokenizer":  # the tokenizer's eos takes the place of a later choice: it stops
+        stop = fast.convert_tokens_to_ids("<|eot_id|>")
+        k = next(i for i in range(3, 32) if want[i] not in want[:i] and stop not in want[:i])
+        with torch.no_grad():
+            hf.lm_head.weight[[stop, want[k]]] = hf.lm_head.weight[[want[k], stop]]
+        want = _greedy(hf, ids, stop)
+        assert len(want) == k + 1 and want[-1] == stop
+    ckpt = tmp_path / "ckpt"
+    hf.save_pretrained(ckpt)
+    fast.save_pretrained(ckpt)
+    (tmp_path / "plan").mkdir()
+    sets = {"checkpoint": str(ckpt), "eos": str(stop), "vocab": str(vocab)}
+    _, (h,) = serve(compiled(tmp_path / "plan", TEXT_CPU, sets), ["hello there"])
+    expected = fast.decode(want, skip_special_tokens=True)
+    assert expected and _text(h) == expected
+
+
+def test_without_a_tokenizer_the_text_is_the_token_bytes(tmp_path: Path) -> None:
+    """The tiny random model with the detokenizer placed: its token ids are the reply's bytes
+    (the end-of-sequence token left out)."""
+    (tmp_path / "ids").mkdir()
+    _, (ids,) = serve(compiled(tmp_path / "ids", CPU), [PROMPT])
+    (tmp_path / "text").mkdir()
+    _, (h,) = serve(compiled(tmp_path / "text", TEXT_CPU), [PROMPT])
+    assert h.error is None, h.error
+    got = b"".join(bytes(o.tensor.tolist()) for o in h.outputs)
+    assert got == bytes(t for t in tokens(ids) if t != 0) and len(got) > 0  # eos = 0

@@ -51,8 +51,11 @@ def front(path: Path, **kw):
     return res.model
 
 
-def cpu(model) -> Placement:
-    return placement("cpu", 1, [group([n.name for n in model.nodes], [0])])
+def cpu(model, without: tuple[str, ...] = ()) -> Placement:
+    return placement("cpu", 1, [group([n.name for n in model.nodes if n.name not in without], [0])])
+
+
+IDS = ("detokenizer",)  # BAGEL's token-id placements: its `decode` walk, not the text stream
 
 
 def example(name: str) -> Path:
@@ -88,7 +91,7 @@ def test_every_example_lowers_with_each_node_on_its_own_rank(path: Path) -> None
 
 def test_bagel_cpu_captures_the_whole_denoise_body() -> None:
     model = front(example("bagel"))
-    plan = lower(model, cpu(model))
+    plan = lower(model, cpu(model, IDS))
     caps = {(c.walk, c.scope, c.loop): c for c in plan.ranks[0].captures}
     cfg = caps[("image_gen_cfg", "loop", "denoise")]
     assert cfg.calls == (0, 1, 2, 3) and cfg.buckets == (1, 2, 4)
@@ -101,7 +104,7 @@ def test_bagel_cpu_captures_the_whole_denoise_body() -> None:
 
 def test_until_reaches_every_rank_of_the_loop_and_carried_emit() -> None:
     model = front(example("bagel"))
-    plan = lower(model, cpu(model))
+    plan = lower(model, cpu(model, IDS))
     rows = {(r.port, r.channel): r for r in plan.routes if r.walk == "decode"}
     (stop,) = rows[("stop", "stop")].dests
     assert stop == Dest(
@@ -193,7 +196,7 @@ def test_tensor_parallel_group_runs_on_its_first_rank() -> None:
 
 def test_per_walk_groups_split_prefill_and_decode() -> None:
     model = front(example("bagel"))
-    rest = [n.name for n in model.nodes if n.name != "LLM"]
+    rest = [n.name for n in model.nodes if n.name not in ("LLM", *IDS)]
     groups = [
         group(["LLM"], [0], ["prefill_text", "prefill_vit", "prefill_vae", "image_gen_cfg"]),
         group(["LLM"], [1], ["decode"]),

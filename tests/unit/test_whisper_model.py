@@ -212,3 +212,34 @@ def test_the_real_placement_declares_the_real_sizes(tmp_path) -> None:
     assert config["encoder"]["layers"] == real.encoder_layers
     assert dict(nodes["frontend"].outputs)["mel"] == TypeSpec("f32", (128, 3000))
     assert dict(nodes["encoder"].outputs)["audio_features"] == TypeSpec("f32", (1500, 1280))
+
+
+def test_the_nodes_say_their_weights_before_they_are_built(hf, ckpt, tmp_path) -> None:
+    """`Node.weights` (the launch's preflight): the encoder and the decoder at the `.walk`'s
+    sizes count what they build; with the checkpoint, its headers count the whole model once
+    (the tied output projection not twice), in the node's dtype; at large-v3's sizes, its
+    1.54e9 parameters in f16."""
+    from examples.whisper.nodes import Decoder, Encoder, whisper_config
+    from wgc_runtime.host.preflight import part_bytes
+
+    walk = {"n_mels": 80, "audio_ctx": 1500, "d_model": 64, "ffn": 128, "vocab": 2105,
+            "layers": 2, "decoder_layers": 2, "heads": 4, "seed": 0, "dtype": "f32"}  # fmt: skip
+    (enc,), (dec,) = Encoder.weights(walk), Decoder.weights(dict(walk, seed=1))
+    cfg = whisper_config("encoder", walk)
+    built = [WhisperEncoder(cfg), WhisperTextDecoder(cfg)]
+    assert [enc.params, dec.params] == [sum(p.numel() for p in m.parameters()) for m in built]
+    assert enc.key != dec.key and not enc.checkpoint and enc.dtype_bytes == 4
+    n_hf = sum(p.numel() for p in hf.parameters())  # tied: the embedding once
+    sizes = WhisperConfig.from_pretrained(ckpt)
+    real = dict(walk, n_mels=sizes.num_mel_bins, audio_ctx=sizes.max_source_positions,
+                d_model=sizes.d_model, ffn=sizes.decoder_ffn_dim, vocab=sizes.vocab_size,
+                checkpoint=str(ckpt), dtype="f16")  # fmt: skip
+    (enc,), (dec,) = Encoder.weights(real), Decoder.weights(real)
+    (e_bytes, e_file), (d_bytes, d_file) = part_bytes(enc), part_bytes(dec)
+    assert e_file and d_file and e_bytes + d_bytes == 2 * n_hf
+    assert (e_bytes // 2, d_bytes // 2) == (enc.params, dec.params)
+    large = {"n_mels": tiny.REAL["num_mel_bins"], "audio_ctx": 1500, "d_model": 1280,
+             "ffn": 5120, "vocab": tiny.REAL["vocab_size"], "layers": 32, "decoder_layers": 32,
+             "heads": 20, "dtype": "f16"}  # fmt: skip
+    total = sum(p.params for node in (Encoder, Decoder) for p in node.weights(large))
+    assert round(total / 1e9, 2) == 1.54
