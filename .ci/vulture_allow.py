@@ -64,3 +64,11 @@ _.max_completion_tokens, _.presence_penalty, _.frequency_penalty, _.logit_bias, 
 _.top_logprobs, _.tools, _.tool_choice, _.function_call, _.parallel_tool_calls, _.prediction
 _.web_search_options, _.reasoning_effort, _.service_tier, _.speed, _.instructions
 _.stream_format, _.quality, _.background, _.moderation, _.output_format, _.output_compression
+
+# benchmarks/host_overhead.py swaps Orpheus's node impls for these by their `impl` strings
+FakeLM, FakeVocoder
+
+# tokenizers' and transformers' objects read these attributes (a tokenizer's post-processor,
+# a fast tokenizer's chat template) when the tests' tiny tokenizers are saved and applied
+_.post_processor
+_.chat_template
