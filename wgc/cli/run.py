@@ -63,6 +63,7 @@ import click
 from wgc.cli.door import as_tensors, at_the_door
 from wgc.cli.errors import EXIT_OK, EXIT_USER, UserError
 from wgc.cli.request_input import field_value, read_request_file, split_fields
+from wgc.cli.seconds import SECONDS
 from wgc.cli.speech_stats import RequestStats
 from wgc.cli.workers import THIS_HOST, Workers, worker_options
 from wgc.config import Env
@@ -628,10 +629,13 @@ def _check_plan(plan_dir: str) -> None:
         raise UserError(str(exc)) from None
 
 
-def _deployment_error() -> type[Exception]:
+def deployment_errors() -> tuple[type[Exception], ...]:
+    """What a deployment that cannot start raises: its own fault, said in one line (exit 1). A
+    host that does not resolve or cannot be bound is one too (`TransportError`)."""
     from wgc_runtime.host.loading import DeploymentError
+    from wgc_runtime.host.transport.sockets import TransportError
 
-    return DeploymentError
+    return DeploymentError, TransportError
 
 
 @click.command()
@@ -666,12 +670,12 @@ def _deployment_error() -> type[Exception]:
 )
 @click.option(
     "--ready-timeout",
-    type=float,
+    type=SECONDS,
     default=600.0,
     show_default=True,
     help="Seconds to wait for workers to load.",
 )
-@click.option("--timeout", type=float, default=None, help="Deadline of the request, seconds.")
+@click.option("--timeout", type=SECONDS, default=None, help="Deadline of the request, seconds.")
 @limit_option
 @click.pass_obj
 def run(
@@ -806,7 +810,7 @@ def _one_shot(
         writer.close()
         click.echo("wgc: interrupted", err=True)
         return 130
-    except _deployment_error() as exc:
+    except deployment_errors() as exc:
         writer.close()
         click.echo(f"error: {exc}", err=True)
         return EXIT_USER

@@ -26,7 +26,15 @@ from typing import TYPE_CHECKING
 import click
 
 from wgc.cli.errors import UserError
-from wgc.cli.run import _check_plan, input_limits, limit_option, prepare, require_runtime
+from wgc.cli.run import (
+    _check_plan,
+    deployment_errors,
+    input_limits,
+    limit_option,
+    prepare,
+    require_runtime,
+)
+from wgc.cli.seconds import SECONDS
 from wgc.cli.workers import Workers, worker_options
 from wgc.config import Env
 
@@ -99,7 +107,7 @@ def _sha256(path: str) -> str:
 @click.option("--plan-dir", metavar="DIR", help="Where to write the compile of MODEL.walk.")
 @click.option(
     "--ready-timeout",
-    type=float,
+    type=SECONDS,
     default=600.0,
     show_default=True,
     help="Seconds to wait for workers to load.",
@@ -167,7 +175,7 @@ def run_server(
     limits: Limits | None = None,
 ) -> int:
     """Compile when needed, then serve until stopped; the exit code (`wgc run --serve` too)."""
-    from wgc_runtime.host.loading import DeploymentError, ensure_import_root
+    from wgc_runtime.host.loading import ensure_import_root
     from wgc_runtime.host.server.main import serve as serve_plan
 
     plan = prepare(target, placement, sets, Path(plan_dir) if plan_dir else None)
@@ -189,7 +197,7 @@ def run_server(
                 **(workers or Workers()).cluster_options(),
                 limits=limits,
             )
-        except DeploymentError as exc:
+        except deployment_errors() as exc:
             click.echo(f"error: {exc}", err=True)
             return 1
     finally:

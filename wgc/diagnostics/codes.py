@@ -147,6 +147,7 @@ _TABLE: tuple[tuple[str, Severity, str], ...] = (
     ("WG822", E, "sequence-parallel size does not fit the rank group"),
     ("WG823", W, "residency the runtime does not honour"),
     ("WG824", E, "placement nested too deeply"),
+    ("WG825", E, "host is an every-interface address, not a machine"),
     # -- lints (WG9xx): warnings for declarations nothing uses
     ("WG901", W, "unused node"),
     ("WG902", W, "unused param"),

@@ -28,7 +28,7 @@ honour, warning), WG816 (capture buckets not positive, not ascending, or above `
 (kv-cache, batching, concurrency or attention setting out of range), WG818 (device not `cpu`,
 `cuda`, `cuda:N` or `auto:N`), WG819 (host for a rank that does not exist), WG821 (a device
 whose rank no group uses), WG824 (collections nested past `MAX_YAML_DEPTH`, checked before the
-YAML is composed).
+YAML is composed), WG825 (a host that is an every-interface address such as `0.0.0.0`).
 """
 
 from __future__ import annotations
@@ -65,6 +65,7 @@ CODES = (
     "WG822",
     "WG823",
     "WG824",
+    "WG825",
 )
 
 TOP = {
@@ -102,6 +103,8 @@ DEFAULT_MAX_CONCURRENT = 16
 MAX_YAML_DEPTH = 32  # the deepest a valid placement goes is 4 (`place`, a group, `ranks`)
 _DEVICE = re.compile(r"^(cpu|cuda|cuda:\d+|auto:\d+)$")
 _DEVICE_LIKE = re.compile(r"^(?:gpu|cuda|auto)\s*[:/ _-]?\s*(\d+)$", re.IGNORECASE)
+# what binds every interface, not a machine a rank could run on (ZeroMQ cannot connect to it)
+_WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", "*", ""})
 
 
 def load(path: str, text: str | None = None) -> tuple[Placement | None, list[Diagnostic]]:
@@ -306,6 +309,16 @@ class _Loader(GroupReader):
                 continue
             if rank in out:
                 self.error("WG805", f"rank {rank} appears twice in `hosts`", span(self.file, k))
+                continue
+            if host.strip().strip("[]") in _WILDCARD_HOSTS:
+                self.error(
+                    "WG825",
+                    f"`{host}` is not a machine: `hosts` names where rank {rank} runs",
+                    span(self.file, v),
+                    label="an address that means every interface",
+                    help="name the machine (its host name or address, e.g. `10.0.0.1`); "
+                    "`wgc serve --host 0.0.0.0` is how the HTTP server listens on every interface",
+                )
                 continue
             out[rank] = host
         return tuple(sorted(out.items()))
