@@ -100,6 +100,8 @@ DEFAULT_CAPTURE = (1, 2, 4, 8, 16)
 _KV_DEFAULT = KvCache()  # slotted dataclasses have no class-level defaults to read
 _BATCHING_DEFAULT = Batching()
 DEFAULT_MAX_CONCURRENT = 16
+# one graph per bucket, unit and rank: vLLM's default list is 67 sizes
+MAX_CAPTURE_BUCKETS = 256
 MAX_YAML_DEPTH = 32  # the deepest a valid placement goes is 4 (`place`, a group, `ranks`)
 _DEVICE = re.compile(r"^(cpu|cuda|cuda:\d+|auto:\d+)$")
 _DEVICE_LIKE = re.compile(r"^(?:gpu|cuda|auto)\s*[:/ _-]?\s*(\d+)$", re.IGNORECASE)
@@ -423,6 +425,17 @@ class _Loader(GroupReader):
         _, node = entry
         items = self.list_(node, "`capture`")
         if items is None:
+            return ()
+        if len(items) > MAX_CAPTURE_BUCKETS:
+            # refused before any bucket is read: each one is a graph captured per unit and rank
+            self.error(
+                "WG816",
+                f"{len(items):,} capture buckets: at most {MAX_CAPTURE_BUCKETS} are captured",
+                span(self.file, node),
+                label="too many buckets",
+                help="capture a few sizes (e.g. `[1, 2, 4, 8, 16, 32]`): a batch between two "
+                "buckets runs in the next larger one",
+            )
             return ()
         out: list[int] = []
         last: tuple[int, Span] | None = None
