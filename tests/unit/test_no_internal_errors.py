@@ -136,3 +136,22 @@ def test_a_node_that_cannot_be_built_locally_is_a_deployment_error(tmp_path: Pat
         (out / name).write_text(text, encoding="utf-8")
     with pytest.raises(DeploymentError, match=r"rank 0 failed to start: ValueError: checkpoint"):
         LocalCluster(load_plan(out), nodes_factory=factory)
+
+
+@pytest.mark.parametrize("name", [b"q\xff.yaml", b"a\nimport os.yaml"])
+def test_a_placement_name_reaches_generated_comments_escaped(tmp_path: Path, name: bytes) -> None:
+    # found by benchmarks/fuzz_front_end.py: `placed(...)` notes quote the placement's name
+    placement = tmp_path / os.fsdecode(name)
+    try:
+        placement.write_text(
+            (ROOT / "examples/bagel/placements/cpu.yaml").read_text(encoding="utf-8"),
+            encoding="utf-8",
+        )
+    except (UnicodeEncodeError, OSError):
+        pytest.skip("this file system takes only UTF-8 names")
+    bagel = ROOT / "examples/bagel/bagel.walk"
+    res = _invoke(["compile", str(bagel), "--placement", str(placement), "-o", str(tmp_path / "o")])
+    assert res.exit_code == 0, res.output
+    conductor = (tmp_path / "o" / "conductor.py").read_text(encoding="utf-8")
+    assert "\nimport os" not in conductor
+    compile(conductor, "conductor.py", "exec")
