@@ -52,7 +52,7 @@ from typing import Any
 from wgc_runtime.contract import control as c
 from wgc_runtime.host.loading import DeploymentError, load_conductor
 from wgc_runtime.host.processes import entry, ray_launcher
-from wgc_runtime.host.processes.children import Child, LocalChild, stop_children
+from wgc_runtime.host.processes.children import Child, LocalChild, ending, stop_children
 from wgc_runtime.host.processes.external import (
     ExternalChild,
     ExternalWorkers,
@@ -394,9 +394,12 @@ class Cluster:
         return Health(status, restarting, len(self.restart_times), restarted=restarted)
 
     def alive(self) -> dict[str, bool]:
-        """Process -> whether it is up and serving (a worker being restarted is not yet)."""
+        """Process -> whether it is up and serving (a worker being restarted is not yet); a
+        local process is read from the kernel too (`ending`), not only from the supervisor."""
         return {
-            who: p.exitcode is None and who not in self._degraded
+            who: p.exitcode is None
+            and not (isinstance(p, LocalChild) and ending(p.pid))
+            and who not in self._degraded
             for who, p in list(self.procs.items())
         }
 
