@@ -49,7 +49,6 @@ import os
 import shutil
 import struct
 import sys
-import tempfile
 import threading
 import time
 import wave
@@ -485,7 +484,10 @@ def prepare(target: str, placement: str | None, sets: tuple[str, ...], keep: Pat
     if not result.ok:
         raise UserError(f"`{target}` does not compile for `{placement}`")
     assert result.plan is not None
-    out = keep or Path(tempfile.mkdtemp(prefix=f"wgc-run-{result.plan.model}-"))
+    from wgc_runtime.host.scratch import private_dir
+
+    # a SIGKILLed `wgc run`/`wgc serve` cannot remove it: the next start sweeps it (its owner file)
+    out = keep or Path(private_dir(f"wgc-run-{result.plan.model}-"))
     sync(out, result.files, check=False)
     return str(out)
 

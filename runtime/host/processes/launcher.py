@@ -42,7 +42,6 @@ import os
 import shutil
 import signal
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -60,6 +59,7 @@ from wgc_runtime.host.processes.external import (
     write_join,
 )
 from wgc_runtime.host.processes.supervisor import RestartBudget, Supervisor, UsageQuery
+from wgc_runtime.host.scratch import private_dir
 from wgc_runtime.host.transport.control_codec import ControlCodec
 from wgc_runtime.host.transport.keys import Authenticator, ClientKey, Keys
 from wgc_runtime.host.transport.segment import Segment, region_size
@@ -212,7 +212,8 @@ class Cluster:
         self.segment = Segment(slots, region, tag=self.spec.model[:16])
         self.secret = new_secret()
         self.keys = Keys.generate() if self.curve else None
-        self.ipc_dir = tempfile.mkdtemp(prefix="wgc-")  # mode 0700: only this user's processes
+        # mode 0700: only this user's processes; a SIGKILLed launcher's is swept at the next start
+        self.ipc_dir = private_dir("wgc-")
         own = self.conductor_host
         self.mesh = Mesh(
             "launcher",
