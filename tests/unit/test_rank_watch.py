@@ -40,3 +40,16 @@ def test_a_request_that_only_prefilled_is_held_by_the_stream_consumer(tmp_path, 
     held = watch.on_rank_died(stream.owner, "rank died", ["r1", "r2", "r3"])
     assert held == ["r1"]  # r2 ended, r3 never ran anything
     assert stream.owner in reach(spec, {w.name: w for w in spec.walks}["decode"])
+
+
+def test_a_state_move_marks_and_is_blocked_by_its_destination(tmp_path) -> None:
+    from wgc_runtime.contract.messages import ExportState
+
+    spec = _spec(tmp_path, "bagel", "cpu-2rank")
+    watch = RankWatch(spec)
+    move = ExportState("r1", 3, "LLM_cfg_img", (0,), (1,))
+    assert watch.blocked(0, move) is None
+    watch.sent(0, move)  # rank 0 exports the request's state to rank 1
+    assert watch.on_rank_died(1, "rank 1 died", ["r1"]) == ["r1"]
+    assert watch.blocked(0, move) == 1 and watch.blocked(1, StartWalk("r2", 0, "x", "f")) == 1
+    assert watch.up(1) and watch.blocked(0, move) is None

@@ -102,6 +102,7 @@ _BATCHING_DEFAULT = Batching()
 DEFAULT_MAX_CONCURRENT = 16
 # one graph per bucket, unit and rank: vLLM's default list is 67 sizes
 MAX_CAPTURE_BUCKETS = 256
+_PLAIN = re.compile(r"[\t\n\r\x20-\x7e]*")  # text libyaml and PyYAML read alike
 MAX_YAML_DEPTH = 32  # the deepest a valid placement goes is 4 (`place`, a group, `ranks`)
 _DEVICE = re.compile(r"^(cpu|cuda|cuda:\d+|auto:\d+)$")
 _DEVICE_LIKE = re.compile(r"^(?:gpu|cuda|auto)\s*[:/ _-]?\s*(\d+)$", re.IGNORECASE)
@@ -136,6 +137,7 @@ class _Loader(GroupReader):
         super().__init__(file, text)
         self.ignored: list[str] = []
         self.wgc_kv_keys = tuple(k for k in KV["wgc"] if k not in KV["mstar"])
+        self._c_ok: bool | None = None  # whether libyaml reads the text (`loader`)
 
     # ------------------------------------------------------------------ entry
     def run(self) -> Placement | None:
@@ -152,7 +154,7 @@ class _Loader(GroupReader):
         try:
             if self.too_deep():
                 return None
-            root = yaml.compose(self.text, Loader=yaml.SafeLoader)
+            root = yaml.compose(self.text, Loader=self.loader())
         except yaml.MarkedYAMLError as exc:
             self.syntax(exc)
             return None
@@ -177,12 +179,29 @@ class _Loader(GroupReader):
             return None
         return root
 
+    def loader(self) -> type:
+        """libyaml's loader (`CSafeLoader`, ~10x faster: a 10,000-rank placement is read in a
+        fraction of a second) for plain ASCII text that it reads without an error; else, and
+        to report any error in PyYAML's own words, PyYAML's pure-Python `SafeLoader`. Both
+        resolve tags alike and mark lines and columns alike on such text."""
+        c_loader = getattr(yaml, "CSafeLoader", None)
+        if c_loader is None or not _PLAIN.fullmatch(self.text):
+            return yaml.SafeLoader
+        if self._c_ok is None:
+            try:
+                for _ in yaml.parse(self.text, Loader=c_loader):
+                    pass
+                self._c_ok = True
+            except yaml.YAMLError:
+                self._c_ok = False  # PyYAML reads it again and words the error
+        return c_loader if self._c_ok else yaml.SafeLoader
+
     def too_deep(self) -> bool:
         """WG824 when collections nest past `MAX_YAML_DEPTH`, found from PyYAML's event stream
         (its parser keeps a stack of its own; its composer, which builds the nodes, recurses
         once per level and would raise RecursionError a few hundred levels down)."""
         depth = 0
-        for event in yaml.parse(self.text, Loader=yaml.SafeLoader):
+        for event in yaml.parse(self.text, Loader=self.loader()):
             if isinstance(event, yaml.CollectionStartEvent):
                 depth += 1
                 if depth > MAX_YAML_DEPTH:

@@ -58,6 +58,8 @@ class RankWatch:
             return
         ranks = self.held_by.setdefault(request, set())
         ranks.add(rank)
+        # a state move (`ExportState`, `CopyKv`) names no walk: where the state goes
+        ranks.update(getattr(msg, "to_ranks", ()))
         walk = getattr(msg, "walk", None)
         if walk is not None:
             ranks |= self.walk_ranks.get(walk, frozenset())
@@ -75,6 +77,14 @@ class RankWatch:
     def needs_down(self, rank: int) -> str | None:
         """Why a message cannot go to ``rank`` now (None: it is up)."""
         return self.down.get(rank)
+
+    def blocked(self, rank: int, msg: Any) -> int | None:
+        """A rank that is down which ``msg`` to ``rank`` needs: ``rank`` itself, or one a state
+        move it asks for goes to (its parts would be lost on the way); None when all are up."""
+        for r in (rank, *getattr(msg, "to_ranks", ())):
+            if r in self.down:
+                return r
+        return None
 
     def up(self, rank: int) -> bool:
         """Rank ``rank`` is back; whether every rank is."""
