@@ -11,10 +11,11 @@ a point drawn from the seed: **handoff** (0-40 ms after the submit, while prompt
 hand over to decode, before any output), **first** (as the first output arrives), **mid** (half
 way through the outputs) or **final** (at the last output but one); one more request is
 submitted right after the kill (admitted during the restart). The trial passes when every
-request that was in flight ended within 1 s of the kill (finished, or failed with a message
-naming the killed rank: issue 34, point 1: no request waits for the watchdog), and the request
-admitted during the restart either ran once the rank was back or failed naming it. The next
-trial starts once `health` is `ok` again.
+request that was in flight either failed within 1 s of the kill with a message naming the
+killed rank, or finished (it held nothing there: it had not started, or its part on that rank
+was done, and it waited for the restart): none waits for the watchdog (issue 34, point 1); and
+the request admitted during the restart either ran once the rank was back or failed naming it.
+The next trial starts once `health` is `ok` again.
 
 Prints one row per plan and rank (trials, passed, the slowest end after the kill, the restart
 time) and the failures; exits 1 when any trial failed.
@@ -58,7 +59,8 @@ class Trial:
     plan: str
     rank: int
     point: str
-    ends: list[float] = field(default_factory=list)  # seconds after the kill, per request
+    ends: list[float] = field(default_factory=list)  # seconds after the kill, per failure
+    outcomes: list[str] = field(default_factory=list)  # "ok" / "failed" / "timeout", per request
     problems: list[str] = field(default_factory=list)
     restart: float = 0.0
 
@@ -134,11 +136,13 @@ def trial(cluster: Cluster, client: TimedClient, plan: str, rank: int, point: st
     for s in streams:
         outcome, _ = drain(s, killed_at + 600)
         end = client.ended.get(s.rid, time.monotonic()) - killed_at
-        t.ends.append(end)
         if outcome.startswith("failed") and f"rank {rank}" not in outcome:
             t.problems.append(f"failed without naming rank {rank}: {outcome}")
-        if outcome.startswith("timeout") or end > LIMIT:
+        t.outcomes.append(outcome.split(":")[0])
+        if outcome.startswith("timeout") or (outcome.startswith("failed") and end > LIMIT):
             t.problems.append(f"ended {end:.2f} s after the kill ({outcome[:120]})")
+        elif outcome.startswith("failed"):
+            t.ends.append(end)
     outcome, _ = drain(late, killed_at + 600)
     if outcome.startswith("timeout") or (
         outcome.startswith("failed") and f"rank {rank}" not in outcome
@@ -174,9 +178,9 @@ def run_plan(plan: str, trials: int, concurrent: int, rng: random.Random) -> lis
 
 def report(results: list[Trial]) -> str:
     lines = [
-        "| plan | rank | trials (handoff / first / mid / final) | passed | slowest end after "
-        "the kill | restart (median) |",
-        "| --- | --- | --- | --- | --- | --- |",
+        "| plan | rank | trials (handoff / first / mid / final) | passed | requests failed / "
+        "finished | slowest failure after the kill | restart (median) |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     keys = sorted({(t.plan, t.rank) for t in results})
     for plan, rank in keys:
@@ -185,9 +189,11 @@ def report(results: list[Trial]) -> str:
         passed = sum(not t.problems for t in ts)
         slowest = max((e for t in ts for e in t.ends), default=0.0)
         restart = sorted(t.restart for t in ts)[len(ts) // 2]
+        failed = sum(o == "failed" for t in ts for o in t.outcomes)
+        ok = sum(o == "ok" for t in ts for o in t.outcomes)
         lines.append(
             f"| `{plan.removeprefix('generated/')}` | {rank} | {len(ts)} ({by}) | {passed} | "
-            f"{slowest * 1000:,.0f} ms | {restart:.1f} s |"
+            f"{failed} / {ok} | {slowest * 1000:,.0f} ms | {restart:.1f} s |"
         )
     bad = [t for t in results if t.problems]
     lines += ["", f"{len(results)} trials, {len(bad)} failed"]
@@ -207,7 +213,8 @@ def main() -> int:
     results: list[Trial] = []
     for plan in plans(opts.only):
         results += run_plan(plan, opts.trials, opts.concurrent, rng)
-        print(report(results).splitlines()[-1], file=sys.stderr)
+        bad = sum(bool(t.problems) for t in results)
+        print(f"{plan}: {len(results)} trials so far, {bad} failed", file=sys.stderr)
     text = report(results)
     print(text)
     if opts.markdown:
