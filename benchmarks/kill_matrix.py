@@ -215,6 +215,8 @@ def main() -> int:
         results += run_plan(plan, opts.trials, opts.concurrent, rng)
         bad = sum(bool(t.problems) for t in results)
         print(f"{plan}: {len(results)} trials so far, {bad} failed", file=sys.stderr)
+        if opts.markdown:  # the report so far, after each plan: a long run can be read early
+            opts.markdown.write_text(report(results) + "\n", encoding="utf-8")
     text = report(results)
     print(text)
     if opts.markdown:
