@@ -43,11 +43,11 @@ from wgc_runtime.host.processes.launcher import Cluster  # noqa: E402
 IMAGES = torch.arange(3 * 16 * 16 * 3).reshape(3, 16, 16, 3).remainder(251).to(torch.uint8)
 CLIP = torch.sin(torch.linspace(0, 200, 16000)) * 0.5
 # family -> (segments, want, options): small requests with several outputs each
-REQUESTS: dict[str, tuple[list[tuple[str, Any]], list[str], dict[str, Any]]] = {
+REQUESTS: dict[str, tuple[list[tuple[Any, ...]], list[str], dict[str, Any]]] = {
     "orpheus": ([("text", "hello there, how are you")], ["audio"], {"max_tokens": 84}),
     "qwen3_omni": ([("text", "hello there")], ["text", "audio"], {"max_tokens": 6}),
     "bagel": ([("text", "a cat")], ["image"], {}),
-    "pi05": ([("image", IMAGES)], ["action"], {}),
+    "pi05": ([("image", IMAGES, {"prompt": torch.arange(12)})], ["action"], {}),
     "whisper": ([("audio", CLIP)], ["text"], {}),
 }
 POINTS = ("handoff", "first", "mid", "final")
