@@ -14,11 +14,13 @@ state on every rank.
 **No request hangs silently.** The client watches its connection (a ZeroMQ socket monitor):
 when the conductor's process goes away, every live request fails at once with a `RequestFailed`
 saying so (kind ``internal``), and so does a conductor that refuses the connection (a CURVE
-deployment, and no key or the wrong one). The conductor also sends a keep-alive for every live
-request about once a second; a stream that hears nothing for ``idle_timeout`` seconds raises
-`RequestTimeout` (the conductor is wedged, or unreachable), and ``deadline`` (seconds, optional)
-bounds the whole request: when it passes the client cancels the request and raises
-`RequestTimeout`.
+deployment, and no key or the wrong one); a request on a client whose conductor is not there
+(nothing accepts the connection: it died before the client connected, or in between) fails
+within ``CONNECT_TIMEOUT`` (1 s), not its idle timeout. The conductor also sends a keep-alive
+for every live request about once a second; a stream that hears nothing for ``idle_timeout``
+seconds raises `RequestTimeout` (the conductor is wedged, or unreachable), and ``deadline``
+(seconds, optional) bounds the whole request: when it passes the client cancels the request and
+raises `RequestTimeout`.
 
 **A deployment with CURVE** (hosts named, or ``curve`` asked for) needs its client key:
 ``Client(address, key=ClientKey.load(path))`` (``wgc serve`` prints the path of the key file; a
@@ -57,6 +59,9 @@ if TYPE_CHECKING:
     import torch
 
 IDLE_TIMEOUT = 15.0
+# how long a request waits for a connection that was never made (or was lost) while the address
+# refuses it: a conductor that is gone is said within this, not after `idle_timeout`
+CONNECT_TIMEOUT = 1.0
 _WATCHED = (
     zmq.EVENT_DISCONNECTED
     | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
@@ -141,6 +146,7 @@ class Stream:
     rid: str
     deadline: float | None  # monotonic
     queued: bool = False
+    submitted: float = 0.0  # monotonic
     done: bool = False
     error: ErrorInfo | None = None
     _buffer: list[Output] = field(default_factory=list)
@@ -187,7 +193,9 @@ class Client:
             (key if isinstance(key, ClientKey) else ClientKey.load(key)).apply(self.sock)
         # connection events: a dropped connection means the conductor is gone; a failed
         # handshake, that it refuses this client (a CURVE deployment: no key, or another one)
-        self._monitor = watch(self.sock, _WATCHED)
+        self._monitor = watch(self.sock, _WATCHED | zmq.EVENT_CONNECTED | zmq.EVENT_CONNECT_RETRIED)
+        self._connected = False  # until the monitor says so; again after a disconnect
+        self._refused = False  # a connect attempt was refused since then (nothing listens)
         self._poller = zmq.Poller()
         self._poller.register(self.sock, zmq.POLLIN)
         self._poller.register(self._monitor, zmq.POLLIN)
@@ -234,7 +242,8 @@ class Client:
             {str(k): _plain(v) for k, v in (options or {}).items()},
             seed,
         )
-        stream = Stream(self, rid, None if deadline is None else time.monotonic() + deadline)
+        now = time.monotonic()
+        stream = Stream(self, rid, None if deadline is None else now + deadline, submitted=now)
         self.streams[rid] = stream
         self._send(msg)
         return stream
@@ -268,6 +277,15 @@ class Client:
         while not waiting._buffer and not waiting.done:
             now = time.monotonic()
             limit = idle_until if waiting.deadline is None else min(idle_until, waiting.deadline)
+            if not self._connected:
+                connect_by = waiting.submitted + CONNECT_TIMEOUT
+                if now >= connect_by and self._refused:
+                    self._fail_all(
+                        f"cannot reach the conductor at {self.address}: nothing accepts the "
+                        f"connection there (it stopped or crashed, or the address is wrong)"
+                    )
+                    return
+                limit = min(limit, max(connect_by, now + 0.05))
             if now >= limit:
                 if waiting.deadline is not None and now >= waiting.deadline:
                     self.cancel(waiting.rid)
@@ -296,7 +314,14 @@ class Client:
 
     def _connection_event(self) -> None:
         event = recv_monitor_message(self._monitor)["event"]
+        if event == zmq.EVENT_CONNECTED:
+            self._connected, self._refused = True, False
+            return
+        if event == zmq.EVENT_CONNECT_RETRIED:
+            self._refused = True
+            return
         if event == zmq.EVENT_DISCONNECTED:
+            self._connected = False
             why = (
                 f"lost the connection to the conductor at {self.address}: it stopped or crashed, "
                 "and the request cannot finish"
@@ -308,6 +333,9 @@ class Client:
             )
         else:
             return
+        self._fail_all(why)
+
+    def _fail_all(self, why: str) -> None:
         for stream in list(self.streams.values()):
             if not stream.done:
                 stream.error = ErrorInfo("internal", why)

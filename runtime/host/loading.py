@@ -125,13 +125,41 @@ def ensure_import_root() -> None:
 
 
 def resolve_device(device: str) -> str:
-    """``auto:N`` is ``cuda:N`` when CUDA is available, else ``cpu``; others as they are."""
+    """``auto:N`` is ``cuda:N`` when CUDA is available, else ``cpu``; others as they are.
+
+    A ``cuda`` device this machine lacks (a CPU build of torch, no GPU visible, an index past
+    the last GPU) is a `DeploymentError` saying so, before any node is built: the placement was
+    written for another machine, and a traceback from deep inside torch would not say that."""
     if device.startswith("auto"):
         import torch
 
         index = device.partition(":")[2] or "0"
         return f"cuda:{index}" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda"):
+        _check_cuda(device)
     return device
+
+
+def _check_cuda(device: str) -> None:
+    import torch
+
+    index = device.partition(":")[2]
+    if not torch.cuda.is_available():
+        why = (
+            "this torch build has no CUDA"
+            if torch.version.cuda is None
+            else "no CUDA device is visible"
+        )
+        raise DeploymentError(
+            f"the placement puts a rank on `{device}`, but {why}: use a placement for this "
+            "machine (a CPU one, or `auto:N` devices, which fall back to the CPU)"
+        )
+    count = torch.cuda.device_count()
+    if index.isdigit() and int(index) >= count:
+        raise DeploymentError(
+            f"the placement puts a rank on `{device}`, but this machine has "
+            f"{count} CUDA device{'s' if count != 1 else ''} (cuda:0 to cuda:{count - 1})"
+        )
 
 
 def node_captures(rank: RankSpec, node: str) -> tuple[CaptureSpec, ...]:

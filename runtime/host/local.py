@@ -19,6 +19,7 @@ handle is done at once with a ``rejected`` error listing every problem.
 from __future__ import annotations
 
 import itertools
+import traceback
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -37,9 +38,22 @@ from wgc_runtime.core.conductor import ConductorCore
 from wgc_runtime.core.conductor.door import describe
 from wgc_runtime.core.executor import RankExecutor
 from wgc_runtime.host.admission import RequestIds, admit
-from wgc_runtime.host.loading import load_nodes, load_plan, resolve_device
+from wgc_runtime.host.loading import DeploymentError, load_nodes, load_plan, resolve_device
 
 NodesFactory = Callable[[RankSpec], Mapping[str, Node]]
+
+
+def _build(factory: NodesFactory, rank: RankSpec) -> Mapping[str, Node]:
+    """``factory(rank)``; a node that cannot be built (a checkpoint that does not fit, a device
+    the machine lacks, an impl that does not import) is a `DeploymentError` naming the rank,
+    as a worker process reports it (`wgc run --local` exits 1 on it, like `wgc run`)."""
+    try:
+        return factory(rank)
+    except DeploymentError as exc:
+        raise DeploymentError(f"rank {rank.rank} failed to start: {exc}") from exc
+    except Exception as exc:
+        detail = "".join(traceback.format_exception_only(exc)).strip()
+        raise DeploymentError(f"rank {rank.rank} failed to start: {detail}") from exc
 
 
 class OutputItem(NamedTuple):
@@ -120,7 +134,7 @@ class LocalCluster:
         self.ranks = {
             r.rank: RankExecutor(
                 r,
-                factory(r),
+                _build(factory, r),
                 self._send,
                 max_batch=max_batch if max_batch is not None else r.batching.max_batch,
                 device=resolve_device(r.device),

@@ -154,7 +154,7 @@ def test_yaml_nesting_is_bounded_before_composing(depth: int):
 @pytest.mark.parametrize(
     "text",
     [
-        "node_groups:\n  - node_names: [A]\n    ranks: [4096]\n",
+        "node_groups:\n  - node_names: [A]\n    ranks: [16384]\n",
         "node_groups:\n  - node_names: [A]\n    ranks: [99999999999999999999]\n",
         "node_groups:\n  - node_names: [A]\n    ranks: [0]\nrank_devices: {1000000000000: 0}\n",
         "place:\n  - nodes: [A]\n    ranks: [1000000000000]\n",
@@ -163,7 +163,7 @@ def test_yaml_nesting_is_bounded_before_composing(depth: int):
 def test_ranks_are_bounded_before_anything_is_built_per_rank(text: str):
     found = _placement_codes(text)
     assert found & {"WG809", "WG803"}, found
-    ok = "node_groups:\n  - node_names: [A]\n    ranks: [4095]\n"
+    ok = "node_groups:\n  - node_names: [A]\n    ranks: [16383]\n"
     assert not _placement_codes(ok) & {"WG809", "WG803"}
 
 
@@ -175,3 +175,19 @@ def test_a_huge_file_is_refused_before_it_is_lexed():
     assert codes(text) == {"WG010"}
     assert [d.code for d in load("p.yaml", text)[1]] == ["WG010"]
     assert "WG010" not in codes("model m\n" + "#" * (MAX_SOURCE_CHARS - 100) + "\n")
+
+
+@pytest.mark.parametrize(("n", "refused"), [(256, False), (257, True), (100_000, True)])
+def test_capture_lists_are_bounded(n: int, refused: bool):
+    # issue 34: 100,000 capture sizes were read (and captured) one by one
+    from wgc.placement.load import load
+
+    sizes = ", ".join(str(b) for b in range(1, n + 1))
+    text = (
+        "devices: [cpu]\nplace:\n  - nodes: [A]\n    ranks: [0]\n"
+        f"batching: {{max_batch: {n}, capture: [{sizes}]}}\n"
+    )
+    diags = [d for d in load("p.yaml", text)[1] if d.code == "WG816"]
+    assert bool(diags) == refused, diags
+    if refused:
+        assert len(diags) == 1 and f"{n:,} capture buckets: at most 256" in diags[0].message

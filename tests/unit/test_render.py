@@ -190,3 +190,17 @@ def test_sarif_structure() -> None:
     assert related["message"]["text"] == "first written here"
     assert related["physicalLocation"]["region"]["startLine"] == 11
     assert [r["level"] for r in run["results"]] == ["error", "error", "warning"]
+
+
+def test_a_very_long_line_is_quoted_as_a_window_around_its_mark():
+    # issue 34: thousands of warnings on one 60,000-column line printed gigabytes
+    line = "  A(" + ", ".join(f"x{i}" for i in range(5000)) + ") -> y"
+    col = line.index("x4000") + 1
+    sources = SourceMap()
+    sources.add("long.walk", "model m\n" + line + "\n")
+    d = diag("WG905", "unused", Span("long.walk", 2, col, 2, col + 5), label="here")
+    text = render_text([d], sources)
+    quoted, marked = text.splitlines()[3], text.splitlines()[4]
+    assert len(quoted) < 320 and quoted.startswith("2 | ...") and quoted.endswith("...")
+    assert quoted[marked.index("^") :].startswith("x4000")
+    assert "^^^^^ here" in marked

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import io
 import sys
 from collections.abc import Sequence
 from importlib import metadata
@@ -49,6 +50,7 @@ class WgcGroup(click.Group):
         if not isinstance(env, Env):
             env = extra["obj"] = Env.from_environ()
         parent = super()
+        _tolerant_streams()
 
         def invoke() -> Any:
             return parent.main(argv, prog_name or "wgc", complete_var, False, **extra)
@@ -71,6 +73,15 @@ class WgcGroup(click.Group):
             if command is not None:
                 self.add_command(command)
         return command
+
+
+def _tolerant_streams() -> None:
+    """Let stdout and stderr print any text: a file name with a byte that is not UTF-8 reaches
+    Python as a lone surrogate, and a strict stream (a UTF-8 locale's default) would fail on it
+    after the work is done, as an internal error. It prints as its escape (`\\udcff`)."""
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper) and stream.errors == "strict":
+            stream.reconfigure(errors="backslashreplace")
 
 
 @click.group(cls=WgcGroup, context_settings={"help_option_names": ["-h", "--help"]})

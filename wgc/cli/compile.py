@@ -154,7 +154,10 @@ def _one(
             return False
         click.echo(f"{head}: {out_dir} is up to date", err=True)
         return True
-    names = ", ".join(result.files)
+    files = list(result.files)
+    # a 10,000-rank plan would print a line of 10,000 names: past a dozen, the first and last
+    names = ", ".join(files if len(files) <= 12 else [*files[:3], "...", *files[-4:]])
+    names += f"; {len(files):,} files" if len(files) > 12 else ""
     status = "written" if outcome.written or outcome.removed else "unchanged"
     click.echo(f"{head} -> {comment_text(str(out_dir))}/ ({names}) {status}", err=True)
     for name in outcome.removed:

@@ -49,7 +49,6 @@ import os
 import shutil
 import struct
 import sys
-import tempfile
 import threading
 import time
 import wave
@@ -64,6 +63,7 @@ from wgc.cli.door import as_tensors, at_the_door
 from wgc.cli.errors import EXIT_OK, EXIT_USER, UserError
 from wgc.cli.preflight import check_deployment, random_weights_option
 from wgc.cli.request_input import field_value, read_request_file, split_fields
+from wgc.cli.seconds import SECONDS
 from wgc.cli.speech_stats import RequestStats
 from wgc.cli.workers import THIS_HOST, Workers, worker_options
 from wgc.config import Env
@@ -485,7 +485,10 @@ def prepare(target: str, placement: str | None, sets: tuple[str, ...], keep: Pat
     if not result.ok:
         raise UserError(f"`{target}` does not compile for `{placement}`")
     assert result.plan is not None
-    out = keep or Path(tempfile.mkdtemp(prefix=f"wgc-run-{result.plan.model}-"))
+    from wgc_runtime.host.scratch import private_dir
+
+    # a SIGKILLed `wgc run`/`wgc serve` cannot remove it: the next start sweeps it (its owner file)
+    out = keep or Path(private_dir(f"wgc-run-{result.plan.model}-"))
     sync(out, result.files, check=False)
     return str(out)
 
@@ -631,10 +634,13 @@ def _check_plan(plan_dir: str, random_weights: bool = False) -> None:
         raise UserError(str(exc)) from None
 
 
-def _deployment_error() -> type[Exception]:
+def deployment_errors() -> tuple[type[Exception], ...]:
+    """What a deployment that cannot start raises: its own fault, said in one line (exit 1). A
+    host that does not resolve or cannot be bound is one too (`TransportError`)."""
     from wgc_runtime.host.loading import DeploymentError
+    from wgc_runtime.host.transport.sockets import TransportError
 
-    return DeploymentError
+    return DeploymentError, TransportError
 
 
 @click.command()
@@ -669,12 +675,12 @@ def _deployment_error() -> type[Exception]:
 )
 @click.option(
     "--ready-timeout",
-    type=float,
+    type=SECONDS,
     default=600.0,
     show_default=True,
     help="Seconds to wait for workers to load.",
 )
-@click.option("--timeout", type=float, default=None, help="Deadline of the request, seconds.")
+@click.option("--timeout", type=SECONDS, default=None, help="Deadline of the request, seconds.")
 @random_weights_option
 @limit_option
 @click.pass_obj
@@ -812,7 +818,7 @@ def _one_shot(
         writer.close()
         click.echo("wgc: interrupted", err=True)
         return 130
-    except _deployment_error() as exc:
+    except deployment_errors() as exc:
         writer.close()
         click.echo(f"error: {exc}", err=True)
         return EXIT_USER

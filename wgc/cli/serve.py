@@ -34,7 +34,15 @@ import click
 
 from wgc.cli.errors import UserError
 from wgc.cli.preflight import random_weights_option
-from wgc.cli.run import _check_plan, input_limits, limit_option, prepare, require_runtime
+from wgc.cli.run import (
+    _check_plan,
+    deployment_errors,
+    input_limits,
+    limit_option,
+    prepare,
+    require_runtime,
+)
+from wgc.cli.seconds import SECONDS
 from wgc.cli.workers import Workers, worker_options
 from wgc.config import Env
 
@@ -107,7 +115,7 @@ def _sha256(path: str) -> str:
 @click.option("--plan-dir", metavar="DIR", help="Where to write the compile of MODEL.walk.")
 @click.option(
     "--ready-timeout",
-    type=float,
+    type=SECONDS,
     default=600.0,
     show_default=True,
     help="Seconds to wait for workers to load.",
@@ -254,7 +262,7 @@ def run_server(
     front: Front | None = None,
 ) -> int:
     """Compile when needed, then serve until stopped; the exit code (`wgc run --serve` too)."""
-    from wgc_runtime.host.loading import DeploymentError, ensure_import_root
+    from wgc_runtime.host.loading import ensure_import_root
     from wgc_runtime.host.server.guard import Guard
     from wgc_runtime.host.server.main import serve as serve_plan
 
@@ -282,7 +290,7 @@ def run_server(
                 guard=Guard(front.header_timeout, front.body_timeout, front.max_connections),
                 log_format=front.log_format,
             )
-        except DeploymentError as exc:
+        except deployment_errors() as exc:
             click.echo(f"error: {exc}", err=True)
             return 1
     finally:

@@ -176,7 +176,7 @@ def _write(text: str, output: str | None) -> None:
         click.echo(text, nl=False)
         return
     try:
-        Path(output).write_text(text, encoding="utf-8")
+        Path(output).write_text(text, encoding="utf-8", errors="backslashreplace")
     except OSError as exc:
         raise UserError(f"cannot write `{output}`: {exc.strerror or exc}") from None
     click.echo(f"wrote {output}", err=True)

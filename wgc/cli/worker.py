@@ -21,6 +21,7 @@ import click
 
 from wgc.cli.errors import UserError
 from wgc.cli.run import require_runtime
+from wgc.cli.seconds import SECONDS
 from wgc.config import Env
 
 
@@ -44,7 +45,7 @@ from wgc.config import Env
 @click.option("--plan", "plan_dir", metavar="DIR", help="The plan folder here [default: theirs].")
 @click.option(
     "--wait",
-    type=float,
+    type=SECONDS,
     default=300.0,
     show_default=True,
     help="Seconds to wait for the join file to appear.",

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 import click
 
 from wgc.cli.errors import UserError
+from wgc.cli.seconds import SECONDS
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -79,7 +80,7 @@ def worker_options(command: F) -> F:
         ),
         click.option(
             "--join-timeout",
-            type=click.FloatRange(min=0.0, min_open=True),
+            type=SECONDS,
             default=300.0,
             show_default=True,
             help="Seconds to wait for every external worker to join.",

@@ -117,7 +117,9 @@ class _Emitter:
 
     def comment(self, depth: int, text: str) -> None:
         width = max(pyfmt.WIDTH - len(INDENT * depth) - 2, 40)  # past it the line runs long
-        for part in textwrap.wrap(text, width, break_long_words=False) or [""]:
+        # the text may quote a file name: escaped, so no byte of it can end the comment
+        safe = pyfmt.comment_text(text)
+        for part in textwrap.wrap(safe, width, break_long_words=False) or [""]:
             self.lines.append(Line(depth, "# " + part, comment=True))
 
     def line(self, depth: int, text: str) -> None:
@@ -324,6 +326,6 @@ def when_function(flow: FP.FlowPlan) -> str:
     """``def when_NAME(req: Request) -> bool:`` for a `flow NAME when COND`."""
     assert flow.when is not None
     lines = [f"def when_{flow.name}(req: Request) -> bool:"]
-    lines += [INDENT + "# " + note for note in flow.when_notes]
+    lines += [INDENT + "# " + pyfmt.comment_text(note) for note in flow.when_notes]
     lines.append(INDENT + "return " + cond_py(flow.when))
     return "\n".join(lines)

@@ -74,6 +74,10 @@ def string(s: str) -> Atom:
             out.append("\\r")
         elif ord(ch) < 0x20 or ord(ch) == 0x7F:
             out.append(f"\\x{ord(ch):02x}")
+        elif 0xD800 <= ord(ch) < 0xE000:
+            # a lone surrogate (a file name byte that is not UTF-8, as Python decodes it): the
+            # module is written as UTF-8, which cannot hold one, so it goes as its escape
+            out.append(f"\\u{ord(ch):04x}")
         else:
             out.append(ch)
     return Atom(quote + "".join(out) + quote)

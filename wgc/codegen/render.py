@@ -11,6 +11,7 @@ string literal or through `pyfmt.comment_text`, so it can never become code.
 
 from __future__ import annotations
 
+import functools
 import textwrap
 from dataclasses import dataclass
 from importlib import metadata
@@ -31,6 +32,7 @@ from wgc_runtime.contract.spec import PieceSpec, RankSpec
 GENERATED_FILES = ("rank_*.py", "conductor.py", "plan.json", "__init__.py")
 
 
+@functools.cache  # the installed version cannot change while wgc runs; reading it is ~10 ms
 def wgc_version() -> str:
     try:
         return metadata.version("wgc")

@@ -18,6 +18,8 @@ __all__ = ["render_github", "render_json", "render_sarif", "render_summary", "re
 
 JSON_VERSION = 1
 _TAB = "    "
+_LONG_LINE = 240  # display columns of a quoted line shown in full; a longer one is clipped
+_CONTEXT = 60  # columns shown before the first mark on a clipped line
 
 
 def _sorted(diags: Iterable[Diagnostic]) -> list[Diagnostic]:
@@ -83,6 +85,21 @@ def _underline(line: str, span: Span) -> tuple[int, int]:
     return start, max(width, 1)
 
 
+def _clip(line: str, marks: list[_Mark], raw: str) -> tuple[str, int]:
+    """(what to show of display line ``line``, the display column it starts at, less the
+    ``...`` before it). A line past `_LONG_LINE` columns shows a window from a little before its
+    first mark: a 60,000-column line quoted by each of thousands of diagnostics would otherwise
+    print gigabytes."""
+    if len(line) <= _LONG_LINE:
+        return line, 0
+    first = min((_underline(raw, m.span)[0] for m in marks), default=0)
+    begin = max(0, first - _CONTEXT)
+    end = begin + _LONG_LINE
+    before = "..." if begin else ""
+    after = "..." if end < len(line) else ""
+    return before + line[begin:end] + after, begin - len(before)
+
+
 class _TextRenderer:
     def __init__(self, sources: SourceMap, style: _Style) -> None:
         self.sources = sources
@@ -139,15 +156,25 @@ class _TextRenderer:
             if previous is not None and number > previous + 1:
                 out.append(self.style.gutter("..."))
             text = self.sources.line(file, number) or ""
+            on_line = [m for m in here if m.span.line == number]
+            full = text.replace(chr(9), _TAB)
+            shown, shift = _clip(full, on_line, text)
+            limit = len(shown) if shown is not full else None
             gutter = self.style.gutter(f"{number:>{width}} |")
-            out.append(f"{gutter} {text.replace(chr(9), _TAB)}".rstrip())
-            for m in (m for m in here if m.span.line == number):
-                out.append(self._mark_line(text, m, width))
+            out.append(f"{gutter} {shown}".rstrip())
+            for m in on_line:
+                out.append(self._mark_line(text, m, width, shift, limit))
             previous = number
         return out
 
-    def _mark_line(self, text: str, mark: _Mark, width: int) -> str:
+    def _mark_line(
+        self, text: str, mark: _Mark, width: int, shift: int = 0, limit: int | None = None
+    ) -> str:
         start, length = _underline(text, mark.span)
+        if limit is not None:  # a clipped line: the part of the underline inside its window
+            end = min(start + length - shift, limit)
+            start = min(max(start - shift, 0), max(limit - 1, 0))
+            length = max(end - start, 1)
         glyph = "-" if mark.severity is None else "^"
         underline = glyph * length + (f" {mark.message}" if mark.message else "")
         if mark.severity is None:

@@ -16,7 +16,7 @@ from wgc.placement.model import Group, Named
 from wgc.placement.yaml_reader import YamlReader, other
 from wgc.placement.yamlnodes import span
 
-MAX_RANK = 4095  # one worker process per rank: 4,096 ranks is far past any one deployment
+MAX_RANK = 16383  # one worker process per rank: 16,384 GPUs is past the largest deployments
 
 GROUP = {
     "wgc": ("nodes", "ranks", "walks", "tp", "sp", "residency"),

@@ -34,7 +34,7 @@ def mark_span(file: str, mark: yaml.Mark | None) -> Span:
 def scalar(node: yaml.Node) -> object:
     """The Python value of a scalar node (int, float, bool, str or None)."""
     try:
-        return SafeConstructor().construct_object(node, deep=True)
+        value = SafeConstructor().construct_object(node, deep=True)
     except ConstructorError:
         return node.value  # an explicit tag the safe loader does not know: keep the text
     except ValueError:
@@ -45,6 +45,11 @@ def scalar(node: yaml.Node) -> object:
         if not (digits.isascii() and digits.isdigit()):
             return node.value
         return -int_literal(digits) if text.startswith("-") else int_literal(digits)
+    if value is None or isinstance(value, int | float | str):  # bool is an int
+        return value
+    # a kind the placement never takes (a date, `!!binary` bytes): the text it was written as,
+    # so the reader reports it as the string it reads as, never as a type it did not expect
+    return str(node.value)
 
 
 def kind(node: yaml.Node) -> str:

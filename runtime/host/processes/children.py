@@ -65,6 +65,47 @@ class LocalChild:
         self.proc.join(timeout)
 
 
+_PF_EXITING = 0x4  # the kernel's task flag: the process is inside exit, tearing down
+_SIGKILL_BIT = 1 << (signal.SIGKILL - 1)
+
+
+def ending(pid: int) -> bool:
+    """Whether process ``pid`` is dead or cannot live on, read from the kernel now (Linux's
+    ``/proc``; elsewhere False, and the exit code alone tells): a zombie, a process inside
+    exit (a SIGKILLed process frees its memory for tens of milliseconds before its parent can
+    reap it), or one with a SIGKILL pending. So `/health` says a killed worker is down at once,
+    not when the supervisor next hears of it."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            stat = f.read()
+        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as f:
+            status = f.read()
+    except FileNotFoundError:
+        return True  # reaped: gone
+    except OSError:
+        return False  # no /proc here (or not readable): the exit code decides
+    return ending_from(stat, status)
+
+
+def ending_from(stat: str, status: str) -> bool:
+    """`ending` on the text of ``/proc/PID/stat`` and ``/proc/PID/status``."""
+    fields = stat.rpartition(")")[2].split()  # the name, in parentheses, may hold anything
+    if len(fields) < 7:
+        return False
+    state, flags = fields[0], int(fields[6]) if fields[6].isdigit() else 0
+    if state in ("Z", "X", "x") or flags & _PF_EXITING:
+        return True
+    for line in status.splitlines():
+        key, _, value = line.partition(":")
+        if key in ("SigPnd", "ShdPnd"):
+            try:
+                if int(value.strip(), 16) & _SIGKILL_BIT:
+                    return True
+            except ValueError:
+                continue
+    return False
+
+
 def stop_children(children: list[Child], grace: float) -> None:
     """Wait up to ``grace`` seconds for ``children`` to leave, then SIGTERM, then SIGKILL."""
     import time

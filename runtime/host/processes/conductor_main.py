@@ -274,8 +274,8 @@ class ConductorLoop:
                         if rid != internal:  # the client knows its own id
                             msg = msgspec.structs.replace(msg, request=rid)
                         to_clients.setdefault(ident, []).append(msg)
-                elif self.watch.needs_down(to) is not None:
-                    self._needs_down(to, msg)
+                elif (down := self.watch.blocked(to, msg)) is not None:
+                    self._needs_down(down, msg)
                 else:
                     self.watch.sent(to, msg)
                     to_ranks.append((to, msg))

@@ -42,7 +42,6 @@ import os
 import shutil
 import signal
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -52,7 +51,7 @@ from typing import Any
 from wgc_runtime.contract import control as c
 from wgc_runtime.host.loading import DeploymentError, load_conductor
 from wgc_runtime.host.processes import entry, ray_launcher
-from wgc_runtime.host.processes.children import Child, LocalChild, stop_children
+from wgc_runtime.host.processes.children import Child, LocalChild, ending, stop_children
 from wgc_runtime.host.processes.external import (
     ExternalChild,
     ExternalWorkers,
@@ -60,6 +59,7 @@ from wgc_runtime.host.processes.external import (
     write_join,
 )
 from wgc_runtime.host.processes.supervisor import RestartBudget, Supervisor, UsageQuery
+from wgc_runtime.host.scratch import private_dir
 from wgc_runtime.host.transport.control_codec import ControlCodec
 from wgc_runtime.host.transport.keys import Authenticator, ClientKey, Keys
 from wgc_runtime.host.transport.segment import Segment, region_size
@@ -215,7 +215,8 @@ class Cluster:
         self.segment = Segment(slots, region, tag=self.spec.model[:16], ring=ring)
         self.secret = new_secret()
         self.keys = Keys.generate() if self.curve else None
-        self.ipc_dir = tempfile.mkdtemp(prefix="wgc-")  # mode 0700: only this user's processes
+        # mode 0700: only this user's processes; a SIGKILLed launcher's is swept at the next start
+        self.ipc_dir = private_dir("wgc-")
         own = self.conductor_host
         self.mesh = Mesh(
             "launcher",
@@ -397,9 +398,12 @@ class Cluster:
         return Health(status, restarting, len(self.restart_times), restarted=restarted)
 
     def alive(self) -> dict[str, bool]:
-        """Process -> whether it is up and serving (a worker being restarted is not yet)."""
+        """Process -> whether it is up and serving (a worker being restarted is not yet); a
+        local process is read from the kernel too (`ending`), not only from the supervisor."""
         return {
-            who: p.exitcode is None and who not in self._degraded
+            who: p.exitcode is None
+            and not (isinstance(p, LocalChild) and ending(p.pid))
+            and who not in self._degraded
             for who, p in list(self.procs.items())
         }
 

@@ -4,8 +4,13 @@
 (`wgc_runtime.host.processes.conductor_main`):
 
 * **who holds what**: every message the conductor sends to a rank for a request marks the
-  request as held by that rank and by every rank with a piece of the walk the message names
-  (`WalkSpec.ranks`: the ranks exchange the walk's values among themselves);
+  request as held by that rank and by every rank the walk the message names may leave state
+  on (`reach`): its pieces' ranks (they exchange the walk's values among themselves), the ranks
+  of its handoffs and KV copies (pages), and the owner of every stream a rank of the walk
+  produces into (the consumer's buffer: items the conductor never sees, pushed rank to rank
+  before the consuming flow starts, which a dead owner loses). Every piece of state on a dead
+  rank is failed, never replayed: a restarted rank holds no pages, loop copies or stream
+  items, and replaying a request from its start would emit its outputs twice;
 * **a rank died** (`RankDied` from the supervisor): `down` records it, and `on_rank_died` names
   the requests it held: those fail, the others go on. A request that later needs a rank that is
   down fails too (`needs_down`), at the moment the conductor would send to it;
@@ -19,14 +24,28 @@ from __future__ import annotations
 
 from typing import Any
 
-from wgc_runtime.contract.conductor import ConductorSpec
+from wgc_runtime.contract.conductor import ConductorSpec, WalkSpec
+
+
+def reach(spec: ConductorSpec, walk: WalkSpec) -> frozenset[int]:
+    """Every rank a request running ``walk`` may hold state on (see the module docstring)."""
+    ranks = set(walk.ranks)
+    for move in (*walk.handoffs, *walk.kv_copies):
+        ranks |= {*move.from_ranks, *move.to_ranks}
+    # a stream fed on one of these ranks buffers its items on its owner (the consumer's rank),
+    # whose consumer may feed a stream of its own: to the fixed point
+    while True:
+        more = {s.owner for s in spec.streams if ranks & set(s.producer_ranks)} - ranks
+        if not more:
+            return frozenset(ranks)
+        ranks |= more
 
 
 class RankWatch:
     """See the module docstring."""
 
     def __init__(self, spec: ConductorSpec) -> None:
-        self.walk_ranks = {w.name: frozenset(w.ranks) for w in spec.walks}
+        self.walk_ranks = {w.name: reach(spec, w) for w in spec.walks}
         self.down: dict[int, str] = {}  # rank -> why
         self.held_by: dict[str, set[int]] = {}  # request -> the ranks that hold some of it
 
@@ -39,6 +58,8 @@ class RankWatch:
             return
         ranks = self.held_by.setdefault(request, set())
         ranks.add(rank)
+        # a state move (`ExportState`, `CopyKv`) names no walk: where the state goes
+        ranks.update(getattr(msg, "to_ranks", ()))
         walk = getattr(msg, "walk", None)
         if walk is not None:
             ranks |= self.walk_ranks.get(walk, frozenset())
@@ -56,6 +77,14 @@ class RankWatch:
     def needs_down(self, rank: int) -> str | None:
         """Why a message cannot go to ``rank`` now (None: it is up)."""
         return self.down.get(rank)
+
+    def blocked(self, rank: int, msg: Any) -> int | None:
+        """A rank that is down which ``msg`` to ``rank`` needs: ``rank`` itself, or one a state
+        move it asks for goes to (its parts would be lost on the way); None when all are up."""
+        for r in (rank, *getattr(msg, "to_ranks", ())):
+            if r in self.down:
+                return r
+        return None
 
     def up(self, rank: int) -> bool:
         """Rank ``rank`` is back; whether every rank is."""

@@ -30,7 +30,6 @@ import os
 import shutil
 import signal
 import sys
-import tempfile
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict
@@ -41,6 +40,7 @@ from wgc_runtime.host.inputs import Limits
 from wgc_runtime.host.loading import load_plan
 from wgc_runtime.host.processes.external import ExternalWorkers
 from wgc_runtime.host.processes.launcher import Cluster, terminate_as_interrupt
+from wgc_runtime.host.scratch import private_dir
 from wgc_runtime.host.server.app import create_app
 from wgc_runtime.host.server.calls import Server
 from wgc_runtime.host.server.gateway import Gateway
@@ -74,7 +74,7 @@ def _saved(key: ClientKey | None) -> Iterator[str | None]:
     if key is None:
         yield None
         return
-    folder = tempfile.mkdtemp(prefix="wgc-key-")
+    folder = private_dir("wgc-key-")  # swept at a later start if this process is SIGKILLed
     try:
         yield key.save(os.path.join(folder, "client.key"))
     finally:

@@ -1,0 +1,228 @@
+"""Kill each rank of every multi-rank example at points of a request's life; time how fast
+every in-flight request ends.
+
+    .venv/bin/python benchmarks/kill_matrix.py [--trials 50] [--seed 0] [--concurrent 3]
+        [--only orpheus/cpu-2rank ...] [--markdown PATH]
+
+For each checked-in multi-rank plan (`generated/<family>/cpu-*rank*`) one deployment (processes,
+the toy nodes, restarts allowed) is started; then for each rank, `--trials` times: a reference
+request's output count is known, `--concurrent` requests are submitted, the rank is SIGKILLed at
+a point drawn from the seed: **handoff** (0-40 ms after the submit, while prompts prefill and
+hand over to decode, before any output), **first** (as the first output arrives), **mid** (half
+way through the outputs) or **final** (at the last output but one); one more request is
+submitted right after the kill (admitted during the restart). The trial passes when every
+request that was in flight either failed within 1 s of the kill with a message naming the
+killed rank, or finished (it held nothing there: it had not started, or its part on that rank
+was done, and it waited for the restart): none waits for the watchdog (issue 34, point 1); and
+the request admitted during the restart either ran once the rank was back or failed naming it.
+The next trial starts once `health` is `ok` again.
+
+Prints one row per plan and rank (trials, passed, the slowest end after the kill, the restart
+time) and the failures; exits 1 when any trial failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from wgc_runtime.host.client import Client, RequestFailed, RequestTimeout  # noqa: E402
+from wgc_runtime.host.processes.launcher import Cluster  # noqa: E402
+
+IMAGES = torch.arange(3 * 16 * 16 * 3).reshape(3, 16, 16, 3).remainder(251).to(torch.uint8)
+CLIP = torch.sin(torch.linspace(0, 200, 16000)) * 0.5
+# family -> (segments, want, options): small requests with several outputs each
+REQUESTS: dict[str, tuple[list[tuple[Any, ...]], list[str], dict[str, Any]]] = {
+    "orpheus": ([("text", "hello there, how are you")], ["audio"], {"max_tokens": 84}),
+    "qwen3_omni": ([("text", "hello there")], ["text", "audio"], {"max_tokens": 6}),
+    "bagel": ([("text", "a cat")], ["image"], {}),
+    "pi05": ([("image", IMAGES, {"prompt": torch.arange(12)})], ["action"], {}),
+    "whisper": ([("audio", CLIP)], ["text"], {}),
+}
+POINTS = ("handoff", "first", "mid", "final")
+LIMIT = 1.0  # seconds after the kill by which every in-flight request must have ended
+
+
+@dataclass
+class Trial:
+    plan: str
+    rank: int
+    point: str
+    ends: list[float] = field(default_factory=list)  # seconds after the kill, per failure
+    outcomes: list[str] = field(default_factory=list)  # "ok" / "failed" / "timeout", per request
+    problems: list[str] = field(default_factory=list)
+    restart: float = 0.0
+
+
+class TimedClient(Client):
+    """A client that notes when each of its requests ended (monotonic)."""
+
+    def __init__(self, *a: Any, **kw: Any) -> None:
+        super().__init__(*a, **kw)
+        self.ended: dict[str, float] = {}
+
+    def _handle(self, stream, msg) -> None:  # type: ignore[override]
+        super()._handle(stream, msg)
+        if stream.done:
+            self.ended.setdefault(stream.rid, time.monotonic())
+
+    def _fail_all(self, why: str) -> None:
+        now = time.monotonic()
+        for rid, stream in self.streams.items():
+            if not stream.done:
+                self.ended.setdefault(rid, now)
+        super()._fail_all(why)
+
+
+def plans(only: list[str] | None) -> list[str]:
+    out = sorted(
+        str(p.relative_to(ROOT))
+        for p in ROOT.glob("generated/*/cpu-*rank*")
+        if p.parent.name in REQUESTS
+    )
+    return [p for p in out if only is None or p.removeprefix("generated/") in only]
+
+
+def drain(stream, limit: float) -> tuple[str, int]:
+    """("ok" | "failed: ..." | "timeout: ...", outputs) of ``stream``."""
+    n = 0
+    try:
+        for _ in stream:
+            n += 1
+            if time.monotonic() > limit:
+                return "timeout: still running", n
+    except RequestTimeout as exc:
+        return f"timeout: {exc}", n
+    except RequestFailed as exc:
+        return f"failed: {exc.error.message}", n
+    return "ok", n
+
+
+def outputs_of(client: Client, family: str) -> int:
+    segments, want, options = REQUESTS[family]
+    return len(client.run(segments, want, options, deadline=600))
+
+
+def trial(cluster: Cluster, client: TimedClient, plan: str, rank: int, point: str,
+          count: int, concurrent: int, rng: random.Random) -> Trial:  # fmt: skip
+    family = Path(plan).parent.name
+    segments, want, options = REQUESTS[family]
+    t = Trial(plan, rank, point)
+    streams = [client.submit(segments, want, options, deadline=600) for _ in range(concurrent)]
+    first = iter(streams[0])
+    if point == "handoff":
+        time.sleep(rng.uniform(0, 0.04))
+    else:
+        at = {"first": 1, "mid": max(1, count // 2), "final": max(1, count - 1)}[point]
+        for _ in range(at):
+            try:
+                next(first)
+            except (StopIteration, RequestFailed):
+                break
+    killed_at = time.monotonic()
+    cluster.kill(f"rank {rank}")
+    late = client.submit(segments, want, options, deadline=600)
+    for s in streams:
+        outcome, _ = drain(s, killed_at + 600)
+        end = client.ended.get(s.rid, time.monotonic()) - killed_at
+        if outcome.startswith("failed") and f"rank {rank}" not in outcome:
+            t.problems.append(f"failed without naming rank {rank}: {outcome}")
+        t.outcomes.append(outcome.split(":")[0])
+        if outcome.startswith("timeout") or (outcome.startswith("failed") and end > LIMIT):
+            t.problems.append(f"ended {end:.2f} s after the kill ({outcome[:120]})")
+        elif outcome.startswith("failed"):
+            t.ends.append(end)
+    outcome, _ = drain(late, killed_at + 600)
+    if outcome.startswith("timeout") or (
+        outcome.startswith("failed") and f"rank {rank}" not in outcome
+    ):
+        t.problems.append(f"the request admitted during the restart: {outcome[:160]}")
+    deadline = time.monotonic() + 600
+    while cluster.health().status != "ok" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    t.restart = time.monotonic() - killed_at
+    return t
+
+
+def run_plan(plan: str, trials: int, concurrent: int, rng: random.Random) -> list[Trial]:
+    family = Path(plan).parent.name
+    cwd = os.getcwd()
+    os.chdir(ROOT)  # workers import node impls relative to the project root
+    try:
+        cluster = Cluster(plan, progress=None, ready_timeout=600, restarts=10**6).start()
+    finally:
+        os.chdir(cwd)
+    out: list[Trial] = []
+    try:
+        with TimedClient(cluster.client_address, idle_timeout=600) as client:
+            count = outputs_of(client, family)
+            for rank in range(cluster.world):
+                for _ in range(trials):
+                    point = rng.choice(POINTS)
+                    out.append(trial(cluster, client, plan, rank, point, count, concurrent, rng))
+    finally:
+        cluster.stop()
+    return out
+
+
+def report(results: list[Trial]) -> str:
+    lines = [
+        "| plan | rank | trials (handoff / first / mid / final) | passed | requests failed / "
+        "finished | slowest failure after the kill | restart (median) |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    keys = sorted({(t.plan, t.rank) for t in results})
+    for plan, rank in keys:
+        ts = [t for t in results if (t.plan, t.rank) == (plan, rank)]
+        by = "/".join(str(sum(t.point == p for t in ts)) for p in POINTS)
+        passed = sum(not t.problems for t in ts)
+        slowest = max((e for t in ts for e in t.ends), default=0.0)
+        restart = sorted(t.restart for t in ts)[len(ts) // 2]
+        failed = sum(o == "failed" for t in ts for o in t.outcomes)
+        ok = sum(o == "ok" for t in ts for o in t.outcomes)
+        lines.append(
+            f"| `{plan.removeprefix('generated/')}` | {rank} | {len(ts)} ({by}) | {passed} | "
+            f"{failed} / {ok} | {slowest * 1000:,.0f} ms | {restart:.1f} s |"
+        )
+    bad = [t for t in results if t.problems]
+    lines += ["", f"{len(results)} trials, {len(bad)} failed"]
+    lines += [f"- `{t.plan}` rank {t.rank} at {t.point}: {'; '.join(t.problems)}" for t in bad]
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--trials", type=int, default=50, help="kills per rank of each plan")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--concurrent", type=int, default=3, help="requests in flight at the kill")
+    ap.add_argument("--only", nargs="+", help="plans as FAMILY/PLACEMENT")
+    ap.add_argument("--markdown", type=Path)
+    opts = ap.parse_args()
+    rng = random.Random(opts.seed)
+    results: list[Trial] = []
+    for plan in plans(opts.only):
+        results += run_plan(plan, opts.trials, opts.concurrent, rng)
+        bad = sum(bool(t.problems) for t in results)
+        print(f"{plan}: {len(results)} trials so far, {bad} failed", file=sys.stderr)
+        if opts.markdown:  # the report so far, after each plan: a long run can be read early
+            opts.markdown.write_text(report(results) + "\n", encoding="utf-8")
+    text = report(results)
+    print(text)
+    if opts.markdown:
+        opts.markdown.write_text(text + "\n", encoding="utf-8")
+    return 1 if any(t.problems for t in results) else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,55 @@
+"""Who holds what when a rank dies (issue 34, point 1): a request is held by every rank its
+walks may leave state on, the consumer rank of the streams they feed included."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from wgc.cli.compile import sync
+from wgc.driver import Driver
+from wgc_runtime.contract.messages import StartWalk
+from wgc_runtime.host.loading import load_plan
+from wgc_runtime.host.processes.recovery import RankWatch, reach
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _spec(tmp_path: Path, family: str, placement: str):
+    result = Driver().compile(
+        str(ROOT / "examples" / family / f"{family}.walk"),
+        str(ROOT / "examples" / family / "placements" / f"{placement}.yaml"),
+    )
+    assert result.ok
+    sync(tmp_path, result.files, check=False)
+    return load_plan(tmp_path)[0]
+
+
+@pytest.mark.parametrize("placement", ["cpu-2rank", "cpu-3rank"])
+def test_a_request_that_only_prefilled_is_held_by_the_stream_consumer(tmp_path, placement):
+    # Orpheus: the LLM (rank 0) pushes tokens into the stream SNAC's rank owns; before the
+    # codec flow starts the conductor sends that rank nothing for the request
+    spec = _spec(tmp_path, "orpheus", placement)
+    (stream,) = spec.streams
+    assert stream.owner not in {w.name: w for w in spec.walks}["prefill"].ranks
+    watch = RankWatch(spec)
+    watch.sent(0, StartWalk("r1", 0, "prefill", "speech"))
+    watch.sent(0, StartWalk("r2", 0, "prefill", "speech"))
+    watch.ended("r2")
+    held = watch.on_rank_died(stream.owner, "rank died", ["r1", "r2", "r3"])
+    assert held == ["r1"]  # r2 ended, r3 never ran anything
+    assert stream.owner in reach(spec, {w.name: w for w in spec.walks}["decode"])
+
+
+def test_a_state_move_marks_and_is_blocked_by_its_destination(tmp_path) -> None:
+    from wgc_runtime.contract.messages import ExportState
+
+    spec = _spec(tmp_path, "bagel", "cpu-2rank")
+    watch = RankWatch(spec)
+    move = ExportState("r1", 3, "LLM_cfg_img", (0,), (1,))
+    assert watch.blocked(0, move) is None
+    watch.sent(0, move)  # rank 0 exports the request's state to rank 1
+    assert watch.on_rank_died(1, "rank 1 died", ["r1"]) == ["r1"]
+    assert watch.blocked(0, move) == 1 and watch.blocked(1, StartWalk("r2", 0, "x", "f")) == 1
+    assert watch.up(1) and watch.blocked(0, move) is None
