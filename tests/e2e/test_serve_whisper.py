@@ -119,7 +119,10 @@ def test_a_clip_past_30_s_is_cut_into_windows_by_the_route(whisper) -> None:
 
 def test_realtime_transcription_equals_generate(whisper) -> None:
     """Audio appended in 0.2 s chunks and committed: partial transcripts as the tokens come,
-    then the final one, which is transformers' of the samples as the model reads them."""
+    then the final one, which is transformers' of the samples as the model reads them. (The
+    route hands the samples on with their rate as a field, which Whisper does not read: it
+    reads 16 kHz, so 16 kHz samples are sent, not the 24 kHz OpenAI's ``pcm16`` means; no
+    route resamples yet.)"""
     s, hf = whisper
     samples = pcm16(clip(2.0, seed=7))
     want = expected(hf, samples, language="en")
