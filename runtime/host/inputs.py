@@ -342,3 +342,14 @@ def check_json(raw: bytes, where: str, limits: Limits) -> None:
     except ValueError:
         return
     _check_depth(value, raw, where, limits)
+
+
+def loads_within(raw: bytes, where: str, limits: Limits) -> Any:
+    """``json.loads(raw)`` within ``json_depth`` (else `InputError`); text that is not JSON
+    raises ``json.loads``' own error (a ``ValueError``) for the caller's parser to report."""
+    try:
+        value = json.loads(raw)
+    except RecursionError:
+        raise _too_deep(where, limits) from None
+    _check_depth(value, raw, where, limits)
+    return value

@@ -1,7 +1,8 @@
 """The serving surface's pieces that need no process: the door's bounds
 (`wgc_runtime.core.conductor.bounds`) and input limits at admission, API keys (`auth`), the
 body checks (`body_limits`), the OpenAI field mapping (`openai_params`), the access log line,
-the loopback test of `wgc serve --host`, and ``WGC_API_KEY``."""
+the loopback test of `wgc serve --host`, ``WGC_API_KEY``, and a large body refused on its
+first bytes or parsed once, off the loop, for its route (`parsed_route`)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,9 @@ if str(ROOT) not in sys.path:
 
 pytest.importorskip("fastapi")
 
+from fastapi import Request  # noqa: E402
+from pydantic import BaseModel  # noqa: E402
+
 from wgc.cli.serve import is_loopback  # noqa: E402
 from wgc.config import Env  # noqa: E402
 from wgc_runtime.contract.flow import Segment  # noqa: E402
@@ -27,7 +31,8 @@ from wgc_runtime.host.inputs import InputError, Limits  # noqa: E402
 from wgc_runtime.host.loading import load_conductor  # noqa: E402
 from wgc_runtime.host.server.access_log import line  # noqa: E402
 from wgc_runtime.host.server.auth import ApiKeys, key_of, matches  # noqa: E402
-from wgc_runtime.host.server.body_limits import BodyLimits, counts, is_json  # noqa: E402
+from wgc_runtime.host.server.body_limits import BodyLimits, counts, early, is_json  # noqa: E402
+from wgc_runtime.host.server.parsed_route import PARSED, ParsedRoute  # noqa: E402
 
 
 def refused(family: str, segments, want, options=None, limits=None) -> dict[str, str]:
@@ -140,6 +145,62 @@ def test_segments_and_parts_are_counted_before_parsing() -> None:
     with pytest.raises(InputError, match="messages: its segment count is 4"):
         counts(json.dumps(chat).encode(), limits)
     counts(json.dumps({"inputs": body["inputs"][:3]}).encode(), limits)
+
+
+def test_a_prefix_that_already_holds_too_much_is_refused_on_it() -> None:
+    limits = Limits(segments=3)
+    seg = b'{"modality": "text", "data": "a"}, '
+    assert "`segments`" in (
+        early(bytearray(b'{"inputs": [' + seg * 4 + b'{"mo'), limits, None) or ""
+    )
+    assert early(bytearray(b'{"inputs": [' + seg * 3 + b'{"mo'), limits, None) is None
+    # braces inside a string are not segments: the closed prefix does not parse
+    inside = b'{"inputs": [{"modality": "text", "data": "' + b"{}, " * 10
+    assert early(bytearray(inside), limits, None) is None
+    tokens = b'{"inputs": [{"modality": "text", "data": [' + b"1, " * 20
+    assert "`kv_tokens`" in (early(bytearray(tokens), limits, 10) or "")
+    assert early(bytearray(tokens), limits, 30) is None
+
+
+def test_a_body_refused_on_its_first_chunks_is_not_read_on() -> None:
+    app = BodyLimits(_ok, Limits(segments=3))
+    seg = b'{"modality": "text", "data": "a"},'
+    chunks = [
+        {"type": "http.request", "body": b'{"inputs": [' + seg * 5, "more_body": True},
+        {"type": "http.request", "body": seg * 5, "more_body": True},  # never read
+    ]
+    sent = _call(app, "/v1/requests", [(b"content-type", b"application/json")], chunks=chunks)
+    assert sent[0]["status"] == 400 and len(chunks) == 1
+    assert json.loads(sent[1]["body"])["error"]["code"] == "too_many_segments"
+
+
+class _Body(BaseModel):
+    inputs: list[dict]
+
+
+def test_a_large_body_is_parsed_once_off_the_loop_and_handed_to_its_route() -> None:
+    from fastapi import APIRouter, FastAPI
+    from fastapi.testclient import TestClient
+
+    seen: list[bool] = []
+    api = APIRouter(route_class=ParsedRoute)
+
+    @api.post("/x")
+    async def x(body: _Body, http: Request) -> dict:
+        seen.append(PARSED in http.scope)
+        return {"n": len(body.inputs)}
+
+    app = FastAPI()
+    app.include_router(api)
+    app.add_middleware(BodyLimits, limits=Limits())
+    with TestClient(app) as c:
+        big = {"inputs": [{"modality": "text", "data": "a" * 100}] * 3000}  # > 256 KiB
+        assert c.post("/x", json=big).json() == {"n": 3000}
+        assert c.post("/x", json={"inputs": []}).json() == {"n": 0}
+        bad = c.post("/x", content=b'{"inputs": [' + b'{"a": 1},' * 40000 + b"]",
+                     headers={"content-type": "application/json"})  # fmt: skip
+        assert bad.status_code == 422 and bad.json()["detail"][0]["type"] == "json_invalid"
+    assert seen == [True, False]
 
 
 def test_a_body_that_stops_arriving_is_408() -> None:

@@ -4,9 +4,10 @@
 too). When the answer is whole (its last byte sent, or the client gone) it writes one line to
 stderr: the request's ``id`` (the conductor's request id when the request reached it, else one
 of its own), ``method``, ``route``, ``status``, ``seconds`` (to the end of the answer),
-``request_bytes`` (the body's), and, for a request that ran, what `calls.Call` recorded in the
-scope (`record`): ``walks`` (walks finished), ``outputs`` per modality, ``prompt_tokens``,
-``completion_tokens``, ``first_output_s`` per modality and the conductor's ``outcome``.
+``request_bytes`` (the body's, as read), and, for a request that ran, what `calls.Call`
+recorded in the scope (`record`): ``walks`` (walks finished), ``outputs`` per modality,
+``prompt_tokens``, ``completion_tokens``, ``first_output_s`` per modality and the conductor's
+``outcome``.
 ``json`` is one JSON object a line; ``text`` is ``key=value`` pairs.
 """
 
@@ -87,6 +88,7 @@ class AccessLog:
         t0 = time.monotonic()
         figures = record(scope)
         status = {"code": 0, "bytes": 0}
+        ended: list[float] = []  # when the answer's last byte went
 
         async def receiving() -> dict:
             message = await receive()
@@ -96,6 +98,8 @@ class AccessLog:
         async def sending(message: dict) -> None:
             if message["type"] == "http.response.start":
                 status["code"] = int(message["status"])
+            elif message["type"] == "http.response.body" and not message.get("more_body"):
+                ended.append(time.monotonic())
             elif message["type"] == "websocket.accept":
                 status["code"] = 101
             elif message["type"] == "websocket.close" and not status["code"]:
@@ -113,7 +117,7 @@ class AccessLog:
                 "method": scope.get("method", "WS"),
                 "route": scope.get("path", ""),
                 "status": status["code"] or 499,  # no answer started: the client left
-                "seconds": round(time.monotonic() - t0, 6),
+                "seconds": round((ended[0] if ended else time.monotonic()) - t0, 6),
                 "request_bytes": status["bytes"],
             }
             fields.update(figures)

@@ -7,9 +7,15 @@ a byte answers 408 (a client that never finishes its body holds nothing for long
 (``application/json`` or any ``+json`` type, compared case-insensitively) nested deeper than
 ``json_depth`` answers 400 (`wgc_runtime.host.inputs.check_json`, before FastAPI's parser
 recurses into it), and so does one with more ``inputs`` segments or chat content parts than
-``segments``, or a ``text`` token list longer than the model's ``kv_tokens`` (`counts`): a
-body over `OFF_LOOP_BYTES` is parsed for these checks in a thread, so a large one never stalls
-the event loop (``/health`` and every other request go on). All are OpenAI error bodies
+``segments``, or a ``text`` token list longer than the model's ``kv_tokens`` (`counts`);
+a body that has shown more objects or commas than those as it arrives is checked on what came
+so far (`early`, in a thread) and refused before the rest is read (the server drops it). A
+JSON body over `OFF_LOOP_BYTES` is checked and parsed in one pass in a worker thread
+(`checked`), and what it parsed to goes to the route in the scope (`parsed_route`), so FastAPI
+does not parse it again on the event loop; its object brackets are counted as it arrives, so a
+body with few needs no count at all. (The parsers hold the GIL while they run: the thread keeps
+the loop's own work out of the way, it does not make the parse free; what bounds the stall is
+what the checks cost, a fraction of a second for a 35 MB body.) All are OpenAI error bodies
 (`calls.HttpError`). What passes is handed on unchanged.
 """
 
@@ -28,8 +34,10 @@ from wgc_runtime.host.inputs import (
     check_bytes,
     check_json,
     check_segments,
+    loads_within,
 )
 from wgc_runtime.host.server.calls import HttpError
+from wgc_runtime.host.server.parsed_route import PARSED, Unparsable
 
 BODY_METHODS = (b"POST", b"PUT", b"PATCH")
 OFF_LOOP_BYTES = 256 << 10  # bodies larger than this are parsed in a thread
@@ -62,6 +70,39 @@ class _Shape(msgspec.Struct):
     messages: list[_Message] | None = None
 
 
+def early(prefix: bytearray, limits: Limits, tokens: int | None) -> str | None:
+    """Why a body whose first bytes already hold more than ``segments`` native segments, or a
+    longer token list than ``tokens``, is refused, else None. The prefix is closed as a body
+    would go on: to its last ``}`` then ``]}`` (the segments so far), or to before its last
+    ``,`` then ``]}]}`` (the last segment's token list so far), and counted as a body is
+    (`counts`). JSON's tokens are decided by what comes before them, so a closed prefix that
+    parses holds only what the whole body holds (a later ``inputs`` key that would replace
+    the array aside: such a body is refused too); one that does not parse says nothing."""
+    for cut, close in ((prefix.rfind(b"}") + 1, b"]}"), (prefix.rfind(b","), b"]}]}")):
+        if cut <= 0:
+            continue
+        try:
+            _count(bytes(prefix[:cut]) + close, limits, tokens)
+        except InputError as exc:
+            return f"{exc} (in its first {cut:,} bytes)"
+    return None
+
+
+def checked(raw: bytes, limits: Limits, tokens: int | None, braces: int) -> Any:
+    """`counts`' checks, then the body parsed (``json.loads``, as FastAPI's parser would) in
+    the same pass as its depth check: what the route gets (`parsed_route`). Text that is not
+    JSON: the parser's error, which the route raises for FastAPI to report as it would."""
+    if braces > limits.segments or (tokens is not None and raw.count(b",") > tokens):
+        _count(raw, limits, tokens)
+    check_bytes(len(raw), "body", limits, "request_bytes")
+    try:
+        return loads_within(raw, "body", limits)
+    except ValueError as exc:
+        if isinstance(exc, InputError):
+            raise
+        return Unparsable(exc)
+
+
 def counts(raw: bytes, limits: Limits, tokens: int | None = None) -> None:
     """A JSON body within ``segments`` (native ``inputs``; chat messages' content parts, all
     messages together), with no ``text`` segment given as a token list longer than ``tokens``
@@ -83,12 +124,14 @@ def _count(raw: bytes, limits: Limits, tokens: int | None) -> None:
         for i, item in enumerate(shape.inputs if tokens is not None else ()):
             try:
                 seg = msgspec.json.decode(item, type=_Segment)
-                data = msgspec.json.decode(seg.data) if seg.modality == "text" else None
             except msgspec.MsgspecError:
                 continue
-            if isinstance(data, list) and tokens is not None and len(data) > tokens:
+            data = bytes(seg.data).strip()
+            # a token list holds numbers only: its commas count its ids, without a parse
+            n = data.count(b",") + (data[1:].lstrip()[:1] != b"]") if data[:1] == b"[" else 0
+            if seg.modality == "text" and tokens is not None and n > tokens:
                 raise InputError(
-                    f"inputs[{i}].data: {len(data):,} tokens, over the {tokens:,} one request "
+                    f"inputs[{i}].data: {n:,} tokens, over the {tokens:,} one request "
                     "may hold (`kv_tokens`)"
                 )
     if shape.messages is not None:
@@ -123,8 +166,10 @@ class BodyLimits:
             length = headers.get(b"content-length")
             if length is not None and length.isdigit():
                 check_bytes(int(length), "body", self.limits, "request_bytes")
-            chunks: list[bytes] = []
-            size, more = 0, True
+            buf = bytearray()
+            braces, commas, more, tried = 0, 0, True, 0
+            comma_cap = float("inf") if self.tokens is None else self.tokens
+            json_body = is_json(headers.get(b"content-type", b""))
             while more:
                 try:
                     message = await asyncio.wait_for(receive(), self.body_timeout_s)
@@ -134,14 +179,25 @@ class BodyLimits:
                     await self.app(scope, _replay([message], receive), send)
                     return
                 chunk = message.get("body", b"")
-                size += len(chunk)
-                check_bytes(size, "body", self.limits, "request_bytes")
-                chunks.append(chunk)
+                check_bytes(len(buf) + len(chunk), "body", self.limits, "request_bytes")
+                braces += chunk.count(b"{")  # a segment or a part is an object
+                commas += chunk.count(b",")  # a token list has commas
+                buf += chunk
                 more = message.get("more_body", False)
-            body = b"".join(chunks)
-            if is_json(headers.get(b"content-type", b"")):
+                many = braces > self.limits.segments or commas > comma_cap
+                if json_body and more and many and len(buf) > tried:
+                    tried = 2 * len(buf)  # the tries cost at most twice one parse of the body
+                    args = (buf, self.limits, self.tokens)
+                    if too_many := await asyncio.to_thread(early, *args):
+                        # answered keeping the connection: the server drops the body's rest
+                        await _answer(send, 400, too_many)
+                        return
+            body = bytes(buf)
+            del buf
+            if json_body:
                 if len(body) > OFF_LOOP_BYTES:
-                    await asyncio.to_thread(counts, body, self.limits, self.tokens)
+                    args = (body, self.limits, self.tokens, braces)
+                    scope[PARSED] = await asyncio.to_thread(checked, *args)
                 else:
                     counts(body, self.limits, self.tokens)
         except InputError as exc:

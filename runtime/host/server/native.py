@@ -40,6 +40,7 @@ from wgc_runtime.host.server.media import (
     tensor_json,
 )
 from wgc_runtime.host.server.model import NATIVE
+from wgc_runtime.host.server.parsed_route import ParsedRoute
 from wgc_runtime.host.server.schemas import NativeRequest, SegmentIn
 
 
@@ -94,7 +95,7 @@ class OutputJson:
 
 
 def router(server: Server) -> APIRouter:
-    api = APIRouter()
+    api = APIRouter(route_class=ParsedRoute)
 
     @api.post(NATIVE, tags=["native"], summary="Run a request on any model")
     async def run(body: NativeRequest, http: Request) -> Response:

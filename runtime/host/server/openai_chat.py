@@ -50,6 +50,7 @@ from wgc_runtime.host.server.openai_params import (
     finish_reason,
     options_of,
 )
+from wgc_runtime.host.server.parsed_route import ParsedRoute
 from wgc_runtime.host.server.schemas import ChatRequest, openai_fields
 
 
@@ -105,7 +106,7 @@ def _wants(server: Server, body: ChatRequest) -> list[str]:
 
 
 def router(server: Server) -> APIRouter:
-    api = APIRouter()
+    api = APIRouter(route_class=ParsedRoute)
 
     @api.post(CHAT, tags=["openai"], summary="Chat completion (OpenAI-compatible)")
     async def chat(body: ChatRequest, http: Request) -> Response:

@@ -36,6 +36,7 @@ from wgc_runtime.host.server.calls import Call, HttpError, Server, conform, unti
 from wgc_runtime.host.server.media import MediaError, decode_image, pcm16, png_bytes, wav_header
 from wgc_runtime.host.server.model import EDITS, IMAGES, SPEECH
 from wgc_runtime.host.server.openai_params import NEVER, check_model, options_of
+from wgc_runtime.host.server.parsed_route import ParsedRoute
 from wgc_runtime.host.server.schemas import ImageRequest, SpeechRequest, openai_fields
 
 SPEECH_FORMATS = {"wav": "audio/wav", "pcm": "audio/pcm"}
@@ -47,7 +48,7 @@ def _bad(field: str, why: str) -> HttpError:
 
 
 def speech_router(server: Server) -> APIRouter:
-    api = APIRouter()
+    api = APIRouter(route_class=ParsedRoute)
 
     @api.post(SPEECH, tags=["openai"], summary="Text to speech, streamed (OpenAI-compatible)")
     async def speech(body: SpeechRequest, http: Request) -> Response:
@@ -89,7 +90,7 @@ async def _audio(events: AsyncIterator[Any], rate: int, wav: bool) -> AsyncItera
 
 
 def images_router(server: Server, edits: bool) -> APIRouter:
-    api = APIRouter()
+    api = APIRouter(route_class=ParsedRoute)
 
     @api.post(IMAGES, tags=["openai"], summary="Text to image (OpenAI-compatible)")
     async def generate(body: ImageRequest, http: Request) -> Response:

@@ -3,7 +3,8 @@ transcription intent, for any served model that takes ``audio`` and emits ``text
 
 The client appends audio in chunks (``input_audio_buffer.append``: base64 PCM16 mono at
 `RATE` Hz, OpenAI's ``pcm16``) and commits it (``input_audio_buffer.commit``); each commit is
-one request (the buffer as one ``audio`` segment with its ``sample_rate``, after the session's
+one request (the buffer as ``audio`` segments of at most 30 s with their ``sample_rate``, cut
+as `transcriptions.windows` cuts an upload, after the session's
 ``prompt`` as a ``text`` segment when it has one), answered with
 ``input_audio_buffer.committed``, then ``conversation.item.input_audio_transcription.delta``
 events (the partial transcript, as the model emits its text) and
@@ -37,6 +38,7 @@ from wgc_runtime.host.server.calls import Call, HttpError, Server
 from wgc_runtime.host.server.media import TextDecoder
 from wgc_runtime.host.server.model import REALTIME, TRANSCRIPTIONS
 from wgc_runtime.host.server.openai_params import options_of
+from wgc_runtime.host.server.transcriptions import windows
 
 RATE = 24_000  # OpenAI's pcm16: 24 kHz, 16-bit, mono, little-endian
 
@@ -138,7 +140,8 @@ class Session:
         pcm = bytes(self.buffer[: len(self.buffer) // 2 * 2])
         self.buffer.clear()
         samples = torch.from_numpy(np.frombuffer(pcm, "<i2").astype(np.float32) / 32768.0)
-        segments = [Segment("audio", samples, (("sample_rate", RATE),))]
+        rate = (("sample_rate", RATE),)
+        segments = [Segment("audio", clip, rate) for _, _, clip in windows(samples, RATE)]
         if self.prompt:
             segments.insert(0, Segment("text", self.prompt))
         options = options_of(self.server, {"language": self.language}, {})

@@ -16,6 +16,7 @@ when it has none: `openai_params`); ``timestamp_granularities`` takes ``segment`
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -87,7 +88,8 @@ def router(server: Server) -> APIRouter:
                     raise bad(name, f"`{value}` is not a {kind.__name__}") from None
         options = options_of(server, fields, {})
         try:
-            audio, extra = decode_wav(await upload.read(), "file", server.limits)
+            raw = await upload.read()  # decoded in a thread: an upload may be 64 MiB
+            audio, extra = await asyncio.to_thread(decode_wav, raw, "file", server.limits)
         except MediaError as exc:
             raise bad("file", str(exc).partition(": ")[2], code="invalid_value") from None
         rate = int(extra["sample_rate"])
