@@ -65,6 +65,8 @@ def resample(x: np.ndarray, rate: int, to: int, where: str) -> np.ndarray:
 def to_rate(segments: list[Segment], rate: int | None, where: str = "input") -> list[Segment]:
     """``segments`` with every ``audio*`` segment that has a ``sample_rate`` field at ``rate``
     (`at_rate`); the others (and all when ``rate`` is None) as they are."""
+    if rate is None:
+        return segments
     out = []
     for i, seg in enumerate(segments):
         try:
