@@ -8,6 +8,8 @@ from __future__ import annotations
 import io
 import json
 import wave
+from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 import pytest
@@ -103,3 +105,21 @@ def test_wgc_run_inputs_are_resampled_both_ways_in(tmp_path) -> None:
 def test_a_model_without_a_rate_takes_audio_as_it_came() -> None:
     x = np.zeros(5, np.float32)
     assert at_rate("audio", x, {"sample_rate": 8_000}, None, "x") == (x, {"sample_rate": 8_000})
+
+
+@pytest.mark.parametrize(("audio_field", "param"), [(None, "inputs[1]"), ("file", "file")])
+def test_every_route_refuses_an_unreadable_rate_as_a_400_naming_the_field(
+    audio_field: str | None, param: str
+) -> None:
+    """`Call.open`, which every HTTP route goes through, resamples first: a rate it cannot read
+    is refused before the door (the routes' own field, else the native ``inputs[i]``)."""
+    pytest.importorskip("fastapi")
+    from wgc_runtime.host.server.calls import Call, HttpError
+
+    server: Any = SimpleNamespace(seed=0, info=SimpleNamespace(input_rate=16_000))
+    segs = [Segment("text", "hi"), Segment("audio", torch.zeros(9), (("sample_rate", 300),))]
+    with pytest.raises(HttpError) as info:
+        Call(server, "/v1/requests", segs, ["text"], audio_field=audio_field).open()
+    assert info.value.status == 400
+    error = info.value.body()["error"]
+    assert error["param"] == param and "300 Hz" in error["message"]
