@@ -3,7 +3,9 @@ checkpoint and tokenizer transformers wrote (`tests.unit.whisper_support`), behi
 The `openai` client's ``audio.transcriptions.create`` in ``json``, ``text`` and
 ``verbose_json``, and the realtime websocket, each answer what transformers' own
 ``WhisperForConditionalGeneration.generate`` + ``WhisperTokenizerFast.decode`` make of the same
-samples; a clip past 30 s is cut into 30 s windows by the route, and so is a realtime buffer."""
+samples; a clip past 30 s is cut into 30 s windows by the route, and so is a realtime buffer.
+Audio at another rate (a 24 or 44.1 kHz upload, OpenAI realtime's 24 kHz ``pcm16``) is read as
+transformers reads the same samples resampled to Whisper's 16 kHz by the same resampler (soxr)."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import soxr
 import torch
 
 from tests.e2e.real_support import compile_to
@@ -50,10 +53,20 @@ def wav(samples: np.ndarray, rate: int = RATE) -> bytes:
     return out.getvalue()
 
 
-def expected(hf, samples: np.ndarray, **kw) -> str:
-    """transformers' transcript of ``samples`` (PCM16, as the server reads them: / 32768)."""
+def chirp(seconds: float, rate: int, seed: int = 0) -> torch.Tensor:
+    """`clip`'s chirp with a little seeded noise, sampled at ``rate``."""
+    t = torch.arange(int(seconds * rate)) / rate
+    noise = torch.randn(t.numel(), generator=torch.Generator().manual_seed(seed))
+    return (0.3 * torch.sin(2 * torch.pi * (200 + 300 * t) * t) + 0.05 * noise).float()
+
+
+def expected(hf, samples: np.ndarray, rate: int = RATE, **kw) -> str:
+    """transformers' transcript of ``samples`` (PCM16 at ``rate``, as the server reads them:
+    / 32768, resampled to 16 kHz by soxr at its "HQ" quality)."""
     fe = transformers.WhisperFeatureExtractor(feature_size=80)
     audio = samples.astype(np.float32) / 32768.0
+    if rate != RATE:
+        audio = soxr.resample(audio, rate, RATE, quality="HQ")
     feats = fe(audio, sampling_rate=RATE, return_tensors="pt").input_features[0]
     return hf_tokenizer().decode(generate(hf, feats, **kw)[4:], skip_special_tokens=True)
 
@@ -117,15 +130,34 @@ def test_a_clip_past_30_s_is_cut_into_windows_by_the_route(whisper) -> None:
     assert got == [(0.0, 31.0, "".join(want))]
 
 
-def test_realtime_transcription_equals_generate(whisper) -> None:
-    """Audio appended in 0.2 s chunks and committed: partial transcripts as the tokens come,
-    then the final one, which is transformers' of the samples as the model reads them. (The
-    route hands the samples on with their rate as a field, which Whisper does not read: it
-    reads 16 kHz, so 16 kHz samples are sent, not the 24 kHz OpenAI's ``pcm16`` means; no
-    route resamples yet.)"""
+@pytest.mark.parametrize("rate", [24_000, 44_100])
+def test_an_upload_at_another_rate_is_resampled_to_16_khz(whisper, rate: int) -> None:
+    """A 24 or 44.1 kHz WAV reads as transformers reads it resampled to 16 kHz; a rate the
+    route cannot read is a 400 naming ``file``."""
     s, hf = whisper
-    samples = pcm16(clip(2.0, seed=7))
-    want = expected(hf, samples, language="en")
+    samples = pcm16(chirp(1.5, rate, seed=5))
+    want = expected(hf, samples, rate, language="en")
+    assert want
+    c = client(s.url)
+    got = c.audio.transcriptions.create(
+        file=("speech.wav", wav(samples, rate)), model="whisper", language="en",
+        response_format="verbose_json",
+    )  # fmt: skip
+    assert got.text == want and got.duration == 1.5
+    with pytest.raises(openai.BadRequestError) as info:
+        c.audio.transcriptions.create(file=("low.wav", wav(samples[:900], 300)), model="whisper")
+    assert info.value.body["param"] == "file"  # type: ignore[index]
+    assert "300 Hz" in info.value.body["message"]  # type: ignore[index]
+
+
+def test_realtime_transcription_equals_generate(whisper) -> None:
+    """24 kHz PCM16 (OpenAI's ``pcm16``, as its clients send it) appended in 0.2 s chunks and
+    committed: partial transcripts as the tokens come, then the final one, which is
+    transformers' of the samples resampled to the 16 kHz Whisper reads."""
+    s, hf = whisper
+    rate = 24_000
+    samples = pcm16(chirp(2.0, rate, seed=7))
+    want = expected(hf, samples, rate, language="en")
 
     async def session() -> tuple[list[str], str, list[str]]:
         url = s.url.replace("http", "ws", 1) + "/v1/realtime?intent=transcription"
@@ -134,7 +166,7 @@ def test_realtime_transcription_equals_generate(whisper) -> None:
             kinds = [json.loads(await ws.recv())["type"]]
             update = {"input_audio_transcription": {"language": "en"}}
             await ws.send(json.dumps({"type": "transcription_session.update", "session": update}))
-            step = RATE // 5
+            step = rate // 5
             for i in range(0, len(samples), step):
                 chunk = base64.b64encode(samples[i : i + step].tobytes()).decode()
                 await ws.send(json.dumps({"type": "input_audio_buffer.append", "audio": chunk}))

@@ -85,11 +85,12 @@ def field_value(
 
 
 def read_request_file(
-    path: str, read_file: Callable[[str, str], Any | None], limits: Limits
+    path: str, read_file: Callable[[str, str], tuple[Any, dict[str, Any]] | None], limits: Limits
 ) -> dict[str, Any]:
     """The JSON request file as ``{"inputs": [Segment...], "want": [...], "options": {...},
     "seed": int | None}`` (see the module docstring); ``read_file(text, where)`` reads a file
-    value (None when ``text`` names no file)."""
+    value as (data, fields) (None when ``text`` names no file): a segment's data file's fields
+    (a WAV's ``sample_rate``) are its fields unless ``fields`` sets them."""
     from wgc_runtime.host.inputs import check_text, parse_json, read_bytes
 
     file = Path(path)
@@ -105,12 +106,15 @@ def read_request_file(
         )
     base = file.parent
 
-    def value(v: Any, where: str) -> Any:
+    def value(v: Any, where: str, found: dict[str, Any] | None = None) -> Any:
         if isinstance(v, str):
             if v and (base / v).is_file():
                 got = read_file(str(base / v), where)
-                if got is not None:
-                    return got
+                if got is not None:  # a file's own fields (a WAV's `sample_rate`) go to `found`
+                    data, own = got
+                    if found is not None:
+                        found.update(own)
+                    return data
             return check_text(v, where, limits)
         if isinstance(v, list):
             return array(v, where, limits)
@@ -132,13 +136,10 @@ def read_request_file(
         fields = seg.get("fields", {})
         if not isinstance(fields, dict):
             raise UserError(f"{where}.fields: expected an object")
-        segments.append(
-            (
-                seg["modality"],
-                value(seg.get("data"), f"{where}.data"),
-                {str(k): value(v, f"{where}.fields.{k}") for k, v in fields.items()},
-            )
-        )
+        own: dict[str, Any] = {}
+        data = value(seg.get("data"), f"{where}.data", own)
+        given = {str(k): value(v, f"{where}.fields.{k}") for k, v in fields.items()}
+        segments.append((seg["modality"], data, {**own, **given}))
     want = doc.get("want", [])
     if not isinstance(want, list) or not all(isinstance(w, str) for w in want):
         raise UserError(f"`--request {path}`: `want` must be a list of modality names")

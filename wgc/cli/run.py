@@ -434,6 +434,21 @@ def decode_text(value: Any) -> str:
 # ------------------------------------------------------------------------- the plan
 
 
+def at_input_rate(plan_dir: str, segments: list[Any]) -> list[Any]:
+    """The (modality, data, fields) inputs with each audio one resampled to the rate the plan's
+    audio-reading node declares (`wgc_runtime.host.audio`), as the server's routes do."""
+    from wgc_runtime.host.audio import RateError, at_rate, input_rate
+    from wgc_runtime.host.loading import load_conductor, load_rank
+
+    spec = load_conductor(plan_dir)
+    rate = input_rate(load_rank(plan_dir, r) for r in range(spec.world_size))
+    try:
+        return [(mo, *at_rate(mo, d, f, rate, f"input {i}")) for i, (mo, d, f) in
+                enumerate(segments)]  # fmt: skip
+    except RateError as exc:
+        raise UserError(str(exc)) from None
+
+
 def sample_rates(plan_dir: str) -> dict[str, int]:
     """Emitted modality -> the emitting node's ``sample_rate`` config, where it has one."""
     from wgc_runtime.host.loading import load_conductor, load_rank
@@ -782,17 +797,13 @@ def _one_shot(
     segments = [read_input(name, value, limits) for name, value in _pairs(inputs, "--input")]
     opts = {name: parse_value(value) for name, value in _pairs(options, "--option")}
     if request_file is not None:  # the file's inputs first; the command line adds / overrides
-
-        def file_data(v: str, where: str) -> Any | None:
-            got = read_file(v, where, limits)
-            return None if got is None else got[0]
-
         with _as_user_error():
-            doc = read_request_file(request_file, file_data, limits)
+            doc = read_request_file(request_file, lambda v, w: read_file(v, w, limits), limits)
         segments = [*doc["inputs"], *segments]
         want = want or tuple(doc["want"])
         opts = {**doc["options"], **opts}
         seed = seed if seed is not None else doc["seed"]
+    segments = at_input_rate(plan, segments)
     want, opts = at_the_door(plan, segments, want, opts, seed, limits)
     rates = sample_rates(plan)
     stats = RequestStats()

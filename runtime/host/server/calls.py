@@ -42,6 +42,7 @@ from wgc_runtime.contract.flow import Segment
 from wgc_runtime.contract.kinds import Cause, FailKind
 from wgc_runtime.core.conductor.door import Problem, describe, dry_run
 from wgc_runtime.host.admission import admit
+from wgc_runtime.host.audio import RateError, to_rate
 from wgc_runtime.host.inputs import InputError, Limits, check_value
 from wgc_runtime.host.server.access_log import is_logged, ran, record
 from wgc_runtime.host.server.gateway import Gateway, Pending
@@ -125,9 +126,8 @@ class Call:
     seed: int | None = None
     deadline: float | None = None
     trace: bool = False
-    scope: MutableMapping[str, Any] | None = (
-        None  # the HTTP request's: its log line's figures go there
-    )
+    scope: MutableMapping[str, Any] | None = None  # the HTTP request's: its log line's figures
+    audio_field: str | None = None  # the field that carried the audio (else `inputs[i]`)
     rid: str = field(default_factory=lambda: f"http-{uuid.uuid4().hex[:16]}")
     pending: Pending | None = None
     t0: float = 0.0
@@ -151,6 +151,11 @@ class Call:
     def open(self) -> Call:
         s = self.server
         seed = self.seed if self.seed is not None else s.seed
+        try:  # every entrance's audio at the model's rate (a no-op when a route did it already)
+            self.segments = to_rate(self.segments, s.info.input_rate)
+        except RateError as exc:
+            p = Problem(self.audio_field or f"inputs[{exc.index}]", str(exc).partition(": ")[2])
+            raise HttpError(400, str(p), code="invalid_value", problems=[p]) from None
         self._check_limits()
         request = s.spec.request(self.segments, self.want, self.options)
         _, problems = admit(s.spec, request, strict=True, seed=seed, limits=s.limits)

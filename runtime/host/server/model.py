@@ -27,6 +27,7 @@ from typing import Any
 from wgc_runtime.contract.conductor import ConductorSpec
 from wgc_runtime.contract.kinds import DestKind
 from wgc_runtime.contract.spec import RankSpec
+from wgc_runtime.host.audio import input_rate
 
 DEFAULT_SAMPLE_RATE = 24_000
 
@@ -60,6 +61,7 @@ class ModelInfo:
     options: tuple[dict[str, Any], ...]
     sample_rates: dict[str, int] = field(default_factory=dict)
     max_concurrent: int = 1
+    input_rate: int | None = None  # the rate audio inputs are resampled to (`audio.input_rate`)
 
     @classmethod
     def of(cls, spec: ConductorSpec, ranks: list[RankSpec]) -> ModelInfo:
@@ -82,6 +84,7 @@ class ModelInfo:
             ),
             sample_rates=sample_rates(ranks),
             max_concurrent=spec.max_concurrent_requests,
+            input_rate=input_rate(ranks),
         )
 
     def takes_modality(self, modality: str) -> bool:
@@ -121,6 +124,7 @@ class ModelInfo:
             "emits": list(self.emits),
             "options": list(self.options),
             "sample_rates": {m: self.rate(m) for m in self.emits if m.startswith("audio")},
+            "input_sample_rate": self.input_rate,
             "max_concurrent_requests": self.max_concurrent,
             "routes": routes,
             "missing": {r: why for r in _NEEDS if (why := self.missing(r))},

@@ -3,7 +3,8 @@ transcription intent, for any served model that takes ``audio`` and emits ``text
 
 The client appends audio in chunks (``input_audio_buffer.append``: base64 PCM16 mono at
 `RATE` Hz, OpenAI's ``pcm16``) and commits it (``input_audio_buffer.commit``); each commit is
-one request (the buffer as ``audio`` segments of at most 30 s with their ``sample_rate``, cut
+one request (the buffer, resampled to the rate the model reads its audio at as an upload is,
+as ``audio`` segments of at most 30 s with their ``sample_rate``, cut
 as `transcriptions.windows` cuts an upload, after the session's
 ``prompt`` as a ``text`` segment when it has one), answered with
 ``input_audio_buffer.committed``, then ``conversation.item.input_audio_transcription.delta``
@@ -38,7 +39,7 @@ from wgc_runtime.host.server.calls import Call, HttpError, Server
 from wgc_runtime.host.server.media import TextDecoder
 from wgc_runtime.host.server.model import REALTIME, TRANSCRIPTIONS
 from wgc_runtime.host.server.openai_params import options_of
-from wgc_runtime.host.server.transcriptions import windows
+from wgc_runtime.host.server.transcriptions import at_model_rate, windows
 
 RATE = 24_000  # OpenAI's pcm16: 24 kHz, 16-bit, mono, little-endian
 
@@ -140,8 +141,10 @@ class Session:
         pcm = bytes(self.buffer[: len(self.buffer) // 2 * 2])
         self.buffer.clear()
         samples = torch.from_numpy(np.frombuffer(pcm, "<i2").astype(np.float32) / 32768.0)
-        rate = (("sample_rate", RATE),)
-        segments = [Segment("audio", clip, rate) for _, _, clip in windows(samples, RATE)]
+        fields = {"sample_rate": RATE}  # resampled in a thread: a buffer may be an hour long
+        samples, rate = await asyncio.to_thread(at_model_rate, self.server, samples, fields, "")
+        at = (("sample_rate", rate),)
+        segments = [Segment("audio", clip, at) for _, _, clip in windows(samples, rate)]
         if self.prompt:
             segments.insert(0, Segment("text", self.prompt))
         options = options_of(self.server, {"language": self.language}, {})

@@ -1,7 +1,9 @@
 """``POST /v1/audio/transcriptions``: speech to text, as the OpenAI clients call it, for any
 served model that takes ``audio`` and emits ``text`` (Qwen3-Omni's audio input, Whisper).
 
-The upload (multipart ``file``, a PCM WAV) is cut into windows of at most `WINDOW_S` seconds,
+The upload (multipart ``file``, a PCM WAV at any rate) is resampled to the rate the model reads
+its audio at (`wgc_runtime.host.audio`: 16 kHz for Whisper and Qwen3-Omni; a rate it cannot read
+is a 400 naming ``file``), then cut into windows of at most `WINDOW_S` seconds,
 each one ``audio`` segment with its ``sample_rate`` field, in order (a model that reads one clip
 at a time, Whisper's 30 s, transcribes each in turn; one that reads them all keeps its context);
 ``prompt``, when given, is a ``text`` segment before them. The model's ``text`` outputs are the
@@ -29,6 +31,7 @@ from starlette.datastructures import UploadFile
 
 from wgc_runtime.contract import messages as m
 from wgc_runtime.contract.flow import Segment
+from wgc_runtime.host.audio import RateError, resample
 from wgc_runtime.host.server.calls import Call, HttpError, Server
 from wgc_runtime.host.server.media import MediaError, TextDecoder, decode_wav
 from wgc_runtime.host.server.model import TRANSCRIPTIONS
@@ -49,6 +52,17 @@ def windows(audio: torch.Tensor, rate: int) -> list[tuple[float, float, torch.Te
         clip = audio[i : i + step]
         out.append((i / rate, (i + clip.numel()) / rate, clip.contiguous()))
     return out
+
+
+def at_model_rate(
+    server: Server, audio: torch.Tensor, fields: dict[str, Any], where: str
+) -> tuple[torch.Tensor, int]:
+    """``audio`` (at ``fields["sample_rate"]``) resampled to the rate the model reads its
+    audio at (`audio.input_rate`; as it is when the model declares none), and that rate."""
+    rate, to = fields["sample_rate"], server.info.input_rate
+    if to is None:
+        return audio, rate
+    return torch.from_numpy(resample(audio.numpy(), rate, to, where).copy()), to
 
 
 def router(server: Server) -> APIRouter:
@@ -90,16 +104,17 @@ def router(server: Server) -> APIRouter:
         try:
             raw = await upload.read()  # decoded in a thread: an upload may be 64 MiB
             audio, extra = await asyncio.to_thread(decode_wav, raw, "file", server.limits)
-        except MediaError as exc:
+            audio, rate = await asyncio.to_thread(at_model_rate, server, audio, extra, "file")
+        except (MediaError, RateError) as exc:
             raise bad("file", str(exc).partition(": ")[2], code="invalid_value") from None
-        rate = int(extra["sample_rate"])
         cuts = windows(audio, rate)
         segments = [Segment("audio", clip, (("sample_rate", rate),)) for _, _, clip in cuts]
         prompt = str(form.get("prompt") or "")
         if prompt:
             segments.insert(0, Segment("text", prompt))
         seed = _seed(form.get("seed"))
-        call = Call(server, TRANSCRIPTIONS, segments, ["text"], options, seed, scope=http.scope)
+        call = Call(server, TRANSCRIPTIONS, segments, ["text"], options, seed, scope=http.scope,
+                    audio_field="file")  # fmt: skip
         try:
             call.open()
         except HttpError as exc:
