@@ -443,6 +443,10 @@ class KvCacheSpec:
     page_size: int = 16
     pages: int = 1024
     dtype: str = "f32"
+    # the placement's ``sessions:``: how many sessions a rank keeps between their requests
+    # (0: none), and how many pages of each pool they may hold parked (0: no page limit)
+    max_sessions: int = 0
+    session_pages: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
