@@ -110,14 +110,28 @@ def test_a_diverging_history_is_cut_back_to_the_common_prefix(tmp_path):
 
 
 def test_sessions_are_evicted_least_recently_used_first(tmp_path):
-    c = LocalCluster(compiled(tmp_path))
+    c = LocalCluster(compiled(tmp_path))  # max_sessions: 2
     for name in ("a", "b", "a", "c"):
         tokens(ask(c, list(TURN1), session=name))
-    sessions = c.ranks[0].sessions
-    assert [s.session for s in sessions.list()] == ["a", "c"] and sessions.evicted == 1
-    assert sessions.drop("a") and not sessions.drop("a")
-    assert [s.session for s in sessions.list()] == ["c"]
+    kept = c.ranks[0].sessions
+    assert [s.session for s in kept.list()] == ["a", "c"]  # `b` was forgotten for `c`
+    assert [s[0] for s in c.conductor.sessions.listing(0.0)] == ["a", "c"]
+    assert c.conductor.drop_session("a") and not c.conductor.drop_session("a")
+    c.step()  # deliver `ForgetSession`
+    assert [s.session for s in kept.list()] == ["c"]
+    pages = sum(c.ranks[0].kv.used_pages().values())
+    assert pages == kept.list()[0].pages  # nothing but `c`'s pages held
     c.ranks[0].kv.check()
+
+
+def test_a_session_runs_one_request_at_a_time(tmp_path):
+    c = LocalCluster(compiled(tmp_path))
+    req = c.request([Segment("text", ids(list(TURN1)))], ["text"])
+    first = c.submit(req, session="chat")
+    second = c.submit(req, session="chat")
+    c.run()
+    tokens(first)
+    assert second.finished is not None and second.finished.kind == "busy"
 
 
 def test_a_placement_without_sessions_refuses_a_session_at_the_door(tmp_path):

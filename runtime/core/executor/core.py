@@ -40,6 +40,7 @@ from wgc_runtime.contract.messages import (
     CopyKv,
     ExportState,
     Failed,
+    ForgetSession,
     ForwardPersisted,
     Message,
     Release,
@@ -216,6 +217,7 @@ class RankExecutor:
             StatePart: self._on_state_part,
             StateEnd: self._on_state_end,
             Release: lambda m: self.release(m.request),
+            ForgetSession: lambda m: self.sessions.drop(m.session),
         }
 
     def _on_stream_items(self, m: StreamItems) -> None:

@@ -88,8 +88,8 @@ class Sessions:
 
     def park(self, session: str, request: str, node_state: dict[str, dict[str, Any]]) -> None:
         """``request`` of ``session`` ended: keep its pages and state, then fit the budget."""
-        if self.active.get(session) == request:
-            del self.active[session]
+        if self.active.pop(session, None) != request:
+            return  # forgotten while it ran: its pages are freed with the request's
         pages = {k: p.rename(request, SessionKey(session)) for k, p in self.kv.pools.items()}
         self.parked[session] = Parked(pages, node_state, time.monotonic())
         self._fit()
@@ -97,8 +97,8 @@ class Sessions:
     def drop(self, session: str, request: str | None = None) -> bool:
         """Forget ``session`` and free its pages (`DELETE`, or its request failed). Returns
         whether it existed."""
-        if request is not None and self.active.get(session) == request:
-            del self.active[session]
+        if request is None or self.active.get(session) == request:
+            self.active.pop(session, None)  # a running request of it keeps nothing at its end
         parked = self.parked.pop(session, None)
         if parked is None:
             return False

@@ -54,6 +54,7 @@ IDLE_TIMEOUT = 30.0  # no word from the conductor for this long: it is wedged
 
 STATUS = {
     FailKind.REJECTED: 400,
+    FailKind.BUSY: 429,
     FailKind.FAIL: 400,
     FailKind.TIMEOUT: 504,
     FailKind.CANCELLED: 499,
