@@ -126,6 +126,7 @@ class Call:
     seed: int | None = None
     deadline: float | None = None
     trace: bool = False
+    session: str | None = None  # the session it continues (`sessions`)
     scope: MutableMapping[str, Any] | None = (
         None  # the HTTP request's: its log line's figures go there
     )
@@ -154,7 +155,9 @@ class Call:
         seed = self.seed if self.seed is not None else s.seed
         self._check_limits()
         request = s.spec.request(self.segments, self.want, self.options)
-        _, problems = admit(s.spec, request, strict=True, seed=seed, limits=s.limits)
+        _, problems = admit(
+            s.spec, request, strict=True, seed=seed, limits=s.limits, session=self.session
+        )
         if problems:
             s.metrics.requests.labels(self.route, "rejected").inc()
             raise HttpError(400, describe(problems), code="rejected", problems=problems)
@@ -174,7 +177,13 @@ class Call:
         self.t0 = time.monotonic()
         logged = self.scope is not None and is_logged(self.scope)  # its line counts the walks
         self.pending = s.gateway.submit(
-            self.rid, self.segments, self.want, self.options, seed, self.trace or logged
+            self.rid,
+            self.segments,
+            self.want,
+            self.options,
+            seed,
+            self.trace or logged,
+            self.session,
         )
         if self.scope is not None and logged:
             figures = record(self.scope)
