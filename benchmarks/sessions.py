@@ -97,7 +97,8 @@ def rnd(n: int, seed: int) -> list[int]:
 
 
 def span(values: list[float], fmt: str = "{:.2f}") -> str:
-    return f"{fmt.format(statistics.median(values))} ({fmt.format(min(values))}-{fmt.format(max(values))})"
+    med, lo, hi = (fmt.format(x) for x in (statistics.median(values), min(values), max(values)))
+    return f"{med} ({lo}-{hi})"
 
 
 def main() -> None:
@@ -131,8 +132,12 @@ def main() -> None:
             row.setdefault("request", []).append(took * 1e3)
         assert got["session"][0] == got["whole"][0], "the session changed the reply"
         ratios.append(got["whole"][2] / got["session"][2])
-        print(f"round {r + 1}: prefill {got['session'][1]} vs {got['whole'][1]} tokens, "
-              f"{got['session'][2] * 1e3:.2f} vs {got['whole'][2] * 1e3:.2f} ms", flush=True)  # fmt: skip
+        (_, fed_s, secs_s, _), (_, fed_w, secs_w, _) = got["session"], got["whole"]
+        print(
+            f"round {r + 1}: prefill {fed_s} vs {fed_w} tokens, "
+            f"{secs_s * 1e3:.2f} vs {secs_w * 1e3:.2f} ms",
+            flush=True,
+        )
     print(f"load after: {loadavg()}")
     lines = [
         "| turn 2 | tokens prefilled | prefill ms | request ms (prefill + 32 decode steps) |",
