@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from wgc_runtime.core.conductor.sessions import SessionTable
-from wgc_runtime.core.executor.sessions import SessionBusy, Sessions, SessionKey
+from wgc_runtime.core.executor.sessions import SessionBusy, SessionKey, Sessions
 from wgc_runtime.engines.kv_pool import PagedKVPool
 
 
