@@ -33,7 +33,6 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from wgc_runtime.contract.flow import SESSION_OPTION
 from wgc_runtime.contract.kinds import Engine, FailKind
 from wgc_runtime.contract.messages import (
     CONDUCTOR,
@@ -66,12 +65,12 @@ from wgc_runtime.core.executor import (
     loops,
     merging,
     routing,
+    sessions,
     stepping,
     streams,
     values,
 )
 from wgc_runtime.core.executor.captured import CapturedSteps, CaptureReport, Progress
-from wgc_runtime.core.executor.sessions import SessionBusy, Sessions
 from wgc_runtime.core.executor.state import (
     Inst,
     Outbox,
@@ -90,6 +89,10 @@ class RankExecutor:
     """Runs rank ``rank_spec.rank``'s pieces of walks (see the module docstring)."""
 
     # the parts of the executor, one module each (they take `self` like methods)
+    # sessions
+    _begin_session = sessions.begin_session
+    _park_session = sessions.park_session
+    _drop_session = sessions.drop_session
     # values
     _key = staticmethod(values._key)
     _on_value = values._on_value
@@ -170,10 +173,7 @@ class RankExecutor:
         self.kv = KvPools.of_rank(rank_spec, device)
         # the plan's capture list as runners, built by `prepare_captures` at worker start
         self.captured = CapturedSteps(rank_spec, self.nodes, self.kv, device)
-        kvc = rank_spec.kv_cache
-        self.sessions = Sessions(
-            self.kv, max_sessions=kvc.max_sessions, max_pages=kvc.session_pages
-        )
+        self.sessions = sessions.Sessions.of_rank(rank_spec, self.kv)  # kept between requests
         self.outbox = outbox
         self.stats = NodeStats()  # node calls and stream buffers, for `/metrics`
         self.max_batch = max(1, int(max_batch))
@@ -290,10 +290,7 @@ class RankExecutor:
         for w in req.walks.values():
             self._kill_walk(w)
         if req.session is not None:  # the session keeps the pages and its kv nodes' state
-            kept = {
-                n: st for n, st in req.node_state.items() if self.engines.get(n) is Engine.KV_CACHE
-            }
-            self.sessions.park(req.session, request, kept)
+            self._park_session(req)
         self.kv.free(request)
         for node in self.nodes.values():
             with contextlib.suppress(Exception):  # one failing release must not stop the others
@@ -340,9 +337,7 @@ class RankExecutor:
     def _begin(self, w: WalkRun, flow: str, options: tuple[tuple[str, Any], ...]) -> None:
         """Start this rank's piece of ``w`` (a `StartWalk`, or the first header value)."""
         w.started, w.flow, w.options = True, flow, dict(options)
-        session = w.options.get(SESSION_OPTION)
-        if session is not None and w.req.session is None:
-            self._adopt(w, str(session))
+        self._begin_session(w)  # a request of a session takes its kept pages (`sessions`)
         p = w.piece
         w.top_remaining = len(p.spec.body) + len(p.spec.nested)
         for cid in p.spec.body:
@@ -351,20 +346,6 @@ class RankExecutor:
             self._start_loop(w, name, ())
         if w.top_remaining == 0:
             self._walk_done(w)
-
-    def _adopt(self, w: WalkRun, session: str) -> None:
-        """The request runs ``session``: its kept pages and kv nodes' state become its own."""
-        if not self.sessions.enabled:
-            raise RequestAbort(
-                FailKind.REJECTED, "the placement keeps no sessions (`sessions:`)", w.walk
-            )
-        try:
-            kept = self.sessions.adopt(session, w.req.id)
-        except SessionBusy as exc:
-            raise RequestAbort(FailKind.REJECTED, str(exc), w.walk) from None
-        w.req.session = session
-        for name, st in kept.items():
-            w.req.node_state.setdefault(name, {}).update(st)
 
     def _walk_done(self, w: WalkRun) -> None:
         if w.unacked:  # stream items still on their way: report once they are accepted
@@ -419,9 +400,7 @@ class RankExecutor:
             CONDUCTOR,
             Failed(request, exc.kind, exc.message, flow, exc.walk, exc.node, self.rank, exc.cause),
         )
-        if req is not None and req.session is not None:  # its sequence may be half written
-            self.sessions.drop(req.session, request)
-            req.session = None
+        self._drop_session(req)  # a failed turn's sequence may be half written
         self.release(request)
 
 

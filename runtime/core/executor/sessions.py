@@ -20,9 +20,16 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from wgc_runtime.contract.flow import SESSION_OPTION
+from wgc_runtime.contract.kinds import Engine, FailKind
+from wgc_runtime.contract.spec import RankSpec
+from wgc_runtime.core.executor.state import RequestAbort, RequestState, WalkRun
 from wgc_runtime.engines.kv_pools import KvPools
+
+if TYPE_CHECKING:
+    from wgc_runtime.core.executor.core import RankExecutor
 
 
 class SessionBusy(RuntimeError):
@@ -65,6 +72,12 @@ class Sessions:
         self.parked: OrderedDict[str, Parked] = OrderedDict()  # least recently used first
         self.active: dict[str, str] = {}  # session -> the request running it
         self.evicted = 0
+
+    @classmethod
+    def of_rank(cls, rank: RankSpec, kv: KvPools) -> Sessions:
+        """The placement's ``sessions:`` as the rank runs them."""
+        c = rank.kv_cache
+        return cls(kv, max_sessions=c.max_sessions, max_pages=c.session_pages)
 
     @property
     def enabled(self) -> bool:
@@ -130,3 +143,39 @@ class Sessions:
         if self.max_pages <= 0:
             return False
         return any(n > self.max_pages for n in self.pages_parked().values())
+
+
+# ---------------------------------------------------------------- the executor's part
+
+
+def begin_session(self: RankExecutor, w: WalkRun) -> None:
+    """The request's first walk here names a session (`SESSION_OPTION`): its kept pages and
+    kv nodes' state become the request's own."""
+    session = w.options.get(SESSION_OPTION)
+    if session is None or w.req.session is not None:
+        return
+    if not self.sessions.enabled:
+        raise RequestAbort(
+            FailKind.REJECTED, "the placement keeps no sessions (`sessions:`)", w.walk
+        )
+    try:
+        kept = self.sessions.adopt(str(session), w.req.id)
+    except SessionBusy as exc:
+        raise RequestAbort(FailKind.BUSY, str(exc), w.walk) from None
+    w.req.session = str(session)
+    for name, st in kept.items():
+        w.req.node_state.setdefault(name, {}).update(st)
+
+
+def park_session(self: RankExecutor, req: RequestState) -> None:
+    """The request of a session ended: the session keeps its pages and kv nodes' state."""
+    assert req.session is not None
+    kept = {n: st for n, st in req.node_state.items() if self.engines.get(n) is Engine.KV_CACHE}
+    self.sessions.park(req.session, req.id, kept)
+
+
+def drop_session(self: RankExecutor, req: RequestState | None) -> None:
+    """The request failed: its session is forgotten with it."""
+    if req is not None and req.session is not None:
+        self.sessions.drop(req.session, req.id)
+        req.session = None
