@@ -93,6 +93,7 @@ class RankExecutor:
     _begin_session = sessions.begin_session
     _park_session = sessions.park_session
     _drop_session = sessions.drop_session
+    _on_forget_session = sessions.on_forget_session
     # values
     _key = staticmethod(values._key)
     _on_value = values._on_value
@@ -217,7 +218,7 @@ class RankExecutor:
             StatePart: self._on_state_part,
             StateEnd: self._on_state_end,
             Release: lambda m: self.release(m.request),
-            ForgetSession: lambda m: self.sessions.drop(m.session),
+            ForgetSession: self._on_forget_session,
         }
 
     def _on_stream_items(self, m: StreamItems) -> None:

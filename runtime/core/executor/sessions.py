@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from wgc_runtime.contract.flow import SESSION_OPTION
 from wgc_runtime.contract.kinds import Engine, FailKind
+from wgc_runtime.contract.messages import ForgetSession
 from wgc_runtime.contract.spec import RankSpec
 from wgc_runtime.core.executor.state import RequestAbort, RequestState, WalkRun
 from wgc_runtime.engines.kv_pools import KvPools
@@ -179,3 +180,8 @@ def drop_session(self: RankExecutor, req: RequestState | None) -> None:
     if req is not None and req.session is not None:
         self.sessions.drop(req.session, req.id)
         req.session = None
+
+
+def on_forget_session(self: RankExecutor, m: ForgetSession) -> None:
+    """The conductor forgot the session (evicted, deleted, or its request failed)."""
+    self.sessions.drop(m.session)
