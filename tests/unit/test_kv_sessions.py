@@ -35,6 +35,7 @@ def test_parking_and_adopting_move_the_pages_without_copying() -> None:
     assert state == {"LLM": {"ids": list(range(6))}}
     assert p.page_table(SessionKey("chat"))[:2] == table and p.seq_len(SessionKey("chat")) == 9
     assert [(i.session, i.pages, i.active) for i in s.list()] == [("chat", 3, False)]
+    assert s.list()[0].idle_s >= 0.0
     assert s.drop("chat") and p.used_pages == 0
     p.check()
 
