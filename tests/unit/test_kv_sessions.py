@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from wgc_runtime.core.conductor.admission import parked_pages
 from wgc_runtime.core.conductor.sessions import SessionTable
 from wgc_runtime.core.executor.sessions import SessionBusy, SessionKey, Sessions
 from wgc_runtime.engines.kv_pool import PagedKVPool
@@ -80,3 +81,9 @@ def test_the_conductor_table_evicts_idle_sessions_and_refuses_when_all_run() -> 
     assert t.end("r6", ok=False, now=8.0) == "c"  # a failed turn forgets its session
     assert [s for s, _, _ in t.listing(9.0)] == ["a"]
     assert t.drop("a") and not t.drop("a")
+
+
+def test_the_pages_kept_for_idle_sessions_are_never_promised() -> None:
+    assert parked_pages(0, 0, 100) == 0  # sessions off
+    assert parked_pages(4, 0, 100) == 50  # default: half the pool
+    assert parked_pages(4, 30, 100) == 30 and parked_pages(4, 300, 100) == 100

@@ -121,6 +121,11 @@ class Plan:
         return json.dumps(self.to_dict(), sort_keys=True, indent=2) + "\n"
 
 
+def plain(obj: object) -> object:
+    """A record as ``plan.json`` writes it (`Plan.to_dict`'s rules, for one record)."""
+    return _plain(obj)
+
+
 _FIELDS: dict[type, tuple[str, ...]] = {}
 _OPTIONAL: dict[type, dict[str, object]] = {}  # fields dumped only when not their default
 

@@ -9,9 +9,10 @@ conversation's sequence as its own and prefills only what is new. When the reque
 `park` moves them under the session's key again instead of freeing them. A failed request drops
 its session (its sequence may be half written).
 
-Budget: ``max_sessions`` parked sessions and ``max_pages`` pages parked per pool; parking past
-either evicts the least recently used idle sessions first (a session larger than the whole
-budget is dropped at once). A session is used by one request at a time: a second concurrent
+Budget: ``max_sessions`` parked sessions and ``max_pages`` pages parked per pool (default: half
+the pool; the conductor never promises those pages to requests); parking past either evicts
+the least recently used idle sessions first (a session larger than the whole budget is dropped
+at once). A session is used by one request at a time: a second concurrent
 request of it is refused (`SessionBusy`, HTTP 429 at the server).
 """
 
@@ -26,6 +27,7 @@ from wgc_runtime.contract.flow import SESSION_OPTION
 from wgc_runtime.contract.kinds import Engine, FailKind
 from wgc_runtime.contract.messages import ForgetSession
 from wgc_runtime.contract.spec import RankSpec
+from wgc_runtime.core.conductor.admission import parked_pages
 from wgc_runtime.core.executor.state import RequestAbort, RequestState, WalkRun
 from wgc_runtime.engines.kv_pools import KvPools
 
@@ -141,9 +143,11 @@ class Sessions:
             self.evicted += 1
 
     def _over_pages(self) -> bool:
-        if self.max_pages <= 0:
-            return False
-        return any(n > self.max_pages for n in self.pages_parked().values())
+        parked = self.pages_parked()
+        return any(
+            parked[k] > parked_pages(self.max_sessions, self.max_pages, p.num_pages)
+            for k, p in self.kv.pools.items()
+        )
 
 
 # ---------------------------------------------------------------- the executor's part
