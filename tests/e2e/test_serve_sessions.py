@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
@@ -20,6 +21,7 @@ pytest.importorskip("fastapi")
 
 from tests.e2e.serve_support import served  # noqa: E402
 from tests.e2e.test_llama_sessions import TURN1, TURN2, compiled  # noqa: E402
+from wgc_runtime.host.client import Client  # noqa: E402
 
 pytestmark = [
     pytest.mark.slow,
@@ -52,6 +54,10 @@ def test_a_two_turn_chat_through_wgc_serve(tmp_path) -> None:
         conversation = first + reply + list(TURN2)
         second = ask(s, conversation, session="chat")
         assert second == ask(s, conversation)  # no session: prefilled whole
+        with Client(s.client_address) as client:  # the ZeroMQ client names sessions too
+            inputs = [("text", torch.tensor(conversation, dtype=torch.int64))]
+            got = client.submit(inputs, ["text"], session="chat", deadline=120).collect()
+        assert [int(o.value.reshape(-1)[0]) for o in got] == second
         listed = s.get_json("/v1/sessions")
         assert listed["max_sessions"] == 2
         assert [(d["id"], d["running"]) for d in listed["data"]] == [("chat", False)]
