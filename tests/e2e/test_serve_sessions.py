@@ -1,5 +1,6 @@
 """Sessions through `wgc serve` on the Llama example: the native route's ``session`` field, a
-second turn equal to the conversation sent whole without one, ``GET``/``DELETE
+second turn equal to the conversation sent whole without one, the chat route and the ZeroMQ
+client naming sessions, ``GET``/``DELETE
 /v1/sessions`` (API keys apply). (A second request of a running session: `FailKind.BUSY`,
 HTTP 429, tested on `LocalCluster` in `test_llama_sessions`.)"""
 
@@ -61,11 +62,25 @@ def test_a_two_turn_chat_through_wgc_serve(tmp_path) -> None:
         listed = s.get_json("/v1/sessions")
         assert listed["max_sessions"] == 2
         assert [(d["id"], d["running"]) for d in listed["data"]] == [("chat", False)]
+        chat = {"messages": [{"role": "user", "content": "hello"}], "session": "talk"}
+        status, got = s.post("/v1/chat/completions", chat)
+        assert status == 200, got
+        reply = got["choices"][0]["message"]["content"]
+        chat["messages"] += [
+            {"role": "assistant", "content": reply},
+            {"role": "user", "content": "and then?"},
+        ]
+        status, got = s.post("/v1/chat/completions", chat)
+        assert status == 200, got
+        listed = s.get_json("/v1/sessions")
+        assert [d["id"] for d in listed["data"]] == ["chat", "talk"]
+        status, got = s.post("/v1/chat/completions", {**chat, "n": 2})
+        assert status == 400 and "one conversation" in str(got)
         status, _, _ = s.request("DELETE", "/v1/sessions/chat")
         assert status == 200
         status, _, _ = s.request("DELETE", "/v1/sessions/chat")
         assert status == 404
-        assert s.get_json("/v1/sessions")["data"] == []
+        assert [d["id"] for d in s.get_json("/v1/sessions")["data"]] == ["talk"]
         bad = {"inputs": [{"modality": "text", "data": "hi"}], "want": ["text"], "session": "a b"}
         status, got = s.post(NATIVE, bad)
         assert status == 400 and "session" in str(got)
