@@ -18,6 +18,11 @@ and the components it runs (`wgc_runtime.components`):
   tables as one tensor, lengths) appends each row's token slot to its sequence and gives the
   batch's slots, positions, lengths and page tables in one call.
 
+- **Sessions.** A request of a session (``SESSION_OPTION`` in its options) sends the whole
+  conversation as its prompt; the sequence (kept from the session's last request, with
+  ``ctx.state["ids"]``, its tokens) keeps its longest common prefix with it and only the rest is
+  prefilled (`held_tokens`), so a turn equals the conversation prefilled whole.
+
 Greedy decoding is deterministic, so a request's tokens are the same batched or alone,
 captured or not, and in the reference interpreter.
 """
