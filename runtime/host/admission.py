@@ -72,6 +72,15 @@ def session_problems(spec: ConductorSpec, session: Any) -> list[Problem]:
                 f"a session id is 1 to 128 letters, digits, `.`, `_` or `-`, got `{session!r}`",
             )
         ]
+    if any(w.handoffs for w in spec.walks):
+        return [
+            Problem(
+                "session",
+                f"placement `{spec.placement}` moves a kv-cache node's state between rank groups "
+                "(prefill and decode apart); sessions keep it on one group only: place the node's "
+                "walks on one group",
+            )
+        ]
     if spec.kv_cache.max_sessions <= 0:
         return [
             Problem(

@@ -140,6 +140,20 @@ def test_a_placement_without_sessions_refuses_a_session_at_the_door(tmp_path):
     assert h.error is not None and "keeps no sessions" in str(h.error)
     h = ask(LocalCluster(compiled(tmp_path)), list(TURN1), session="no spaces")
     assert h.error is not None and "session id" in str(h.error)
+    split = tmp_path / "split"  # prefill and decode on two groups: the state moves
+    split.mkdir()
+    p = split / "placement.yaml"
+    p.write_text(
+        "devices: [cpu, cpu]\nplace:\n  - nodes: [LLM]\n    ranks: [0]\n    walks: [prefill]\n"
+        "  - nodes: [LLM]\n    ranks: [1]\n    walks: [decode]\n"
+        "kv_cache: {page_size: 16, pages: 256, dtype: f32}\nsessions: {max_sessions: 2}\n"
+    )
+    result = Driver().compile(str(WALK), str(p), None)
+    assert result.ok, [d.message for d in result.errors]
+    for name, text in result.files.items():
+        (split / name).write_text(text)
+    h = ask(LocalCluster(split), list(TURN1), session="chat")
+    assert h.error is not None and "between rank groups" in str(h.error)
 
 
 if __name__ == "__main__":  # pragma: no cover

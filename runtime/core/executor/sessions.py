@@ -106,6 +106,7 @@ class Sessions:
         """``request`` of ``session`` ended: keep its pages and state, then fit the budget."""
         if self.active.pop(session, None) != request:
             return  # forgotten while it ran: its pages are freed with the request's
+        self.drop(session)  # a copy parked here that this request did not take (never expected)
         pages = {k: p.rename(request, SessionKey(session)) for k, p in self.kv.pools.items()}
         self.parked[session] = Parked(pages, node_state, time.monotonic())
         self._fit()
