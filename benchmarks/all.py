@@ -269,6 +269,7 @@ BENCHES = (
         json=True,
         from_json=http_table,
     ),
+    Bench("sessions", ("--repeat", "5"), ("--repeat", "1", "--prompt", "32"), markdown=True),
     Bench("compare_hops", ("--rounds", "3"), ("--rounds", "1", "--requests", "20")),
 )
 

@@ -18,6 +18,11 @@ and the components it runs (`wgc_runtime.components`):
   tables as one tensor, lengths) appends each row's token slot to its sequence and gives the
   batch's slots, positions, lengths and page tables in one call.
 
+- **Sessions.** A request of a session (``SESSION_OPTION`` in its options) sends the whole
+  conversation as its prompt; the sequence (kept from the session's last request, with
+  ``ctx.state["ids"]``, its tokens) keeps its longest common prefix with it and only the rest is
+  prefilled (`held_tokens`), so a turn equals the conversation prefilled whole.
+
 Greedy decoding is deterministic, so a request's tokens are the same batched or alone,
 captured or not, and in the reference interpreter.
 """
@@ -35,6 +40,7 @@ from wgc_runtime.components.config import DecoderConfig
 from wgc_runtime.components.decode_engine import DecoderEngine
 from wgc_runtime.components.decoder import LlamaDecoder
 from wgc_runtime.contract.capture import CapturedCall, StaticPort, StaticStep
+from wgc_runtime.contract.flow import SESSION_OPTION
 from wgc_runtime.contract.node import DTYPE_NAMES, KvCache, Node, NodeContext, NodeError, Work
 from wgc_runtime.engines.decode_runner import DecodeRunner, requests_of
 
@@ -75,6 +81,30 @@ def build_model(config: Mapping[str, Any], device: str | torch.device) -> LlamaD
     return model.to(device).eval()
 
 
+def held_tokens(kv: KvCache, state: dict[str, Any], x: torch.Tensor, whole: bool) -> torch.Tensor:
+    """What of ``x`` a session's sequence must still take; ``state["ids"]`` follows the tokens
+    it holds. A decode step (``whole`` False) takes its token. A prompt (``whole``: the
+    conversation so far, sent whole each turn) keeps the longest prefix the sequence already
+    holds and takes the rest; at least its last token is fed again, whose logits choose the
+    next token. A sequence whose tokens are unknown here (or differ) is cut back first."""
+    held: list[int] = state.setdefault("ids", [])
+    if not whole:
+        held.extend(int(t) for t in x.reshape(-1))
+        return x
+    new = [int(t) for t in x.reshape(-1)]
+    if len(held) != kv.length():  # never seen here: trust none of it
+        held.clear()
+    keep = 0
+    limit = min(len(held), len(new) - 1)
+    while keep < limit and held[keep] == new[keep]:
+        keep += 1
+    if keep < kv.length():
+        kv.truncate(keep)
+    del held[keep:]
+    held.extend(new[keep:])
+    return x.reshape(-1)[keep:]
+
+
 class Decoder(Node):
     """A Llama decoder on the paged pool (see the module docstring)."""
 
@@ -107,10 +137,12 @@ class Decoder(Node):
         for w in batch:
             kv = w.ctx.kv
             assert kv is not None  # `engine` checked the node is a kv-cache node
-            x = w.inputs.get("prompt")
-            x = w.inputs["token"] if x is None else prompt_ids(self.text, x, self.name)
+            prompt = w.inputs.get("prompt")
+            x = w.inputs["token"] if prompt is None else prompt_ids(self.text, prompt, self.name)
             if x is None or x.numel() == 0:
                 raise NodeError(f"node `{self.name}`: an empty prompt has nothing to decode")
+            if SESSION_OPTION in w.ctx.options:  # a session: the sequence may hold a prefix
+                x = held_tokens(kv, w.ctx.state, x, prompt is not None)
             self._check_room(kv, int(x.numel()))
             seqs.append((kv.request, kv.labels[0]))
             tokens.append(x.reshape(-1).to(torch.long))
@@ -185,6 +217,9 @@ class Decoder(Node):
         def prepare_batch(works: Sequence[Work]) -> tuple[dict[str, torch.Tensor], dict]:
             """Append each row's token slot to its sequence (`DecodeRunner.step`): the batch's
             slots, positions, lengths and page tables."""
+            for w in works:  # a session's sequence: the tokens it holds, for its next turn
+                if SESSION_OPTION in w.ctx.options:
+                    w.ctx.state.setdefault("ids", []).append(int(w.inputs["token"].reshape(-1)[0]))
             meta = runner.step(requests_of(works))
             failed = {i: self._full(works[i], exc) for i, exc in meta.failed.items()}
             return meta.tensors(width), failed

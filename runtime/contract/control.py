@@ -162,6 +162,7 @@ class Submit(Message, frozen=True, tag=61):
     options: dict[str, Any] = msgspec.field(default_factory=dict)
     seed: int | None = None
     trace: bool = False
+    session: str | None = None  # the session it continues (the placement's `sessions:`)
 
 
 class Cancel(Message, frozen=True, tag=62):
@@ -216,6 +217,21 @@ class WalkTrace(Message, frozen=True, tag=69):
     seconds: float = 0.0
 
 
+class GetSessions(Message, frozen=True, tag=70):
+    """Ask for the conductor's `SessionList`; ``drop``: forget that session first."""
+
+    drop: str | None = None
+
+
+class SessionList(Message, frozen=True, tag=71):
+    """The sessions kept: (id, seconds since last used, whether a request runs it), least
+    recently used first; ``dropped``: whether the asked `GetSessions.drop` existed."""
+
+    sessions: tuple[tuple[str, float, bool], ...] = ()
+    max_sessions: int = 0
+    dropped: bool = False
+
+
 LAUNCHER = (
     Hello,
     Peers,
@@ -230,5 +246,20 @@ LAUNCHER = (
 )
 # what a rank's or the conductor's inbox accepts (`StreamItems`: the transport packs items)
 INBOX = (*CORE, StreamItems, *LAUNCHER)
-CLIENT_IN = (Submit, Cancel, Ping, GetStats)  # what the conductor's client port accepts
-CLIENT_OUT = (Accepted, Output, Alive, Finished, Pong, Stats, WalkTrace)  # what a client accepts
+CLIENT_IN = (
+    Submit,
+    Cancel,
+    Ping,
+    GetStats,
+    GetSessions,
+)  # what the conductor's client port accepts
+CLIENT_OUT = (
+    Accepted,
+    Output,
+    Alive,
+    Finished,
+    Pong,
+    Stats,
+    WalkTrace,
+    SessionList,
+)  # what a client accepts

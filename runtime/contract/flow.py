@@ -17,6 +17,10 @@ from typing import Any
 SEED_OPTION = "wgc.seed"
 """The request option carrying a request's seed (``wgc run --seed``, ``"seed"`` over HTTP): the
 entry points set it, `CallContext.seed` reads it; no declared option can have this name."""
+SESSION_OPTION = "wgc.session"
+"""The request option carrying a request's session id (its ``session`` field over HTTP): the
+entry points set it, the ranks keep the session's KV between its requests
+(`wgc_runtime.core.executor.sessions`); no declared option can have this name."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -122,6 +122,7 @@ class FailKind(StrEnum):
     DEADLOCK = "deadlock"  # nothing can move
     CANCELLED = "cancelled"  # the client cancelled it
     REJECTED = "rejected"  # refused at the door (a bad request)
+    BUSY = "busy"  # its session has a request running, or every session has (HTTP 429)
     INTERNAL = "internal"  # a bug, or a broken deployment (a rank died)
 
 

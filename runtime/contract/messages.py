@@ -415,8 +415,15 @@ class Finished(Message, frozen=True, tag=20):
     cause: Cause | None = None
 
 
+class ForgetSession(Message, frozen=True, tag=23):
+    """Free a session's kept pages (evicted, deleted, or its request failed): to every rank."""
+
+    session: str
+
+
 # what moves between the cores (conductor <-> ranks, rank <-> rank)
 CORE = (
+    ForgetSession,
     StartWalk,
     ForwardPersisted,
     StreamDone,

@@ -46,7 +46,7 @@ conductor tracks, per request, where each node's state lives and runs the moves.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from wgc_runtime.contract.kinds import (
@@ -64,6 +64,10 @@ from wgc_runtime.contract.kinds import (
 
 SPEC_VERSION = 7
 """The version of these records that generated modules and ``plan.json`` are written for."""
+
+OMIT_DEFAULT = {"omit_default": True}
+"""Field metadata: ``plan.json`` leaves the field out while it has its default (a field added
+after plans were generated, so those stay byte-identical)."""
 
 ITEMSIZE = {"bool": 1, "u8": 1, "i32": 4, "i64": 8, "f16": 2, "bf16": 2, "f32": 4}
 # KV cache dtypes: the language's, plus the spellings placements (M*'s among them) use
@@ -443,6 +447,12 @@ class KvCacheSpec:
     page_size: int = 16
     pages: int = 1024
     dtype: str = "f32"
+    # the placement's ``sessions:``: how many sessions a rank keeps between their requests
+    # (0: none), and how many pages of each pool they may hold parked (0: no page limit);
+    # dumped in plan.json only when set (`OMIT_DEFAULT`), so plans without sessions keep
+    # their bytes
+    max_sessions: int = field(default=0, metadata=OMIT_DEFAULT)
+    session_pages: int = field(default=0, metadata=OMIT_DEFAULT)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -502,6 +502,20 @@ class PagedKVPool:
             self._cond.notify_all()
             return n
 
+    def rename(self, old: Hashable, new: Hashable) -> int:
+        """Move ``old``'s tables (every label) to key ``new``, which must hold none: a session
+        keeps a request's pages past its end, and its next request takes them back. ``old``'s
+        unused reservation is dropped. Returns the pages moved."""
+        with self._cond:
+            if new in self._tables:
+                raise KeyError(f"kv pool already holds pages for `{new}`")
+            tables = self._tables.pop(old, {})
+            if tables:
+                self._tables[new] = tables
+            self._reserved_total -= self._reserved.pop(old, 0)
+            self._cond.notify_all()
+            return sum(len(t.pages) for t in tables.values())
+
     def check(self) -> None:
         """Assert the allocator's invariants (tests): refcounts match the tables, free pages
         have refcount 0, shared pages are full."""

@@ -8,7 +8,8 @@ The conductor process (`processes.conductor_main`), `LocalCluster` and the HTTP 
   door (`wgc_runtime.core.conductor.door`: every problem, or none), and gives it its
   **seed**: a request may name one (``wgc run --seed``, ``"seed"`` over HTTP); it travels as
   the option `SEED_OPTION`, which `CallContext.seed` reads in place of the request id, so two
-  requests with one seed compute the same.
+  requests with one seed compute the same; and its **session** (``"session"`` over HTTP), which
+  travels as the option `SESSION_OPTION` (`session_problems` says which ids a deployment takes).
 * `RequestIds` lets a client **reuse the id of an ended request**. The ranks remember ended ids
   for a while (to drop late messages), so a reused id would be ignored there; the cores and the
   ranks see a fresh internal id instead (``<id>~<n>``), whose seed stays the client's id. The
@@ -18,17 +19,19 @@ The conductor process (`processes.conductor_main`), `LocalCluster` and the HTTP 
 from __future__ import annotations
 
 import itertools
+import re
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
 from wgc_runtime.contract.conductor import ConductorSpec
-from wgc_runtime.contract.flow import SEED_OPTION, Request, SimpleRequest
+from wgc_runtime.contract.flow import SEED_OPTION, SESSION_OPTION, Request, SimpleRequest
 from wgc_runtime.core.conductor.door import Problem, check
 from wgc_runtime.host.inputs import InputError, Limits, check_segments, check_value
 
 _I64 = 2**63
+SESSION_ID = re.compile(r"[A-Za-z0-9._-]{1,128}")
 
 
 def admit(
@@ -38,6 +41,7 @@ def admit(
     strict: bool,
     seed: Any = None,
     limits: Limits | None = None,
+    session: Any = None,
 ) -> tuple[Request, list[Problem]]:
     """``request`` checked at the door, with its seed set when it has one: (the request to
     run, its problems). ``limits``: the deployment's input limits, checked first (segment
@@ -50,9 +54,42 @@ def admit(
         not isinstance(seed, int) or isinstance(seed, bool) or not -_I64 <= seed < _I64
     ):
         problems.append(Problem("seed", f"a seed is a 64-bit integer, got `{seed!r}`"))
+    if session is not None:
+        problems += session_problems(spec, session)
     if seed is not None and not problems:
         request = with_seed(request, seed)
+    if session is not None and not problems:
+        request = with_option(request, SESSION_OPTION, session)
     return request, problems
+
+
+def session_problems(spec: ConductorSpec, session: Any) -> list[Problem]:
+    """Why ``session`` cannot name a session of this deployment (none when it can)."""
+    if not isinstance(session, str) or not SESSION_ID.fullmatch(session):
+        return [
+            Problem(
+                "session",
+                f"a session id is 1 to 128 letters, digits, `.`, `_` or `-`, got `{session!r}`",
+            )
+        ]
+    if any(w.handoffs for w in spec.walks):
+        return [
+            Problem(
+                "session",
+                f"placement `{spec.placement}` moves a kv-cache node's state between rank groups "
+                "(prefill and decode apart); sessions keep it on one group only: place the node's "
+                "walks on one group",
+            )
+        ]
+    if spec.kv_cache.max_sessions <= 0:
+        return [
+            Problem(
+                "session",
+                f"placement `{spec.placement}` keeps no sessions: set `sessions: {{max_sessions:"
+                " N}}` in it",
+            )
+        ]
+    return []
 
 
 def within(request: Request, limits: Limits) -> list[Problem]:
@@ -72,9 +109,15 @@ def within(request: Request, limits: Limits) -> list[Problem]:
 
 def with_seed(request: Request, seed: Any) -> Request:
     """``request`` whose nodes seed from ``seed`` (a `SimpleRequest`; others are kept)."""
+    return with_option(request, SEED_OPTION, seed)
+
+
+def with_option(request: Request, name: str, value: Any) -> Request:
+    """``request`` with the runtime's option ``name`` set (a `SimpleRequest`; others are
+    kept)."""
     if not isinstance(request, SimpleRequest):
         return request
-    options: Mapping[str, Any] = {**request.options, SEED_OPTION: seed}
+    options: Mapping[str, Any] = {**request.options, name: value}
     return replace(request, options=options)
 
 

@@ -228,11 +228,13 @@ class Client:
         deadline: float | None = None,
         request_id: str | None = None,
         seed: int | None = None,
+        session: str | None = None,
     ) -> Stream:
         """Send a request; iterate the returned `Stream` for its outputs. ``request_id``
         (default: a fresh one) must be unique among this conductor's live requests (an ended
         request's id may be reused); nodes seed their randomness from ``seed``, else from the
-        id. A request the conductor refuses at the door raises `RequestFailed` with kind
+        id; ``session``: the session whose KV it continues (the placement's ``sessions:``). A
+        request the conductor refuses at the door raises `RequestFailed` with kind
         ``rejected`` and every problem in its message."""
         rid = request_id or f"{self._prefix}-{next(self._ids)}"
         msg = c.Submit(
@@ -241,6 +243,7 @@ class Client:
             tuple(sorted(set(want))),
             {str(k): _plain(v) for k, v in (options or {}).items()},
             seed,
+            session=session,
         )
         now = time.monotonic()
         stream = Stream(self, rid, None if deadline is None else now + deadline, submitted=now)

@@ -159,15 +159,23 @@ class LocalCluster:
         return self.spec.request(segments, outputs, options)
 
     def submit(
-        self, request: Request, request_id: str | None = None, *, seed: int | None = None
+        self,
+        request: Request,
+        request_id: str | None = None,
+        *,
+        seed: int | None = None,
+        session: str | None = None,
     ) -> Handle:
         """Run ``request`` (checked at the door first); ``seed``: what its nodes seed from
-        (default: its id). An id may be reused once its request ended."""
+        (default: its id); ``session``: the session whose KV it continues (the placement's
+        ``sessions:``). An id may be reused once its request ended."""
         rid = request_id if request_id is not None else f"request-{next(self._ids)}"
         if self.ids.live(rid):
             raise ValueError(f"request `{rid}` is already running")
         h = Handle(self, rid)
-        request, problems = admit(self.spec, request, strict=self.strict, seed=seed)
+        request, problems = admit(
+            self.spec, request, strict=self.strict, seed=seed, session=session
+        )
         if problems:
             h.finished = Finished(rid, False, FailKind.REJECTED, describe(problems))
             return h

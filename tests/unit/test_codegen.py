@@ -3,7 +3,6 @@ behaving as the source says (flows yield the walks a request needs; RANK matches
 
 from __future__ import annotations
 
-import dataclasses
 import importlib.util
 import json
 import os
@@ -20,6 +19,7 @@ from wgc.diagnostics.diagnostic import Span
 from wgc.driver import Driver
 from wgc.ir import flow as F
 from wgc.lower.flowplan import fold
+from wgc.lower.plan import plain
 from wgc_runtime.contract import conductor as CC
 from wgc_runtime.contract import flow as S
 from wgc_runtime.contract import spec as C
@@ -212,10 +212,10 @@ def test_rank_modules_match_plan_json(tmp_path: Path) -> None:
     plan = json.loads((out / "plan.json").read_text(encoding="utf-8"))
     for r, rank_plan in enumerate(plan["ranks"]):
         rank = _load(out / f"rank_{r}.py", f"bagel_cfg_rank_{r}").RANK
-        assert json.loads(json.dumps(dataclasses.asdict(rank))) == rank_plan
+        assert json.loads(json.dumps(plain(rank))) == rank_plan
         assert (rank.model, rank.placement, rank.world_size) == ("bagel", "cfg", 3)
     conductor = _load(out / "conductor.py", "bagel_cfg_conductor2").CONDUCTOR
-    walks = json.loads(json.dumps([dataclasses.asdict(w) for w in conductor.walks]))
+    walks = json.loads(json.dumps([plain(w) for w in conductor.walks]))
     assert walks == plan["walks"]
     assert list(conductor.placed) == plan["placed"]
     assert conductor.world_size == len(plan["ranks"])

@@ -30,6 +30,7 @@ def _samples() -> list[M.Message]:
         M.StreamAbandon("r", "s"),
         M.SkipChunk("r", "s", 3),
         M.Release("r", "cancelled"),
+        M.ForgetSession("chat"),
         M.ExportState("r", 1, "LLM", (0, 1), (2, 3)),
         M.CopyKv("r", 2, "LLM", "cfg_text", "LLM", (0,), (1,)),
         M.StatePart("r", 1, "LLM", "int:context", 0, {"slot": 2, "nbytes": 8}),

@@ -113,3 +113,28 @@ def test_speculative_keys_and_model_kwargs_reach_the_nodes(tmp_path: Path) -> No
     )
     bad = DRIVER.plan(str(tmp_path / "spec.walk"), str(tmp_path / "bad.yaml"))
     assert "WG815" in {d.code for d in bad.errors}
+
+
+SESSIONS = "sessions:\n  max_sessions: 64\n  max_pages: 512\n"
+
+
+def test_sessions_keys_reach_the_plan_in_both_formats(tmp_path: Path) -> None:
+    wgc_format = "devices: [cpu]\nplace:\n  - nodes: [N]\n    ranks: [0]\n"
+    for name, text in (("mstar", SPEC_CONFIG), ("wgc", wgc_format)):
+        (tmp_path / "spec.walk").write_text(SPEC_MODEL)
+        (tmp_path / f"{name}.yaml").write_text(text + SESSIONS)
+        res = DRIVER.plan(str(tmp_path / "spec.walk"), str(tmp_path / f"{name}.yaml"))
+        assert res.plan is not None, [(d.code, d.message) for d in res.errors]
+        kv = res.plan.ranks[0].kv_cache
+        assert (kv.max_sessions, kv.session_pages) == (64, 512), name
+        assert '"max_sessions": 64' in res.plan.to_json()
+    # without the block: off, and plan.json does not name it (older plans keep their bytes)
+    (tmp_path / "off.yaml").write_text(SPEC_CONFIG)
+    off = DRIVER.plan(str(tmp_path / "spec.walk"), str(tmp_path / "off.yaml"))
+    assert off.plan is not None and off.plan.ranks[0].kv_cache.max_sessions == 0
+    assert "max_sessions" not in off.plan.to_json()
+    # a count that is not positive (WG817), a key the block does not know (WG802)
+    for bad, code in (("max_sessions: 0", "WG817"), ("max_turns: 3", "WG802")):
+        (tmp_path / "bad.yaml").write_text(SPEC_CONFIG + f"sessions:\n  {bad}\n")
+        got = check_placement(None, str(tmp_path / "bad.yaml"))
+        assert code in {d.code for d in got.diagnostics}, bad

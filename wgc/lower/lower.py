@@ -58,7 +58,13 @@ def settings(placement: Placement) -> tuple[KvCacheSpec, BatchingSpec, Attention
     kv = placement.kv_cache
     buckets = tuple(sorted({b for b in placement.batching.capture if b > 0}))
     return (
-        KvCacheSpec(page_size=kv.page_size, pages=kv.pages, dtype=kv.dtype),
+        KvCacheSpec(
+            page_size=kv.page_size,
+            pages=kv.pages,
+            dtype=kv.dtype,
+            max_sessions=placement.sessions.max_sessions,
+            session_pages=placement.sessions.max_pages,
+        ),
         BatchingSpec(
             max_batch=placement.batching.max_batch,
             capture=buckets,

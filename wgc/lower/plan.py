@@ -121,7 +121,13 @@ class Plan:
         return json.dumps(self.to_dict(), sort_keys=True, indent=2) + "\n"
 
 
+def plain(obj: object) -> object:
+    """A record as ``plan.json`` writes it (`Plan.to_dict`'s rules, for one record)."""
+    return _plain(obj)
+
+
 _FIELDS: dict[type, tuple[str, ...]] = {}
+_OPTIONAL: dict[type, dict[str, object]] = {}  # fields dumped only when not their default
 
 
 def _plain(obj: object) -> object:
@@ -130,7 +136,15 @@ def _plain(obj: object) -> object:
         names = _FIELDS.get(cls)
         if names is None:
             names = _FIELDS[cls] = tuple(f.name for f in dataclasses.fields(obj))
-        out = {n: _plain(getattr(obj, n)) for n in names}
+            _OPTIONAL[cls] = {
+                f.name: f.default for f in dataclasses.fields(obj) if f.metadata.get("omit_default")
+            }
+        optional = _OPTIONAL[cls]
+        out = {
+            n: _plain(getattr(obj, n))
+            for n in names
+            if n not in optional or getattr(obj, n) != optional[n]
+        }
         if cls.__module__ == flowplan.__name__:  # flow records are a tree: say which node
             out = {"node": cls.__name__, **out}
         return out

@@ -6,7 +6,7 @@ from both is WG806):
 * **wgc**: `devices` (rank i runs on devices[i]), `hosts` (rank -> host), `place` (groups of
   `nodes`, `ranks`, optional `walks`, optional `tp`, default the group size), `kv_cache`
   (`page_size`, `pages`, `dtype`), `batching` (`max_batch`, `capture`, `backend`), `params`,
-  `max_concurrent_requests`, `attention`.
+  `max_concurrent_requests`, `attention`, `sessions` (`wgc.placement.sessions`, also M*'s).
 * **M\\***: the reference implementation's configs as they are (`wgc.placement.mstar`):
   `node_groups` (`node_names`, `ranks`, `graph_walks`, `tp_size`, `sp_size`, `residency`),
   `kv_cache`, `resources`, `rank_devices`, `sp_size`, `max_concurrent_requests`, and M*'s own
@@ -41,7 +41,7 @@ import yaml
 from wgc.diagnostics.diagnostic import Diagnostic, Label, Span, diag
 from wgc.ir.types import DTYPE_NAMES
 from wgc.parse.parser import MAX_SOURCE_CHARS, too_large
-from wgc.placement import mstar
+from wgc.placement import mstar, sessions
 from wgc.placement.groups import GroupReader, ranks_phrase
 from wgc.placement.model import Batching, Group, KvCache, ParamOverride, Placement
 from wgc.placement.yaml_reader import Entries, other
@@ -78,6 +78,7 @@ TOP = {
         "params",
         "max_concurrent_requests",
         "attention",
+        "sessions",
     ),
     "mstar": (
         "model",
@@ -89,6 +90,7 @@ TOP = {
         "model_kwargs",
         "sp_size",
         "rank_devices",
+        "sessions",
         *mstar.SPECULATIVE,
     ),
 }
@@ -260,6 +262,7 @@ class _Loader(GroupReader):
             params=self.params(top.get("params")),
             max_concurrent_requests=self.max_concurrent(top.get("max_concurrent_requests")),
             attention=self.attention(top.get("attention")),
+            sessions=sessions.read(self, top.get("sessions")),
             span=span(self.file, root),
             groups_span=self.key_span(top.get("place")),
         )

@@ -65,6 +65,15 @@ class KvCache:
 
 
 @dataclass(frozen=True, slots=True)
+class Sessions:
+    """``sessions:``: sessions kept per rank (0: off) and parked pages per pool (0: any)."""
+
+    max_sessions: int = 0
+    max_pages: int = 0
+    span: Span | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True, slots=True)
 class Batching:
     max_batch: int = 16
     capture: tuple[int, ...] = (1, 2, 4, 8, 16)
@@ -104,6 +113,7 @@ class Placement:
     groups_span: Span | None = field(default=None, compare=False)
     # M*'s own keys that wgc reads but does not use (e.g. `kv_cache.cpu_offload_pages`), dotted.
     ignored_keys: tuple[str, ...] = ()
+    sessions: Sessions = Sessions()  # `sessions:` (both formats)
     # node -> the indices of the groups that name it: the rules and lowering ask for every
     # (walk, node) of the model, so a scan of every group made a 1,000-rank placement quadratic
     by_node: dict[str, tuple[int, ...]] = field(init=False, compare=False, repr=False)

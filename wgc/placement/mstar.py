@@ -10,7 +10,8 @@ GPU), `sp_size` (the groups' default sequence-parallel size), the speculative-de
 constructors' arguments): each of those scalars sets the model's `param` of the same name when
 the model declares one (so its nodes get it through `config k = speculative_tokens`), and is
 ignored otherwise (a list or mapping value is recorded as ignored); and keys wgc reads but does
-not use: `model`, `max_seq_len`. Keys read and not used are recorded in `Placement.ignored_keys`.
+not use: `model`, `max_seq_len`; and `sessions` (`wgc.placement.sessions`). Keys read
+and not used are recorded in `Placement.ignored_keys`.
 
 M* names devices only through `rank_devices`: without it the world size is the largest rank + 1
 and rank i runs on `auto:i`; with it every rank a group uses needs an entry (WG809). Nodes no
@@ -27,6 +28,7 @@ from typing import TYPE_CHECKING
 import yaml
 
 from wgc.diagnostics.diagnostic import Label, Span
+from wgc.placement import sessions
 from wgc.placement.model import Batching, Group, KvCache, ParamOverride, Placement
 from wgc.placement.yamlnodes import kind, scalar, span
 
@@ -64,6 +66,7 @@ def load(r: _Loader, root: yaml.Node, top: Entries) -> Placement:
         params=_model_params(r, top),
         max_concurrent_requests=r.max_concurrent(top.get("max_concurrent_requests")),
         attention=_attention(r, res.get("attn")),
+        sessions=sessions.read(r, top.get("sessions")),
         span=span(r.file, root),
         default_ranks=(0,),
         groups_span=r.key_span(top.get("node_groups")),

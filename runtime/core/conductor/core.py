@@ -21,7 +21,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 
 from wgc_runtime.contract.conductor import ConductorSpec
-from wgc_runtime.contract.flow import Request
+from wgc_runtime.contract.flow import SESSION_OPTION, Request, SimpleRequest
 from wgc_runtime.contract.kinds import FailKind, FlowKind
 from wgc_runtime.contract.messages import (
     CLIENT,
@@ -29,6 +29,7 @@ from wgc_runtime.contract.messages import (
     ClientOut,
     Failed,
     Finished,
+    ForgetSession,
     Message,
     Output,
     Release,
@@ -37,6 +38,7 @@ from wgc_runtime.contract.messages import (
 )
 from wgc_runtime.contract.spec import StreamSpec
 from wgc_runtime.core.conductor import admission, deadlines, flows, walks
+from wgc_runtime.core.conductor.sessions import SessionTable
 from wgc_runtime.core.conductor.state import Abort, FlowRun, RequestRun
 
 Outbox = Callable[[int, Message], None]
@@ -101,6 +103,7 @@ class ConductorCore:
         self.kv_used: dict[admission.PoolKey, int] = {}  # pages promised per KV pool
         self._on_stream = {f.stream: f.name for f in spec.flows if f.kind is FlowKind.ON_STREAM}
         self._owners = {s.owner for s in spec.streams}  # hold a request's buffers
+        self.sessions = SessionTable(spec.kv_cache.max_sessions)
 
     def submit(self, request_id: str, request: Request) -> None:
         """Start the request now, or queue it behind the admission cap and the KV pools
@@ -111,6 +114,18 @@ class ConductorCore:
         if never is not None:
             self._finish_queued(request_id, FailKind.REJECTED, never)
             return
+        session = (
+            request.option_values().get(SESSION_OPTION)
+            if isinstance(request, SimpleRequest)
+            else None
+        )
+        if session is not None:
+            why, evicted = self.sessions.begin(str(session), request_id, self.clock())
+            for gone in evicted:
+                self._forget(gone)
+            if why is not None:
+                self.outbox(CLIENT, Finished(request_id, False, FailKind.BUSY, why))
+                return
         if not self.queue and len(self.active) < self.max_concurrent and self._fits():
             self._start(request_id, request)
         else:
@@ -246,6 +261,7 @@ class ConductorCore:
         ranks = range(self.spec.world_size) if error is not None else sorted(req.holds)
         for r in ranks:
             self.outbox(r, Release(req.id, reason))
+        self._session_ended(req.id, ok=error is None)
         self._admit()
 
     def _admit(self) -> None:
@@ -253,5 +269,23 @@ class ConductorCore:
             rid, (request, _) = self.queue.popitem(last=False)
             self._start(rid, request)
 
+    def _session_ended(self, rid: str, ok: bool) -> None:
+        gone = self.sessions.end(rid, ok, self.clock())
+        if gone is not None:
+            self._forget(gone)
+
+    def _forget(self, session: str) -> None:
+        """Every rank frees ``session``'s kept pages."""
+        for r in range(self.spec.world_size):
+            self.outbox(r, ForgetSession(session))
+
+    def drop_session(self, session: str) -> bool:
+        """Forget ``session`` (`DELETE /v1/sessions/{id}`); whether it was kept."""
+        if not self.sessions.drop(session):
+            return False
+        self._forget(session)
+        return True
+
     def _finish_queued(self, rid: str, kind: FailKind, message: str) -> None:
+        self._session_ended(rid, ok=False)
         self.outbox(CLIENT, Finished(rid, False, kind, message))

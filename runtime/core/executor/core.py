@@ -39,6 +39,7 @@ from wgc_runtime.contract.messages import (
     CopyKv,
     ExportState,
     Failed,
+    ForgetSession,
     ForwardPersisted,
     Message,
     Release,
@@ -64,6 +65,7 @@ from wgc_runtime.core.executor import (
     loops,
     merging,
     routing,
+    sessions,
     stepping,
     streams,
     values,
@@ -87,6 +89,11 @@ class RankExecutor:
     """Runs rank ``rank_spec.rank``'s pieces of walks (see the module docstring)."""
 
     # the parts of the executor, one module each (they take `self` like methods)
+    # sessions
+    _begin_session = sessions.begin_session
+    _park_session = sessions.park_session
+    _drop_session = sessions.drop_session
+    _on_forget_session = sessions.on_forget_session
     # values
     _key = staticmethod(values._key)
     _on_value = values._on_value
@@ -167,6 +174,7 @@ class RankExecutor:
         self.kv = KvPools.of_rank(rank_spec, device)
         # the plan's capture list as runners, built by `prepare_captures` at worker start
         self.captured = CapturedSteps(rank_spec, self.nodes, self.kv, device)
+        self.sessions = sessions.Sessions.of_rank(rank_spec, self.kv)  # kept between requests
         self.outbox = outbox
         self.stats = NodeStats()  # node calls and stream buffers, for `/metrics`
         self.max_batch = max(1, int(max_batch))
@@ -210,6 +218,7 @@ class RankExecutor:
             StatePart: self._on_state_part,
             StateEnd: self._on_state_end,
             Release: lambda m: self.release(m.request),
+            ForgetSession: self._on_forget_session,
         }
 
     def _on_stream_items(self, m: StreamItems) -> None:
@@ -281,6 +290,8 @@ class RankExecutor:
             return
         for w in req.walks.values():
             self._kill_walk(w)
+        if req.session is not None:  # the session keeps the pages and its kv nodes' state
+            self._park_session(req)
         self.kv.free(request)
         for node in self.nodes.values():
             with contextlib.suppress(Exception):  # one failing release must not stop the others
@@ -327,6 +338,7 @@ class RankExecutor:
     def _begin(self, w: WalkRun, flow: str, options: tuple[tuple[str, Any], ...]) -> None:
         """Start this rank's piece of ``w`` (a `StartWalk`, or the first header value)."""
         w.started, w.flow, w.options = True, flow, dict(options)
+        self._begin_session(w)  # a request of a session takes its kept pages (`sessions`)
         p = w.piece
         w.top_remaining = len(p.spec.body) + len(p.spec.nested)
         for cid in p.spec.body:
@@ -389,6 +401,7 @@ class RankExecutor:
             CONDUCTOR,
             Failed(request, exc.kind, exc.message, flow, exc.walk, exc.node, self.rank, exc.cause),
         )
+        self._drop_session(req)  # a failed turn's sequence may be half written
         self.release(request)
 
 

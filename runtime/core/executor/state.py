@@ -167,6 +167,7 @@ class WalkRun:
 class RequestState:
     id: str
     node_state: dict[str, dict] = field(default_factory=dict)
+    session: str | None = None  # the session this request runs (`sessions`), once adopted
     persisted: dict[tuple[str, str], Any] = field(default_factory=dict)  # (flow, channel)
     walks: dict[int, WalkRun] = field(default_factory=dict)
     finished_walks: set[int] = field(default_factory=set)

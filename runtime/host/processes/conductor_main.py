@@ -15,7 +15,8 @@ input limits (``limits`` in the boot config, `wgc_runtime.host.inputs.Limits`; i
 before any segment is decoded) and the model first (`wgc_runtime.core.conductor.door`;
 ``strict`` in the boot config for `wgc run` and `wgc serve`) and refused with every problem
 (kind ``rejected``), seeded when it names a seed, and run under an internal id when its id was
-used before (an ended id may be reused). `GetStats` answers the
+used before (an ended id may be reused). `GetSessions` answers the sessions kept (dropping
+one first when asked: `DELETE /v1/sessions/{id}`). `GetStats` answers the
 counters of `wgc_runtime.core.conductor.stats` (walk latencies, outcomes, queue depth); a
 ``trace`` request also gets a `WalkTrace` per walk start and finish.
 
@@ -126,6 +127,12 @@ class ConductorLoop:
                 self.core.cancel(internal)
         elif isinstance(msg, c.GetStats):
             self.port.send(ident, [self._stats()])
+        elif isinstance(msg, c.GetSessions):
+            dropped = msg.drop is not None and self.core.drop_session(msg.drop)
+            table = self.core.sessions
+            now = self.core.clock()
+            reply = c.SessionList(table.listing(now), table.max_sessions, dropped)
+            self.port.send(ident, [reply])
 
     def _submit(self, ident: bytes, msg: c.Submit) -> None:
         rid = msg.request
@@ -149,7 +156,12 @@ class ConductorLoop:
             segments = [segment_of(s) for s in msg.inputs]
             request = self.spec.request(segments, msg.want, msg.options)
             request, problems = admit(
-                self.spec, request, strict=self.strict, seed=msg.seed, limits=self.limits
+                self.spec,
+                request,
+                strict=self.strict,
+                seed=msg.seed,
+                limits=self.limits,
+                session=msg.session,
             )
         except Exception as exc:
             refuse(FailKind.REJECTED, f"bad request: {exc}")

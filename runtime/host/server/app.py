@@ -54,6 +54,7 @@ from wgc_runtime.host.server import (
     openai_media,
     playground,
     realtime,
+    sessions,
     transcriptions,
 )
 from wgc_runtime.host.server.access_log import AccessLog
@@ -105,6 +106,7 @@ def create_app(
     started = int(time.time())
     routes = [NATIVE]
     app.include_router(native.router(server))
+    app.include_router(sessions.router(server))
     if info.serves(CHAT):
         app.include_router(openai_chat.router(server))
     if info.serves(SPEECH):

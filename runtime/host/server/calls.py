@@ -55,6 +55,7 @@ IDLE_TIMEOUT = 30.0  # no word from the conductor for this long: it is wedged
 
 STATUS = {
     FailKind.REJECTED: 400,
+    FailKind.BUSY: 429,
     FailKind.FAIL: 400,
     FailKind.TIMEOUT: 504,
     FailKind.CANCELLED: 499,
@@ -128,6 +129,7 @@ class Call:
     trace: bool = False
     scope: MutableMapping[str, Any] | None = None  # the HTTP request's: its log line's figures
     audio_field: str | None = None  # the field that carried the audio (else `inputs[i]`)
+    session: str | None = None  # the session it continues (`sessions`)
     rid: str = field(default_factory=lambda: f"http-{uuid.uuid4().hex[:16]}")
     pending: Pending | None = None
     t0: float = 0.0
@@ -158,7 +160,9 @@ class Call:
             raise HttpError(400, str(p), code="invalid_value", problems=[p]) from None
         self._check_limits()
         request = s.spec.request(self.segments, self.want, self.options)
-        _, problems = admit(s.spec, request, strict=True, seed=seed, limits=s.limits)
+        _, problems = admit(
+            s.spec, request, strict=True, seed=seed, limits=s.limits, session=self.session
+        )
         if problems:
             s.metrics.requests.labels(self.route, "rejected").inc()
             raise HttpError(400, describe(problems), code="rejected", problems=problems)
@@ -178,7 +182,13 @@ class Call:
         self.t0 = time.monotonic()
         logged = self.scope is not None and is_logged(self.scope)  # its line counts the walks
         self.pending = s.gateway.submit(
-            self.rid, self.segments, self.want, self.options, seed, self.trace or logged
+            self.rid,
+            self.segments,
+            self.want,
+            self.options,
+            seed,
+            self.trace or logged,
+            self.session,
         )
         if self.scope is not None and logged:
             figures = record(self.scope)

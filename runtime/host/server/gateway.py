@@ -1,9 +1,10 @@
 """The server's connection to the conductor: one asyncio ``DEALER`` socket for every request.
 
-The same client protocol as `wgc_runtime.host.client` (`Submit`, `Cancel`, `Ping`, `GetStats`
-out; `Accepted`, `Output`, `Alive`, `Finished`, `Pong`, `Stats`, `WalkTrace` in), multiplexed:
-a reader task hands each message to the `Pending` of its request (an `asyncio.Queue` the
-request's handler reads) or to whoever waits for a `Pong` / `Stats`. When the connection drops
+The same client protocol as `wgc_runtime.host.client` (`Submit`, `Cancel`, `Ping`, `GetStats`,
+`GetSessions` out; `Accepted`, `Output`, `Alive`, `Finished`, `Pong`, `Stats`, `WalkTrace`,
+`SessionList` in), multiplexed: a reader task hands each message to the `Pending` of its
+request (an `asyncio.Queue` the request's handler reads) or to whoever waits for a `Pong` /
+`Stats` / `SessionList`. When the connection drops
 (the conductor died) every pending request finishes with an ``internal`` error at once.
 `cancel` never awaits, so a handler can call it while it is being cancelled itself (a client
 that disconnected).
@@ -64,6 +65,7 @@ class Gateway:
         self.lost: str | None = None  # why the conductor is unreachable
         self._pongs: list[asyncio.Future[None]] = []
         self._stats: list[asyncio.Future[c.Stats]] = []
+        self._sessions: list[asyncio.Future[c.SessionList]] = []  # in the order asked
         self._tasks: list[asyncio.Task[None]] = []
 
     def start(self) -> None:
@@ -92,6 +94,7 @@ class Gateway:
         options: Mapping[str, Any],
         seed: int | None = None,
         trace: bool = False,
+        session: str | None = None,
     ) -> Pending:
         pending = self.pending[rid] = Pending(rid)
         if self.lost is not None:
@@ -104,6 +107,7 @@ class Gateway:
             dict(options),
             seed,
             trace,
+            session,
         )
         self._send(msg)
         return pending
@@ -121,6 +125,18 @@ class Gateway:
             return True
         except TimeoutError:
             return False
+
+    async def sessions(self, drop: str | None = None, timeout: float = 2.0) -> c.SessionList:
+        """The conductor's sessions (`GetSessions`), forgetting ``drop`` first; raises
+        `TimeoutError` when it does not answer."""
+        fut: asyncio.Future[c.SessionList] = asyncio.get_running_loop().create_future()
+        self._sessions.append(fut)
+        self._send(c.GetSessions(drop))
+        try:
+            return await asyncio.wait_for(fut, timeout)
+        finally:
+            if fut in self._sessions:
+                self._sessions.remove(fut)
 
     async def stats(self, timeout: float = 2.0) -> c.Stats | None:
         fut: asyncio.Future[c.Stats] = asyncio.get_running_loop().create_future()
@@ -160,6 +176,12 @@ class Gateway:
                 if not fut.done():
                     fut.set_result(msg)
             self._stats.clear()
+            return
+        if isinstance(msg, c.SessionList):
+            if self._sessions:
+                fut = self._sessions.pop(0)
+                if not fut.done():
+                    fut.set_result(msg)
             return
         pending = self.pending.get(getattr(msg, "request", ""))
         if pending is None:

@@ -108,6 +108,7 @@ def router(server: Server) -> APIRouter:
             body.seed,
             body.deadline,
             body.trace,
+            session=body.session,
             scope=http.scope,
         ).open()
         if not body.stream:

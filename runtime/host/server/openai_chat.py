@@ -118,6 +118,8 @@ def router(server: Server) -> APIRouter:
         kind = (body.response_format or {}).get("type", "text")
         if kind != "text":
             raise _bad("response_format", f"`{kind}` is not supported: a reply is text")
+        if body.n > 1 and body.session is not None:
+            raise _bad("n", "a session continues one conversation: ask for n = 1")
         if body.n > 1 and body.stream:
             raise _bad("n", "a streamed answer carries one choice: ask for n = 1, or no stream")
         if body.user is not None and is_logged(http.scope):
@@ -127,7 +129,8 @@ def router(server: Server) -> APIRouter:
         seed = body.seed if body.seed is not None else server.seed
         calls = [
             Call(server, CHAT, segments, want, options,
-                 None if seed is None else seed + i, body.deadline, scope=http.scope)
+                 None if seed is None else seed + i, body.deadline, session=body.session,
+                 scope=http.scope)
             for i in range(body.n)
         ]  # fmt: skip
         opened: list[Call] = []

@@ -60,6 +60,11 @@ class NativeRequest(Extras):
         False, description="Stream outputs as they are emitted: `sse` (or true), `ndjson`."
     )
     trace: bool = Field(False, description="Also report every walk's start and finish.")
+    session: str | None = Field(
+        None,
+        description="The session this request continues: its KV is kept between requests "
+        "(the placement's `sessions:`), so a turn prefills only what the session does not hold.",
+    )
 
 
 # ---------------------------------------------------------------- chat
@@ -89,6 +94,11 @@ class ChatRequest(Extras):
     audio: AudioParams | None = None
     stream_options: StreamOptions | None = None
     n: int = Field(1, ge=1, le=8, description="Samples: n requests, seeded seed, seed + 1 ...")
+    session: str | None = Field(
+        None,
+        description="The session this request continues: its KV is kept between requests "
+        "(the placement's `sessions:`), so a turn prefills only what the session does not hold.",
+    )
     max_tokens: int | None = None
     max_completion_tokens: int | None = None
     temperature: float | None = None
@@ -147,6 +157,7 @@ class ImageRequest(Extras):
 
 # the fields each route reads itself
 _OWN = ("options", "seed", "deadline", "model", "messages", "input", "prompt", "stream")
+_OWN += ("session",)
 _OWN += ("stream_options", "modalities", "audio", "n", "user", "response_format")
 
 

@@ -1,0 +1,86 @@
+"""Sessions through `wgc serve` on the Llama example: the native route's ``session`` field, a
+second turn equal to the conversation sent whole without one, the chat route and the ZeroMQ
+client naming sessions, ``GET``/``DELETE
+/v1/sessions`` (API keys apply). (A second request of a running session: `FailKind.BUSY`,
+HTTP 429, tested on `LocalCluster` in `test_llama_sessions`.)"""
+
+from __future__ import annotations
+
+import base64
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+pytest.importorskip("fastapi")
+
+from tests.e2e.serve_support import served  # noqa: E402
+from tests.e2e.test_llama_sessions import TURN1, TURN2, compiled  # noqa: E402
+from wgc_runtime.host.client import Client  # noqa: E402
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not Path("/dev/shm").is_dir(), reason="needs POSIX shm"),
+]
+NATIVE = "/v1/requests"
+
+
+def ask(s, prompt: list[int], session: str | None = None) -> list[int]:
+    body = {"inputs": [{"modality": "text", "data": prompt, "dtype": "i64"}], "want": ["text"]}
+    if session is not None:
+        body["session"] = session
+    status, got = s.post(NATIVE, body)
+    assert status == 200, got
+    out = []
+    for o in got["outputs"]:
+        v = o["value"]
+        out += np.frombuffer(base64.b64decode(v["b64"]), dtype=np.int64).tolist()
+    return out
+
+
+def test_a_two_turn_chat_through_wgc_serve(tmp_path) -> None:
+    folder = compiled(tmp_path)
+    with served(str(folder), "--api-key", "k1") as s:
+        status, _, _ = s.request("GET", "/v1/sessions")
+        assert status == 401  # API keys apply to the session routes
+        s.key = "k1"
+        first = list(TURN1)
+        reply = ask(s, first, session="chat")
+        conversation = first + reply + list(TURN2)
+        second = ask(s, conversation, session="chat")
+        assert second == ask(s, conversation)  # no session: prefilled whole
+        with Client(s.client_address) as client:  # the ZeroMQ client names sessions too
+            inputs = [("text", torch.tensor(conversation, dtype=torch.int64))]
+            got = client.submit(inputs, ["text"], session="chat", deadline=120).collect()
+        assert [int(o.value.reshape(-1)[0]) for o in got] == second
+        listed = s.get_json("/v1/sessions")
+        assert listed["max_sessions"] == 2
+        assert [(d["id"], d["running"]) for d in listed["data"]] == [("chat", False)]
+        chat = {"messages": [{"role": "user", "content": "hello"}], "session": "talk"}
+        status, got = s.post("/v1/chat/completions", chat)
+        assert status == 200, got
+        reply = got["choices"][0]["message"]["content"]
+        chat["messages"] += [
+            {"role": "assistant", "content": reply},
+            {"role": "user", "content": "and then?"},
+        ]
+        status, got = s.post("/v1/chat/completions", chat)
+        assert status == 200, got
+        listed = s.get_json("/v1/sessions")
+        assert [d["id"] for d in listed["data"]] == ["chat", "talk"]
+        status, got = s.post("/v1/chat/completions", {**chat, "n": 2})
+        assert status == 400 and "one conversation" in str(got)
+        status, _, _ = s.request("DELETE", "/v1/sessions/chat")
+        assert status == 200
+        status, _, _ = s.request("DELETE", "/v1/sessions/chat")
+        assert status == 404
+        assert [d["id"] for d in s.get_json("/v1/sessions")["data"]] == ["talk"]
+        bad = {"inputs": [{"modality": "text", "data": "hi"}], "want": ["text"], "session": "a b"}
+        status, got = s.post(NATIVE, bad)
+        assert status == 400 and "session" in str(got)
