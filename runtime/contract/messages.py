@@ -277,15 +277,12 @@ def pack_items(msgs: list[Message], most_bytes: int = 1024) -> list[Message]:
 
 def _stack_key(msg: Message, most_bytes: int) -> tuple[object, ...] | None:
     """What items must share to be stacked together (`pack_items`); None: not stackable."""
-    if msg.__class__ is not StreamItem:  # exactly a StreamItem: the check is on the hot path
+    if msg.__class__ is not StreamItem or msg.options is not None:  # pyright: ignore
         return None
-    item = cast(StreamItem, msg)
-    d = item.data
-    if item.options is not None or not isinstance(d, torch.Tensor):
+    d = cast(Any, msg.data)  # pyright: ignore[reportAttributeAccessIssue, reportUnknownMemberType]
+    if not isinstance(d, torch.Tensor) or not d.is_cpu or d.nbytes > most_bytes:
         return None
-    if not d.is_cpu or d.nbytes > most_bytes:
-        return None
-    return (item.stream, item.src_rank, d.dtype, d.shape)
+    return (msg.stream, msg.src_rank, d.dtype, d.shape)  # pyright: ignore
 
 
 def unpack_items(msg: StreamItems) -> list[StreamItem]:

@@ -437,8 +437,7 @@ def check_outputs(
             raise NodeOutputError(
                 f"node `{node_name}` did not return output port `{port}`, which the call binds"
             )
-    returned = cast(Mapping[str, Any], outputs)
-    for port, value in returned.items():
+    for port, value in cast(Mapping[str, Any], outputs).items():
         if port not in port_types:
             known = ", ".join(f"`{p}`" for p in port_types) or "none"
             raise NodeOutputError(
