@@ -43,7 +43,8 @@ _.eos_token_id
 _.pre_tokenizer
 
 # pytest hooks, marks and autouse fixtures
-pytest_addoption, pytestmark, _cwd, _no_leaks, _at_root, _in_root
+pytest_addoption, pytest_runtest_setup, pytest_runtest_call, pytestmark
+_cwd, _no_leaks, _at_root, _in_root
 
 # `wgc check --imports` UI tests: node classes named by `impl` strings, port lists read by name
 Lazy, Plain, Renamed, _.INPUTS, _.OUTPUTS

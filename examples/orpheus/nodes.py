@@ -38,7 +38,7 @@ seeded random weights at the declared sizes.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -191,7 +191,7 @@ class LLM(Node):
         self._engine: DecoderEngine | None = None
         self._params: dict[str, Sampling] = {}  # each running request's sampling options
         self._runner: DecodeRunner | None = None  # the decode step's running batch
-        self._sampling: set[str] = set()  # its requests that do not decode plainly
+        self._sampling: set[Hashable] = set()  # its requests that do not decode plainly
 
     def engine(self, kv: KvCache | None) -> DecoderEngine:
         if kv is None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import torch
 
+from examples._batched import need
 from examples._toy import embed, noise
 from wgc_runtime.contract.node import Node, type_parts
 
@@ -47,7 +48,7 @@ def start_noise(node: Node, ctx) -> torch.Tensor:
 class TextEncoder(Node):
     def forward_one(self, inputs, ctx):
         rows, dim = self.out_shape("context")
-        prompt = inputs["prompt"].reshape(-1)
+        prompt = need(inputs, "prompt", self.name).reshape(-1)
         if prompt.numel() == 0:
             return {"context": torch.zeros(rows, dim)}
         return {"context": embed(prompt, rows, dim, torch.float32, salt=31)}
@@ -56,7 +57,7 @@ class TextEncoder(Node):
 class VaeEncoder(Node):
     def forward_one(self, inputs, ctx):
         c, frames, h, w = latent_shape(self, ctx)
-        image = inputs["image"].to(torch.float32) / 255
+        image = need(inputs, "image", self.name).to(torch.float32) / 255
         grid = image.reshape(-1, 3)  # pooled into h * w cells
         cells = embed(grid, h * w, c, torch.float32, salt=33).T.reshape(c, h, w)
         condition = torch.zeros(c, frames, h, w)
@@ -66,8 +67,9 @@ class VaeEncoder(Node):
 
 class Dit(Node):
     def forward_one(self, inputs, ctx):
-        x = inputs["latents"] if inputs.get("latents") is not None else start_noise(self, ctx)
-        t = inputs["timestep"] if inputs.get("timestep") is not None else torch.tensor(1.0)
+        x, t = inputs.get("latents"), inputs.get("timestep")
+        x = start_noise(self, ctx) if x is None else x
+        t = torch.tensor(1.0) if t is None else t
         salt = 1.0 if self.config.get("expert") == "high_noise" else 2.0
         cond = inputs.get("condition")
         x_in = x if cond is None else x + 0.1 * cond
@@ -84,13 +86,14 @@ class Dit(Node):
 
 class Solver(Node):
     def forward_one(self, inputs, ctx):
-        x = inputs["latents"] if inputs.get("latents") is not None else start_noise(self, ctx)
-        t = float(inputs["timestep"]) if inputs.get("timestep") is not None else 1.0
+        x, timestep = inputs.get("latents"), inputs.get("timestep")
+        x = start_noise(self, ctx) if x is None else x
+        t = float(timestep) if timestep is not None else 1.0
         steps = int(self.config.get("steps", 8))
         shift = float(ctx.options.get("shift", 5.0))
         t_next = max(t - 1.0 / steps, 0.0)
         sigma, sigma_next = self._shifted(t, shift), self._shifted(t_next, shift)
-        v = inputs["velocity"]
+        v = need(inputs, "velocity", self.name)
         x0 = x - sigma * v
         m1, m2 = inputs.get("m1"), inputs.get("m2")
         step = x + (sigma_next - sigma) * v
@@ -107,7 +110,7 @@ class Solver(Node):
 class VaeDecoder(Node):
     def forward_one(self, inputs, ctx):
         frames, height, width = (int(ctx.options[k]) for k in ("frames", "height", "width"))
-        lat = inputs["latents"]
+        lat = need(inputs, "latents", self.name)
         rgb = lat[:3] if lat.shape[0] >= 3 else lat.repeat(3, 1, 1, 1)[:3]
         video = rgb.repeat_interleave(4, dim=1)[:, :frames]
         video = video.repeat_interleave(STRIDE, dim=2).repeat_interleave(STRIDE, dim=3)

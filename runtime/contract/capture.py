@@ -80,7 +80,7 @@ class StaticStep:
     """A node's call as a shape-static unit (see the module docstring)."""
 
     fn: StepFn
-    extra: Mapping[str, StaticPort] = field(default_factory=dict)
+    extra: Mapping[str, StaticPort] = field(default_factory=dict[str, StaticPort])
     prepare: Callable[[Work], Mapping[str, Any]] | None = None
     prepare_batch: PrepareBatch | None = None
     finish: Callable[[Sequence[Work], Mapping[str, torch.Tensor]], None] | None = None

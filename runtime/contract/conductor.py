@@ -184,7 +184,7 @@ class ConductorSpec:
         follows its selector's value (the request's, else the selector's own default)."""
         values = {o.name: o.default for o in self.options if o.default_by is None}
         values.update(given or {})
-        out = {}
+        out: dict[str, Any] = {}
         for o in self.options:
             by = dict(o.by_value)
             pick = values.get(o.default_by) if o.default_by is not None else None

@@ -149,7 +149,7 @@ class InputSegment(Message, frozen=True, tag=60):
 
     modality: str
     data: Any = None
-    fields: dict[str, Any] = msgspec.field(default_factory=dict)
+    fields: dict[str, Any] = msgspec.field(default_factory=dict[str, Any])
 
 
 class Submit(Message, frozen=True, tag=61):
@@ -159,7 +159,7 @@ class Submit(Message, frozen=True, tag=61):
     request: str
     inputs: tuple[InputSegment, ...] = ()
     want: tuple[str, ...] = ()
-    options: dict[str, Any] = msgspec.field(default_factory=dict)
+    options: dict[str, Any] = msgspec.field(default_factory=dict[str, Any])
     seed: int | None = None
     trace: bool = False
     session: str | None = None  # the session it continues (the placement's `sessions:`)

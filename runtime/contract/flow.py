@@ -78,8 +78,8 @@ class SimpleRequest(Request):
 
     segments: tuple[Segment, ...]
     outputs: frozenset[str] = frozenset()
-    options: Mapping[str, Any] = field(default_factory=dict)
-    defaults: Mapping[str, Any] = field(default_factory=dict)
+    options: Mapping[str, Any] = field(default_factory=dict[str, Any])
+    defaults: Mapping[str, Any] = field(default_factory=dict[str, Any])
 
     @property
     def inputs(self) -> Sequence[Segment]:
@@ -116,7 +116,7 @@ class RunWalk:
     channels or option values (an optional input left out arrives as a bare signal)."""
 
     walk: str
-    args: Mapping[str, Any] = field(default_factory=dict)
+    args: Mapping[str, Any] = field(default_factory=dict[str, Any])
 
 
 @dataclass(frozen=True, slots=True)

@@ -56,7 +56,7 @@ message                 from -> to          meaning
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import msgspec
 import torch
@@ -250,7 +250,7 @@ def pack_items(msgs: list[Message], most_bytes: int = 1024) -> list[Message]:
     order of everything else is kept."""
     out: list[Message] = []
     run: list[StreamItem] = []
-    run_key = None
+    run_key: tuple[object, ...] | None = None
 
     def close() -> None:
         if len(run) == 1:
@@ -275,11 +275,11 @@ def pack_items(msgs: list[Message], most_bytes: int = 1024) -> list[Message]:
     return out
 
 
-def _stack_key(msg: Message, most_bytes: int) -> tuple | None:
+def _stack_key(msg: Message, most_bytes: int) -> tuple[object, ...] | None:
     """What items must share to be stacked together (`pack_items`); None: not stackable."""
     if msg.__class__ is not StreamItem or msg.options is not None:  # pyright: ignore
         return None
-    d = msg.data  # pyright: ignore[reportAttributeAccessIssue]
+    d = cast(Any, msg.data)  # pyright: ignore[reportAttributeAccessIssue, reportUnknownMemberType]
     if not isinstance(d, torch.Tensor) or not d.is_cpu or d.nbytes > most_bytes:
         return None
     return (msg.stream, msg.src_rank, d.dtype, d.shape)  # pyright: ignore

@@ -54,7 +54,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol, cast
 
 import torch
 
@@ -119,14 +119,14 @@ class NodeContext:
 
     name: str
     impl: str = ""
-    config: Mapping[str, Any] = field(default_factory=dict)
+    config: Mapping[str, Any] = field(default_factory=dict[str, Any])
     device: str = "cpu"
     engine: str = Engine.STATELESS  # an `Engine`: stateless | kv_cache
     labels: tuple[str, ...] = ()  # the node's own KV labels (`like X { label L }`: just L)
     tp_rank: int = 0
     tp_size: int = 1
-    inputs: Mapping[str, Any] = field(default_factory=dict)  # port -> TypeSpec-like
-    outputs: Mapping[str, Any] = field(default_factory=dict)
+    inputs: Mapping[str, Any] = field(default_factory=dict[str, Any])  # port -> TypeSpec-like
+    outputs: Mapping[str, Any] = field(default_factory=dict[str, Any])
     # the plan's capture units this node takes part in on this rank (`CaptureSpec`s: a whole
     # shape-static loop body or one node step, with its batch buckets): an engine builds its
     # graph runner from them (`wgc_runtime.engines.capture.runner_for`); eager nodes ignore it
@@ -225,9 +225,9 @@ class CallContext:
     flow: str = ""
     loops: tuple[str, ...] = ()
     iteration: tuple[int, ...] = ()
-    options: Mapping[str, Any] = field(default_factory=dict)
-    state: dict[str, Any] = field(default_factory=dict)
-    chunks: Mapping[str, ChunkInfo] = field(default_factory=dict)
+    options: Mapping[str, Any] = field(default_factory=dict[str, Any])
+    state: dict[str, Any] = field(default_factory=dict[str, Any])
+    chunks: Mapping[str, ChunkInfo] = field(default_factory=dict[str, ChunkInfo])
     reads: frozenset[str] = frozenset()
     writes: frozenset[str] = frozenset()
     kv: KvCache | None = None  # a kv-cache node's cache for this request (see `KvCache`)
@@ -437,7 +437,7 @@ def check_outputs(
             raise NodeOutputError(
                 f"node `{node_name}` did not return output port `{port}`, which the call binds"
             )
-    for port, value in outputs.items():
+    for port, value in cast(Mapping[str, Any], outputs).items():
         if port not in port_types:
             known = ", ".join(f"`{p}`" for p in port_types) or "none"
             raise NodeOutputError(

@@ -71,6 +71,7 @@ def refused(client: Client) -> str:
     return info.value.error.message
 
 
+@pytest.mark.slow
 def test_named_hosts_need_the_deployments_keys(tmp_path) -> None:
     cluster = start(compile_faults(tmp_path, NAMED))
     try:
@@ -112,6 +113,7 @@ def test_named_hosts_need_the_deployments_keys(tmp_path) -> None:
         stop(cluster)
 
 
+@pytest.mark.slow
 def test_loopback_without_hosts_and_every_interface_only_when_asked(tmp_path) -> None:
     plan = compile_faults(tmp_path)
     cluster = start(plan)

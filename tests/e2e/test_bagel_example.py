@@ -188,6 +188,7 @@ def test_each_task_equals_the_reference_pipeline(weights, plans, placement, name
     check(got, name, reference(weights, name, f"{name}-0"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("placement", ["cpu", "cpu-3rank", "cpu-batched-cfg"])
 def test_one_placement_serves_a_mixed_stream(weights, plans, placement) -> None:
     from wgc_runtime.host.local import LocalCluster
@@ -241,6 +242,7 @@ def test_wgc_run_writes_the_reference_image(weights, plans, tmp_path) -> None:
     check({("main", "image_gen_cfg", "image"): [png]}, "t2i", want)
 
 
+@pytest.mark.slow
 def test_bf16_weights_run_every_task(weights, plans, tmp_path) -> None:
     """``--set dtype=bf16`` (what the real placement sets): the checkpoint's weights held and
     computed in bf16, the rotary tables in f32; every task runs and the image stays close to

@@ -131,6 +131,7 @@ def test_a_video_output_is_an_array_and_its_frames(tmp_path) -> None:
     assert frames is not None and len(pngs) == frames.shape[0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("doc", "message"),
     [

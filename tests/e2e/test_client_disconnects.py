@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 import torch
 
 from tests.e2e.runtime_support import ROOT, compile_faults, start, stop
@@ -50,6 +51,7 @@ def all_held(busy: dict[str, tuple[int, tuple]], n: int) -> bool:
     return busy["conductor"][0] == n and any(k for _, k in busy["rank 1"][1])
 
 
+@pytest.mark.slow
 def test_fifty_clients_that_go_away_leave_nothing_behind(tmp_path) -> None:
     cluster = start(compile_faults(tmp_path))
     try:

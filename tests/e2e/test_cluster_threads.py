@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
 import torch
 
 from tests.e2e.runtime_support import compile_faults, start, stop
@@ -17,6 +18,7 @@ from wgc_runtime.host.client import Client
 X = [("x", torch.arange(4, dtype=torch.float32))]
 
 
+@pytest.mark.slow
 def test_clusters_started_from_threads_that_end_keep_serving(tmp_path) -> None:
     plans = [compile_faults(tmp_path / f"d{i}") for i in range(2)]
     with ThreadPoolExecutor(2) as pool:  # the pool's threads end with the block

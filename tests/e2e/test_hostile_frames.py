@@ -17,6 +17,7 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
 import torch
 
 from tests.e2e.runtime_support import ROOT, compile_faults, start, stop
@@ -28,6 +29,7 @@ X = [("x", torch.arange(4, dtype=torch.float32))]
 EXPECTED = [((torch.arange(4.0) + 1) * 2 * 2**i).tolist() for i in range(3)]
 
 
+@pytest.mark.slow
 def test_malformed_frames_at_every_endpoint_kill_nothing(tmp_path) -> None:
     cluster = start(compile_faults(tmp_path))
     try:

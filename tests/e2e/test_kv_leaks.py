@@ -154,6 +154,7 @@ def check_pools(c: LocalCluster) -> None:
         assert used <= c.conductor.kv_used.get((b.node, b.ranks), 0), (b, used)
 
 
+@pytest.mark.slow
 def test_a_thousand_random_requests_leave_no_kv_page_behind(placement) -> None:
     name, plan_dir = placement
     now = [0.0]

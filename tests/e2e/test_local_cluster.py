@@ -237,6 +237,7 @@ def test_concurrent_requests_at_different_loop_positions_batch_and_match(placeme
     assert max(len(b) for b in BatchRecorder.batches) <= 4
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", sorted(SCENARIOS))
 def test_every_family_batches_its_loops_across_requests_and_matches_alone(family) -> None:
     """All of a family's scenarios at once, staggered (requests join running loops between

@@ -67,6 +67,7 @@ def run_all(folder: Path, requests: dict) -> tuple[LocalCluster, dict]:
     return c, handles
 
 
+@pytest.mark.slow
 def test_the_compiled_step_speaks_as_the_eager_one(tmp_path) -> None:
     family = orpheus(tmp_path / "ckpt")
     with one_thread():

@@ -124,6 +124,7 @@ def check_against_reference(client: Client, family: str, inputs, want, options, 
 ORPHEUS = ([segment("text", "hello")], ["audio"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("placement", ["cpu", "cpu-2rank"])
 def test_orpheus_matches_the_reference_on_1_and_2_ranks(placement) -> None:
     cluster = start(ROOT / "generated" / "orpheus" / placement)
@@ -184,6 +185,7 @@ def faults(faults_dir):
 X = [segment("x", torch.arange(4, dtype=torch.float32))]
 
 
+@pytest.mark.slow
 def test_faults_model_runs(faults) -> None:
     _, client = faults
     outs = client.run(X, ["tensor"], {"steps": 3}, deadline=20)
@@ -193,6 +195,7 @@ def test_faults_model_runs(faults) -> None:
         assert o.iteration == (i,) and torch.equal(o.value, expected * 2**i)
 
 
+@pytest.mark.slow
 def test_a_raising_node_fails_its_request_and_others_continue(faults) -> None:
     _, client = faults
     t0 = time.monotonic()
@@ -208,6 +211,7 @@ def test_a_raising_node_fails_its_request_and_others_continue(faults) -> None:
     assert time.monotonic() - t0 < 20
 
 
+@pytest.mark.slow
 def test_cancel_mid_loop_releases_state_on_every_rank(faults, tmp_path) -> None:
     _, client = faults
     options = {"steps": 1000, "delay_ms": 20, "marker_dir": str(tmp_path)}
@@ -227,6 +231,7 @@ def test_cancel_mid_loop_releases_state_on_every_rank(faults, tmp_path) -> None:
     assert time.monotonic() - t0 < 5
 
 
+@pytest.mark.slow
 def test_overload_queues_behind_the_admission_cap(faults) -> None:
     _, client = faults
     t0 = time.monotonic()
@@ -239,6 +244,7 @@ def test_overload_queues_behind_the_admission_cap(faults) -> None:
     assert time.monotonic() - t0 < 30
 
 
+@pytest.mark.slow
 def test_a_killed_worker_fails_in_flight_requests_within_5_s(faults_dir) -> None:
     cluster = start(faults_dir)
     try:
@@ -261,6 +267,7 @@ def test_a_killed_worker_fails_in_flight_requests_within_5_s(faults_dir) -> None
         stop(cluster)
 
 
+@pytest.mark.slow
 def test_a_killed_conductor_fails_in_flight_requests_within_a_second(faults_dir) -> None:
     cluster = start(faults_dir)
     try:
@@ -278,6 +285,7 @@ def test_a_killed_conductor_fails_in_flight_requests_within_a_second(faults_dir)
         stop(cluster)
 
 
+@pytest.mark.slow
 def test_a_stranger_cannot_stop_the_deployment(faults_dir) -> None:
     """A `Shutdown` from a process that is not part of the deployment (it can reach every port,
     but does not hold the secret) is dropped: the run keeps serving."""
@@ -349,6 +357,7 @@ def test_wgc_run_orpheus_two_ranks_writes_audio(tmp_path) -> None:
     assert orphaned() - before == set()
 
 
+@pytest.mark.slow
 def test_wgc_run_local_matches(tmp_path) -> None:
     r = wgc(
         "run",
@@ -376,6 +385,7 @@ def test_wgc_run_exits_non_zero_when_a_worker_dies(faults_dir, tmp_path) -> None
     assert orphaned() - before == set()
 
 
+@pytest.mark.slow
 def test_wgc_run_reports_a_failing_node(faults_dir, tmp_path) -> None:
     r = wgc("run", faults_dir, "--local", "--input", "x=" + _npy(tmp_path), "--option", "fail=1")
     assert r.returncode == 1

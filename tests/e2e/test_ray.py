@@ -54,6 +54,7 @@ def outputs(address: str, key, options: dict) -> list[list[float]]:
         return [o.value.tolist() for o in client.run(X, ["tensor"], options, deadline=120)]
 
 
+@pytest.mark.slow
 def test_ranks_on_two_ray_nodes_match_one_host(tmp_path, ray_cluster) -> None:
     local = start(compile_faults(tmp_path / "local"))
     try:
@@ -101,6 +102,7 @@ def host_agents() -> dict[str, str]:
     }
 
 
+@pytest.mark.slow
 def test_wgc_run_with_ray_places_the_ranks_and_matches_one_host(tmp_path, ray_cluster) -> None:
     """`wgc run --ray ADDRESS` is `wgc serve --ray`'s placement for one request: its ranks on
     the two "hosts"' nodes, the outputs those of the in-process run."""
@@ -141,6 +143,7 @@ def speech(address: str, key) -> list[list[float]]:
         return [o.value.flatten().tolist() for o in stream.collect()]
 
 
+@pytest.mark.slow
 def test_orpheus_on_three_ray_nodes_matches_one_host(tmp_path, ray_cluster) -> None:
     """Prefill on one node, decode on another (its K/V pages cross "hosts" over TCP), SNAC on a
     third: the same audio as the three ranks on one host."""

@@ -18,6 +18,7 @@ X = [("x", torch.arange(4, dtype=torch.float32))]
 SLOW = {"steps": 1000, "delay_ms": 20}
 
 
+@pytest.mark.slow
 def test_a_killed_rank_is_restarted_and_serves_again(tmp_path) -> None:
     cluster = start(compile_faults(tmp_path), restarts=1)
     try:
@@ -59,6 +60,7 @@ def test_a_killed_rank_is_restarted_and_serves_again(tmp_path) -> None:
         stop(cluster)
 
 
+@pytest.mark.slow
 def test_without_a_budget_a_dead_rank_ends_the_run(tmp_path) -> None:
     cluster = start(compile_faults(tmp_path))
     try:

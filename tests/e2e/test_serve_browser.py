@@ -41,6 +41,7 @@ pytestmark = [
 ]
 
 
+@pytest.mark.slow
 def test_a_request_from_the_playground_plays_back() -> None:
     with served("generated/orpheus/cpu", "--seed", "3") as s, sync_api.sync_playwright() as pw:
         # what the page should get: the same request over the native route (the server's seed)

@@ -109,6 +109,7 @@ def example(request):
         yield request.param, s
 
 
+@pytest.mark.slow
 def test_every_example_is_served_and_equals_the_python_client(example) -> None:
     name, s = example
     body = native_body(CASES[name])
@@ -129,6 +130,7 @@ def test_every_example_is_served_and_equals_the_python_client(example) -> None:
     assert same(served_outs, direct), (served_outs.keys(), direct.keys())
 
 
+@pytest.mark.slow
 def test_streamed_outputs_arrive_as_they_are_emitted(example) -> None:
     """NDJSON carries the same outputs, one event each, then ``done`` with their count."""
     name, s = example
@@ -144,6 +146,7 @@ def test_streamed_outputs_arrive_as_they_are_emitted(example) -> None:
     ]
 
 
+@pytest.mark.slow
 def test_each_example_gets_the_openai_routes_its_flows_allow(example) -> None:
     name, s = example
     info = s.get_json("/v1/wgc/model")

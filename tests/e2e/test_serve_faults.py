@@ -92,6 +92,7 @@ def held(s: Served) -> tuple[float, float, float]:
     )
 
 
+@pytest.mark.slow
 def test_a_disconnect_storm_leaves_nothing_running(faults, tmp_path) -> None:
     slow = {"steps": 1000, "delay_ms": 20, "marker_dir": str(tmp_path)}
     before = faults.metrics().get(("wgc_conductor_requests_total", (("outcome", "cancelled"),)), 0)
@@ -142,6 +143,7 @@ def test_a_disconnect_storm_leaves_nothing_running(faults, tmp_path) -> None:
     assert quick < max(2.0, 10 * normal)  # normal speed again (as fast as before the storm)
 
 
+@pytest.mark.slow
 def test_over_the_limit_is_429_with_retry_after(faults) -> None:
     slow = body(steps=1000, delay_ms=20)
     conns = []
@@ -175,6 +177,7 @@ def test_over_the_limit_is_429_with_retry_after(faults) -> None:
     assert held(faults) == (0, 0, 0)
 
 
+@pytest.mark.slow
 def test_past_the_deadline_is_504_and_the_request_is_cancelled(faults) -> None:
     t0 = time.monotonic()
     status, reply = faults.post(NATIVE, {**body(steps=1000, delay_ms=20), "deadline": 0.5})
@@ -187,6 +190,7 @@ def test_past_the_deadline_is_504_and_the_request_is_cancelled(faults) -> None:
     assert held(faults) == (0, 0, 0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("request_body", "field", "message"),
     [
@@ -206,6 +210,7 @@ def test_ill_typed_values_are_400(faults, request_body, field, message) -> None:
     assert {"field": field, "message": message} in reply["error"]["problems"]
 
 
+@pytest.mark.slow
 def test_a_value_a_node_refuses_is_400_and_a_node_bug_is_500(faults) -> None:
     """Past the door, a node that refuses a value (raises `NodeInputError`) answers 400 with its
     message; one that fails otherwise (a plain `ValueError`, which may be a bug) stays a server
@@ -225,6 +230,7 @@ def test_a_value_a_node_refuses_is_400_and_a_node_bug_is_500(faults) -> None:
     assert faults.post(NATIVE, body())[0] == 200  # the deployment goes on
 
 
+@pytest.mark.slow
 def test_the_python_client_is_refused_at_the_door_and_may_reuse_an_id(faults) -> None:
     x = [("tensor", [1.0, 2.0, 3.0, 4.0])]
     with Client(faults.client_address) as client:
@@ -240,6 +246,7 @@ def test_the_python_client_is_refused_at_the_door_and_may_reuse_an_id(faults) ->
         assert time.monotonic() - t0 < 15  # the reused id did not hang until its deadline (30 s)
 
 
+@pytest.mark.slow
 def test_load_200_requests_at_concurrency_32_none_lost(faults) -> None:
     """Every answer is exactly its own request's (a source adds 1, each step doubles)."""
 
@@ -266,6 +273,7 @@ def test_load_200_requests_at_concurrency_32_none_lost(faults) -> None:
     assert held(faults) == (0, 0, 0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -295,6 +303,7 @@ def test_wgc_run_refuses_what_the_server_refuses(faults_plan, tmp_path, args, me
     print(f"\nrefused in {time.monotonic() - t0:.1f} s")
 
 
+@pytest.mark.slow
 def test_a_client_that_leaves_a_whole_answer_request_cancels_it(faults) -> None:
     """Not streamed (the answer comes at the end): a client gone before it is noticed all the
     same, its request cancelled in the conductor and nothing held."""

@@ -45,6 +45,7 @@ def audio_of(outputs) -> list[bytes]:
     return [base64.b64decode(o["value"]["b64"]) for o in outputs if o["modality"] == "audio"]
 
 
+@pytest.mark.slow
 def test_native_json_sse_and_ndjson_carry_the_same_outputs(orpheus) -> None:
     status, body = orpheus.post(NATIVE, HELLO)
     assert status == 200, body
@@ -83,6 +84,7 @@ def test_native_json_sse_and_ndjson_carry_the_same_outputs(orpheus) -> None:
     assert body["timing"]["first_output_s"]["audio"] <= body["seconds"]
 
 
+@pytest.mark.slow
 def test_service_routes(orpheus) -> None:
     health = orpheus.get_json("/health")
     assert health["status"] == "ok" and health["processes"] == {"conductor": True, "rank 0": True}
@@ -100,6 +102,7 @@ def test_service_routes(orpheus) -> None:
     assert status == 200 and b"<svg" in plan and b"walk decode" in plan
 
 
+@pytest.mark.slow
 def test_a_missing_route_says_why(orpheus) -> None:
     status, body = orpheus.post("/v1/chat/completions", {"messages": [{"role": "user"}]})
     assert status == 404
@@ -187,6 +190,7 @@ BAD = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("body", "field", "message"), BAD, ids=[b[1] for b in BAD])
 def test_bad_requests_are_400_naming_the_field(orpheus, body, field, message) -> None:
     status, reply = orpheus.post(NATIVE, body)
@@ -198,6 +202,7 @@ def test_bad_requests_are_400_naming_the_field(orpheus, body, field, message) ->
     ), error["problems"]
 
 
+@pytest.mark.slow
 def test_metrics_add_up(orpheus) -> None:
     def samples():
         return orpheus.metrics()
@@ -248,6 +253,7 @@ def test_metrics_add_up(orpheus) -> None:
     assert 0 <= underruns <= delta("wgc_audio_buffer_seconds_count", route=NATIVE)
 
 
+@pytest.mark.slow
 def test_a_value_the_node_refuses_is_400_with_its_message(orpheus) -> None:
     """The door takes an empty text; Orpheus's LLM refuses it (`NodeInputError`): 400 with the
     node's message, not a server error. A negative ``repetition_penalty`` never reaches the
@@ -262,6 +268,7 @@ def test_a_value_the_node_refuses_is_400_with_its_message(orpheus) -> None:
     assert reply["error"]["param"] == "options.repetition_penalty"
 
 
+@pytest.mark.slow
 def test_node_and_stream_metrics_count_what_the_plan_runs(orpheus) -> None:
     """Each request of ``max_tokens`` N calls the LLM for N rows (its prefill, then one decode
     step per token until ``max_tokens``: the toy's audio-only sampling never ends speech
@@ -327,6 +334,7 @@ def test_node_and_stream_metrics_count_what_the_plan_runs(orpheus) -> None:
     assert orpheus.metrics()[("wgc_process_restarts_total", (("process", "rank 0"),))] == 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("raw", "message"),
     [
@@ -348,6 +356,7 @@ def test_a_body_that_is_not_a_json_object_is_400(orpheus, raw, message) -> None:
     assert reply["error"]["problems"][0]["message"].startswith(message), reply
 
 
+@pytest.mark.slow
 def test_speech_that_fails_mid_stream_breaks_the_transfer(orpheus) -> None:
     """Past its deadline after the first audio went out, the speech's connection drops before
     the chunked body's end: the client sees a broken transfer, not a short WAV."""
@@ -378,6 +387,7 @@ def test_speech_that_fails_mid_stream_breaks_the_transfer(orpheus) -> None:
     assert not whole and 46 <= len(cut) < len(audio)
 
 
+@pytest.mark.slow
 def test_the_deployments_limits_bound_its_bodies(orpheus) -> None:
     """`wgc serve --limit` reaches the server (every input case: `test_serve_input_edge`)."""
     deep = {"inputs": [{"modality": "text", "data": json.loads("[" * 20 + "]" * 20)}]}

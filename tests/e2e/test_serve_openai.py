@@ -43,6 +43,7 @@ def omni():
         yield s
 
 
+@pytest.mark.slow
 def test_chat_completion(bagel) -> None:
     r = client(bagel.url).chat.completions.create(
         model="bagel", messages=[{"role": "user", "content": "hello"}]
@@ -56,6 +57,7 @@ def test_chat_completion(bagel) -> None:
     assert r.usage is not None and r.usage.prompt_tokens == len(b"hello")
 
 
+@pytest.mark.slow
 def test_chat_completion_streamed_is_the_same_text(bagel) -> None:
     c = client(bagel.url)
     messages = [{"role": "user", "content": "a story"}]
@@ -67,6 +69,7 @@ def test_chat_completion_streamed_is_the_same_text(bagel) -> None:
     assert text == whole.choices[0].message.content and len(chunks) > 3
 
 
+@pytest.mark.slow
 def test_chat_with_an_image_in(bagel) -> None:
     png = io.BytesIO()
     Image.new("RGB", (16, 16), (10, 200, 30)).save(png, format="PNG")
@@ -78,6 +81,7 @@ def test_chat_with_an_image_in(bagel) -> None:
     assert r.choices[0].message.content
 
 
+@pytest.mark.slow
 def test_image_generation_and_edit(bagel) -> None:
     c = client(bagel.url)
     out = c.images.generate(model="bagel", prompt="a red cube", n=2, extra_body={"seed": 5})
@@ -91,12 +95,14 @@ def test_image_generation_and_edit(bagel) -> None:
     assert Image.open(io.BytesIO(base64.b64decode(edited.data[0].b64_json or ""))).size == (64, 64)
 
 
+@pytest.mark.slow
 def test_a_model_without_audio_has_no_speech_route(bagel) -> None:
     with pytest.raises(openai.NotFoundError) as info:
         client(bagel.url).audio.speech.create(model="bagel", input="hi", voice="ethan")
     assert "`bagel` cannot produce audio" in str(info.value)
 
 
+@pytest.mark.slow
 def test_bad_options_are_a_400_naming_the_field(bagel) -> None:
     with pytest.raises(openai.BadRequestError) as info:
         client(bagel.url).chat.completions.create(
@@ -107,6 +113,7 @@ def test_bad_options_are_a_400_naming_the_field(bagel) -> None:
     assert "options.thnk: unknown option `thnk` (did you mean `think`?)" in str(info.value)
 
 
+@pytest.mark.slow
 def test_speech_streams_a_valid_wav(omni) -> None:
     c = client(omni.url)
     with c.audio.speech.with_streaming_response.create(
@@ -125,6 +132,7 @@ def test_speech_streams_a_valid_wav(omni) -> None:
     assert pcm.content == frames
 
 
+@pytest.mark.slow
 def test_chat_with_audio_out(omni) -> None:
     c = client(omni.url)
     r = c.chat.completions.create(
@@ -154,10 +162,12 @@ def test_chat_with_audio_out(omni) -> None:
     assert 2 * w.getnframes() == len(streamed)
 
 
+@pytest.mark.slow
 def test_models_lists_the_served_model(omni) -> None:
     assert [m.id for m in client(omni.url).models.list()] == ["qwen3_omni"]
 
 
+@pytest.mark.slow
 def test_what_the_openai_routes_cannot_take_is_a_400_never_silently_changed(bagel) -> None:
     c = client(bagel.url)
     png = io.BytesIO()

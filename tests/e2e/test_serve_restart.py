@@ -45,6 +45,7 @@ def health(s: Served) -> tuple[int, dict]:
     return status, json.loads(raw)
 
 
+@pytest.mark.slow
 def test_serve_restarts_a_dead_worker(tmp_path) -> None:
     plan = compile_faults(tmp_path)
     with served(plan, "--restarts", "1", timeout=300) as s:
@@ -76,6 +77,7 @@ def test_serve_restarts_a_dead_worker(tmp_path) -> None:
         print(f"\nwgc serve: rank 1 back in {back:.1f} s, served again {served_again:.1f} s after")
 
 
+@pytest.mark.slow
 def test_serve_with_named_hosts_uses_the_client_key(tmp_path) -> None:
     plan = compile_faults(tmp_path, TWO_RANKS + "hosts: {0: 127.0.0.2, 1: 127.0.0.3}\n")
     with served(plan, timeout=300) as s:

@@ -17,6 +17,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
 import torch
 
 from tests.e2e.runtime_support import compile_faults, start, stop
@@ -102,6 +103,7 @@ class Soak:
                 self.one(client, rng)
 
 
+@pytest.mark.slow
 def test_a_thousand_requests_with_cancels_deadlines_disconnects_and_a_dead_rank(
     tmp_path,
 ) -> None:

@@ -137,6 +137,7 @@ def implied(family: str, ref) -> int:
 CASES = [(f, p) for f in REQUESTS for p in PLACEMENTS]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("family", "placement"), CASES, ids=[f"{f}-{p}" for f, p in CASES])
 def test_the_audio_is_the_reference_pipelines(served, references, family, placement) -> None:
     c, handles = served[(family, placement)]

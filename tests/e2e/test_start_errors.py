@@ -9,9 +9,12 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from tests.e2e.runtime_support import ROOT
 
 
+@pytest.mark.slow
 def test_a_kv_pool_past_the_device_is_a_clear_exit_1(tmp_path) -> None:
     yaml = (ROOT / "examples/llama/placements/cpu.yaml").read_text()
     assert "pages: 512" in yaml
@@ -31,6 +34,7 @@ def test_a_kv_pool_past_the_device_is_a_clear_exit_1(tmp_path) -> None:
     assert "Traceback" not in r.stderr
 
 
+@pytest.mark.slow
 def test_node_modules_missing_from_the_folder_wgc_runs_in_say_so(tmp_path) -> None:
     walk = ROOT / "examples/orpheus/orpheus.walk"
     for _ in range(3):  # the reason, every time: not "died while starting"

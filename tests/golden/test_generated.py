@@ -79,6 +79,7 @@ def _ruff() -> str | None:
     return str(local) if local.exists() else shutil.which("ruff")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not GENERATED.is_dir(), reason="no generated/ yet")
 @pytest.mark.skipif(_ruff() is None, reason="ruff is not installed")
 @pytest.mark.parametrize("args", [["format", "--check"], ["check"]], ids=["format", "lint"])
@@ -97,6 +98,7 @@ print("\\n".join(m for m in new if not m.startswith(("generated", "wgc_runtime")
 """
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not GENERATED.is_dir(), reason="no generated/ yet")
 def test_generated_modules_import_only_the_runtime() -> None:
     modules = sorted(

@@ -37,6 +37,7 @@ def test_pieces_cover_the_text_and_start_at_declarations() -> None:
             assert text.split("\n")[line - 1] == chunk.split("\n")[0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
 def test_same_front_end_after_every_edit(path: Path) -> None:
     text = path.read_text()

@@ -13,6 +13,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -67,6 +68,7 @@ def file_name(text: str) -> str:
     return name or "_"
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(walk_name=TEXT, placement_name=TEXT, message=STRING, impl=STRING)
 def test_no_user_text_becomes_code(walk_name, placement_name, message, impl) -> None:

@@ -17,6 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))  # --import-mode=importlib: no package for tests/
@@ -96,6 +97,7 @@ def generated_identifiers() -> set[str]:
     return {n for n in seen if NAME.fullmatch(n) and n not in WALK_KEYWORDS}
 
 
+@pytest.mark.slow
 def test_every_generated_identifier_is_a_safe_walk_name() -> None:
     names = sorted(generated_identifiers())
     # the flow protocol, the request and what the modules define must all be among them

@@ -12,6 +12,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -69,18 +70,21 @@ def _check_roundtrip(source: str) -> None:
     assert out == "" or (out.endswith("\n") and not out.endswith("\n\n"))
 
 
+@pytest.mark.slow
 @SLOW
 @given(walk_programs())
 def test_fmt_keeps_ir_comments_and_is_idempotent(source: str) -> None:
     _check_roundtrip(source)
 
 
+@pytest.mark.slow
 @SLOW
 @given(programs_with_line_breaks())
 def test_fmt_is_idempotent_with_line_break_characters(source: str) -> None:
     _check_roundtrip(source)
 
 
+@pytest.mark.slow
 @SLOW
 @given(mutated_programs())
 def test_fmt_never_raises_on_broken_input(source: str) -> None:

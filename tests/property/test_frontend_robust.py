@@ -306,24 +306,28 @@ def _render_all_placement(diags, sources) -> None:
 
 
 # ------------------------------------------------------------------ properties
+@pytest.mark.slow
 @_robust("generated")
 @given(walk_programs())
 def test_generated_programs_never_crash(text: str) -> None:
     _keep_if_failing("generated", text, ".walk", _assert_robust)
 
 
+@pytest.mark.slow
 @_robust("big")
 @given(programs_with_big_numbers())
 def test_out_of_range_numbers_never_crash(text: str) -> None:
     _keep_if_failing("big", text, ".walk", _assert_robust)
 
 
+@pytest.mark.slow
 @_robust("mutated")
 @given(mutated_programs())
 def test_mutated_programs_never_crash(text: str) -> None:
     _keep_if_failing("mutated", text, ".walk", _assert_robust)
 
 
+@pytest.mark.slow
 @_robust("soup")
 @given(token_soup())
 def test_token_soup_never_crashes(text: str) -> None:
@@ -336,6 +340,7 @@ def test_arbitrary_text_never_crashes(text: str) -> None:
     _keep_if_failing("text", text, ".walk", _assert_robust)
 
 
+@pytest.mark.slow
 @_robust("nested")
 @given(nested_programs())
 def test_deeply_nested_programs_never_crash(text: str) -> None:

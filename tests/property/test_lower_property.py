@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -207,6 +208,7 @@ def _check_routes(model, plan: Plan) -> None:
                 assert any(d.call == c.id and d.port == p.port for d in row.dests)
 
 
+@pytest.mark.slow
 @SLOW
 @given(st.data())
 def test_lowering_random_valid_pairs(data) -> None:

@@ -167,6 +167,7 @@ def check(text: str, yaml: str, reqs: list) -> None:
         assert all(not ex.requests for ex in cluster.ranks.values()), "state left after requests"
 
 
+@pytest.mark.slow
 @PROPERTY
 @given(st.data())
 def test_runtime_matches_the_interpreter_on_random_models(data) -> None:
@@ -186,6 +187,7 @@ def test_runtime_matches_the_interpreter_on_random_models(data) -> None:
 NESTED = int(os.environ.get("WGC_PROPERTY_NESTED", 20))
 
 
+@pytest.mark.slow
 @settings(PROPERTY, max_examples=NESTED, derandomize="WGC_PROPERTY_NESTED" not in os.environ)
 @given(st.data())
 def test_runtime_matches_the_interpreter_on_nested_carries(data) -> None:

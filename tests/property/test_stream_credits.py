@@ -25,6 +25,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
@@ -115,6 +116,7 @@ def check_traffic(log: list, credits: int, ok: set[str]) -> None:
 
 
 # a quarter of the main property's examples: each costs more (only cross-rank plans count)
+@pytest.mark.slow
 @settings(PROPERTY, max_examples=max(10, EXAMPLES // 4))
 @given(st.data())
 def test_credit_streams_match_the_interpreter_and_stay_bounded(data) -> None:

@@ -213,6 +213,7 @@ TRITON_SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(
     importlib.util.find_spec("triton") is None or importlib.util.find_spec("numpy") is None,
     reason="triton (and numpy) not installed: the Triton interpreter test needs them",

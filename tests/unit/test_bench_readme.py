@@ -103,6 +103,7 @@ def test_the_readme_blocks_pair_up() -> None:
     assert names and names <= {b.name for b in bench_all.BENCHES}
 
 
+@pytest.mark.slow
 def test_the_benchmarks_do_not_import_matplotlib() -> None:
     """all.py and the scripts it imports load without matplotlib; only drawing imports it."""
     code = (

@@ -137,6 +137,7 @@ def test_the_plan_is_made_of_the_contract_records(tmp_path: Path) -> None:
         assert f"\nSPEC_VERSION = {C.SPEC_VERSION}  #" in text, name
 
 
+@pytest.mark.slow
 def test_spec_module_does_not_import_the_compiler() -> None:
     code = (
         "import sys, wgc_runtime.contract.spec; "
@@ -237,6 +238,7 @@ def test_generated_code_is_annotated_and_readable(tmp_path: Path) -> None:
     assert 'yield RunWalk("decode", {"token": Persisted("new_token")})' in conductor
 
 
+@pytest.mark.slow
 def test_output_is_the_same_under_other_hash_seeds(tmp_path: Path) -> None:
     placement = tmp_path / "cfg.yaml"
     placement.write_text(CFG_BAGEL, encoding="utf-8")
@@ -333,6 +335,7 @@ flow side = "demo.flows:side"
 SMALL_PLACEMENT = "devices: [cpu]\nplace:\n  - nodes: [Embed]\n    ranks: [0]\n"
 
 
+@pytest.mark.slow
 def test_every_flow_construct_renders_clean_and_runs(tmp_path: Path) -> None:
     (tmp_path / "small.walk").write_text(SMALL, encoding="utf-8")
     (tmp_path / "one.yaml").write_text(SMALL_PLACEMENT, encoding="utf-8")

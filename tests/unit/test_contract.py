@@ -31,6 +31,7 @@ def _imported_after(code: str) -> list[str]:
     return json.loads(out.stdout.strip().splitlines()[-1].replace("'", '"'))
 
 
+@pytest.mark.slow
 def test_the_contract_records_import_with_the_standard_library_only() -> None:
     code = "import wgc_runtime.contract.spec, wgc_runtime.contract.flow, wgc_runtime.contract.kinds"
     assert _imported_after(code) == []
@@ -43,6 +44,7 @@ def test_the_contract_records_import_with_the_standard_library_only() -> None:
     assert out.stdout.strip() == "False"  # nor the compiler
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "args",
     [

@@ -198,6 +198,7 @@ def test_the_door_refuses_what_is_not_a_tensor(value) -> None:
         _dtype_shape(value)
 
 
+@pytest.mark.slow
 def test_wgc_run_checks_a_request_before_importing_torch() -> None:
     """`wgc run` checks the request before it starts any process; torch (~1.5 s) is imported
     by the processes and, while they start, by the CLI, never before the check."""

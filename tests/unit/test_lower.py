@@ -269,6 +269,7 @@ sys.stdout.write(lower(model, placement("3", 3, groups)).to_json())
 """
 
 
+@pytest.mark.slow
 def test_plan_json_is_identical_across_hash_seeds() -> None:
     code = _DUMP.format(here=str(Path(__file__).parent))
     outs = []

@@ -149,6 +149,7 @@ def test_symbolic_producer_leading_dim_needs_a_dynamic_consumer():
     assert "WG503" not in codes(program("fixed(k = 2)", "i64[N]", "i64[T]", "final pad"))
 
 
+@pytest.mark.slow
 @given(
     k=st.integers(1, 40),
     d0=st.integers(1, 5),

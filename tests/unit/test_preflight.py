@@ -79,6 +79,7 @@ def test_real_sizes_without_a_checkpoint_are_refused_unless_asked(tmp_path: Path
     check_deployment(_plan(tmp_path / "tiny", "cpu.yaml"), machine=_machine())  # tiny: fine
 
 
+@pytest.mark.slow
 def test_a_rank_past_its_device_is_refused_with_the_numbers(tmp_path: Path) -> None:
     plan = _plan(tmp_path, "real-1gpu.yaml")
     with pytest.raises(Refused) as exc:

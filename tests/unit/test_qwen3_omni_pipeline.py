@@ -75,6 +75,7 @@ def _ours(omni, prompt, opts):
     return out
 
 
+@pytest.mark.slow
 def test_reference_equals_generate(omni):
     """The hand-driven reference is what ``generate`` does (greedy; ``generate`` decodes the
     codes in chunks of 300, so the codes are compared through that decode)."""
@@ -95,6 +96,7 @@ def test_reference_equals_generate(omni):
     assert torch.equal(ref_wav.reshape(-1), wav.reshape(-1).float())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "prompt,opts",
     [

@@ -309,6 +309,7 @@ def test_show_missing_file() -> None:
     assert "no such file" in result.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["json", "html", "dot", "text"])
 def test_output_is_independent_of_hash_seed(small: Path, fmt: str) -> None:
     # Qwen3-Omni has streams, loops and several flows: the most ordering to get wrong

@@ -232,6 +232,7 @@ def test_html_is_self_contained() -> None:
     assert 'class="edge cross' in page
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["text", "json", "dot", "mermaid", "html"])
 def test_deterministic_across_hash_seeds(fmt: str) -> None:
     outs = []

@@ -78,6 +78,7 @@ def test_the_program_uncompiled_is_the_span_decode() -> None:
     assert want.std().item() > 0.01
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(NO_INDUCTOR is not None, reason=str(NO_INDUCTOR))
 def test_compiled_windows_equal_eager_and_do_not_depend_on_their_batch() -> None:
     eager = OrpheusVocoder(model(), TINY_TOKENS)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from wgc.diagnostics.diagnostic import Span
@@ -91,7 +92,7 @@ class BoolOp:
 Cond = RequestPred | OptionCond | OptionCmp | CountCmp | Placed | ParamCmp | Const | Not | BoolOp
 
 
-def cond_atoms(c: Cond):
+def cond_atoms(c: Cond) -> Iterator[Cond]:
     """Every leaf of a condition, left to right."""
     if isinstance(c, Not):
         yield from cond_atoms(c.operand)
@@ -244,7 +245,7 @@ class Subflow:
     called: bool = field(default=False, compare=False)
 
 
-def iter_fstmts(block: FBlock):
+def iter_fstmts(block: FBlock) -> Iterator[FStmt]:
     """Every flow statement in ``block``, depth first in source order."""
     for s in block.stmts:
         yield s

@@ -57,8 +57,9 @@ MAX_STATEMENTS = 100_000
 
 @dataclass(frozen=True)
 class _Env:
-    subst: dict[str, FArg] = field(default_factory=dict)  # parameter -> the caller's value
-    renames: dict[str, str] = field(default_factory=dict)  # a body `for` variable -> its name
+    # parameter -> the caller's value; a body `for` variable -> its name
+    subst: dict[str, FArg] = field(default_factory=dict[str, FArg])
+    renames: dict[str, str] = field(default_factory=dict[str, str])
     segvars: frozenset[str] = frozenset()  # `for` variables in scope, as finally named
     stack: tuple[tuple[str, Span], ...] = ()  # subflow calls being expanded, innermost first
     blocks: int = 0  # statements the expansion is nested in (`for`, `if`, `match`, `repeat`)
@@ -71,7 +72,7 @@ def expand(
     """The flows with every subflow call expanded, the subflows marked `called`, and what went
     wrong. A name that is a walk is a walk call (a walk and a subflow of one name: WG101)."""
     ex = _Expander({s.name: s for s in reversed(subflows) if s.name not in walks})
-    out = []
+    out: list[Flow] = []
     for f in flows:
         if f.body is None:
             out.append(f)

@@ -8,6 +8,7 @@ explicit `Edge`s, each with an `EdgeKind`; reads that could not be resolved are 
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from wgc.diagnostics.diagnostic import Span
@@ -187,7 +188,7 @@ class Walk:
         return next((lp for lp in self.loops if lp.name == name), None)
 
 
-def iter_stmts(block: Block):
+def iter_stmts(block: Block) -> Iterator[Stmt]:
     """Every statement of ``block``, depth first in source order (loops and pars included)."""
     for s in block.stmts:
         yield s
