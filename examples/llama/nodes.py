@@ -218,8 +218,9 @@ class Decoder(Node):
             """Append each row's token slot to its sequence (`DecodeRunner.step`): the batch's
             slots, positions, lengths and page tables."""
             for w in works:  # a session's sequence: the tokens it holds, for its next turn
-                if SESSION_OPTION in w.ctx.options:
-                    w.ctx.state.setdefault("ids", []).append(int(w.inputs["token"].reshape(-1)[0]))
+                token = w.inputs["token"]
+                if SESSION_OPTION in w.ctx.options and token is not None:
+                    w.ctx.state.setdefault("ids", []).append(int(token.reshape(-1)[0]))
             meta = runner.step(requests_of(works))
             failed = {i: self._full(works[i], exc) for i, exc in meta.failed.items()}
             return meta.tensors(width), failed
