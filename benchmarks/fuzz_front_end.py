@@ -282,7 +282,7 @@ def run(n: int, seed_value: int = 0, timeout: float = 20.0, save: Path | None = 
     pool = seeds()
     report = Report(rss_before_mb=rss_mb())
 
-    def alarm(signum, frame):
+    def alarm(_signum: int, _frame: object) -> None:
         raise Overtime
 
     previous = signal.signal(signal.SIGALRM, alarm)
