@@ -33,6 +33,7 @@ def test_ending_reads_the_kernels_word(state: str, flags: int, pending: str, dea
     assert ending_from(stat, STATUS.format(pending=pending)) is dead
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="needs Linux's /proc")
 def test_a_killed_child_is_ending_before_it_is_reaped() -> None:
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from wgc_runtime.host.scratch import OWNER, private_dir, stale, start_time, sweep
 
 
@@ -16,6 +18,7 @@ def _dead_pid() -> int:
     return proc.pid
 
 
+@pytest.mark.slow
 def test_a_folder_of_a_dead_owner_is_swept_and_the_others_are_kept(tmp_path: Path) -> None:
     mine = Path(private_dir("wgc-run-m-", str(tmp_path)))
     assert (mine / OWNER).read_text().split()[0] == str(os.getpid())
@@ -39,6 +42,7 @@ def test_a_folder_of_a_dead_owner_is_swept_and_the_others_are_kept(tmp_path: Pat
     assert not stale(mine)
 
 
+@pytest.mark.slow
 def test_a_new_private_folder_sweeps_first(tmp_path: Path) -> None:
     dead = tmp_path / "wgc-old"
     dead.mkdir()

@@ -19,6 +19,7 @@ from wgc_runtime.host.transport.tuning import Tuning
 
 DEST = Dest(kind=DestKind.CALL, edge=Edge.LOOP_INIT, rank=1, ranks=(0, 1))
 SAMPLES: list[m.Message] = [
+    m.ForgetSession("chat-1"),
     m.StartWalk("r1", 3, "chain", "main", (("temperature", 0.5), ("voice", "tara"))),
     m.ForwardPersisted("r1", 3, "chain", "main", "x", "kv", (DEST,)),
     m.StreamDone("r1", "tokens"),
