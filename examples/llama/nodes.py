@@ -34,9 +34,8 @@ from typing import Any
 
 import torch
 
-from examples._weights import lm_parts
+from examples._weights import lm_config, lm_parts
 from examples.llama.text import prompt_format, prompt_ids
-from wgc_runtime.components.config import DecoderConfig
 from wgc_runtime.components.decode_engine import DecoderEngine
 from wgc_runtime.components.decoder import LlamaDecoder
 from wgc_runtime.contract.capture import CapturedCall, StaticPort, StaticStep
@@ -45,22 +44,9 @@ from wgc_runtime.contract.node import DTYPE_NAMES, KvCache, Node, NodeContext, N
 from wgc_runtime.engines.decode_runner import DecodeRunner, requests_of
 
 
-def decoder_config(config: Mapping[str, Any]) -> DecoderConfig:
-    """The decoder's sizes from the node's ``config`` values."""
-    return DecoderConfig(
-        vocab_size=int(config["vocab"]),
-        hidden_size=int(config["hidden"]),
-        intermediate_size=int(config["intermediate"]),
-        num_layers=int(config["layers"]),
-        num_heads=int(config["heads"]),
-        num_kv_heads=int(config["kv_heads"]),
-        head_dim=int(config["head_dim"]),
-    )
-
-
 def build_model(config: Mapping[str, Any], device: str | torch.device) -> LlamaDecoder:
     """Random weights seeded by ``config seed``, or the checkpoint ``config checkpoint``."""
-    cfg = decoder_config(config)
+    cfg = lm_config(config, tied=False)
     path = str(config.get("checkpoint") or "")
     if path:
         model = LlamaDecoder.from_pretrained(path, device=device)
