@@ -48,6 +48,7 @@ if TYPE_CHECKING:
 
 JOIN_VERSION = 1
 CONNECT_TIMEOUT_S = 60.0  # how long `wgc worker` tries to reach the conductor side
+SHUTDOWN_GRACE_S = 3.0  # how long workers may take to end on a departed conductor's Shutdown
 _WATCHED = zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED
 # TCP keepalive, not ZMTP heartbeats (a PING makes an inbox's ZMQ_EVENTS say POLLIN with nothing
 # to read): a peer host that vanished reads as gone after about 10 + 3 * 5 s
@@ -273,6 +274,17 @@ def untrack_segment(name: str) -> None:
         resource_tracker.unregister(f"/{name}", "shared_memory")
 
 
+def _ended_cleanly(children: dict[str, Any], grace: float) -> bool:
+    """Whether every child ends with exit code 0 within ``grace`` seconds."""
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        codes = [ch.exitcode for ch in children.values()]
+        if all(c is not None for c in codes):
+            return all(c == 0 for c in codes)
+        time.sleep(0.05)
+    return False
+
+
 def run_workers(doc: dict[str, Any], boots: list[dict[str, Any]], say: Any) -> int:
     """Start a worker per boot (children of this process), watch them and the conductor side;
     the exit code (see the module docstring)."""
@@ -301,6 +313,10 @@ def run_workers(doc: dict[str, Any], boots: list[dict[str, Any]], say: Any) -> i
                 code = 1 if failed else 0
                 break
             if live.poll():
+                # the conductor side's Shutdown and its departure race: workers that were told
+                # to stop end on their own within a moment, and that is a clean end
+                if _ended_cleanly(children, SHUTDOWN_GRACE_S):
+                    break
                 say(f"wgc worker: the conductor side at {live.address} went away; stopping")
                 code = 1
                 break
