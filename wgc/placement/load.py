@@ -140,7 +140,7 @@ class _Loader(GroupReader):
         super().__init__(file, text)
         self.ignored: list[str] = []
         self.wgc_kv_keys = tuple(k for k in KV["wgc"] if k not in KV["mstar"])
-        self._c_ok: bool | None = None  # whether libyaml reads the text (`loader`)
+        self._c_failed = False  # libyaml could not read the text (`loader`, `too_deep`)
 
     # ------------------------------------------------------------------ entry
     def run(self) -> Placement | None:
@@ -183,28 +183,28 @@ class _Loader(GroupReader):
         return root
 
     def loader(self) -> type:
-        """libyaml's loader (`CSafeLoader`, ~10x faster: a 10,000-rank placement is read in a
-        fraction of a second) for plain ASCII text that it reads without an error; else, and
-        to report any error in PyYAML's own words, PyYAML's pure-Python `SafeLoader`. Both
-        resolve tags alike and mark lines and columns alike on such text."""
+        """libyaml's `CSafeLoader` (~10x faster) for plain ASCII text it did not fail on (in
+        `too_deep`), else PyYAML's `SafeLoader` (its own error words); both mark text alike."""
         c_loader = getattr(yaml, "CSafeLoader", None)
-        if c_loader is None or not _PLAIN.fullmatch(self.text):
+        if c_loader is None or self._c_failed or not _PLAIN.fullmatch(self.text):
             return yaml.SafeLoader
-        if self._c_ok is None:
-            try:
-                for _ in yaml.parse(self.text, Loader=c_loader):
-                    pass
-                self._c_ok = True
-            except yaml.YAMLError:
-                self._c_ok = False  # PyYAML reads it again and words the error
-        return c_loader if self._c_ok else yaml.SafeLoader
+        return c_loader
 
     def too_deep(self) -> bool:
         """WG824 when collections nest past `MAX_YAML_DEPTH`, found from PyYAML's event stream
         (its parser keeps a stack of its own; its composer, which builds the nodes, recurses
-        once per level and would raise RecursionError a few hundred levels down)."""
+        once per level: RecursionError some hundred levels down). libyaml failing: PyYAML."""
+        try:
+            return self._too_deep(self.loader())
+        except yaml.YAMLError:
+            if self._c_failed or self.loader() is yaml.SafeLoader:
+                raise
+            self._c_failed = True
+            return self._too_deep(yaml.SafeLoader)
+
+    def _too_deep(self, loader: type) -> bool:
         depth = 0
-        for event in yaml.parse(self.text, Loader=self.loader()):
+        for event in yaml.parse(self.text, Loader=loader):
             if isinstance(event, yaml.CollectionStartEvent):
                 depth += 1
                 if depth > MAX_YAML_DEPTH:
