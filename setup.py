@@ -4,8 +4,7 @@
   `__init__.py` still ships).
 - The top-level `grammar/` folder ships as package `wgc._grammar`, so the parser finds
   `walk.lark` through `importlib.resources.files("wgc._grammar")` in editable and regular installs.
-- The top-level `runtime/` folder, once it exists, ships as `wgc_runtime`: the name `runtime` is
-  taken on PyPI and would collide with whatever else is installed.
+- `wgc_runtime/` (the runtime) is discovered like `wgc`; the folder is named as it imports.
 """
 
 from pathlib import Path
@@ -22,9 +21,6 @@ package_dir = {"wgc._grammar": "grammar"}
 package_data = {"": ["*.lark", "*.md", "*.j2", "*.jinja", "*.jinja2", "*.yaml", "*.json"]}
 packages.append("wgc._grammar")
 
-if (ROOT / "runtime").is_dir():
-    package_dir["wgc_runtime"] = "runtime"
-    runtime = find_namespace_packages(where="runtime", exclude=_SKIP)
-    packages += ["wgc_runtime", *(f"wgc_runtime.{name}" for name in runtime)]
+packages += find_namespace_packages(include=["wgc_runtime", "wgc_runtime.*"], exclude=_SKIP)
 
 setup(packages=sorted(set(packages)), package_dir=package_dir, package_data=package_data)

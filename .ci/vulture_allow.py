@@ -1,6 +1,6 @@
 """What vulture (`.ci/run`) would call dead but is used by name, so it is allowed here.
 
-Every entry says why. Anything else vulture finds in wgc/, runtime/, tests/, benchmarks/ or
+Every entry says why. Anything else vulture finds in wgc/, wgc_runtime/, tests/, benchmarks/ or
 examples/ fails CI: remove the dead code instead of adding it here.
 """
 
@@ -59,7 +59,7 @@ _.file_bytes
 # (`wgc_runtime.core.conductor.ConductorCore`, imported on first use)
 _.__getattr__
 
-# the OpenAI request fields the bodies declare (`runtime/host/server/schemas.py`): read by name
+# the OpenAI request fields the bodies declare (`wgc_runtime/host/server/schemas.py`): read by name
 # through `model_dump` (`openai_fields`), each mapped to an option or refused (`openai_params`)
 _.max_completion_tokens, _.presence_penalty, _.frequency_penalty, _.logit_bias, _.logprobs
 _.top_logprobs, _.tools, _.tool_choice, _.function_call, _.parallel_tool_calls, _.prediction

@@ -37,7 +37,7 @@ import torch
 import torch.nn.functional as F
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # a plain checkout works without installing (runtime/ → wgc_runtime)
+sys.path.insert(0, str(ROOT))  # a plain checkout works without installing
 
 from wgc_runtime.engines import PagedKVPool  # noqa: E402
 from wgc_runtime.engines.attention import make_backend, prepare_step  # noqa: E402

@@ -64,7 +64,10 @@ def start(stack: ExitStack, folder: Path, env: dict[str, str], base: Path | None
         os.environ.update(env)
         if base is not None:
             shim = Path(tempfile.mkdtemp(prefix="wgc-base-"))
-            (shim / "wgc_runtime").symlink_to((base / "runtime").resolve())
+            # commits before the folder took its package's name kept it in runtime/
+            old = base / "runtime"
+            runtime = old if old.is_dir() else base / "wgc_runtime"
+            (shim / "wgc_runtime").symlink_to(runtime.resolve())
             (shim / "examples").symlink_to((base / "examples").resolve())
             sys.path.insert(0, str(shim))
         cluster = Cluster(str(folder), progress=None, ready_timeout=900)

@@ -42,7 +42,7 @@ from wgc_runtime.contract.node import (
 SALT = "speech"
 TOKENS, TALKER, NOISE = 0, 1, 2  # seed offsets (`SpeechOptions`)
 M = TypeVar("M", bound=torch.nn.Module)
-TINY_TOKENIZERS = Path(__file__).resolve().parents[1] / "runtime" / "components" / "configs"
+TINY_TOKENIZERS = Path(__file__).resolve().parents[1] / "wgc_runtime" / "components" / "configs"
 
 
 def speech_seed(ctx: CallContext) -> int:

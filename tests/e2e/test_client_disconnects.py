@@ -63,7 +63,7 @@ def test_fifty_clients_that_go_away_leave_nothing_behind(tmp_path) -> None:
         clients = [Client(cluster.client_address, idle_timeout=60) for _ in range(40)]
         for cl in clients:  # two run at once (whichever the conductor saw first), the rest queue
             cl.submit(X, ["tensor"], SLOW, deadline=600)
-        env = {**os.environ, "PYTHONPATH": str(ROOT / "runtime") + os.pathsep + str(ROOT)}
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
         raw = [
             subprocess.Popen(
                 [sys.executable, "-c", RAW_CLIENT, cluster.client_address, f"raw-{i}"],

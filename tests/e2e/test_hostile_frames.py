@@ -42,7 +42,7 @@ def test_malformed_frames_at_every_endpoint_kill_nothing(tmp_path) -> None:
         ]
         spec = tmp_path / "targets.json"
         spec.write_text(json.dumps(targets))
-        env = {**os.environ, "PYTHONPATH": str(ROOT / "runtime") + os.pathsep + str(ROOT)}
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
         fuzzer = subprocess.Popen(
             [sys.executable, str(ROOT / "tests/e2e/frame_fuzz.py"), str(spec), str(FRAMES),
              str(SEED)],
