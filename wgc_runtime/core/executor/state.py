@@ -163,33 +163,76 @@ class WalkRun:
     headed: set[int] = field(default_factory=set)
 
 
+@dataclass(eq=False, slots=True)
+class Inlet:
+    """One stream this rank owns, for one request (`streams.Streams`, owner side): its buffer,
+    the items waiting for room (seq, src rank, item, continuation or None), the last chunk index
+    the conductor was told of (`ChunkReady`), and whether its consumer node here learned the
+    request (`Node.expect`)."""
+
+    buf: StreamBuffer
+    pending: deque[tuple[int, int, Any, Callable[[], None] | None]] = field(default_factory=deque)
+    notified: int = -1
+    expected: bool = False
+
+    @property
+    def held(self) -> int:
+        """Items the buffer holds (what the worker's usage report shows)."""
+        return self.buf.held
+
+
+@dataclass(eq=False, slots=True)
+class Outlet:
+    """One (stream, owner rank) this rank pushes to, for one request (`streams.Streams`,
+    producer side): credits left, pushes waiting for one (walk run, item, continuation), the
+    walk runs of the items in flight (oldest first), and whether the request's header went
+    with an item already (the first one carries it)."""
+
+    credits: int
+    blocked: deque[tuple[WalkRun, Any, Callable[[], None]]] = field(default_factory=deque)
+    in_flight: deque[WalkRun] = field(default_factory=deque)
+    headed: bool = False
+
+
 @dataclass(eq=False)
 class RequestState:
+    """One request on this rank: its walk runs, the walk ids finished here, its nodes' state
+    dicts and KV handles, its persisted values, and its streams (owned here: `Inlet`; pushed to
+    another rank: `Outlet`). State moves in flight (`handoff.Handoff`) and its session
+    (`sessions.RankSessions`) are kept by their components, by request id."""
+
     id: str
-    node_state: dict[str, dict] = field(default_factory=dict)
-    session: str | None = None  # the session this request runs (`sessions`), once adopted
-    persisted: dict[tuple[str, str], Any] = field(default_factory=dict)  # (flow, channel)
     walks: dict[int, WalkRun] = field(default_factory=dict)
     finished_walks: set[int] = field(default_factory=set)
-    streams: dict[str, StreamBuffer] = field(default_factory=dict)
-    # owner side: items waiting for room, (seq, src rank, item, continuation or None)
-    stream_pending: dict[str, deque] = field(default_factory=dict)
-    notified: dict[str, int] = field(default_factory=dict)
-    # producer side, per (stream, owner rank): credits left, pushes waiting for one (walk run,
-    # item, continuation), and the walk runs of the items in flight, oldest first
-    credits: dict[tuple[str, int], int] = field(default_factory=dict)
-    blocked: dict[tuple[str, int], deque] = field(default_factory=dict)
-    in_flight: dict[tuple[str, int], deque] = field(default_factory=dict)
-    # the (stream, owner) pairs this rank sent the request's header to (its first item), and
-    # the streams whose consumer node here learned the request (`Node.expect`)
-    headed: set[tuple[str, int]] = field(default_factory=set)
-    expected: set[str] = field(default_factory=set)
-    # node states arriving from another group: (walk id, node, src rank) -> parts, and the
-    # part count once `StateEnd` said it
-    incoming: dict[tuple[int, str, int], dict[str, Any]] = field(default_factory=dict)
-    incoming_parts: dict[tuple[int, str, int], int] = field(default_factory=dict)
+    node_state: dict[str, dict[str, Any]] = field(default_factory=dict)
     # the request's KV handle per kv-cache node (a view of the rank's pool: made once)
     kv_handles: dict[str, Any] = field(default_factory=dict)
+    persisted: dict[tuple[str, str], Any] = field(default_factory=dict)  # (flow, channel)
+    streams: dict[str, Inlet] = field(default_factory=dict)
+    outlets: dict[tuple[str, int], Outlet] = field(default_factory=dict)
+
+
+def lookup(store: dict[tuple[int, ...], Any] | None, key: tuple[int, ...]) -> Any:
+    """The value under the longest prefix of ``key`` (a value bound outside some of the
+    consumer's loops is keyed by the loops it was bound in), or `MISSING`."""
+    if not store:
+        return MISSING
+    for k in range(len(key), -1, -1):
+        v = store.get(key[:k], MISSING)
+        if v is not MISSING:
+            return v
+    return MISSING
+
+
+def unconfirmed(
+    w: WalkRun, loops: tuple[str, ...], it: tuple[int, ...]
+) -> tuple[LoopRun, int] | None:
+    """The outermost speculative (loop run, iteration) of a chain of loops, or None."""
+    for k, name in enumerate(loops):
+        lr = w.loops.get((name, it[:k]))
+        if lr is not None and not lr.confirmed(it[k]):
+            return lr, it[k]
+    return None
 
 
 def truth(v: Any) -> bool:
@@ -202,3 +245,13 @@ def truth(v: Any) -> bool:
             return bool(v)
         return bool(v.reshape(-1)[0].item()) if n else False
     return bool(v)
+
+
+class Post:
+    """Where the executor's parts send messages: ``send(to, msg)``, the host's outbox (a batch
+    holds its messages here while it routes them, then packs them: `batching`)."""
+
+    __slots__ = ("send",)
+
+    def __init__(self, send: Outbox) -> None:
+        self.send = send
