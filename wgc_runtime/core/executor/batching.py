@@ -1,5 +1,6 @@
-"""Batching (`Batcher`): ready call instances of one (walk, call) run together in one `Node.forward`, or
-in the call's captured step when the plan lists it and the node offers one (`captured`).
+"""Batching (`Batcher`): ready call instances of one (walk, call) run together in one
+`Node.forward`, or in the call's captured step when the plan lists it and the node offers one
+(`captured`).
 
 Up to ``max_batch``, at most one instance per request (a batch never mixes two iterations or two
 walk instances of one request). Nodes that keep the default `Node.forward` run item by item
@@ -41,9 +42,10 @@ from wgc_runtime.contract.spec import RankSpec
 from wgc_runtime.core.executor.captured import CapturedSteps
 from wgc_runtime.core.executor.merging import Merger
 from wgc_runtime.core.executor.requests import Requests
-from wgc_runtime.core.executor.state import Inst, Post, RequestAbort
+from wgc_runtime.core.executor.state import Inst, RequestAbort
 from wgc_runtime.core.executor.stats import NodeStats
 from wgc_runtime.core.executor.values import Fail, Values, consume
+from wgc_runtime.core.post import Post
 from wgc_runtime.engines.kv_pools import KvPools
 
 if TYPE_CHECKING:
@@ -254,9 +256,7 @@ class Batcher:
             except NodeError as exc:
                 self.fail(
                     w.req.id,
-                    RequestAbort(
-                        FailKind.OUTPUT, f"{exc} (in walk `{w.walk}`)", w.walk, call.node
-                    ),
+                    RequestAbort(FailKind.OUTPUT, f"{exc} (in walk `{w.walk}`)", w.walk, call.node),
                 )
                 continue
             try:  # a captured step's rows are dicts of its own; a node's result is copied

@@ -23,9 +23,9 @@ methods (one module each):
 The executor itself dispatches messages to them and keeps the request lifecycle. A `StartWalk`
 starts this rank's piece of one walk instance: its top-level units get instances, its
 top-level loops start; a piece that needs none (`PieceSpec.needs_start`) starts on the first
-value carrying the walk's header (`Value.options`). A piece is done when its top-level units ran and its top-level
-loops ended; then `WalkDone` goes to the conductor (unless the plan says the conductor learns
-it otherwise, `PieceSpec.reports_done`). A piece that leaves nothing behind
+value carrying the walk's header (`Value.options`). A piece is done when its top-level units
+ran and its top-level loops ended; then `WalkDone` goes to the conductor (unless the plan says
+the conductor learns it otherwise, `PieceSpec.reports_done`). A piece that leaves nothing behind
 (`PieceSpec.needs_release`) drops the request's bookkeeping here once done and nothing else of
 the request is kept, and releases the request in the nodes it called (the walk id is
 remembered, to drop a late message).
@@ -76,9 +76,7 @@ from wgc_runtime.core.executor.requests import Requests
 from wgc_runtime.core.executor.routing import Router
 from wgc_runtime.core.executor.sessions import RankSessions, Sessions
 from wgc_runtime.core.executor.state import (
-    Outbox,
     PieceIndex,
-    Post,
     RequestAbort,
     RequestState,
     WalkRun,
@@ -87,6 +85,7 @@ from wgc_runtime.core.executor.stats import NodeStats
 from wgc_runtime.core.executor.stepping import Stepper
 from wgc_runtime.core.executor.streams import Streams
 from wgc_runtime.core.executor.values import Values
+from wgc_runtime.core.post import Outbox, Post
 from wgc_runtime.engines.kv_pools import KvPools
 
 

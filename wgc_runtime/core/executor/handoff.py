@@ -34,7 +34,8 @@ from wgc_runtime.contract.messages import (
     StatePart,
 )
 from wgc_runtime.contract.node import Node
-from wgc_runtime.core.executor.state import Post, RequestAbort, RequestState
+from wgc_runtime.core.executor.state import RequestAbort, RequestState
+from wgc_runtime.core.post import Post
 from wgc_runtime.engines.kv_pool import PoolFull
 from wgc_runtime.engines.kv_pools import KV_PART, KvPools
 

@@ -78,9 +78,7 @@ class Merger:
             self.siblings_of[key] = found
         return found
 
-    def take_merged(
-        self, key: Key, batch: list[tuple[Inst, Work]]
-    ) -> list[tuple[Inst, Work]]:
+    def take_merged(self, key: Key, batch: list[tuple[Inst, Work]]) -> list[tuple[Inst, Work]]:
         """``batch`` (taken from ``key``'s queue) and the ready calls of its siblings'
         queues."""
         ready = self.batcher.ready

@@ -32,7 +32,6 @@ from wgc_runtime.core.executor.requests import Requests
 from wgc_runtime.core.executor.state import (
     AFTER_LOOP,
     Inst,
-    Post,
     RequestAbort,
     RequestState,
     WalkRun,
@@ -41,6 +40,7 @@ from wgc_runtime.core.executor.state import (
 from wgc_runtime.core.executor.stepping import Stepper
 from wgc_runtime.core.executor.streams import Push, Streams
 from wgc_runtime.core.executor.values import Values, consume
+from wgc_runtime.core.post import Post
 
 Done = Callable[[], None]
 Iters = tuple[tuple[str, int], ...]
@@ -183,9 +183,7 @@ class Router:
                 lr.stacks.setdefault(key, []).append(v)
         lr.yield_dests.setdefault(key, {})[k] = d
 
-    def dest(
-        self, w: WalkRun, call: Unit, it: tuple[int, ...], d: Dest, v: Any, port: str
-    ) -> None:
+    def dest(self, w: WalkRun, call: Unit, it: tuple[int, ...], d: Dest, v: Any, port: str) -> None:
         req = w.req
         if d.carried and d.kind is not DestKind.CALL:
             # an emit / persist of a loop-carried channel: fires when the next iteration starts

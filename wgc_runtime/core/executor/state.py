@@ -17,11 +17,8 @@ from typing import Any
 import torch
 
 from wgc_runtime.contract.kinds import Cause, Edge, FailKind
-from wgc_runtime.contract.messages import Message
 from wgc_runtime.contract.spec import Dest, LoopSpec, PieceSpec, PortIn, Unit
 from wgc_runtime.core.streams import StreamBuffer
-
-Outbox = Callable[[int, Message], None]
 
 MISSING = object()
 AFTER_LOOP = (Edge.TERMINAL, Edge.ACCUMULATED)  # edges whose value travels after its loop
@@ -245,13 +242,3 @@ def truth(v: Any) -> bool:
             return bool(v)
         return bool(v.reshape(-1)[0].item()) if n else False
     return bool(v)
-
-
-class Post:
-    """Where the executor's parts send messages: ``send(to, msg)``, the host's outbox (a batch
-    holds its messages here while it routes them, then packs them: `batching`)."""
-
-    __slots__ = ("send",)
-
-    def __init__(self, send: Outbox) -> None:
-        self.send = send

@@ -47,12 +47,12 @@ from wgc_runtime.core.executor.requests import Requests
 from wgc_runtime.core.executor.state import (
     Inlet,
     Outlet,
-    Post,
     RequestAbort,
     RequestState,
     WalkRun,
 )
 from wgc_runtime.core.executor.stats import NodeStats
+from wgc_runtime.core.post import Post
 from wgc_runtime.core.streams import Policy, StreamBuffer, StreamError, chunk_plan
 
 if TYPE_CHECKING:
@@ -145,8 +145,7 @@ class Streams:
             node.expect(ctx)
         except Exception as exc:  # a node's failure fails its request, as in a call
             msg = (
-                f"node `{node_name}` failed to prepare for the request: "
-                f"{type(exc).__name__}: {exc}"
+                f"node `{node_name}` failed to prepare for the request: {type(exc).__name__}: {exc}"
             )
             raise RequestAbort(FailKind.NODE, msg, None, node_name) from exc
 

@@ -176,8 +176,7 @@ class Values:
         # in a speculative iteration only stateless calls without stream inputs may run
         speculative = bool(inst.call.loops) and unconfirmed(w, inst.call.loops, inst.it)
         stateful = (
-            has_stream
-            or self.engines.get(inst.call.node, Engine.STATELESS) is not Engine.STATELESS
+            has_stream or self.engines.get(inst.call.node, Engine.STATELESS) is not Engine.STATELESS
         )
         if speculative and stateful:
             return None
@@ -244,4 +243,3 @@ def consume(w: WalkRun, inst: Inst) -> None:
         for store in (w.values.get(slot), w.carried.get(slot)):
             if store is not None:
                 store.pop(inst.it, None)
-
