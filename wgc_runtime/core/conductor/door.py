@@ -85,9 +85,11 @@ class DryRun:
     """What the flows would do with a request: the problems found, what each segment feeds,
     and whether some flow `fail`s on it."""
 
-    problems: list[Problem] = field(default_factory=list)
-    feeds: list[Feed] = field(default_factory=list)
-    fails: list[tuple[str, str]] = field(default_factory=list)  # (flow, its `fail` message)
+    problems: list[Problem] = field(default_factory=list[Problem])
+    feeds: list[Feed] = field(default_factory=list[Feed])
+    fails: list[tuple[str, str]] = field(
+        default_factory=list[tuple[str, str]]
+    )  # (flow, its `fail` message)
 
 
 def check(spec: ConductorSpec, request: Request, *, strict: bool = True) -> list[Problem]:
@@ -113,7 +115,7 @@ def check(spec: ConductorSpec, request: Request, *, strict: bool = True) -> list
 
 def _options(spec: ConductorSpec, given: Mapping[str, Any], strict: bool) -> list[Problem]:
     declared = {o.name: o for o in spec.options}
-    out = []
+    out: list[Problem] = []
     for name, value in given.items():
         where = f"options.{name}"
         o = declared.get(name)
@@ -152,7 +154,7 @@ def _wants(spec: ConductorSpec, wants: frozenset[str]) -> list[Problem]:
     allowed = _listing(emits, "nothing")
     if not wants:
         return [Problem("want", f"no output wanted: ask for one of {allowed}")]
-    out = []
+    out: list[Problem] = []
     for w in sorted(wants):
         if w not in emits:
             hint = _did_you_mean(w, emits)
@@ -169,7 +171,7 @@ def _modalities(spec: ConductorSpec, request: Request) -> list[Problem]:
     if spec.any_segment:
         return []  # some flow takes anything
     taken = [s.modality for s in spec.segments]
-    out = []
+    out: list[Problem] = []
     for i, seg in enumerate(request.inputs):
         if seg.modality not in taken:
             hint = _did_you_mean(seg.modality, taken)

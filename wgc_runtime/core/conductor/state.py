@@ -38,7 +38,8 @@ class FlowRun:
     gen: Any = None
     waiting: int | None = None  # walk id
     done: bool = False
-    chunks: dict[int, ChunkReady] = field(default_factory=dict)  # on_stream: ready chunks
+    # on_stream: ready chunks
+    chunks: dict[int, ChunkReady] = field(default_factory=dict[int, ChunkReady])
     index: int = 0  # on_stream: the chunk the body runs for (or waits for)
     current: ChunkReady | None = None
 
@@ -53,7 +54,7 @@ class WalkWait:
     deadline: float
     # node-state moves before the walk starts: (node, rank) imports not yet confirmed, and
     # what starts the walk once they are
-    moving: set[tuple[str, int]] = field(default_factory=set)
+    moving: set[tuple[str, int]] = field(default_factory=set[tuple[str, int]])
     start: Any = None  # Callable[[], None] | None
     emits: int = 0  # `ClientOut`s still to come before the walk is done (`WalkSpec.done_emits`)
 
@@ -75,15 +76,17 @@ class RequestRun:
 
     id: str
     request: Request
-    flows: dict[str, FlowRun] = field(default_factory=dict)
-    walks: dict[int, WalkWait] = field(default_factory=dict)
-    persist_loc: dict[tuple[str, str], int] = field(default_factory=dict)
-    kept: dict[tuple[str, str], Any] = field(default_factory=dict)  # conductor-held persists
-    streams_done: set[str] = field(default_factory=set)
-    streams_abandoned: set[str] = field(default_factory=set)
-    state_at: dict[str, tuple[int, ...]] = field(default_factory=dict)  # node -> its group
+    flows: dict[str, FlowRun] = field(default_factory=dict[str, FlowRun])
+    walks: dict[int, WalkWait] = field(default_factory=dict[int, WalkWait])
+    persist_loc: dict[tuple[str, str], int] = field(default_factory=dict[tuple[str, str], int])
+    # conductor-held persists
+    kept: dict[tuple[str, str], Any] = field(default_factory=dict[tuple[str, str], Any])
+    streams_done: set[str] = field(default_factory=set[str])
+    streams_abandoned: set[str] = field(default_factory=set[str])
+    # node -> its group
+    state_at: dict[str, tuple[int, ...]] = field(default_factory=dict[str, tuple[int, ...]])
     # the ranks that hold something of the request (`Release` when it ends normally): the
     # stream owners and every rank of its walks but `WalkSpec.no_release`
-    holds: set[int] = field(default_factory=set)
+    holds: set[int] = field(default_factory=set[int])
     last_progress: float = 0.0
     ended: bool = False

@@ -226,7 +226,11 @@ class Batcher:
         post = self.post
         send = post.send
         held: dict[int, list[Message]] = {}  # the batch's messages, per destination in order
-        post.send = lambda to, msg: held.setdefault(to, []).append(msg)
+
+        def hold(to: int, msg: Message) -> None:
+            held.setdefault(to, []).append(msg)
+
+        post.send = hold
         try:
             self.route_results(batch, results, checked)
         finally:

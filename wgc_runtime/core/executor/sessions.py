@@ -48,7 +48,7 @@ class Parked:
     """One parked session: its pages per pool key, its nodes' state, and when it was used."""
 
     pages: dict[str, int]
-    node_state: dict[str, dict[str, Any]] = field(default_factory=dict)
+    node_state: dict[str, dict[str, Any]] = field(default_factory=dict[str, dict[str, Any]])
     used: float = 0.0
 
 

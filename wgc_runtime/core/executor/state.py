@@ -21,6 +21,16 @@ from wgc_runtime.contract.spec import Dest, LoopSpec, PieceSpec, PortIn, Unit
 from wgc_runtime.core.streams import StreamBuffer
 
 MISSING = object()
+# an effect of a speculative iteration, held until it is confirmed: (loops, iterations, action)
+Held = tuple[tuple[str, ...], tuple[int, ...], Callable[[], None]]
+# a stream push parked behind an earlier producer: (order key, streams, start)
+ParkedPush = tuple[tuple[int, ...], frozenset[str], Callable[[], None]]
+# a walk run's values of one kind: (unit, port) -> iteration key -> value
+Stores = dict[tuple[int, str], dict[tuple[int, ...], Any]]
+# an item waiting for room in a stream buffer: (seq, src rank, item, continuation or None)
+Waiting = tuple[int, int, Any, Callable[[], None] | None]
+# a push waiting for a credit: (walk run, item, continuation)
+Blocked = tuple["WalkRun", Any, Callable[[], None]]
 AFTER_LOOP = (Edge.TERMINAL, Edge.ACCUMULATED)  # edges whose value travels after its loop
 
 
@@ -117,13 +127,23 @@ class LoopRun:
     completed: int = -1  # the last complete iteration (they complete in order)
     last: int | None = None  # the last iteration, once known
     ended: bool = False
-    stops: dict[int, bool] = field(default_factory=dict)
-    remaining: dict[int, int] = field(default_factory=dict)
-    held: dict[int, list] = field(default_factory=dict)  # speculative effects per iteration
-    on_start: dict[int, list] = field(default_factory=dict)  # carried emits / persists
-    yields: dict[tuple[int, str], Any] = field(default_factory=dict)  # terminal values
-    stacks: dict[tuple[int, str], list] = field(default_factory=dict)  # accumulated values
-    yield_dests: dict[tuple[int, str], dict[int, Dest]] = field(default_factory=dict)
+    stops: dict[int, bool] = field(default_factory=dict[int, bool])
+    remaining: dict[int, int] = field(default_factory=dict[int, int])
+    # speculative effects per iteration
+    held: dict[int, list[Held]] = field(default_factory=dict[int, list[Held]])
+    # carried emits / persists
+    on_start: dict[int, list[Callable[[], None]]] = field(
+        default_factory=dict[int, list[Callable[[], None]]]
+    )
+    # terminal values
+    yields: dict[tuple[int, str], Any] = field(default_factory=dict[tuple[int, str], Any])
+    # accumulated values
+    stacks: dict[tuple[int, str], list[Any]] = field(
+        default_factory=dict[tuple[int, str], list[Any]]
+    )
+    yield_dests: dict[tuple[int, str], dict[int, Dest]] = field(
+        default_factory=dict[tuple[int, str], dict[int, Dest]]
+    )
 
     def confirmed(self, i: int) -> bool:
         """Iteration i is not speculative here (its parents' iterations aside)."""
@@ -137,27 +157,35 @@ class WalkRun:
     walk: str
     piece: PieceIndex
     flow: str = ""
-    options: dict[str, Any] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict[str, Any])
     started: bool = False
-    values: dict[tuple[int, str], dict[tuple[int, ...], Any]] = field(default_factory=dict)
-    inits: dict[tuple[int, str], dict[tuple[int, ...], Any]] = field(default_factory=dict)
-    carried: dict[tuple[int, str], dict[tuple[int, ...], Any]] = field(default_factory=dict)
-    carried_loop: dict[tuple[int, str], str] = field(default_factory=dict)
-    loops: dict[tuple[str, tuple[int, ...]], LoopRun] = field(default_factory=dict)
-    early_stops: dict[tuple[str, tuple[int, ...]], dict[int, bool]] = field(default_factory=dict)
-    waiting: dict[int, dict[tuple[int, ...], Inst]] = field(default_factory=dict)
+    values: Stores = field(default_factory=Stores)
+    inits: Stores = field(default_factory=Stores)
+    carried: Stores = field(default_factory=Stores)
+    carried_loop: dict[tuple[int, str], str] = field(default_factory=dict[tuple[int, str], str])
+    loops: dict[tuple[str, tuple[int, ...]], LoopRun] = field(
+        default_factory=dict[tuple[str, tuple[int, ...]], LoopRun]
+    )
+    early_stops: dict[tuple[str, tuple[int, ...]], dict[int, bool]] = field(
+        default_factory=dict[tuple[str, tuple[int, ...]], dict[int, bool]]
+    )
+    waiting: dict[int, dict[tuple[int, ...], Inst]] = field(
+        default_factory=dict[int, dict[tuple[int, ...], Inst]]
+    )
     top_remaining: int = 0
     # stream pushes in statement order: producer instances that ran and have not finished
     # pushing (order key -> streams), and pushes parked behind an earlier one
-    pushing: dict[tuple[int, ...], frozenset[str]] = field(default_factory=dict)
-    parked: list = field(default_factory=list)
+    pushing: dict[tuple[int, ...], frozenset[str]] = field(
+        default_factory=dict[tuple[int, ...], frozenset[str]]
+    )
+    parked: list[ParkedPush] = field(default_factory=list[ParkedPush])
     # stream items sent to another rank and not yet acknowledged; a walk whose units are done
     # reports `WalkDone` when they are (``done_pending`` until then)
     unacked: int = 0
     done_pending: bool = False
     # the ranks this walk run sent the walk's header to (`Dest.starts`: their pieces start on
     # their first value)
-    headed: set[int] = field(default_factory=set)
+    headed: set[int] = field(default_factory=set[int])
 
 
 @dataclass(eq=False, slots=True)
@@ -168,7 +196,7 @@ class Inlet:
     request (`Node.expect`)."""
 
     buf: StreamBuffer
-    pending: deque[tuple[int, int, Any, Callable[[], None] | None]] = field(default_factory=deque)
+    pending: deque[Waiting] = field(default_factory=deque[Waiting])
     notified: int = -1
     expected: bool = False
 
@@ -186,8 +214,8 @@ class Outlet:
     with an item already (the first one carries it)."""
 
     credits: int
-    blocked: deque[tuple[WalkRun, Any, Callable[[], None]]] = field(default_factory=deque)
-    in_flight: deque[WalkRun] = field(default_factory=deque)
+    blocked: deque[Blocked] = field(default_factory=deque[Blocked])
+    in_flight: deque[WalkRun] = field(default_factory=deque[WalkRun])
     headed: bool = False
 
 
@@ -199,14 +227,15 @@ class RequestState:
     (`sessions.RankSessions`) are kept by their components, by request id."""
 
     id: str
-    walks: dict[int, WalkRun] = field(default_factory=dict)
-    finished_walks: set[int] = field(default_factory=set)
-    node_state: dict[str, dict[str, Any]] = field(default_factory=dict)
+    walks: dict[int, WalkRun] = field(default_factory=dict[int, WalkRun])
+    finished_walks: set[int] = field(default_factory=set[int])
+    node_state: dict[str, dict[str, Any]] = field(default_factory=dict[str, dict[str, Any]])
     # the request's KV handle per kv-cache node (a view of the rank's pool: made once)
-    kv_handles: dict[str, Any] = field(default_factory=dict)
-    persisted: dict[tuple[str, str], Any] = field(default_factory=dict)  # (flow, channel)
-    streams: dict[str, Inlet] = field(default_factory=dict)
-    outlets: dict[tuple[str, int], Outlet] = field(default_factory=dict)
+    kv_handles: dict[str, Any] = field(default_factory=dict[str, Any])
+    # (flow, channel)
+    persisted: dict[tuple[str, str], Any] = field(default_factory=dict[tuple[str, str], Any])
+    streams: dict[str, Inlet] = field(default_factory=dict[str, Inlet])
+    outlets: dict[tuple[str, int], Outlet] = field(default_factory=dict[tuple[str, int], Outlet])
 
 
 def lookup(store: dict[tuple[int, ...], Any] | None, key: tuple[int, ...]) -> Any:

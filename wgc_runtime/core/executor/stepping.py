@@ -49,7 +49,7 @@ class SelfStep:
 
 def self_stepping(rank_spec: RankSpec) -> dict[tuple[str, int], SelfStep]:
     """(walk, call) -> its `SelfStep`, for every self-stepping call of the rank's pieces."""
-    found = {}
+    found: dict[tuple[str, int], SelfStep] = {}
     for piece in rank_spec.pieces:
         for call in piece.calls:
             step = _of(piece, call, rank_spec.rank)
@@ -67,7 +67,9 @@ def _of(piece: PieceSpec, call: CallSpec, rank: int) -> SelfStep | None:
     until = loop.until
     if until is None or until.kind is not SourceKind.CALL or until.call != call.id:
         return None
-    carried, once, feeds = [], [], {}
+    carried: list[tuple[str, str]] = []
+    once: list[str] = []
+    feeds: dict[str, str | None] = {}
     for p in call.inputs:
         if p.mode is InputMode.ONCE:
             once.append(p.port)
