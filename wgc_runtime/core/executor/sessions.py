@@ -28,7 +28,7 @@ from wgc_runtime.contract.kinds import Engine, FailKind
 from wgc_runtime.contract.messages import ForgetSession
 from wgc_runtime.contract.spec import RankSpec
 from wgc_runtime.core.conductor.admission import parked_pages
-from wgc_runtime.core.executor.state import RequestAbort, RequestState, WalkRun
+from wgc_runtime.core.executor.state import RequestAbort, RequestState, WalkRun, new_dict
 from wgc_runtime.engines.kv_pools import KvPools
 
 
@@ -48,7 +48,7 @@ class Parked:
     """One parked session: its pages per pool key, its nodes' state, and when it was used."""
 
     pages: dict[str, int]
-    node_state: dict[str, dict[str, Any]] = field(default_factory=dict[str, dict[str, Any]])
+    node_state: dict[str, dict[str, Any]] = field(default_factory=new_dict)
     used: float = 0.0
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -32,6 +32,13 @@ Waiting = tuple[int, int, Any, Callable[[], None] | None]
 # a push waiting for a credit: (walk run, item, continuation)
 Blocked = tuple["WalkRun", Any, Callable[[], None]]
 AFTER_LOOP = (Edge.TERMINAL, Edge.ACCUMULATED)  # edges whose value travels after its loop
+
+# typed default factories for the records' fields (the builtins themselves: a subscripted
+# ``dict[K, V]()`` costs ~8x a ``dict()``, and walk runs are made on the hot path)
+new_dict = cast("Callable[[], dict[Any, Any]]", dict)
+new_set = cast("Callable[[], set[Any]]", set)
+new_deque = cast("Callable[[], deque[Any]]", deque)
+new_list = cast("Callable[[], list[Any]]", list)
 
 
 class RequestAbort(Exception):
@@ -127,23 +134,17 @@ class LoopRun:
     completed: int = -1  # the last complete iteration (they complete in order)
     last: int | None = None  # the last iteration, once known
     ended: bool = False
-    stops: dict[int, bool] = field(default_factory=dict[int, bool])
-    remaining: dict[int, int] = field(default_factory=dict[int, int])
+    stops: dict[int, bool] = field(default_factory=new_dict)
+    remaining: dict[int, int] = field(default_factory=new_dict)
     # speculative effects per iteration
-    held: dict[int, list[Held]] = field(default_factory=dict[int, list[Held]])
+    held: dict[int, list[Held]] = field(default_factory=new_dict)
     # carried emits / persists
-    on_start: dict[int, list[Callable[[], None]]] = field(
-        default_factory=dict[int, list[Callable[[], None]]]
-    )
+    on_start: dict[int, list[Callable[[], None]]] = field(default_factory=new_dict)
     # terminal values
-    yields: dict[tuple[int, str], Any] = field(default_factory=dict[tuple[int, str], Any])
+    yields: dict[tuple[int, str], Any] = field(default_factory=new_dict)
     # accumulated values
-    stacks: dict[tuple[int, str], list[Any]] = field(
-        default_factory=dict[tuple[int, str], list[Any]]
-    )
-    yield_dests: dict[tuple[int, str], dict[int, Dest]] = field(
-        default_factory=dict[tuple[int, str], dict[int, Dest]]
-    )
+    stacks: dict[tuple[int, str], list[Any]] = field(default_factory=new_dict)
+    yield_dests: dict[tuple[int, str], dict[int, Dest]] = field(default_factory=new_dict)
 
     def confirmed(self, i: int) -> bool:
         """Iteration i is not speculative here (its parents' iterations aside)."""
@@ -157,35 +158,29 @@ class WalkRun:
     walk: str
     piece: PieceIndex
     flow: str = ""
-    options: dict[str, Any] = field(default_factory=dict[str, Any])
+    options: dict[str, Any] = field(default_factory=new_dict)
     started: bool = False
-    values: Stores = field(default_factory=Stores)
-    inits: Stores = field(default_factory=Stores)
-    carried: Stores = field(default_factory=Stores)
-    carried_loop: dict[tuple[int, str], str] = field(default_factory=dict[tuple[int, str], str])
-    loops: dict[tuple[str, tuple[int, ...]], LoopRun] = field(
-        default_factory=dict[tuple[str, tuple[int, ...]], LoopRun]
-    )
+    values: Stores = field(default_factory=new_dict)
+    inits: Stores = field(default_factory=new_dict)
+    carried: Stores = field(default_factory=new_dict)
+    carried_loop: dict[tuple[int, str], str] = field(default_factory=new_dict)
+    loops: dict[tuple[str, tuple[int, ...]], LoopRun] = field(default_factory=new_dict)
     early_stops: dict[tuple[str, tuple[int, ...]], dict[int, bool]] = field(
-        default_factory=dict[tuple[str, tuple[int, ...]], dict[int, bool]]
+        default_factory=new_dict
     )
-    waiting: dict[int, dict[tuple[int, ...], Inst]] = field(
-        default_factory=dict[int, dict[tuple[int, ...], Inst]]
-    )
+    waiting: dict[int, dict[tuple[int, ...], Inst]] = field(default_factory=new_dict)
     top_remaining: int = 0
     # stream pushes in statement order: producer instances that ran and have not finished
     # pushing (order key -> streams), and pushes parked behind an earlier one
-    pushing: dict[tuple[int, ...], frozenset[str]] = field(
-        default_factory=dict[tuple[int, ...], frozenset[str]]
-    )
-    parked: list[ParkedPush] = field(default_factory=list[ParkedPush])
+    pushing: dict[tuple[int, ...], frozenset[str]] = field(default_factory=new_dict)
+    parked: list[ParkedPush] = field(default_factory=new_list)
     # stream items sent to another rank and not yet acknowledged; a walk whose units are done
     # reports `WalkDone` when they are (``done_pending`` until then)
     unacked: int = 0
     done_pending: bool = False
     # the ranks this walk run sent the walk's header to (`Dest.starts`: their pieces start on
     # their first value)
-    headed: set[int] = field(default_factory=set[int])
+    headed: set[int] = field(default_factory=new_set)
 
 
 @dataclass(eq=False, slots=True)
@@ -196,7 +191,7 @@ class Inlet:
     request (`Node.expect`)."""
 
     buf: StreamBuffer
-    pending: deque[Waiting] = field(default_factory=deque[Waiting])
+    pending: deque[Waiting] = field(default_factory=new_deque)
     notified: int = -1
     expected: bool = False
 
@@ -214,8 +209,8 @@ class Outlet:
     with an item already (the first one carries it)."""
 
     credits: int
-    blocked: deque[Blocked] = field(default_factory=deque[Blocked])
-    in_flight: deque[WalkRun] = field(default_factory=deque[WalkRun])
+    blocked: deque[Blocked] = field(default_factory=new_deque)
+    in_flight: deque[WalkRun] = field(default_factory=new_deque)
     headed: bool = False
 
 
@@ -227,15 +222,15 @@ class RequestState:
     (`sessions.RankSessions`) are kept by their components, by request id."""
 
     id: str
-    walks: dict[int, WalkRun] = field(default_factory=dict[int, WalkRun])
-    finished_walks: set[int] = field(default_factory=set[int])
-    node_state: dict[str, dict[str, Any]] = field(default_factory=dict[str, dict[str, Any]])
+    walks: dict[int, WalkRun] = field(default_factory=new_dict)
+    finished_walks: set[int] = field(default_factory=new_set)
+    node_state: dict[str, dict[str, Any]] = field(default_factory=new_dict)
     # the request's KV handle per kv-cache node (a view of the rank's pool: made once)
-    kv_handles: dict[str, Any] = field(default_factory=dict[str, Any])
+    kv_handles: dict[str, Any] = field(default_factory=new_dict)
     # (flow, channel)
-    persisted: dict[tuple[str, str], Any] = field(default_factory=dict[tuple[str, str], Any])
-    streams: dict[str, Inlet] = field(default_factory=dict[str, Inlet])
-    outlets: dict[tuple[str, int], Outlet] = field(default_factory=dict[tuple[str, int], Outlet])
+    persisted: dict[tuple[str, str], Any] = field(default_factory=new_dict)
+    streams: dict[str, Inlet] = field(default_factory=new_dict)
+    outlets: dict[tuple[str, int], Outlet] = field(default_factory=new_dict)
 
 
 def lookup(store: dict[tuple[int, ...], Any] | None, key: tuple[int, ...]) -> Any:
