@@ -38,6 +38,7 @@ from wgc_runtime.contract.messages import (
 )
 from wgc_runtime.contract.spec import StreamSpec
 from wgc_runtime.core.conductor import admission, deadlines, flows, walks
+from wgc_runtime.core.conductor.replay import replay as _replay
 from wgc_runtime.core.conductor.sessions import SessionTable
 from wgc_runtime.core.conductor.state import Abort, FlowRun, RequestRun
 
@@ -74,6 +75,8 @@ class ConductorCore:
     waits = deadlines.waits
     tick = deadlines.tick
     fail_stalled = deadlines.fail_stalled
+    # a request run again after a restart
+    replay = _replay
 
     def __init__(
         self,
@@ -202,6 +205,7 @@ class ConductorCore:
                         start, wait.start = wait.start, None
                         start()
             elif isinstance(msg, ClientOut):
+                req.emitted = True  # from now on it cannot be replayed (`replay`)
                 self.outbox(
                     CLIENT,
                     Output(
