@@ -9,6 +9,8 @@ from pathlib import Path
 
 from wgc.cli.compile import sync
 from wgc.driver import Driver
+from wgc.show.plan_html import render_plan_html
+from wgc.show.plan_text import render_plan_text
 from wgc_runtime.contract.flow import SEED_OPTION
 from wgc_runtime.contract.kinds import OnRestart
 from wgc_runtime.contract.messages import (
@@ -60,6 +62,30 @@ place:
   - nodes: [B]
     ranks: [1]
 """
+
+
+def _plan(tmp_path: Path, on_restart: str):
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    walk, placement = tmp_path / "two.walk", tmp_path / "p.yaml"
+    walk.write_text(MODEL)
+    placement.write_text(PLACEMENT + on_restart)
+    result = Driver().plan(str(walk), str(placement))
+    assert result.plan is not None, [d.message for d in result.diagnostics]
+    return result.plan
+
+
+def test_wgc_show_says_each_walks_policy(tmp_path: Path) -> None:
+    plan = _plan(tmp_path, "on_restart: {first: replay}\n")
+    text = render_plan_text(plan)
+    assert "  on_restart fail second; replay first\n" in text
+    assert "  walks   first (replay)\n" in text  # rank 0 runs only `first`
+    assert "  walks   first (replay), second\n" in text
+    page = render_plan_html(plan)
+    assert "<h2>On restart</h2>" in page
+    assert '<td class="n">first</td><td class="n">0, 1</td><td class="v">replay</td>' in page
+    assert '<td class="n">second</td><td class="n">1</td><td class="v">fail</td>' in page
+    plain = render_plan_text(_plan(tmp_path / "plain", ""))
+    assert "  on_restart fail (every walk: a request in flight on a dead rank fails)\n" in plain
 
 
 def _spec(tmp_path: Path, on_restart: str):
