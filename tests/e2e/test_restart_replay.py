@@ -92,9 +92,13 @@ def test_a_replay_walk_finishes_after_a_restart_and_a_fail_walk_fails_at_once(
     walk.write_text(MODEL)
     cluster = start(compile_model(walk, tmp_path / "out", PLACEMENT), restarts=2)
     try:
+        assert cluster.client_address is not None
         with Client(cluster.client_address, idle_timeout=120) as client:
             (plain,) = client.run(X, ["tensor"], {"steps": 60}, deadline=60)
-            assert plain.value.tolist() == ((torch.arange(4.0) + 1) * 2**60).tolist()
+            assert (
+                plain.value is not None
+                and plain.value.tolist() == ((torch.arange(4.0) + 1) * 2**60).tolist()
+            )
 
             # replay: the request rank 1 held runs again once rank 1 is back
             replayed = client.submit(X, ["tensor"], SLOW, deadline=180)
@@ -104,7 +108,9 @@ def test_a_replay_walk_finishes_after_a_restart_and_a_fail_walk_fails_at_once(
             (out,) = replayed.collect()
             assert time.monotonic() - t0 > 1.0  # not the first run, which was a second from done
             assert len(cluster.restart_times) == 1
-            assert torch.equal(out.value, plain.value)  # what the lost run would have sent
+            assert out.value is not None and torch.equal(
+                out.value, plain.value
+            )  # what the lost run would have sent
             _back(cluster, t0)
 
             # fail: the request fails at once, with the rank and the policy named
