@@ -178,3 +178,12 @@ def test_a_request_whose_output_reached_the_client_is_not_replayed(tmp_path: Pat
     why = core.replay("r1", "r1~1")
     assert why is not None and "reached the client" in why
     assert core.running() == ["r1"] and not core.queued()  # left as it was: the host fails it
+
+
+def test_the_editor_renames_a_walk_in_on_restart_too() -> None:
+    from wgc.lsp.placement_refs import names_in
+
+    text = "devices: [cpu]\non_restart: {default: replay, decode: fail}\n"
+    assert [(n.kind, n.name, n.line, n.start) for n in names_in(text)] == [
+        ("walk", "decode", 1, 30)
+    ]
