@@ -3,7 +3,8 @@ start, for the same client, when the plan's walks that left state there say ``re
 (`wgc_runtime.host.processes.recovery`; the core's side is `wgc_runtime.core.conductor.replay`).
 
 The replay runs under a new internal id (`RequestIds.successor`: the ranks drop what still
-arrives for the old one), and the client's id, its connection and its trace follow it there.
+arrives for the old one), and the client's id, its connection and its trace follow it there;
+the lost run counts as outcome ``replayed`` in the conductor's stats.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ def replay(loop: ConductorLoop, internal: str, rank: int) -> str | None:
     ident = loop.clients.pop(internal, None)
     if ident is not None:
         loop.clients[new] = ident
-    if internal in loop.stats.traced:
+    traced = internal in loop.stats.traced
+    loop.stats.ended(internal, "replayed")  # the lost run's walk timings go
+    if traced:
         loop.stats.traced.add(new)
     return None
