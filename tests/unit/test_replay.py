@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from wgc.cli.compile import sync
 from wgc.driver import Driver
 from wgc.show.plan_html import render_plan_html
@@ -187,3 +189,22 @@ def test_the_editor_renames_a_walk_in_on_restart_too() -> None:
     assert [(n.kind, n.name, n.line, n.start) for n in names_in(text)] == [
         ("walk", "decode", 1, 30)
     ]
+
+
+@pytest.mark.parametrize(
+    ("on_restart", "code", "message"),
+    [
+        ("on_restart: sometimes\n", "WG817", "`sometimes` is not a valid `on_restart` policy"),
+        ("on_restart: {first: again}\n", "WG817", "policy for `first`"),
+        ("on_restart: {first: replay, first: fail}\n", "WG805", "`first` in `on_restart`"),
+        ("on_restart: [first]\n", "WG803", "`on_restart` must be a mapping"),
+        ("on_restart: {frist: replay}\n", "WG853", "`frist`, which is not a walk of `two`"),
+    ],
+)
+def test_a_bad_on_restart_is_a_coded_error(tmp_path: Path, on_restart, code, message) -> None:
+    walk, placement = tmp_path / "two.walk", tmp_path / "p.yaml"
+    walk.write_text(MODEL)
+    placement.write_text(PLACEMENT + on_restart)
+    result = Driver().plan(str(walk), str(placement))
+    assert result.plan is None
+    assert [(d.code, message in d.message) for d in result.errors] == [(code, True)]
