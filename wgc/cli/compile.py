@@ -53,6 +53,8 @@ def sync(out_dir: Path, files: dict[str, str], check: bool) -> Outcome:
         if old == text:
             continue
         changed.append(name)
+        if not check:
+            continue  # the diff is only shown by `--check`
         diff += difflib.unified_diff(
             (old or "").splitlines(keepends=True),
             text.splitlines(keepends=True),

@@ -152,6 +152,7 @@ _TABLE: tuple[tuple[str, Severity, str], ...] = (
     ("WG827", E, "real-size weights without a checkpoint"),
     ("WG828", E, "writable KV copy not on its owner's only rank group"),
     ("WG829", E, "host is an every-interface address, not a machine"),
+    ("WG853", E, "unknown walk in `on_restart`"),
     # -- lints (WG9xx): warnings for declarations nothing uses
     ("WG901", W, "unused node"),
     ("WG902", W, "unused param"),

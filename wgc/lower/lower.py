@@ -32,7 +32,7 @@ from wgc.lower.pieces import LoweredWalk, WalkLowerer
 from wgc.lower.plan import Plan, Route, SourceFile, Transfer
 from wgc.placement.model import Placement
 from wgc_runtime.contract.conductor import OptionSpec, WalkSpec
-from wgc_runtime.contract.kinds import AttentionKind, CaptureBackend, OptionType
+from wgc_runtime.contract.kinds import AttentionKind, CaptureBackend, OnRestart, OptionType
 from wgc_runtime.contract.spec import (
     AttentionSpec,
     BatchingSpec,
@@ -146,6 +146,7 @@ def lower(
                 lazy=ctl.lazy,
                 no_release=ctl.no_release,
                 done_emits=ctl.done_emits,
+                on_restart=OnRestart(placement.on_restart.policy(name)),
                 source=src,
             )
         )

@@ -1,7 +1,8 @@
 """Where a model's names are written in its placement files.
 
 A placement names nodes in its groups' `nodes:` lists (M*'s format: `node_groups`' `nodes:`),
-walks in their `walks:` lists and params as the keys of `params:`. These are found on the YAML
+walks in their `walks:` lists and as the keys of `on_restart:`, and params as the keys of
+`params:`. These are found on the YAML
 node graph (PyYAML's composer keeps every scalar's position), so a node called `cpu` is never
 confused with the device `cpu`. Rename and find-references use them; completion of placement keys
 reads the loader's own key tables.
@@ -63,6 +64,10 @@ def _visit(node: yaml.Node | None, out: list[YamlName]) -> None:
             elif k == "params" and isinstance(value, yaml.MappingNode):
                 for pkey, _ in value.value:
                     _scalar(pkey, "param", out)
+            elif k == "on_restart" and isinstance(value, yaml.MappingNode):
+                for wkey, _ in value.value:
+                    if getattr(wkey, "value", None) != "default":
+                        _scalar(wkey, "walk", out)
             else:
                 _visit(value, out)
 

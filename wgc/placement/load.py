@@ -6,7 +6,7 @@ from both is WG806):
 * **wgc**: `devices` (rank i runs on devices[i]), `hosts` (rank -> host), `place` (groups of
   `nodes`, `ranks`, optional `walks`, optional `tp`, default the group size), `kv_cache`
   (`page_size`, `pages`, `dtype`), `batching` (`max_batch`, `capture`, `backend`), `params`,
-  `max_concurrent_requests`, `attention`, `sessions` (`wgc.placement.sessions`, also M*'s).
+  `max_concurrent_requests`, `attention`, `sessions` (also M*'s), `on_restart` (`restarts`).
 * **M\\***: the reference implementation's configs as they are (`wgc.placement.mstar`):
   `node_groups` (`node_names`, `ranks`, `graph_walks`, `tp_size`, `sp_size`, `residency`),
   `kv_cache`, `resources`, `rank_devices`, `sp_size`, `max_concurrent_requests`, and M*'s own
@@ -15,10 +15,8 @@ from both is WG806):
 
 Groups in both formats may set sequence parallelism and residency (`wgc.placement.parallel`).
 
-This module proves everything that needs no model (codes below); `wgc.placement.rules` checks
-the placement against the model. Records are built even from a file with errors (bad entries
-dropped) so the rules still run and report what else is wrong; None only when the file is not a
-YAML mapping at all.
+This module proves all that needs no model (codes below); `rules` checks it against the model.
+Records are built even from a file with errors (bad entries dropped), so the rules still run.
 
 Codes owned: WG801 (YAML syntax), WG802 (unknown key, with did-you-mean), WG803 (wrong value
 type), WG804 (missing or empty required entry), WG805 (duplicate key), WG806 (formats mixed),
@@ -41,7 +39,7 @@ import yaml
 from wgc.diagnostics.diagnostic import Diagnostic, Label, Span, diag
 from wgc.ir.types import DTYPE_NAMES
 from wgc.parse.parser import MAX_SOURCE_CHARS, too_large
-from wgc.placement import mstar, sessions
+from wgc.placement import mstar, restarts, sessions
 from wgc.placement.groups import GroupReader, ranks_phrase
 from wgc.placement.model import Batching, Group, KvCache, ParamOverride, Placement
 from wgc.placement.yaml_reader import Entries, other
@@ -79,6 +77,7 @@ TOP = {
         "max_concurrent_requests",
         "attention",
         "sessions",
+        "on_restart",
     ),
     "mstar": (
         "model",
@@ -263,6 +262,7 @@ class _Loader(GroupReader):
             max_concurrent_requests=self.max_concurrent(top.get("max_concurrent_requests")),
             attention=self.attention(top.get("attention")),
             sessions=sessions.read(self, top.get("sessions")),
+            on_restart=restarts.read(self, top.get("on_restart")),
             span=span(self.file, root),
             groups_span=self.key_span(top.get("place")),
         )

@@ -74,6 +74,20 @@ class Sessions:
 
 
 @dataclass(frozen=True, slots=True)
+class Restarts:
+    """``on_restart:``: what a worker's restart does to the requests in flight on each walk's
+    pieces there, ``fail`` or ``replay`` (`wgc.placement.restarts`); ``walks``: the walks named,
+    each with its policy; every other walk takes ``default``."""
+
+    default: str = "fail"
+    walks: tuple[tuple[Named, str], ...] = ()
+    span: Span | None = field(default=None, compare=False)
+
+    def policy(self, walk: str) -> str:
+        return next((p for n, p in self.walks if n.name == walk), self.default)
+
+
+@dataclass(frozen=True, slots=True)
 class Batching:
     max_batch: int = 16
     capture: tuple[int, ...] = (1, 2, 4, 8, 16)
@@ -114,6 +128,7 @@ class Placement:
     # M*'s own keys that wgc reads but does not use (e.g. `kv_cache.cpu_offload_pages`), dotted.
     ignored_keys: tuple[str, ...] = ()
     sessions: Sessions = Sessions()  # `sessions:` (both formats)
+    on_restart: Restarts = Restarts()  # `on_restart:` (wgc's format)
     # node -> the indices of the groups that name it: the rules and lowering ask for every
     # (walk, node) of the model, so a scan of every group made a 1,000-rank placement quadratic
     by_node: dict[str, tuple[int, ...]] = field(init=False, compare=False, repr=False)

@@ -36,11 +36,12 @@ from wgc.diagnostics.suggest import closest
 from wgc.ir.decls import EngineKind
 from wgc.ir.expr import Value, in_range
 from wgc.ir.model import Model
+from wgc.placement import restarts
 from wgc.placement.model import Group, Named, Placement
 from wgc.placement.reach import Pair, assignment, candidates, required_pairs
 
 NAME = "placement"
-CODES = ("WG807", "WG808", "WG811", "WG812", "WG813", "WG814", "WG815", "WG820")
+CODES = ("WG807", "WG808", "WG811", "WG812", "WG813", "WG814", "WG815", "WG820", "WG853")
 
 
 def run(model: Model, placement: Placement) -> list[Diagnostic]:
@@ -52,6 +53,7 @@ def run(model: Model, placement: Placement) -> list[Diagnostic]:
     out += _stream_consumers(model, placement)
     out += _params(model, placement)
     out += _no_effect(model, placement)
+    out += restarts.check(model, placement)
     return sorted(out, key=Diagnostic.sort_key)
 
 

@@ -1,6 +1,7 @@
 """`wgc show --placement`: the plan as text, for a deployer deciding how to split a model.
 
-First the placement in one paragraph (params, KV cache, batching), then one table per rank: the
+First the placement in one paragraph (params, KV cache, batching, what a worker's restart does
+to the requests in flight on each walk: ``on_restart``), then one table per rank: the
 device and host, the nodes it hosts (engine, KV labels, tp group, the walks it serves), the walks
 it runs pieces of, its copy of every loop (with the ranks that share the loop), the stream
 buffers it owns and the static memory estimate (KV + static buffers + streams). Then, per walk,
@@ -18,6 +19,7 @@ from collections.abc import Iterable
 from wgc.lower.plan import Plan, Transfer
 from wgc.lower.summary import WalkTraffic, cross_rank_summary
 from wgc.lower.typespec import spec_nbytes
+from wgc_runtime.contract.kinds import OnRestart
 from wgc_runtime.contract.spec import LoopSpec, RankSpec, TypeSpec
 
 DYNAMIC = "? B (dynamic)"
@@ -154,9 +156,11 @@ def render_plan_text(plan: Plan) -> str:
         f"max_concurrent_requests {plan.max_concurrent_requests}; "
         f"attention {plan.attention.backend}"
     )
+    out.append(f"  on_restart {restart_text(plan)}")
+    replays = {w.name for w in plan.walks if w.on_restart is OnRestart.REPLAY}
     for r in plan.ranks:
         out.append("")
-        out += _rank(r)
+        out += _rank(r, replays)
     out.append("")
     out += _transfers(plan, ix)
     return "\n".join(out) + "\n"
@@ -170,7 +174,25 @@ def _value(v: object) -> str:
     return str(v)
 
 
-def _rank(r: RankSpec) -> list[str]:
+def restart_text(plan: Plan) -> str:
+    """What a worker's restart does to the requests in flight, per walk (``on_restart``)."""
+    by: dict[str, list[str]] = {}
+    for w in plan.walks:
+        by.setdefault(w.on_restart.value, []).append(w.name)
+    if len(by) <= 1:
+        policy = next(iter(by), "fail")
+        return f"{policy} (every walk: {_RESTART[policy]})"
+    return "; ".join(f"{p} {', '.join(names)}" for p, names in sorted(by.items()))
+
+
+# what each policy does, for the one-policy line
+_RESTART = {
+    "fail": "a request in flight on a dead rank fails",
+    "replay": "a request in flight on a dead rank runs again once it is back",
+}
+
+
+def _rank(r: RankSpec, replays: set[str]) -> list[str]:
     out = [f"rank {r.rank}  {r.device} on {r.host}"]
     if r.nodes:
         out.append("  nodes")
@@ -189,7 +211,8 @@ def _rank(r: RankSpec) -> list[str]:
         out += _table(rows)
     else:
         out.append("  nodes   (none)")
-    walks = ", ".join(p.walk for p in r.pieces) or "(none)"
+    walks = ", ".join(p.walk + (" (replay)" if p.walk in replays else "") for p in r.pieces)
+    walks = walks or "(none)"
     out.append(f"  walks   {walks}")
     loops = [(p.walk, lp) for p in r.pieces for lp in p.loops]
     if loops:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from wgc_runtime.contract.flow import FlowGen, Request, Segment, SimpleRequest
-from wgc_runtime.contract.kinds import FlowKind, OptionType
+from wgc_runtime.contract.kinds import FlowKind, OnRestart, OptionType
 from wgc_runtime.contract.spec import (
     AttentionSpec,
     BatchingSpec,
@@ -98,6 +98,9 @@ class WalkSpec:
     emits: tuple[str, ...] = ()  # the modalities it emits (`emit ... as M`), in source order
     # KV labels read on another rank group: copied there before the walk starts
     kv_copies: tuple[KvCopy, ...] = ()
+    # what a worker's restart does to a request that has state on the walk's pieces there
+    # (`wgc_runtime.host.processes.recovery`): fail it, or replay it from its start
+    on_restart: OnRestart = OnRestart.FAIL
     source: str = ""
 
 

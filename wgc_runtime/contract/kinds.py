@@ -110,6 +110,14 @@ class CaptureBackend(StrEnum):
     INDUCTOR = "inductor"
 
 
+class OnRestart(StrEnum):
+    """What a worker's restart does to a request in flight on a walk's pieces
+    (`wgc_runtime.contract.conductor.WalkSpec.on_restart`; the placement's ``on_restart:``)."""
+
+    FAIL = "fail"  # it fails at once, naming the rank
+    REPLAY = "replay"  # it runs again from its start once the rank is back (if nothing was emitted)
+
+
 class FailKind(StrEnum):
     """Why a request failed (the reference interpreter's kinds, plus the runtime's own)."""
 

@@ -155,6 +155,17 @@ class RequestIds:
     def client(self, internal: str) -> str:
         return self._client.get(internal, internal)
 
+    def successor(self, internal: str) -> str:
+        """A fresh internal id for the client of ``internal`` (a replay runs under it: the
+        ranks drop what still arrives for the old one)."""
+        return f"{self.client(internal)}~{next(self._n)}"
+
+    def move(self, internal: str, new: str) -> None:
+        """The client of ``internal`` is served by ``new`` from now on."""
+        rid = self._client.pop(internal, internal)
+        self._live[rid] = new
+        self._client[new] = rid
+
     def close(self, internal: str) -> None:
         rid = self._client.pop(internal, None)
         if rid is not None and self._live.get(rid) == internal:

@@ -45,6 +45,7 @@ from wgc_runtime.contract.messages import (
 from wgc_runtime.core.conductor.admission import Admission, PoolKey
 from wgc_runtime.core.conductor.deadlines import Deadlines
 from wgc_runtime.core.conductor.flows import Flows
+from wgc_runtime.core.conductor.replay import replay as replay_request
 from wgc_runtime.core.conductor.sessions import SessionTable
 from wgc_runtime.core.conductor.state import Abort, RequestRun
 from wgc_runtime.core.conductor.walks import Walks
@@ -181,6 +182,7 @@ class ConductorCore:
             elif isinstance(msg, StateImported):
                 self.walks.on_state_imported(req, msg)
             elif isinstance(msg, ClientOut):
+                req.emitted = True  # from now on it cannot be replayed (`replay`)
                 self.post.send(
                     CLIENT,
                     Output(
@@ -201,6 +203,11 @@ class ConductorCore:
                 raise TypeError(f"the conductor cannot handle {type(msg).__name__}")
         except Abort as exc:
             self._end(req, exc)
+
+    def replay(self, request_id: str, new_id: str) -> str | None:
+        """Run ``request_id`` again from its start as ``new_id`` after a restart; None when it
+        will, else why it cannot (`wgc_runtime.core.conductor.replay`)."""
+        return replay_request(self, request_id, new_id)
 
     def drop_session(self, session: str) -> bool:
         """Forget ``session`` (`DELETE /v1/sessions/{id}`); whether it was kept."""

@@ -96,3 +96,4 @@ class RequestRun:
     holds: set[int] = field(default_factory=new_set)
     last_progress: float = 0.0
     ended: bool = False
+    emitted: bool = False  # some output of it went to the client (`replay` refuses it then)

@@ -23,7 +23,8 @@ counters of `wgc_runtime.core.conductor.stats` (walk latencies, outcomes, queue 
 **A rank died** (`RankDied` from the launcher's supervisor, which watches the processes):
 
 * when the supervisor restarts it (``restarting``), only the requests that rank held fail ("rank
-  N died (...)", kind ``internal``; `recovery.RankWatch` knows who holds what), the others go on,
+  N died (...)", kind ``internal``; `recovery.RankWatch` knows who holds what), or run again
+  where the plan's walks say ``replay`` (`replays`), the others go on,
   and admission is held: new requests queue until the rank is back (the supervisor's `Peers`
   update, which this process relays to every rank before anything else, then `Ready`); a
   request that needs the rank while it is down fails then;
@@ -55,7 +56,7 @@ from wgc_runtime.core.conductor.door import describe
 from wgc_runtime.host import loading
 from wgc_runtime.host.admission import RequestIds, admit
 from wgc_runtime.host.inputs import InputError, Limits, check_segments
-from wgc_runtime.host.processes import child
+from wgc_runtime.host.processes import child, replays
 from wgc_runtime.host.processes.recovery import RankWatch
 from wgc_runtime.host.processes.worker_main import (
     Trouble,
@@ -247,7 +248,9 @@ class ConductorLoop:
         self.core.hold_admission(True)
         message = f"{reason}; the request cannot finish (the rank is restarting)"
         for rid in self.watch.on_rank_died(rank, reason, self.core.running()):
-            self.core.deliver(m.Failed(rid, FailKind.INTERNAL, message))
+            why = replays.replay(self, rid, rank)
+            if why is not None:
+                self.core.deliver(m.Failed(rid, FailKind.INTERNAL, f"{message}; {why}"))
 
     def client_gone(self, ident: bytes) -> None:
         """A client went away: cancel every request it left (released on every rank)."""

@@ -20,6 +20,10 @@ plan folder here is the same plan, and spawns each rank's worker as the local la
 conductor's host shares its arena and ``ipc`` folder; elsewhere tensors cross as frames (the
 Ray launcher's rule). ``wgc worker`` exits when its workers do (0 after the conductor's
 ``Shutdown``), and stops them and exits 1 when the conductor side goes away or cannot be reached.
+A worker that is not on the conductor's host binds its inbox in an ``ipc`` folder of its own
+(`wgc_runtime.host.scratch`: it carries an owner file); ``wgc worker`` sweeps the folders of dead
+owners when it starts and when it exits, so a SIGKILLed worker's (or a SIGKILLed ``wgc worker``'s,
+at the next start) is removed.
 """
 
 from __future__ import annotations
@@ -290,7 +294,9 @@ def run_workers(doc: dict[str, Any], boots: list[dict[str, Any]], say: Any) -> i
     the exit code (see the module docstring)."""
     from wgc_runtime.host.processes import entry
     from wgc_runtime.host.processes.children import LocalChild, stop_children
+    from wgc_runtime.host.scratch import sweep
 
+    sweep()  # what dead workers of this host left
     keys = Keys.of_boot(doc["boot"].get("keys"))
     ctx = zmq.Context()
     live = Liveness(ctx, doc["boot"]["launcher"], keys)
@@ -332,4 +338,5 @@ def run_workers(doc: dict[str, Any], boots: list[dict[str, Any]], say: Any) -> i
         stop_children(list(children.values()), grace=0.0)  # ended, or to be stopped now
         live.close()
         ctx.term()
+        sweep()  # a worker of ours that was SIGKILLed left its folder
     return code

@@ -8,12 +8,16 @@
   on (`reach`): its pieces' ranks (they exchange the walk's values among themselves), the ranks
   of its handoffs and KV copies (pages), and the owner of every stream a rank of the walk
   produces into (the consumer's buffer: items the conductor never sees, pushed rank to rank
-  before the consuming flow starts, which a dead owner loses). Every piece of state on a dead
-  rank is failed, never replayed: a restarted rank holds no pages, loop copies or stream
-  items, and replaying a request from its start would emit its outputs twice;
+  before the consuming flow starts, which a dead owner loses). A restarted rank holds no pages,
+  loop copies or stream items, so that state is lost; what becomes of its request is the plan's
+  choice, per walk (`WalkSpec.on_restart`, the placement's ``on_restart:``): ``fail`` (the
+  default) or ``replay``. Each (request, rank) remembers whether every walk that may have left
+  state there replays (`replays`); a state move (no walk named) takes the request's own answer;
 * **a rank died** (`RankDied` from the supervisor): `down` records it, and `on_rank_died` names
-  the requests it held: those fail, the others go on. A request that later needs a rank that is
-  down fails too (`needs_down`), at the moment the conductor would send to it;
+  the requests it held: each is replayed from its start (`ConductorCore.replay`) when `replays`
+  says so and none of its outputs reached the client, and fails otherwise; the others go on. A
+  request that later needs a rank that is down fails too (`needs_down`), at the moment the
+  conductor would send to it;
 * **a rank is back** (the supervisor's `Peers` update and `Ready`): `up`.
 
 While a rank is down the conductor holds admission (`ConductorCore.hold_admission`): new
@@ -25,6 +29,7 @@ from __future__ import annotations
 from typing import Any
 
 from wgc_runtime.contract.conductor import ConductorSpec, WalkSpec
+from wgc_runtime.contract.kinds import OnRestart
 
 
 def reach(spec: ConductorSpec, walk: WalkSpec) -> frozenset[int]:
@@ -46,8 +51,11 @@ class RankWatch:
 
     def __init__(self, spec: ConductorSpec) -> None:
         self.walk_ranks = {w.name: reach(spec, w) for w in spec.walks}
+        self.replaying = {w.name for w in spec.walks if w.on_restart is OnRestart.REPLAY}
         self.down: dict[int, str] = {}  # rank -> why
-        self.held_by: dict[str, set[int]] = {}  # request -> the ranks that hold some of it
+        # request -> the ranks that hold some of it -> whether every walk that may have left
+        # state there replays
+        self.held_by: dict[str, dict[int, bool]] = {}
 
     # ---------------------------------------------------------------- who holds what
 
@@ -56,13 +64,22 @@ class RankWatch:
         request = getattr(msg, "request", None)
         if not request:
             return
-        ranks = self.held_by.setdefault(request, set())
-        ranks.add(rank)
-        # a state move (`ExportState`, `CopyKv`) names no walk: where the state goes
-        ranks.update(getattr(msg, "to_ranks", ()))
+        held = self.held_by.setdefault(request, {})
         walk = getattr(msg, "walk", None)
         if walk is not None:
-            ranks |= self.walk_ranks.get(walk, frozenset())
+            ranks = {rank, *self.walk_ranks.get(walk, frozenset())}
+            replays = walk in self.replaying
+        else:
+            # a state move (`ExportState`, `CopyKv`) names no walk: where the state goes, with
+            # the request's own answer (the state is of walks it ran)
+            ranks = {rank, *getattr(msg, "to_ranks", ())}
+            replays = all(held.values())
+        for r in ranks:
+            held[r] = held.get(r, True) and replays
+
+    def replays(self, request: str, rank: int) -> bool:
+        """Whether ``request``'s state on ``rank`` is all of walks that replay on a restart."""
+        return self.held_by.get(request, {}).get(rank, False)
 
     def ended(self, request: str) -> None:
         self.held_by.pop(request, None)

@@ -11,13 +11,15 @@ import contextlib
 import ipaddress
 import os
 import secrets
+import shutil
 import socket
 import sys
-import tempfile
 from collections.abc import Iterable, Sequence
 from typing import Any, Protocol, TypeVar, cast
 
 import zmq
+
+from wgc_runtime.host.scratch import private_dir
 
 LOOPBACK = {"127.0.0.1", "localhost", "::1", ""}
 WILDCARD = {"0.0.0.0", "*", "::"}
@@ -127,12 +129,12 @@ def new_secret() -> bytes:
 
 class IpcPath:
     """A filesystem ``ipc://`` socket for an inbox, in a private folder (mode 0700): the
-    deployment's (``ipc_dir``, made by the launcher and removed by it), or one of its own. Other
-    local users cannot connect to it (abstract sockets have no permissions at all)."""
+    deployment's (``ipc_dir``, made by the launcher and removed by it), or one of its own (swept
+    once this process is gone: `scratch`). Others cannot connect (abstract sockets could)."""
 
     def __init__(self, me: Peer, ipc_dir: str | None) -> None:
         self.own_dir = ipc_dir is None
-        self.dir = ipc_dir if ipc_dir is not None else tempfile.mkdtemp(prefix="wgc-ipc-")
+        self.dir = ipc_dir if ipc_dir is not None else private_dir("wgc-ipc-")
         self.path = os.path.join(self.dir, f"{_file_name(me)}-{secrets.token_hex(4)}.sock")
 
     def bind(self, sock: zmq.Socket) -> str | None:
@@ -151,8 +153,7 @@ class IpcPath:
         with contextlib.suppress(OSError):
             os.unlink(self.path)
         if self.own_dir:
-            with contextlib.suppress(OSError):
-                os.rmdir(self.dir)
+            shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def _file_name(peer: Peer) -> str:
