@@ -4,7 +4,7 @@
         [--batches 1 16] [--new 128] [--repeat 5] [--mixed 48] [--no-compiled]
 
 Both sides run the SAME weights (a random `LlamaForCausalLM` saved as safetensors and loaded by
-`wgc_runtime.components.decoder.LlamaDecoder.from_pretrained`), greedy, fp32, on the CPU, with the
+`wgc_models.layers.decoder.LlamaDecoder.from_pretrained`), greedy, fp32, on the CPU, with the
 same intra-op threads (``torch.set_num_threads``, each value of ``--threads`` in turn):
 
 * wgc: `LlamaDecoder` + `PagedKVPool` + the torch attention backend + `ContinuousBatcher` on
@@ -56,8 +56,8 @@ from pathlib import Path
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from wgc_runtime.components.decode_engine import DecoderEngine
-from wgc_runtime.components.decoder import LlamaDecoder
+from wgc_models.layers.decode_engine import DecoderEngine
+from wgc_models.layers.decoder import LlamaDecoder
 from wgc_runtime.engines.batching import ContinuousBatcher, GenRequest
 from wgc_runtime.engines.capture import inductor_available
 

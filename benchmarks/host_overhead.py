@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/host_overhead.py [--concurrency 1 16 128] [--tokens 280]
         [--repeat 3] [--json out.json]
 
-The graph is `examples/orpheus/orpheus.walk` with its nodes swapped for `benchmarks/host_nodes`'s:
+The graph is `wgc_models/orpheus/orpheus.walk` with its nodes swapped for `benchmarks/host_nodes`'s:
 `FakeLM` is Orpheus's own `LLM` node (prefill, captured decode step, sampling and stop
 bookkeeping, KV pool appends and page tables) over an engine whose model step returns fixed
 logits in ~0 time; `FakeVocoder` turns each ``sliding(28, 7)`` window into fixed samples. The
@@ -56,8 +56,8 @@ from benchmarks.hot_path import cpu_seconds, loadavg  # noqa: E402
 
 WALK = ROOT / "examples" / "orpheus" / "orpheus.walk"
 IMPLS = {
-    '"examples.orpheus.nodes:LLM"': '"benchmarks.host_nodes:FakeLM"',
-    '"examples.orpheus.nodes:SnacDecoder"': '"benchmarks.host_nodes:FakeVocoder"',
+    '"wgc_models.orpheus.nodes:LLM"': '"benchmarks.host_nodes:FakeLM"',
+    '"wgc_models.orpheus.nodes:SnacDecoder"': '"benchmarks.host_nodes:FakeVocoder"',
 }
 BUCKETS = [1, 2, 4, 8, 16, 32, 64, 128]
 # published per-row routing costs at batch 128 (µs per request per decode step)

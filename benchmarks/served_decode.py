@@ -3,8 +3,8 @@
     .venv/bin/python benchmarks/served_decode.py [--configs tiny small] [--new 64]
         [--concurrency 16] [--repeat 3] [--threads 2] [--json out.json]
 
-The model is `examples/llama` (a `LlamaDecoder`, seeded random weights, ``eos = -1`` so every
-request runs its full length), compiled with `examples/llama/placements/cpu.yaml` (1 CPU rank,
+The model is `wgc_models/llama` (a `LlamaDecoder`, seeded random weights, ``eos = -1`` so every
+request runs its full length), compiled with `wgc_models/llama/placements/cpu.yaml` (1 CPU rank,
 ``max_batch`` 16, capture buckets 1-16, eager backend) and ``--set`` sizes per config. Sides,
 interleaved ``--repeat`` times:
 
@@ -12,7 +12,7 @@ interleaved ``--repeat`` times:
   them) and a `Client`; ``--concurrency`` requests submitted at once, each a text prompt,
   collected; the executor batches the decode loop across requests (continuous batching) and
   runs the decode step as the plan's captured unit;
-* **direct**: in this process, the same weights (`examples.llama.nodes.build_model`) in a
+* **direct**: in this process, the same weights (`wgc_models.llama.nodes.build_model`) in a
   `DecoderEngine` over a `PagedKVPool` of the same size, driven by a `ContinuousBatcher`
   (capture path, eager, the same buckets) with the same requests;
 * **served, one at a time**: the served deployment with the same requests submitted one after
@@ -100,8 +100,8 @@ class Direct:
     """The same weights and engines in this process: `DecoderEngine` + `ContinuousBatcher`."""
 
     def __init__(self, config: dict, pages: int, buckets: list[int], max_batch: int) -> None:
-        from examples.llama.nodes import build_model
-        from wgc_runtime.components.decode_engine import DecoderEngine
+        from wgc_models.layers.decode_engine import DecoderEngine
+        from wgc_models.llama.nodes import build_model
         from wgc_runtime.engines.batching import ContinuousBatcher
 
         self.engine = DecoderEngine.build(build_model(config, "cpu"), pages=pages, page_size=16)

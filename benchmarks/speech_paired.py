@@ -93,7 +93,7 @@ def main() -> None:
     import speech_tts as st
     import torch
 
-    from wgc_runtime.components.pipelines import checkpoints
+    from tests.reference import checkpoints
 
     torch.set_num_threads(1)
     request = (st.TEXT, ["audio"], {"max_tokens": args.tokens})

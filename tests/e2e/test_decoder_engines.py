@@ -1,4 +1,4 @@
-"""The engines on the compiled path, end to end on the Llama example (`examples/llama`): a real
+"""The engines on the compiled path, end to end on the Llama example (`wgc_models/llama`): a real
 `LlamaDecoder` whose K/V live in the runtime's paged pool, decode steps of concurrent requests
 batched across requests (joining and leaving between iterations), and the decode step run as
 the plan's captured unit. Every request's tokens equal the reference interpreter's (one request

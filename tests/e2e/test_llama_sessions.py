@@ -1,4 +1,4 @@
-"""Sessions end to end on the Llama example (`examples/llama`, compiled, one CPU rank): a
+"""Sessions end to end on the Llama example (`wgc_models/llama`, compiled, one CPU rank): a
 two-turn chat whose second turn continues the session's KV equals the same conversation
 prefilled whole, and the second turn prefills only its new tokens.
 

@@ -27,11 +27,11 @@ if str(ROOT) not in sys.path:
 pytest.importorskip("transformers")
 pytest.importorskip("snac")
 
-from examples.orpheus.nodes import SnacDecoder  # noqa: E402
 from tests.e2e.speech_support import orpheus  # noqa: E402
 from tests.e2e.test_speech_examples import REQUESTS, audio_of, one_thread  # noqa: E402
 from wgc.cli.compile import sync  # noqa: E402
 from wgc.driver import Driver  # noqa: E402
+from wgc_models.orpheus.nodes import SnacDecoder  # noqa: E402
 from wgc_runtime.contract.flow import Segment  # noqa: E402
 from wgc_runtime.engines.capture import inductor_available  # noqa: E402
 from wgc_runtime.host.local import LocalCluster  # noqa: E402

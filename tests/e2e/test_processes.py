@@ -333,9 +333,9 @@ def test_wgc_run_orpheus_two_ranks_writes_audio(tmp_path) -> None:
     t0 = time.monotonic()
     r = wgc(
         "run",
-        "examples/orpheus/orpheus.walk",
+        "wgc_models/orpheus/orpheus.walk",
         "--placement",
-        "examples/orpheus/placements/cpu-2rank.yaml",
+        "wgc_models/orpheus/placements/cpu-2rank.yaml",
         "--input",
         "text=hello",
         "--want",

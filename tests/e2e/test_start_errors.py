@@ -16,11 +16,11 @@ from tests.e2e.runtime_support import ROOT
 
 @pytest.mark.slow
 def test_a_kv_pool_past_the_device_is_a_clear_exit_1(tmp_path) -> None:
-    yaml = (ROOT / "examples/llama/placements/cpu.yaml").read_text()
+    yaml = (ROOT / "wgc_models/llama/placements/cpu.yaml").read_text()
     assert "pages: 512" in yaml
     placement = tmp_path / "huge.yaml"
     placement.write_text(yaml.replace("pages: 512", f"pages: {2**62}"))
-    walk = ROOT / "examples/llama/llama.walk"
+    walk = ROOT / "wgc_models/llama/llama.walk"
     cmd = [sys.executable, "-m", "wgc.cli", "run", str(walk), "--placement", str(placement)]
     r = subprocess.run(
         [*cmd, "--input", "text=hi", "--want", "text"],
@@ -36,7 +36,7 @@ def test_a_kv_pool_past_the_device_is_a_clear_exit_1(tmp_path) -> None:
 
 @pytest.mark.slow
 def test_node_modules_missing_from_the_folder_wgc_runs_in_say_so(tmp_path) -> None:
-    walk = ROOT / "examples/orpheus/orpheus.walk"
+    walk = ROOT / "wgc_models/orpheus/orpheus.walk"
     for _ in range(3):  # the reason, every time: not "died while starting"
         r = subprocess.run(
             [sys.executable, "-m", "wgc.cli", "run", str(walk), "--input", "text=hi"],

@@ -41,7 +41,7 @@ def _at_root(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(ROOT)  # sources are named relative to the repository root
 
 
-@pytest.mark.skipif(not PAIRS, reason="no examples/*/placements/*.yaml yet")
+@pytest.mark.skipif(not PAIRS, reason="no wgc_models/*/placements/*.yaml yet")
 @pytest.mark.parametrize("pair", PAIRS, ids=[_id(p) for p in PAIRS])
 def test_generated_is_current(pair: tuple[str, str], request: pytest.FixtureRequest) -> None:
     walk, placement = _rel(pair)
@@ -61,10 +61,10 @@ def test_generated_is_current(pair: tuple[str, str], request: pytest.FixtureRequ
 
 
 def test_bagel_3xh100_writes_three_ranks_and_a_conductor() -> None:
-    placement = "examples/bagel/placements/3xh100.yaml"
+    placement = "wgc_models/bagel/placements/3xh100.yaml"
     if not (ROOT / placement).is_file():
         pytest.skip("no BAGEL 3xh100 placement yet")
-    result = DRIVER.compile("examples/bagel/bagel.walk", placement)
+    result = DRIVER.compile("wgc_models/bagel/bagel.walk", placement)
     assert result.ok
     assert sorted(n for n in result.files if n.endswith(".py") and n != "__init__.py") == [
         "conductor.py",

@@ -12,9 +12,9 @@ import importlib.util
 import pytest
 import torch
 
-from wgc_runtime.components.config import DecoderConfig
-from wgc_runtime.components.decode_engine import DecoderEngine
-from wgc_runtime.components.decoder import LlamaDecoder
+from wgc_models.layers.config import DecoderConfig
+from wgc_models.layers.decode_engine import DecoderEngine
+from wgc_models.layers.decoder import LlamaDecoder
 from wgc_runtime.engines.batching import ContinuousBatcher, GenRequest
 from wgc_runtime.engines.capture import GraphRunner, StaticBuffer, shared_pool
 

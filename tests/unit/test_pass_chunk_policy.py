@@ -22,13 +22,13 @@ _driver = Driver()
 TEMPLATE = """model m
 {params}
 node LLM: kv_cache {{
-  impl "examples.orpheus.nodes:LLM"
+  impl "wgc_models.orpheus.nodes:LLM"
   in  text_inputs: i64[T]
   out new_token:   {prod}
 }}
 
 node snac_decoder: stateless {{
-  impl "examples.orpheus.nodes:SnacDecoder"
+  impl "wgc_models.orpheus.nodes:SnacDecoder"
   in  window: {cons}
   out audio:  f32[64]
 }}

@@ -18,8 +18,8 @@ from wgc.cli import main
 from wgc.cli.preflight import Refused, check_deployment
 from wgc.cli.run import prepare
 from wgc.config import Env
-from wgc_runtime.components.configs.pi05 import TINY
-from wgc_runtime.components.pi0 import Pi0
+from wgc_models.pi05.config import TINY
+from wgc_models.pi05.model import Pi0
 from wgc_runtime.contract.weights import WeightParts
 from wgc_runtime.host.preflight import Machine, part_bytes
 
@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from examples.pi05.nodes import LLM, VitEncoder, load_policy  # noqa: E402
+from wgc_models.pi05.nodes import LLM, VitEncoder, load_policy  # noqa: E402
 
 PI05 = str(ROOT / "examples" / "pi05" / "pi05.walk")
 GIB = 1 << 30

@@ -16,7 +16,9 @@ if str(ROOT) not in sys.path:
 
 from wgc.cli.compile import sync  # noqa: E402
 from wgc.driver import Driver  # noqa: E402
-from wgc_runtime.components.configs import bagel, pi05, vjepa2_ac  # noqa: E402
+from wgc_models.bagel import config as bagel  # noqa: E402
+from wgc_models.pi05 import config as pi05  # noqa: E402
+from wgc_models.vjepa2_ac import config as vjepa2_ac  # noqa: E402
 from wgc_runtime.contract.spec import TypeSpec  # noqa: E402
 from wgc_runtime.host.loading import load_plan  # noqa: E402
 

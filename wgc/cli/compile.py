@@ -5,7 +5,7 @@ their line) and exit 1. Output goes to ``generated/<model>/<placement stem>/`` u
 files are written atomically, and generated files of an earlier compile that this one no longer
 writes (``rank_*.py``, ``conductor.py``, ``plan.json``, ``__init__.py``) are removed; nothing
 else in the folder is touched. ``--check`` writes nothing and exits 1 with a diff when the folder
-is stale. ``--all`` compiles every ``examples/*/placements/*.yaml`` against its family's model.
+is stale. ``--all`` compiles every ``wgc_models/*/placements/*.yaml`` against its family's model.
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ def _write_atomic(path: Path, text: str) -> None:
 
 
 def example_pairs(root: Path = Path(".")) -> list[tuple[str, str]]:
-    """(model.walk, placement.yaml) for every placement under ``examples/*/placements/``."""
+    """(model.walk, placement.yaml) for every placement under ``wgc_models/*/placements/``."""
     pairs = []
     for family in sorted((root / "examples").glob("*/")):
         placements = sorted(family.glob("placements/*.yaml")) + sorted(
@@ -183,7 +183,7 @@ def _one(
     "--all",
     "all_examples",
     is_flag=True,
-    help="Compile every examples/*/placements/*.yaml against its family's model.",
+    help="Compile every wgc_models/*/placements/*.yaml against its family's model.",
 )
 @click.option(
     "--color",
@@ -212,7 +212,7 @@ def compile(  # named like the command, as click derives it
             raise UserError("`--all` compiles every example; give no MODEL, --placement or -o")
         pairs = example_pairs()
         if not pairs:
-            raise UserError("`--all` found no examples/*/placements/*.yaml under this folder")
+            raise UserError("`--all` found no wgc_models/*/placements/*.yaml under this folder")
         ok = [_one(w, p, None, parsed_sets, check, use_color, driver) for w, p in pairs]
         click.get_current_context().exit(EXIT_OK if all(ok) else EXIT_USER)
     if not model or not placement:

@@ -114,7 +114,7 @@ def load_plan(plan_dir: str | os.PathLike) -> tuple[ConductorSpec, list[RankSpec
 
 
 def ensure_import_root() -> None:
-    """Node ``impl`` paths (``examples.orpheus.nodes:LLM``) are relative to the project root,
+    """Node ``impl`` paths (``wgc_models.orpheus.nodes:LLM``) are relative to the project root,
     the working directory `wgc run` is started from."""
     cwd = os.getcwd()
     if cwd not in sys.path:

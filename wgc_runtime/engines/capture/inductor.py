@@ -9,7 +9,7 @@ bucket runs dynamo's compiled bytecode directly (`CompiledBody`). A compiled uni
 ``torch.inference_mode`` (entered around it: dynamo does not trace into it), so it must not
 enter inference mode itself. The unit must be traceable: no host reads, no data-dependent
 shapes, and mutations of the tensors it closes over (e.g. the K/V pool) made on base tensors,
-not views (`wgc_runtime.components.attention.StaticDecode.prepare`).
+not views (`wgc_models.layers.attention.StaticDecode.prepare`).
 """
 
 from __future__ import annotations
