@@ -56,8 +56,8 @@ from benchmarks.hot_path import cpu_seconds, loadavg  # noqa: E402
 
 WALK = ROOT / "examples" / "orpheus" / "orpheus.walk"
 IMPLS = {
-    '"wgc_models.orpheus.nodes:LLM"': '"benchmarks.host_nodes:FakeLM"',
-    '"wgc_models.orpheus.nodes:SnacDecoder"': '"benchmarks.host_nodes:FakeVocoder"',
+    '"orpheus.nodes:LLM"': '"benchmarks.host_nodes:FakeLM"',
+    '"orpheus.nodes:SnacDecoder"': '"benchmarks.host_nodes:FakeVocoder"',
 }
 BUCKETS = [1, 2, 4, 8, 16, 32, 64, 128]
 # published per-row routing costs at batch 128 (µs per request per decode step)

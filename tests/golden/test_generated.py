@@ -18,12 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from wgc.cli.compile import example_pairs, sync
+from wgc.cli.compile import sync
+from wgc.cli.targets import family_pairs
 from wgc.driver import Driver
 
 ROOT = Path(__file__).resolve().parents[2]
 GENERATED = ROOT / "generated"
-PAIRS = example_pairs(ROOT)
+PAIRS = family_pairs(ROOT)
 DRIVER = Driver()
 
 

@@ -22,13 +22,13 @@ _driver = Driver()
 TEMPLATE = """model m
 {params}
 node LLM: kv_cache {{
-  impl "wgc_models.orpheus.nodes:LLM"
+  impl "orpheus.nodes:LLM"
   in  text_inputs: i64[T]
   out new_token:   {prod}
 }}
 
 node snac_decoder: stateless {{
-  impl "wgc_models.orpheus.nodes:SnacDecoder"
+  impl "orpheus.nodes:SnacDecoder"
   in  window: {cons}
   out audio:  f32[64]
 }}

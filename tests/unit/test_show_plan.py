@@ -250,10 +250,10 @@ def test_deterministic_across_hash_seeds(fmt: str) -> None:
 
 
 def test_every_example_placement_renders() -> None:
-    from wgc.cli.compile import example_pairs
+    from wgc.cli.targets import family_pairs
 
     driver = Driver()
-    for walk, placement in example_pairs(ROOT):
+    for walk, placement in family_pairs(ROOT):
         plan = build_plan(
             os.path.relpath(walk, ROOT), os.path.relpath(placement, ROOT), {}, driver, False
         )

@@ -20,6 +20,7 @@ import importlib
 from typing import TYPE_CHECKING
 
 from wgc_runtime.contract.conductor import FlowSpec
+from wgc_runtime.contract.families import resolve_impl
 from wgc_runtime.contract.flow import Fail, Request, RunWalk
 from wgc_runtime.contract.kinds import FailKind, FlowKind
 from wgc_runtime.contract.messages import (
@@ -49,7 +50,7 @@ def _runs(f: FlowSpec, request: Request) -> bool:
 
 def _generator(f: FlowSpec, request: Request):
     if f.kind is FlowKind.EXTERN:
-        module, _, fn = (f.extern or "").partition(":")
+        module, _, fn = resolve_impl(f.extern or "").partition(":")
         try:
             return getattr(importlib.import_module(module), fn)(request)
         except Exception as exc:
