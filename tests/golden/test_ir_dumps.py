@@ -18,7 +18,7 @@ from wgc.show import render
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = Path(__file__).resolve().parent / "ir"
-EXAMPLES = sorted(p.relative_to(ROOT) for p in (ROOT / "examples").glob("**/*.walk"))
+EXAMPLES = sorted(p.relative_to(ROOT) for p in (ROOT / "wgc_models").glob("**/*.walk"))
 FORMATS = (("text", ".txt"), ("json", ".json"))
 
 
