@@ -6,12 +6,12 @@ A package registers a family with one line of its ``pyproject.toml``::
     mytts = "mypkg.mytts"
 
 The value is the family's package: the folder that holds ``mytts.walk``, its ``placements/``
-and the node modules. wgc's own families (``wgc_models.<family>``) register the same way, so a
-third-party family is no different from a bundled one.
+and the node modules. The bundled families register the same way, so
+a third-party family is no different from a bundled one.
 
 An ``impl`` (or ``flow``) string whose first component names a registered family is read inside
-that family's package: ``impl "orpheus.nodes:LLM"`` imports ``wgc_models.orpheus.nodes``. Any
-other module path (a user's ``mypkg.nodes:X``, or the full ``wgc_models.orpheus.nodes:X``) is
+that family's package: ``impl "mytts.nodes:LLM"`` imports ``mypkg.mytts.nodes``. Any other
+module path (a user's ``mypkg.nodes:X``, or the full ``mypkg.mytts.nodes:X``) is
 imported as written. The lookup reads installed metadata only (no import, no working
 directory), so a plan loads the same from any folder.
 """
@@ -72,7 +72,7 @@ def family(name: str) -> Family | None:
 
 
 def resolve_module(module: str) -> str:
-    """``orpheus.nodes`` → ``wgc_models.orpheus.nodes`` when ``orpheus`` is a registered family;
+    """``mytts.nodes`` → ``mypkg.mytts.nodes`` when ``mytts`` is a registered family;
     any other module path as it is."""
     head, dot, rest = module.partition(".")
     fam = families().get(head)

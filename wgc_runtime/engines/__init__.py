@@ -5,7 +5,7 @@ tables per request and label); the attention backends that read it live in
 `wgc_runtime.engines.attention`; `wgc_runtime.engines.capture` replays shape-static units at
 batch buckets (CUDA graphs, or compiled / eager on the CPU); `batching.ContinuousBatcher` runs
 continuous batching over any `batching.StepEngine`. Engines never import
-`wgc_models.layers` (the model layers use the engines, not the other way round).
+the model packages' layers (they use the engines, not the other way round).
 """
 
 from wgc_runtime.engines.kv_pool import PagedKVPool, PageTable, PoolFull, PoolStats

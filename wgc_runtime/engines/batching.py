@@ -14,7 +14,7 @@ One `ContinuousBatcher.step` is one iteration:
    its stop token or ``max_new_tokens``, and its row goes to a waiting request next iteration.
 
 The batcher drives any `StepEngine` (a decoder over one `PagedKVPool`: prefill, decode,
-free, and a static decode unit; `wgc_models.layers.decode_engine.DecoderEngine` is one).
+free, and a static decode unit; a model's decoder engine is one).
 The decode step runs either through the plain path (`StepEngine.decode`: host-built metadata)
 or through the capture path: a `GraphRunner` over the engine's static decode unit (replayed
 CUDA graphs on a GPU, the same static buffers run eagerly on the CPU). On the capture path
