@@ -192,7 +192,7 @@ def compiled(steps: int, tmp: Path) -> Path:
     from wgc.cli.compile import sync
     from wgc.driver import Driver
 
-    walk = ROOT / "examples" / "bagel" / "bagel.walk"
+    walk = ROOT / "wgc_models" / "bagel" / "bagel.walk"
     res = Driver().compile(
         str(walk), str(walk.parent / "placements" / "cpu.yaml"), {"steps": str(steps)}
     )

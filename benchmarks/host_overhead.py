@@ -27,7 +27,7 @@ processes ``wgc run --serve`` starts), ``--repeat`` rounds, the concurrencies in
 
 Medians over the rounds with the spread (min-max); the machine load before and after each
 round. ``--base CHECKOUT``: the same measurement of another checkout's runtime and nodes
-(`speech_paired.start`: its processes import ``CHECKOUT/runtime`` and ``CHECKOUT/examples``),
+(`speech_paired.start`: its processes import ``CHECKOUT/wgc_runtime`` and ``CHECKOUT/wgc_models``),
 started beside this one and served in alternating order each round; then the per-round ratios
 this / base are printed too (on a shared machine the paired ratio is what counts).
 Published anchors for the per-row cost (M*: a Python router ≈ 21.7 µs per request per
@@ -54,7 +54,7 @@ for _p in (str(ROOT), str(ROOT / "benchmarks")):  # once: a spawned child re-run
 
 from benchmarks.hot_path import cpu_seconds, loadavg  # noqa: E402
 
-WALK = ROOT / "examples" / "orpheus" / "orpheus.walk"
+WALK = ROOT / "wgc_models" / "orpheus" / "orpheus.walk"
 IMPLS = {
     '"orpheus.nodes:LLM"': '"benchmarks.host_nodes:FakeLM"',
     '"orpheus.nodes:SnacDecoder"': '"benchmarks.host_nodes:FakeVocoder"',

@@ -70,8 +70,8 @@ CONFIGS = {
         "head_dim": "64",
     },
 }
-WALK = ROOT / "examples" / "llama" / "llama.walk"
-PLACEMENT = ROOT / "examples" / "llama" / "placements" / "cpu.yaml"
+WALK = ROOT / "wgc_models" / "llama" / "llama.walk"
+PLACEMENT = ROOT / "wgc_models" / "llama" / "placements" / "cpu.yaml"
 
 
 def prompts(n: int) -> list[str]:

@@ -4,7 +4,7 @@
         [--concurrency 1 4 16] [--tokens N] [--placements cpu cpu-2rank ...] [--threads 1]
         [--repeat 3] [--set NAME=VALUE ...] [--json out.json]
 
-The model is `examples/<family>` at its tiny sizes, on tiny checkpoints in the references' own
+The model is `wgc_models/<family>` at its tiny sizes, on tiny checkpoints in the references' own
 formats (`tests.reference.checkpoints`: for Orpheus a transformers
 ``LlamaForCausalLM`` folder and a `snac` ``SNAC``, for Qwen3-Omni a transformers
 ``Qwen3OmniMoeForConditionalGeneration`` folder), compiled against them (``--set
@@ -71,7 +71,7 @@ def plan_for(family: str, placement: str, sets: dict[str, str], out: Path) -> Pa
     from wgc.cli.compile import sync
     from wgc.driver import Driver
 
-    walk = ROOT / "examples" / family / f"{family}.walk"
+    walk = ROOT / "wgc_models" / family / f"{family}.walk"
     place = walk.parent / "placements" / f"{placement}.yaml"
     result = Driver().compile(str(walk), str(place), sets)
     if not result.ok:

@@ -11,7 +11,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:  # node modules are imported as `examples.<family>.nodes`
+if (
+    str(ROOT) not in sys.path
+):  # node modules import as `wgc_models.<family>.nodes` (registered: `orpheus.nodes`)
     sys.path.insert(0, str(ROOT))
 
 from tests.reference import (  # noqa: E402
@@ -40,8 +42,8 @@ class Family:
     reference: Any  # the reference modules
 
     def compile(self, out: Path, placement: str) -> Path:
-        walk = ROOT / "examples" / self.name / f"{self.name}.walk"
-        place = ROOT / "examples" / self.name / "placements" / f"{placement}.yaml"
+        walk = ROOT / "wgc_models" / self.name / f"{self.name}.walk"
+        place = ROOT / "wgc_models" / self.name / "placements" / f"{placement}.yaml"
         result = Driver().compile(str(walk), str(place), self.sets)
         assert result.ok, [d.message for d in result.errors]
         out.mkdir(parents=True, exist_ok=True)

@@ -21,7 +21,7 @@ from wgc.driver import Driver  # noqa: E402
 from wgc_runtime.contract.flow import Segment  # noqa: E402
 from wgc_runtime.host.local import Handle, LocalCluster  # noqa: E402
 
-WALK = ROOT / "examples" / "llama" / "llama.walk"
+WALK = ROOT / "wgc_models" / "llama" / "llama.walk"
 TURN1 = b"hello there, how are you? "
 TURN2 = b"and what about tomorrow? "
 

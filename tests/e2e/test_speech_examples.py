@@ -176,7 +176,7 @@ def test_orpheus_decodes_batched_through_its_captured_step(served) -> None:
 def test_the_interpreter_gives_the_runtimes_outputs(families, served) -> None:
     with one_thread():
         for name, family in families.items():
-            walk = ROOT / "examples" / name / f"{name}.walk"
+            walk = ROOT / "wgc_models" / name / f"{name}.walk"
             place = walk.parent / "placements" / "cpu.yaml"
             model = Driver().compile(str(walk), str(place), family.sets).model
             assert model is not None

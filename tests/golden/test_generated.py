@@ -1,6 +1,6 @@
 """Golden generated code: `generated/<model>/<placement>/` is what `wgc compile` writes today.
 
-Every example × placement (`examples/<family>/placements/*.yaml` against the family's `.walk`) is
+Every example × placement (`wgc_models/<family>/placements/*.yaml` against the family's `.walk`) is
 compiled afresh and compared file by file with the checked-in folder, including which generated
 files exist. CI runs this, so a stale `generated/` fails with a diff. After an intended change,
 regenerate with ``wgc compile --all`` or ``pytest tests/golden --bless`` and review the diff.

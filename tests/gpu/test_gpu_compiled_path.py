@@ -25,7 +25,7 @@ pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
 ]
-WALK = ROOT / "examples" / "llama" / "llama.walk"
+WALK = ROOT / "wgc_models" / "llama" / "llama.walk"
 PROMPTS = [f"gpu prompt {i}: " + "xyz" * i for i in range(12)]
 
 

@@ -151,7 +151,7 @@ def _llm_node():
     from wgc.interp.interp import kv_pools
     from wgc_runtime.contract.spec import KvCacheSpec
 
-    model = load_model(str(ROOT / "examples" / "bagel" / "bagel.walk"))
+    model = load_model(str(ROOT / "wgc_models" / "bagel" / "bagel.walk"))
     node = load_nodes(model, {"LLM"})["LLM"]
     return node, kv_pools(model, KvCacheSpec(pages=256))
 

@@ -19,7 +19,7 @@ from wgc.driver import Driver
 from wgc.placement.check import check_placement
 
 ROOT = Path(__file__).resolve().parents[2]
-ORPHEUS = ROOT / "examples" / "orpheus" / "orpheus.walk"
+ORPHEUS = ROOT / "wgc_models" / "orpheus" / "orpheus.walk"
 TINY = (
     'model tiny\n\nnode A: stateless {\n  impl "m:A"\n  in  x: f32[4]\n  out x: f32[4]\n}\n\n'
     "walk w(x?: f32[4]) {\n  A(x) -> y = x\n  emit y as tensor\n}\n\nflow main { w() }\n"

@@ -106,7 +106,9 @@ def test_thinker_talker_fixed_one_after_done_pad_is_clean():
     assert codes(src) == []
 
 
-@pytest.mark.parametrize("path", sorted((ROOT / "examples").glob("*/*.walk")), ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "path", sorted((ROOT / "wgc_models").glob("*/*.walk")), ids=lambda p: p.name
+)
 def test_examples_have_no_chunk_policy_findings(path):
     result = _driver.front_end(str(path))
     assert result.model is not None

@@ -29,7 +29,7 @@ if str(ROOT) not in sys.path:
 
 from wgc_models.pi05.nodes import LLM, VitEncoder, load_policy  # noqa: E402
 
-PI05 = str(ROOT / "examples" / "pi05" / "pi05.walk")
+PI05 = str(ROOT / "wgc_models" / "pi05" / "pi05.walk")
 GIB = 1 << 30
 
 
@@ -39,7 +39,7 @@ def _machine(gpus: int = 0, gpu_gib: float = 80, host_gib: float = 512) -> Machi
 
 def _plan(tmp_path: Path, placement: str, *sets: str) -> str:
     out = tmp_path / "plan"
-    return prepare(PI05, str(ROOT / "examples" / "pi05" / "placements" / placement), sets, out)
+    return prepare(PI05, str(ROOT / "wgc_models" / "pi05" / "placements" / placement), sets, out)
 
 
 def _codes(exc: pytest.ExceptionInfo[Refused]) -> list[str]:
@@ -53,7 +53,7 @@ def test_a_cuda_placement_without_cuda_is_one_line(tmp_path: Path) -> None:
     cams, prompt = tmp_path / "cams.npy", tmp_path / "prompt.npy"
     np.save(cams, np.zeros((2, 16, 16, 3), np.uint8))
     np.save(prompt, np.arange(7))
-    placement = str(ROOT / "examples" / "pi05" / "placements" / "real-1gpu.yaml")
+    placement = str(ROOT / "wgc_models" / "pi05" / "placements" / "real-1gpu.yaml")
     args = ["run", PI05, "-p", placement, "-i", f"images={cams}", "-i", f"prompt={prompt}"]
     result = CliRunner().invoke(main, args, obj=Env())
     assert result.exit_code == 1

@@ -25,8 +25,8 @@ from wgc_runtime.host.loading import load_plan  # noqa: E402
 
 def nodes(tmp_path: Path, family: str, placement: str) -> dict[str, tuple[dict, dict]]:
     """Each node's (config, {port: TypeSpec}) on the compiled plan."""
-    walk = ROOT / "examples" / family / f"{family}.walk"
-    place = ROOT / "examples" / family / "placements" / f"{placement}.yaml"
+    walk = ROOT / "wgc_models" / family / f"{family}.walk"
+    place = ROOT / "wgc_models" / family / "placements" / f"{placement}.yaml"
     result = Driver().compile(str(walk), str(place))
     assert result.ok, [d.message for d in result.errors]
     sync(tmp_path, result.files, check=False)

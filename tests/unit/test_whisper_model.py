@@ -186,7 +186,7 @@ def test_the_real_placement_declares_the_real_sizes(tmp_path) -> None:
     from wgc_runtime.contract.spec import TypeSpec
     from wgc_runtime.host.loading import load_plan
 
-    root = Path(__file__).resolve().parents[2] / "examples" / "whisper"
+    root = Path(__file__).resolve().parents[2] / "wgc_models" / "whisper"
     result = Driver().compile(str(root / "whisper.walk"), str(root / "placements/real-1gpu.yaml"))
     assert result.ok, [d.message for d in result.errors]
     sync(tmp_path, result.files, check=False)
