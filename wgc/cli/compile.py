@@ -22,7 +22,7 @@ import click
 
 from wgc.cli.check import _use_color
 from wgc.cli.errors import EXIT_OK, EXIT_USER, UserError
-from wgc.cli.targets import family_pairs, model_file, placement_file
+from wgc.cli.targets import family_pairs, resolve_names
 from wgc.codegen.pyfmt import comment_text
 from wgc.codegen.render import GENERATED_FILES
 from wgc.config import Env
@@ -207,8 +207,8 @@ def compile(  # named like the command, as click derives it
         click.get_current_context().exit(EXIT_OK if all(ok) else EXIT_USER)
     if not model or not placement:
         raise UserError("give MODEL.walk and `--placement P.yaml` (or `--all`)")
-    model = model_file(model)
-    placement = placement_file(placement, model)
+    model_path, placement = resolve_names(model, placement)  # names of families, placements
+    model = str(model_path)
     assert placement is not None
     for path in (model, placement):
         if not Path(path).is_file():

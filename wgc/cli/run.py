@@ -471,11 +471,11 @@ def sample_rates(plan_dir: str) -> dict[str, int]:
 
 
 def prepare(target: str, placement: str | None, sets: tuple[str, ...], keep: Path | None) -> str:
-    """The generated folder to run: ``target`` itself, or a fresh compile of MODEL.walk (a path,
-    or a registered family's name; the placement a path or a name, `wgc.cli.targets`)."""
-    from wgc.cli.targets import model_file, placement_file
+    """The generated folder to run: ``target`` itself, or a fresh compile of MODEL.walk."""
+    from wgc.cli.compile import _parse_sets, _report, resolve_names, sync
+    from wgc.driver import Driver
 
-    path = Path(model_file(target))
+    path, placement = resolve_names(target, placement)  # names of families, placements
     if path.is_dir():
         if placement:
             raise UserError("`--placement` is for MODEL.walk; a generated folder is already placed")
@@ -493,13 +493,8 @@ def prepare(target: str, placement: str | None, sets: tuple[str, ...], keep: Pat
             )
         placement = str(default)
         click.echo(f"note: no `--placement`: using `{placement}`", err=True)
-    placement = placement_file(placement, str(path))
-    assert placement is not None
     if not Path(placement).is_file():
         raise UserError(f"no such file: `{placement}`")
-    from wgc.cli.compile import _parse_sets, _report, sync
-    from wgc.driver import Driver
-
     result = Driver().compile(str(path), placement, _parse_sets(sets))
     _report(result, color=False)
     if not result.ok:

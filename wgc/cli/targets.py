@@ -21,7 +21,15 @@ from wgc.cli.errors import UserError
 from wgc.diagnostics.suggest import did_you_mean
 from wgc_runtime.contract.families import families, family
 
-__all__ = ["UnknownName", "family_pairs", "is_name", "model_file", "model_folder", "placement_file"]
+__all__ = [
+    "UnknownName",
+    "family_pairs",
+    "is_name",
+    "model_file",
+    "model_folder",
+    "placement_file",
+    "resolve_names",
+]
 
 _PATH_MARKS = set("/\\*?[")
 _SUFFIXES = (".walk", ".yaml", ".yml")
@@ -86,6 +94,13 @@ def model_folder(arg: str) -> str:
     if Path(arg).exists() or not is_name(arg):
         return arg
     return shown(_family_walk(arg).parent)
+
+
+def resolve_names(model: str, placement: str | None) -> tuple[Path, str | None]:
+    """``model`` (`model_file`) and, when it is a file, ``placement`` (`placement_file`) beside
+    it; a folder's placement is left as given (a generated folder takes none)."""
+    path = Path(model_file(model))
+    return path, placement_file(placement, str(path)) if path.is_file() else placement
 
 
 def placement_file(arg: str | None, walk: str) -> str | None:
