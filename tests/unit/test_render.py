@@ -13,7 +13,7 @@ from wgc.diagnostics.render import (
     render_text,
 )
 
-FILE = "wgc_models/x.walk"
+FILE = "examples/x.walk"
 
 
 def _sources() -> SourceMap:
@@ -43,7 +43,7 @@ def _par_write() -> Diagnostic:
 def test_text_quotes_primary_and_secondary_in_line_order() -> None:
     expected = """\
 error[WG401]: `par` branches write the same channel `v`
-  --> wgc_models/x.walk:12:7
+  --> examples/x.walk:12:7
    |
 11 |       LLM2(latents) -> v = velocity
    |       ------------------------------ first written here
@@ -65,7 +65,7 @@ def test_text_single_digit_gutter_and_label_in_another_file() -> None:
     )
     expected = """\
 error[WG101]: duplicate declaration of `A`
- --> wgc_models/x.walk:2:3
+ --> examples/x.walk:2:3
   |
 2 | # line 2
   |   ^^^^
