@@ -1,3 +1,4 @@
-"""Each speech family's tiny config in one place, with the real sizes beside it: `orpheus`
-(the Llama LM, SNAC 24 kHz, the token ranges) and `qwen3_omni` (Thinker, Talker with its code
-predictor, Code2Wav, the special token ids)."""
+"""What the nodes of several families share: `weights` (a node's share of a checkpoint, the
+decoder LM's parts), `batched` (batched forwards, weight dtypes), `speech` (seeds, text codecs,
+random weights for the speech families), `toy` (deterministic stand-ins for toy nodes) and
+`tiny_tokenizers` (the script that trains the speech families' shipped ``tokenizer.json``)."""

@@ -1,1 +1,2 @@
-"""The bagel example: its .walk file and toy node implementations."""
+"""BAGEL (text and image in, text and image out): its .walk file, placements and node
+implementations over the real architecture."""

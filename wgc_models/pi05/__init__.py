@@ -1,1 +1,2 @@
-"""The pi05 example: its .walk file and toy node implementations."""
+"""π0.5 (a vision-language-action policy): its .walk file, placements and node implementations
+over the real architecture."""

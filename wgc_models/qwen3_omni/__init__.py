@@ -1,1 +1,2 @@
-"""The qwen3_omni example: its .walk file and toy node implementations."""
+"""Qwen3-Omni (Thinker, Talker, Code2Wav): its .walk file, placements and node implementations
+over the real architecture."""

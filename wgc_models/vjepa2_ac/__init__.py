@@ -1,1 +1,2 @@
-"""The vjepa2_ac example: its .walk file and toy node implementations."""
+"""V-JEPA 2-AC (video encoder and action-conditioned predictor): its .walk file, placements and
+node implementations over the real architecture."""
