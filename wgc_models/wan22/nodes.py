@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 
 from wgc_models._shared.batched import need
-from wgc_models._shared.toy import embed, noise
+from wgc_models.wan22.toy import embed, noise
 from wgc_runtime.contract.node import Node, type_parts
 
 STRIDE = 8  # the VAE's spatial stride (`param vae_stride`)
