@@ -146,3 +146,18 @@ def test_wgc_run_by_family_name_from_any_folder(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (tmp_path / "out" / "audio.wav").stat().st_size > 44
     assert not (tmp_path / "wgc_models").exists()
+
+
+def test_the_runtime_names_no_model() -> None:
+    """`wgc_runtime` knows no model: not by import (ruff's bans) and not by name either."""
+    import re
+
+    words = re.compile(r"orpheus|llama|bagel|qwen|vjepa|pi0|wan2|whisper|snac", re.IGNORECASE)
+    found = [
+        f"{path.relative_to(ROOT)}:{n}: {line.strip()}"
+        for path in sorted((ROOT / "wgc_runtime").rglob("*"))
+        if path.suffix in (".py", ".toml")
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if words.search(line)
+    ]
+    assert not found, "\n".join(found)

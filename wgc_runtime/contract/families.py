@@ -21,7 +21,6 @@ from __future__ import annotations
 import importlib.util
 from dataclasses import dataclass
 from functools import cache
-from importlib.metadata import entry_points
 from pathlib import Path
 
 __all__ = ["GROUP", "Family", "families", "family", "resolve_impl", "resolve_module"]
@@ -60,6 +59,8 @@ class Family:
 def families() -> dict[str, Family]:
     """Every registered family by name (the installed distributions' ``wgc.models`` entry
     points; the first registration of a name wins, in the order importlib lists them)."""
+    from importlib.metadata import entry_points  # only when a name is looked up: start-up
+
     out: dict[str, Family] = {}
     for ep in entry_points(group=GROUP):
         out.setdefault(ep.name, Family(ep.name, ep.value.partition(":")[0].strip()))
