@@ -6,9 +6,9 @@ One BPE is trained on the small English `CORPUS` below (GPT-2's byte-level pre-t
 decoder, as Llama 3's and Qwen's tokenizers are): the 256 byte tokens, then merges up to
 `REGULAR` ids. Each family's file adds its special tokens after those, where the real
 tokenizers have theirs (at the end of the vocabulary), so the tiny vocabulary is `SIZE` = 512
-ids: `orpheus_tokenizer.json` with Llama 3's specials (``<|begin_of_text|>`` first, then
+ids: `orpheus/tokenizer.json` with Llama 3's specials (``<|begin_of_text|>`` first, then
 ``<|end_of_text|>``, reserved ids and ``<|eot_id|>`` nine after the first, as 128000 / 128009 in
-the real one), `qwen3_omni_tokenizer.json` with Qwen's chat, audio, vision and TTS specials.
+the real one), `qwen3_omni/tokenizer.json` with Qwen's chat, audio, vision and TTS specials.
 The tiny configs (`orpheus`, `qwen3_omni`) carry the ids these files give (a test checks them).
 """
 

@@ -164,7 +164,7 @@ REAL: dict[str, Any] = {
 }
 
 _TINY_VOCAB = 512
-# the ids of the shipped tiny tokenizer (`tiny_tokenizers`, `qwen3_omni_tokenizer.json`): its
+# the ids of the shipped tiny tokenizer (`tiny_tokenizers`, `qwen3_omni/tokenizer.json`): its
 # specials at the top of the vocabulary, the role words and "\n" trained BPE tokens
 _IDS = {
     "im_start": 497,

@@ -1,6 +1,6 @@
 """Whisper's configs: the tiny one the random-weight example and the tests run, the real one
 (``openai/whisper-large-v3``) beside it, and the tiny tokenizer the random model speaks through
-(``python -m wgc_models.whisper.config`` rewrites ``whisper_tokenizer.json``; a
+(``python -m wgc_models.whisper.config`` rewrites ``whisper/tokenizer.json``; a
 test checks that rebuilding gives it back byte for byte).
 
 What shrinks: the width (1280 → 64), the layers (32 + 32 → 2 + 2), the heads (20 → 4) and the
