@@ -1,7 +1,7 @@
 """What vulture (`.ci/run`) would call dead but is used by name, so it is allowed here.
 
-Every entry says why. Anything else vulture finds in wgc/, wgc_runtime/, tests/, benchmarks/ or
-examples/ fails CI: remove the dead code instead of adding it here.
+Every entry says why. Anything else vulture finds in wgc/, wgc_runtime/, wgc_models/, tests/ or
+benchmarks/ fails CI: remove the dead code instead of adding it here.
 """
 
 # ruff: noqa: B018, F821

@@ -4,7 +4,7 @@ separate dense caches (what vLLM-Omni does) driven directly.
     .venv/bin/python benchmarks/bagel_cfg.py [--prompt-bytes 16 400] [--repeat 3]
         [--placements cpu-batched-cfg cpu] [--threads 1] [--json out.json]
 
-The model is `examples/bagel` at its tiny sizes (seeded random weights), one CPU rank. One
+The model is `wgc_models/bagel` at its tiny sizes (seeded random weights), one CPU rank. One
 text-to-image request with a prompt of ``--prompt-bytes`` bytes. Sides, interleaved
 ``--repeat`` times:
 
@@ -56,10 +56,10 @@ def main() -> None:
     args = ap.parse_args()
     import torch
 
-    from examples.bagel.nodes import load_bagel, load_vae
     from wgc.interp import segment
-    from wgc_runtime.components.bagel import Guidance, Schedule, euler, guide, unpatchify
-    from wgc_runtime.components.block_attention import Block, DenseBlocks, DenseKV
+    from wgc_models.bagel.model import Guidance, Schedule, euler, guide, unpatchify
+    from wgc_models.bagel.nodes import load_bagel, load_vae
+    from wgc_models.layers.block_attention import Block, DenseBlocks, DenseKV
     from wgc_runtime.contract.node import CallContext
     from wgc_runtime.host.local import LocalCluster
 

@@ -4,7 +4,7 @@ vs the same requests split by task onto three dedicated deployments (one per tas
     .venv/bin/python benchmarks/bagel_mixed.py [--per-task 3] [--repeat 3] [--steps 50]
         [--threads 1] [--json out.json]
 
-The model is `examples/bagel` at its tiny sizes (seeded random weights) compiled for
+The model is `wgc_models/bagel` at its tiny sizes (seeded random weights) compiled for
 `placements/cpu.yaml` (one CPU rank, ``max_batch`` 4, four requests admitted at a time), served
 by `Cluster` (a conductor and a worker process, as `wgc run --serve` starts them), requests
 sent by `Client` (one per request, each in its own thread, timing its request from submission
@@ -160,9 +160,9 @@ def weight_bytes(model: str, bytes_per_param: int | None) -> int:
     device; ``bytes_per_param`` None: as built."""
     import torch
 
-    from wgc_runtime.components.autoencoder_kl import AutoencoderKL
-    from wgc_runtime.components.bagel import Bagel
-    from wgc_runtime.components.configs.bagel import CONFIGS
+    from wgc_models.bagel.autoencoder_kl import AutoencoderKL
+    from wgc_models.bagel.config import CONFIGS
+    from wgc_models.bagel.model import Bagel
 
     cfg = CONFIGS[model]
     with torch.device("meta"):
@@ -192,7 +192,7 @@ def compiled(steps: int, tmp: Path) -> Path:
     from wgc.cli.compile import sync
     from wgc.driver import Driver
 
-    walk = ROOT / "examples" / "bagel" / "bagel.walk"
+    walk = ROOT / "wgc_models" / "bagel" / "bagel.walk"
     res = Driver().compile(
         str(walk), str(walk.parent / "placements" / "cpu.yaml"), {"steps": str(steps)}
     )
@@ -223,7 +223,7 @@ def main() -> None:
     load_before = loadavg()
     with tempfile.TemporaryDirectory() as tmp:
         plan = compiled(args.steps, Path(tmp))
-        os.chdir(ROOT)  # workers import the nodes as `examples.bagel.nodes`
+        os.chdir(ROOT)  # workers import the nodes as `wgc_models.bagel.nodes`
         names = ["mixed", *TASKS]
         clusters = {n: Cluster(str(plan), progress=None, ready_timeout=300) for n in names}
         try:

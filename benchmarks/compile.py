@@ -28,7 +28,7 @@ sys.path.insert(0, str(HERE))
 
 from synth import synth_model  # noqa: E402
 
-from wgc.cli.compile import example_pairs  # noqa: E402
+from wgc.cli.targets import family_pairs  # noqa: E402
 from wgc.driver import Driver  # noqa: E402
 
 
@@ -55,7 +55,7 @@ def best_of(repeat: int, fn) -> tuple[float, object]:
 def bench_examples(repeat: int) -> list[tuple[str, str, float]]:
     os.chdir(ROOT)
     rows = []
-    for walk, placement in example_pairs():
+    for walk, placement in family_pairs():
         t, result = best_of(repeat, lambda w=walk, p=placement: Driver().compile(w, p, {}))
         assert result.ok, (walk, placement, [str(d) for d in result.errors])
         ranks = len(result.plan.ranks)

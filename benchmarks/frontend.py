@@ -6,7 +6,7 @@
 Reports, for synthetic valid models of N nodes (benchmarks/synth.py), the best-of-`repeat`
 time of parse + build + verify, and the ratio between the largest and smallest size divided by
 the size ratio (1.0 = perfectly linear; the goal is a 10x size costing at most 12x time). Then the
-wall time of `wgc check examples/` in a fresh interpreter (the CI linter's real cost).
+wall time of `wgc check wgc_models/` in a fresh interpreter (the CI linter's real cost).
 
 Then one walk of N sequential calls of one kv-cache node (the shape that made the WG608
 "unordered kv-cache calls" lint cubic): the front end at each `--kv-sizes` N and its time ratio,
@@ -52,9 +52,9 @@ def time_front_end(n: int, repeat: int) -> tuple[float, int]:
 def time_check_examples(repeat: int) -> float:
     exe = Path(sys.executable).with_name("wgc")
     cmd = (
-        [str(exe), "check", "examples/"]
+        [str(exe), "check", "wgc_models/"]
         if exe.exists()
-        else [sys.executable, "-m", "wgc.cli", "check", "examples/"]
+        else [sys.executable, "-m", "wgc.cli", "check", "wgc_models/"]
     )
     best = float("inf")
     for _ in range(repeat):
@@ -124,7 +124,7 @@ def markdown(rows: list[tuple[int, float]], check: float, loads: tuple[float, fl
     sizes = " | ".join(f"N = {n:,}" for n, _ in rows)
     times = " | ".join(f"{t * 1000:,.0f} ms" for _, t in rows)
     return (
-        f"| date | load (`uptime`, before → after) | {sizes} | ratio | `wgc check examples/` |\n"
+        f"| date | load (`uptime`, before → after) | {sizes} | ratio | `wgc check wgc_models/` |\n"
         + "| --- " * (len(rows) + 4)
         + "|\n"
         + f"| {date} | {loads[0]:.2f} → {loads[1]:.2f} | {times} | **{t1 / t0:.2f}** "
@@ -150,7 +150,7 @@ def main() -> None:
     (n0, t0), (n1, t1) = rows[0], rows[-1]
     print(f"time ratio N={n1}/N={n0}: {t1 / t0:.2f} (size ratio {n1 / n0:.0f}; goal <= 12)")
     check = time_check_examples(args.repeat)
-    print(f"wgc check examples/ (fresh interpreter): {check * 1000:.0f} ms (goal < 1000 ms)")
+    print(f"wgc check wgc_models/ (fresh interpreter): {check * 1000:.0f} ms (goal < 1000 ms)")
     time_kv_chain(args.kv_sizes, args.repeat)
     if args.markdown:
         args.markdown.write_text(markdown(rows, check, (load_before, os.getloadavg()[0])))

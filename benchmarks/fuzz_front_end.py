@@ -161,7 +161,7 @@ class Overtime(BaseException):
 
 def seeds() -> list[Seed]:
     out: list[Seed] = []
-    for walk in sorted(ROOT.glob("examples/*/*.walk")):
+    for walk in sorted(ROOT.glob("wgc_models/*/*.walk")):
         places = sorted(walk.parent.glob("placements/*.yaml"))
         cpu = next((p for p in places if p.stem == "cpu"), places[0] if places else None)
         out.append(Seed(walk.read_text(encoding="utf-8"), "walk", None, cpu))
@@ -173,7 +173,7 @@ def seeds() -> list[Seed]:
         first = text.split("\n", 1)[0]
         named = ROOT / first.removeprefix("# model: ") if first.startswith("# model: ") else None
         model = named if named is not None and named.is_file() else None
-        out.append(Seed(text, path.suffix[1:], model or ROOT / "examples/bagel/bagel.walk"))
+        out.append(Seed(text, path.suffix[1:], model or ROOT / "wgc_models/bagel/bagel.walk"))
     out.append(Seed(TINY, "walk", None, None))
     return out
 

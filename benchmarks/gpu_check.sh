@@ -51,7 +51,7 @@ section "attention backends" 300 "$PY" -m pytest -m gpu tests/gpu -q -rs -p no:c
 #    batching over real graphs, torch and triton attention) equals the plain path
 section "cuda graphs" 100 "$PY" -m pytest -m gpu tests/gpu/test_gpu_graphs.py -q -rs -p no:cacheprovider
 
-# 3. the compiled path: `examples/llama` served by the runtime with the plan's captured decode
+# 3. the compiled path: `wgc_models/llama` served by the runtime with the plan's captured decode
 #    step replayed as CUDA graphs (continuous batching across requests) equals capture off
 section "compiled path" 120 "$PY" -m pytest -m gpu tests/gpu/test_gpu_compiled_path.py -q -rs -p no:cacheprovider
 

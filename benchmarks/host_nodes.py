@@ -1,6 +1,6 @@
 """Orpheus's nodes over a fake engine, for `benchmarks/host_overhead.py`.
 
-`FakeLM` is Orpheus's `LLM` node (`examples/orpheus/nodes.py`: its prefill, its captured decode
+`FakeLM` is Orpheus's `LLM` node (`wgc_models/orpheus/nodes.py`: its prefill, its captured decode
 step, its sampling and stop bookkeeping, the KV pool's appends and page tables) whose engine
 does no model work: `FakeEngine` appends to the pool as the real one does and returns fixed
 logits, zero everywhere but ``end_of_speech`` (very low), so Orpheus's audio mask picks each
@@ -16,8 +16,8 @@ from typing import Any
 
 import torch
 
-from examples.orpheus.nodes import LLM, orpheus_tokens
-from wgc_runtime.components.decode_engine import DecoderEngine
+from wgc_models.layers.decode_engine import DecoderEngine
+from wgc_models.orpheus.nodes import LLM, orpheus_tokens
 from wgc_runtime.contract.node import KvCache, Node, NodeError
 from wgc_runtime.engines.capture import StaticBuffer
 

@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/host_overhead.py [--concurrency 1 16 128] [--tokens 280]
         [--repeat 3] [--json out.json]
 
-The graph is `examples/orpheus/orpheus.walk` with its nodes swapped for `benchmarks/host_nodes`'s:
+The graph is `wgc_models/orpheus/orpheus.walk` with its nodes swapped for `benchmarks/host_nodes`'s:
 `FakeLM` is Orpheus's own `LLM` node (prefill, captured decode step, sampling and stop
 bookkeeping, KV pool appends and page tables) over an engine whose model step returns fixed
 logits in ~0 time; `FakeVocoder` turns each ``sliding(28, 7)`` window into fixed samples. The
@@ -27,7 +27,7 @@ processes ``wgc run --serve`` starts), ``--repeat`` rounds, the concurrencies in
 
 Medians over the rounds with the spread (min-max); the machine load before and after each
 round. ``--base CHECKOUT``: the same measurement of another checkout's runtime and nodes
-(`speech_paired.start`: its processes import ``CHECKOUT/runtime`` and ``CHECKOUT/examples``),
+(`speech_paired.start`: its processes import ``CHECKOUT/wgc_runtime`` and ``CHECKOUT/wgc_models``),
 started beside this one and served in alternating order each round; then the per-round ratios
 this / base are printed too (on a shared machine the paired ratio is what counts).
 Published anchors for the per-row cost (M*: a Python router ≈ 21.7 µs per request per
@@ -54,10 +54,10 @@ for _p in (str(ROOT), str(ROOT / "benchmarks")):  # once: a spawned child re-run
 
 from benchmarks.hot_path import cpu_seconds, loadavg  # noqa: E402
 
-WALK = ROOT / "examples" / "orpheus" / "orpheus.walk"
+WALK = ROOT / "wgc_models" / "orpheus" / "orpheus.walk"
 IMPLS = {
-    '"examples.orpheus.nodes:LLM"': '"benchmarks.host_nodes:FakeLM"',
-    '"examples.orpheus.nodes:SnacDecoder"': '"benchmarks.host_nodes:FakeVocoder"',
+    '"orpheus.nodes:LLM"': '"benchmarks.host_nodes:FakeLM"',
+    '"orpheus.nodes:SnacDecoder"': '"benchmarks.host_nodes:FakeVocoder"',
 }
 BUCKETS = [1, 2, 4, 8, 16, 32, 64, 128]
 # published per-row routing costs at batch 128 (µs per request per decode step)

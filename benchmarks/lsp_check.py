@@ -100,7 +100,7 @@ def main() -> None:
     args = ap.parse_args()
     os.chdir(ROOT)
     models = [
-        (str(p.relative_to(ROOT)), p.read_text()) for p in sorted(ROOT.glob("examples/*/*.walk"))
+        (str(p.relative_to(ROOT)), p.read_text()) for p in sorted(ROOT.glob("wgc_models/*/*.walk"))
     ]
     load_before = os.getloadavg()[0]
     inc: list[float] = []

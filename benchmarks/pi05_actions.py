@@ -4,7 +4,7 @@ the reference loop (one observation at a time, the components called directly).
     .venv/bin/python benchmarks/pi05_actions.py [--concurrency 1 4 16] [--repeat 3]
         [--threads 1] [--json out.json]
 
-The model is `examples/pi05` at its tiny sizes (seeded random weights), compiled for one CPU
+The model is `wgc_models/pi05` at its tiny sizes (seeded random weights), compiled for one CPU
 rank with ``max_batch`` 16. Sides, interleaved ``--repeat`` times:
 
 * **runtime**: N observations (3 cameras, an 8-token prompt each) submitted at once to
@@ -12,7 +12,7 @@ rank with ``max_batch`` 16. Sides, interleaved ``--repeat`` times:
   the executor batches each walk's calls across requests — the prefixes' prefill in one ragged
   pass over the pool, each of the 10 flow steps of the N chunks in one pass of the expert;
 * **reference loop**: the same N observations one after another through
-  `wgc_runtime.components.pipelines.pi05_reference.action_chunks` (a dense cache each).
+  `tests.reference.pi05_reference.action_chunks` (a dense cache each).
 
 The chunks are checked equal (≤ 1e-4). Reported per N: chunks/s and actions/s (50 per chunk) of
 each side (median of the repeats; best in brackets), runtime / reference, and the machine load.
@@ -53,7 +53,7 @@ def compile_plan(out: Path) -> Path:
 
     place = out / "placement.yaml"
     place.write_text(PLACEMENT)
-    result = Driver().compile(str(ROOT / "examples/pi05/pi05.walk"), str(place))
+    result = Driver().compile(str(ROOT / "wgc_models/pi05/pi05.walk"), str(place))
     if not result.ok:
         raise SystemExit("; ".join(d.message for d in result.errors))
     plan = out / "plan"
@@ -84,11 +84,11 @@ def main() -> None:
     args = ap.parse_args()
     import torch
 
-    from examples.pi05.nodes import load_policy, load_vision
+    from tests.reference.pi05_reference import action_chunks
     from wgc.interp import segment
-    from wgc_runtime.components.configs.pi05 import TINY
-    from wgc_runtime.components.pi0 import Pi0
-    from wgc_runtime.components.pipelines.pi05_reference import action_chunks
+    from wgc_models.pi05.config import TINY
+    from wgc_models.pi05.model import Pi0
+    from wgc_models.pi05.nodes import load_policy, load_vision
     from wgc_runtime.contract.node import CallContext
     from wgc_runtime.host.local import LocalCluster
 

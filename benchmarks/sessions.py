@@ -1,7 +1,7 @@
 """The second turn of a chat with and without a session (issue 32 point 5).
 
 `.venv/bin/python benchmarks/sessions.py [--prompt 600] [--new 40] [--repeat 5]` — the Llama
-example (`examples/llama`, compiled for one CPU rank, eager decode, seeded random weights at
+example (`wgc_models/llama`, compiled for one CPU rank, eager decode, seeded random weights at
 ``hidden 256, layers 4`` so a prefill costs something; ``eos -1``: every reply is
 ``max_new_tokens`` = 32 tokens) in `LocalCluster`. Turn 1 sends ``--prompt`` bytes in session
 ``s``; turn 2 sends the conversation so far plus ``--new`` bytes, once in the session (the
@@ -57,7 +57,7 @@ def compiled(tmp: Path) -> Path:
         "kv_cache: {page_size: 16, pages: 1024, dtype: f32}\n"
         "batching: {max_batch: 4, backend: eager}\nsessions: {max_sessions: 4}\n"
     )
-    result = Driver().compile(str(ROOT / "examples/llama/llama.walk"), str(p), SIZES)
+    result = Driver().compile(str(ROOT / "wgc_models/llama/llama.walk"), str(p), SIZES)
     assert result.ok, [d.message for d in result.errors]
     for name, text in result.files.items():
         (tmp / name).write_text(text)

@@ -5,8 +5,9 @@ rounds are too noisy to show it.
         [--base OTHER_CHECKOUT] [--env-a K=V ...] [--env-b K=V ...]
 
 Deployment A runs the code of ``--base`` (another checkout, e.g. a ``git worktree`` of the
-previous commit: A's processes import its ``runtime/`` folder as ``wgc_runtime`` and its
-``examples/`` folder, the nodes, as ``examples``) or of this checkout; deployment B runs this
+previous commit: A's processes import its ``wgc_runtime/`` (earlier ``runtime/``) folder as
+``wgc_runtime`` and its ``wgc_models/`` (earlier ``examples/``) folder, the nodes, as
+``wgc_models``) or of this checkout; deployment B runs this
 checkout's. ``--env-a`` / ``--env-b`` add environment variables to one deployment's processes
 (e.g. ``TORCHINDUCTOR_CPP_WRAPPER=1``). Both compile the same plan from this checkout
 (`speech_tts.plan_for`, the tiny checkpoints), start, warm up, and then serve ``--rounds``
@@ -55,7 +56,7 @@ def env_pairs(pairs: list[str]) -> dict[str, str]:
 
 def start(stack: ExitStack, folder: Path, env: dict[str, str], base: Path | None):
     """A `Cluster` on ``folder`` whose processes see ``env`` and, with ``base``, import
-    ``base/runtime`` as ``wgc_runtime`` and ``base/examples`` (the nodes) as ``examples``
+    ``base/wgc_runtime`` as ``wgc_runtime`` and ``base/wgc_models`` (the nodes) as ``wgc_models``
     (spawned processes take this process's ``sys.path``)."""
     from wgc_runtime.host.processes.launcher import Cluster
 
@@ -68,7 +69,11 @@ def start(stack: ExitStack, folder: Path, env: dict[str, str], base: Path | None
             old = base / "runtime"
             runtime = old if old.is_dir() else base / "wgc_runtime"
             (shim / "wgc_runtime").symlink_to(runtime.resolve())
-            (shim / "examples").symlink_to((base / "examples").resolve())
+            models = base / "wgc_models"
+            if not models.is_dir():  # before one home per model: the nodes were in examples/
+                models = base / "examples"
+                (shim / "examples").symlink_to(models.resolve())
+            (shim / "wgc_models").symlink_to(models.resolve())
             sys.path.insert(0, str(shim))
         cluster = Cluster(str(folder), progress=None, ready_timeout=900)
         stack.enter_context(cluster)
@@ -93,7 +98,7 @@ def main() -> None:
     import speech_tts as st
     import torch
 
-    from wgc_runtime.components.pipelines import checkpoints
+    from tests.reference import checkpoints
 
     torch.set_num_threads(1)
     request = (st.TEXT, ["audio"], {"max_tokens": args.tokens})

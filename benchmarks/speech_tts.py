@@ -4,8 +4,8 @@
         [--concurrency 1 4 16] [--tokens N] [--placements cpu cpu-2rank ...] [--threads 1]
         [--repeat 3] [--set NAME=VALUE ...] [--json out.json]
 
-The model is `examples/<family>` at its tiny sizes, on tiny checkpoints in the references' own
-formats (`wgc_runtime.components.pipelines.checkpoints`: for Orpheus a transformers
+The model is `wgc_models/<family>` at its tiny sizes, on tiny checkpoints in the references' own
+formats (`tests.reference.checkpoints`: for Orpheus a transformers
 ``LlamaForCausalLM`` folder and a `snac` ``SNAC``, for Qwen3-Omni a transformers
 ``Qwen3OmniMoeForConditionalGeneration`` folder), compiled against them (``--set
 checkpoint=...``). Every request is the same text, greedy; Orpheus speaks ``max_tokens =
@@ -26,7 +26,7 @@ most ``--tokens`` codec frames. Per concurrency ``c``:
   the Thinker's states to the Talker, 25-frame code chunks to Code2Wav).
 * **reference**, in this process. Orpheus: transformers' ``generate()`` on the same LM, the
   ``c`` prompts as one batch (identical prompts: no padding), greedy with Orpheus's audio-token
-  constraint as a logits processor (`wgc_runtime.components.orpheus.audio_mask`, so the tokens
+  constraint as a logits processor (`wgc_models.orpheus.model.audio_mask`, so the tokens
   are the ones wgc chooses), then `snac`'s ``SNAC.decode`` on each request's whole code
   sequence. Qwen3-Omni: its ``generate()`` (Thinker, Talker, then Code2Wav over the whole code
   sequence), one request after another (it takes one conversation at a time). A reference
@@ -71,7 +71,7 @@ def plan_for(family: str, placement: str, sets: dict[str, str], out: Path) -> Pa
     from wgc.cli.compile import sync
     from wgc.driver import Driver
 
-    walk = ROOT / "examples" / family / f"{family}.walk"
+    walk = ROOT / "wgc_models" / family / f"{family}.walk"
     place = walk.parent / "placements" / f"{placement}.yaml"
     result = Driver().compile(str(walk), str(place), sets)
     if not result.ok:
@@ -122,7 +122,7 @@ class Reference:
     """transformers ``generate()`` then SNAC on the whole sequence (module docstring)."""
 
     def __init__(self, lm, codec) -> None:
-        from wgc_runtime.components.configs.orpheus import TINY_TOKENS
+        from wgc_models.orpheus.config import TINY_TOKENS
 
         self.lm, self.codec, self.tokens = lm, codec, TINY_TOKENS
 
@@ -130,9 +130,9 @@ class Reference:
         import torch
         from transformers import LogitsProcessor, LogitsProcessorList
 
-        from examples._speech import text_codec
-        from examples.orpheus.nodes import prompt_ids
-        from wgc_runtime.components.orpheus import audio_mask, window_codes
+        from wgc_models._shared.speech import text_codec
+        from wgc_models.orpheus.model import audio_mask, window_codes
+        from wgc_models.orpheus.nodes import prompt_ids
 
         t0 = time.perf_counter()
         prompt = prompt_ids(text_codec("", "orpheus"), self.tokens, "tara", TEXT)
@@ -175,9 +175,9 @@ class OmniReference:
     one request after another (it takes one conversation at a time)."""
 
     def __init__(self, model, checkpoint: Path) -> None:
-        from examples._speech import text_codec
-        from examples.qwen3_omni.weights import ChatPrompt, audio_ids
-        from wgc_runtime.components.omni_config import OmniConfig
+        from wgc_models._shared.speech import text_codec
+        from wgc_models.qwen3_omni.omni_config import OmniConfig
+        from wgc_models.qwen3_omni.weights import ChatPrompt, audio_ids
 
         codec = text_codec("", "qwen3_omni")
         cfg = OmniConfig.from_pretrained(checkpoint)
@@ -247,7 +247,7 @@ def main() -> None:
 
     import torch
 
-    from wgc_runtime.components.pipelines import checkpoints
+    from tests.reference import checkpoints
     from wgc_runtime.host.processes.launcher import Cluster
 
     torch.set_num_threads(args.threads)

@@ -4,8 +4,8 @@ re-prefill baseline (the predictor re-run over the whole growing sequence at eve
     .venv/bin/python benchmarks/vjepa_rollout.py [--models tiny frames] [--horizons 4 15 30]
         [--repeat 3] [--threads 1] [--json out.json]
 
-The model is `examples/vjepa2_ac` (seeded random weights), compiled for one CPU rank with
-``--set`` sizes per ``--models`` entry (`wgc_runtime.components.configs.vjepa2_ac`: ``tiny``, 16
+The model is `wgc_models/vjepa2_ac` (seeded random weights), compiled for one CPU rank with
+``--set`` sizes per ``--models`` entry (`wgc_models.vjepa2_ac.config`: ``tiny``, 16
 patches a frame; ``frames``, the real model's 16 x 16 patches — 258 cached tokens a frame — at
 narrow widths) and ``max_horizon`` 31. One request: a 2-frame context clip and a rollout of H
 steps. Sides, interleaved ``--repeat`` times:
@@ -73,7 +73,7 @@ def compile_plan(sets: dict[str, str], out: Path) -> Path:
     out.mkdir(parents=True)
     place = out / "placement.yaml"
     place.write_text(PLACEMENT)
-    result = Driver().compile(str(ROOT / "examples/vjepa2_ac/vjepa2_ac.walk"), str(place), sets)
+    result = Driver().compile(str(ROOT / "wgc_models/vjepa2_ac/vjepa2_ac.walk"), str(place), sets)
     if not result.ok:
         raise SystemExit("; ".join(d.message for d in result.errors))
     plan = out / "plan"
@@ -95,10 +95,10 @@ def inputs(side: int):
 def bench(model: str, horizons: list[int], repeat: int, tmp: Path) -> list[dict]:
     import torch
 
-    from examples.vjepa2_ac.nodes import load_encoder, load_predictor
     from wgc.interp import segment
-    from wgc_runtime.components.vjepa2 import video_pixels
-    from wgc_runtime.components.vjepa2_ac import cached_rollout, native_rollout, normalize
+    from wgc_models.vjepa2_ac.model import cached_rollout, native_rollout, normalize
+    from wgc_models.vjepa2_ac.nodes import load_encoder, load_predictor
+    from wgc_models.vjepa2_ac.vjepa2 import video_pixels
     from wgc_runtime.host.local import LocalCluster
 
     sets = SETS[model]

@@ -14,7 +14,9 @@ from typing import Any
 import torch
 
 ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:  # node modules are imported as `examples.<family>.nodes`
+if (
+    str(ROOT) not in sys.path
+):  # node modules import as `wgc_models.<family>.nodes` (registered: `orpheus.nodes`)
     sys.path.insert(0, str(ROOT))
 
 from wgc.cli.compile import sync  # noqa: E402
@@ -29,8 +31,8 @@ Outputs = dict[tuple[str, str, str], list[torch.Tensor]]
 
 
 def compile_to(out: Path, family: str, placement: str, sets: dict[str, str]) -> Path:
-    walk = ROOT / "examples" / family / f"{family}.walk"
-    place = ROOT / "examples" / family / "placements" / f"{placement}.yaml"
+    walk = ROOT / "wgc_models" / family / f"{family}.walk"
+    place = ROOT / "wgc_models" / family / "placements" / f"{placement}.yaml"
     result = Driver().compile(str(walk), str(place), sets)
     assert result.ok, [d.message for d in result.errors]
     out.mkdir(parents=True, exist_ok=True)

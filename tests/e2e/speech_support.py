@@ -1,5 +1,5 @@
 """What the speech examples' end-to-end tests share: tiny checkpoints in the references' own
-formats (`wgc_runtime.components.pipelines.checkpoints`), the examples compiled against them
+formats (`tests.reference.checkpoints`), the examples compiled against them
 (``--set checkpoint=...``), and the reference pipelines run on the same request: the same
 prompt (built by the examples' own prompt rules), options and seed."""
 
@@ -11,23 +11,25 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:  # node modules are imported as `examples.<family>.nodes`
+if (
+    str(ROOT) not in sys.path
+):  # node modules import as `wgc_models.<family>.nodes` (registered: `orpheus.nodes`)
     sys.path.insert(0, str(ROOT))
 
-from examples._speech import request_seed, text_codec  # noqa: E402
-from examples.orpheus.nodes import prompt_ids  # noqa: E402
-from examples.qwen3_omni.weights import ChatPrompt, audio_ids  # noqa: E402
-from wgc.cli.compile import sync  # noqa: E402
-from wgc.driver import Driver  # noqa: E402
-from wgc_runtime.components.configs.orpheus import TINY_TOKENS  # noqa: E402
-from wgc_runtime.components.omni_config import OmniConfig  # noqa: E402
-from wgc_runtime.components.pipelines import (  # noqa: E402
+from tests.reference import (  # noqa: E402
     checkpoints,
     orpheus_reference,
     qwen3_omni_reference,
 )
-from wgc_runtime.components.pipelines.speech import Speech, SpeechOptions  # noqa: E402
-from wgc_runtime.components.sampling import Sampling  # noqa: E402
+from tests.reference.speech import Speech, SpeechOptions  # noqa: E402
+from wgc.cli.compile import sync  # noqa: E402
+from wgc.driver import Driver  # noqa: E402
+from wgc_models._shared.speech import request_seed, text_codec  # noqa: E402
+from wgc_models.layers.sampling import Sampling  # noqa: E402
+from wgc_models.orpheus.config import TINY_TOKENS  # noqa: E402
+from wgc_models.orpheus.nodes import prompt_ids  # noqa: E402
+from wgc_models.qwen3_omni.omni_config import OmniConfig  # noqa: E402
+from wgc_models.qwen3_omni.weights import ChatPrompt, audio_ids  # noqa: E402
 
 PLACEMENTS = ("cpu", "cpu-2rank", "cpu-3rank")
 
@@ -40,8 +42,8 @@ class Family:
     reference: Any  # the reference modules
 
     def compile(self, out: Path, placement: str) -> Path:
-        walk = ROOT / "examples" / self.name / f"{self.name}.walk"
-        place = ROOT / "examples" / self.name / "placements" / f"{placement}.yaml"
+        walk = ROOT / "wgc_models" / self.name / f"{self.name}.walk"
+        place = ROOT / "wgc_models" / self.name / "placements" / f"{placement}.yaml"
         result = Driver().compile(str(walk), str(place), self.sets)
         assert result.ok, [d.message for d in result.errors]
         out.mkdir(parents=True, exist_ok=True)

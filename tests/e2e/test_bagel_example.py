@@ -39,7 +39,9 @@ from tests.e2e.real_support import (
     start,
 )
 from wgc.interp import segment
-from wgc_runtime.components.bagel import (
+from wgc_models.bagel.config import TINY
+from wgc_models.bagel.image import vit_pixels
+from wgc_models.bagel.model import (
     Bagel,
     Guidance,
     Schedule,
@@ -48,11 +50,9 @@ from wgc_runtime.components.bagel import (
     patchify,
     unpatchify,
 )
-from wgc_runtime.components.bagel_image import vit_pixels
-from wgc_runtime.components.block_attention import Block, DenseBlocks, DenseKV
-from wgc_runtime.components.configs.bagel import TINY
-from wgc_runtime.components.random_init import init_seeded
-from wgc_runtime.components.siglip import pixels
+from wgc_models.layers.block_attention import Block, DenseBlocks, DenseKV
+from wgc_models.layers.random_init import init_seeded
+from wgc_models.layers.siglip import pixels
 
 diffusers = pytest.importorskip("diffusers")
 
@@ -247,7 +247,7 @@ def test_bf16_weights_run_every_task(weights, plans, tmp_path) -> None:
     """``--set dtype=bf16`` (what the real placement sets): the checkpoint's weights held and
     computed in bf16, the rotary tables in f32; every task runs and the image stays close to
     the f32 reference's (bf16 rounds: not equal)."""
-    from examples.bagel.nodes import load_bagel
+    from wgc_models.bagel.nodes import load_bagel
 
     sets = {"checkpoint": str(weights[0]), "dtype": "bf16"}
     llm = load_bagel("LLM", sets | {"model": "tiny"}, torch.device("cpu"), "llm")
@@ -272,11 +272,11 @@ def test_with_the_detokenizer_placed_the_reply_is_text(weights, tmp_path) -> Non
     from wgc.cli.compile import sync
     from wgc.driver import Driver
 
-    cpu = (ROOT / "examples/bagel/placements/cpu.yaml").read_text()
+    cpu = (ROOT / "wgc_models/bagel/placements/cpu.yaml").read_text()
     assert "combine_cfg, vae_decoder]" in cpu
     (tmp_path / "text.yaml").write_text(cpu.replace("vae_decoder]", "vae_decoder, detokenizer]"))
     result = Driver().compile(
-        str(ROOT / "examples/bagel/bagel.walk"), str(tmp_path / "text.yaml"),
+        str(ROOT / "wgc_models/bagel/bagel.walk"), str(tmp_path / "text.yaml"),
         {"checkpoint": str(weights[0])},
     )  # fmt: skip
     assert result.ok, [d.message for d in result.errors]

@@ -1,4 +1,4 @@
-"""The engines on the compiled path, end to end on the Llama example (`examples/llama`): a real
+"""The engines on the compiled path, end to end on the Llama example (`wgc_models/llama`): a real
 `LlamaDecoder` whose K/V live in the runtime's paged pool, decode steps of concurrent requests
 batched across requests (joining and leaving between iterations), and the decode step run as
 the plan's captured unit. Every request's tokens equal the reference interpreter's (one request
@@ -22,8 +22,8 @@ from wgc_runtime.engines.capture import inductor_available  # noqa: E402
 from wgc_runtime.host.loading import load_plan  # noqa: E402
 from wgc_runtime.host.local import Handle, LocalCluster  # noqa: E402
 
-WALK = ROOT / "examples" / "llama" / "llama.walk"
-CPU = ROOT / "examples" / "llama" / "placements" / "cpu.yaml"
+WALK = ROOT / "wgc_models" / "llama" / "llama.walk"
+CPU = ROOT / "wgc_models" / "llama" / "placements" / "cpu.yaml"
 NO_INDUCTOR = inductor_available()
 PROMPTS = [f"prompt {i}: " + "abc" * (i % 4) for i in range(8)]
 

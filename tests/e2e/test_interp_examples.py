@@ -13,7 +13,7 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:  # the examples' node modules are imported as `examples.<family>`
+if str(ROOT) not in sys.path:  # the node modules import as `wgc_models.<family>`
     sys.path.insert(0, str(ROOT))
 
 from wgc.interp import (  # noqa: E402
@@ -31,7 +31,7 @@ MODELS: dict[str, object] = {}
 
 def model(family: str):
     if family not in MODELS:
-        MODELS[family] = load_model(str(ROOT / "examples" / family / f"{family}.walk"))
+        MODELS[family] = load_model(str(ROOT / "wgc_models" / family / f"{family}.walk"))
     return MODELS[family]
 
 

@@ -230,7 +230,7 @@ class Hog(Node):
 
 
 def test_a_pool_full_at_a_handoff_fails_the_moving_request_not_the_rank(tmp_path) -> None:
-    orpheus = ROOT / "examples" / "orpheus"
+    orpheus = ROOT / "wgc_models" / "orpheus"
     folder = compile_into(tmp_path, orpheus / "orpheus.walk", orpheus / "placements/cpu-3rank.yaml")
     c = LocalCluster(
         folder,

@@ -1,4 +1,4 @@
-"""Sessions end to end on the Llama example (`examples/llama`, compiled, one CPU rank): a
+"""Sessions end to end on the Llama example (`wgc_models/llama`, compiled, one CPU rank): a
 two-turn chat whose second turn continues the session's KV equals the same conversation
 prefilled whole, and the second turn prefills only its new tokens.
 
@@ -21,7 +21,7 @@ from wgc.driver import Driver  # noqa: E402
 from wgc_runtime.contract.flow import Segment  # noqa: E402
 from wgc_runtime.host.local import Handle, LocalCluster  # noqa: E402
 
-WALK = ROOT / "examples" / "llama" / "llama.walk"
+WALK = ROOT / "wgc_models" / "llama" / "llama.walk"
 TURN1 = b"hello there, how are you? "
 TURN2 = b"and what about tomorrow? "
 

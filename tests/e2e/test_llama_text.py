@@ -65,7 +65,7 @@ def test_a_checkpoint_with_a_chat_template_speaks_through_it(tmp_path: Path) -> 
     assert tokens(h) == want
 
 
-TEXT_CPU = ROOT / "examples" / "llama" / "placements" / "cpu-text.yaml"
+TEXT_CPU = ROOT / "wgc_models" / "llama" / "placements" / "cpu-text.yaml"
 
 
 def _text(h) -> str:

@@ -27,18 +27,18 @@ if str(ROOT) not in sys.path:
 pytest.importorskip("transformers")
 pytest.importorskip("snac")
 
-from examples.orpheus.nodes import SnacDecoder  # noqa: E402
 from tests.e2e.speech_support import orpheus  # noqa: E402
 from tests.e2e.test_speech_examples import REQUESTS, audio_of, one_thread  # noqa: E402
 from wgc.cli.compile import sync  # noqa: E402
 from wgc.driver import Driver  # noqa: E402
+from wgc_models.orpheus.nodes import SnacDecoder  # noqa: E402
 from wgc_runtime.contract.flow import Segment  # noqa: E402
 from wgc_runtime.engines.capture import inductor_available  # noqa: E402
 from wgc_runtime.host.local import LocalCluster  # noqa: E402
 
 pytestmark = pytest.mark.skipif(inductor_available() is not None, reason=str(inductor_available()))
 
-PLACEMENTS = ROOT / "examples" / "orpheus" / "placements"
+PLACEMENTS = ROOT / "wgc_models" / "orpheus" / "placements"
 
 
 def compiled_plan(family, out: Path) -> Path:
@@ -50,7 +50,7 @@ def compiled_plan(family, out: Path) -> Path:
     assert widths in text
     text = text.replace(widths, "params: {kv_tokens: 128, decode_widths: 2}")
     place.write_text(text.replace(shipped, "capture: [4]"))
-    walk = ROOT / "examples" / "orpheus" / "orpheus.walk"
+    walk = ROOT / "wgc_models" / "orpheus" / "orpheus.walk"
     result = Driver().compile(str(walk), str(place), family.sets)
     assert result.ok, [d.message for d in result.errors]
     sync(out / "plan", result.files, check=False)

@@ -23,9 +23,9 @@ pytest.importorskip("snac")
 
 import torch  # noqa: E402
 
-from examples.orpheus.nodes import SnacDecoder  # noqa: E402
 from tests.e2e.speech_support import orpheus  # noqa: E402
 from tests.e2e.test_speech_examples import REQUESTS, audio_of, one_thread  # noqa: E402
+from wgc_models.orpheus.nodes import SnacDecoder  # noqa: E402
 from wgc_runtime.contract.flow import Segment  # noqa: E402
 from wgc_runtime.contract.messages import StreamItem, StreamItems, unpack_items  # noqa: E402
 from wgc_runtime.host.local import LocalCluster  # noqa: E402

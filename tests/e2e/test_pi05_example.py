@@ -3,7 +3,7 @@ checkpoint this test writes (``PI0ForConditionalGeneration``'s names with π0.5'
 loaded by the nodes' own loader:
 
 * an observation's action chunk through `LocalCluster` on every CPU placement equals the
-  reference action flow (`wgc_runtime.components.pipelines.pi05_reference`): SigLIP and the
+  reference action flow (`tests.reference.pi05_reference`): SigLIP and the
   projector on the cameras, the prefix (image tokens, the prompt) prefilled once into a dense
   cache, then ``flow_steps`` Euler steps of the action expert against it from the request's
   noise (``t`` from 1 down by ``1 / steps``);
@@ -30,11 +30,11 @@ from tests.e2e.real_support import (
     save_module,
     start,
 )
+from tests.reference.pi05_reference import action_chunks
 from wgc.interp import segment
-from wgc_runtime.components.configs.pi05 import TINY
-from wgc_runtime.components.pi0 import Pi0
-from wgc_runtime.components.pipelines.pi05_reference import action_chunks
-from wgc_runtime.components.random_init import init_seeded
+from wgc_models.layers.random_init import init_seeded
+from wgc_models.pi05.config import TINY
+from wgc_models.pi05.model import Pi0
 
 TOL = 1e-4  # fp32; ten steps over a paged vs a dense cache round apart by ~3e-5
 STEPS = 10  # the .walk's `flow_steps`

@@ -18,7 +18,9 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:  # node modules are imported as `examples.<family>.nodes`
+if (
+    str(ROOT) not in sys.path
+):  # node modules import as `wgc_models.<family>.nodes` (registered: `orpheus.nodes`)
     sys.path.insert(0, str(ROOT))
 
 from wgc.cli.compile import sync  # noqa: E402
@@ -99,7 +101,7 @@ def faults_dir(tmp_path_factory) -> str:
 
 
 def reference(family: str, inputs, want, options, rid: str):
-    m = load_model(str(ROOT / "examples" / family / f"{family}.walk"))
+    m = load_model(str(ROOT / "wgc_models" / family / f"{family}.walk"))
     return run_request(m, make_request(m, inputs, want, options), request_id=rid)
 
 
@@ -333,9 +335,9 @@ def test_wgc_run_orpheus_two_ranks_writes_audio(tmp_path) -> None:
     t0 = time.monotonic()
     r = wgc(
         "run",
-        "examples/orpheus/orpheus.walk",
+        "wgc_models/orpheus/orpheus.walk",
         "--placement",
-        "examples/orpheus/placements/cpu-2rank.yaml",
+        "wgc_models/orpheus/placements/cpu-2rank.yaml",
         "--input",
         "text=hello",
         "--want",

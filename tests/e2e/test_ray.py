@@ -130,7 +130,7 @@ def test_wgc_run_with_ray_places_the_ranks_and_matches_one_host(tmp_path, ray_cl
     assert len(agents) == 2 and len(set(agents.values())) == 2
 
 
-ORPHEUS = ROOT / "examples" / "orpheus"
+ORPHEUS = ROOT / "wgc_models" / "orpheus"
 THREE_HOSTS = "hosts: {0: 127.0.0.2, 1: 127.0.0.3, 2: 127.0.0.4}\n"
 
 

@@ -1,4 +1,4 @@
-"""Speech in on the real Whisper example (issue 33): `wgc serve` of ``examples/whisper`` with a
+"""Speech in on the real Whisper example (issue 33): `wgc serve` of ``wgc_models/whisper`` with a
 checkpoint and tokenizer transformers wrote (`tests.unit.whisper_support`), behind an API key.
 The `openai` client's ``audio.transcriptions.create`` in ``json``, ``text`` and
 ``verbose_json``, and the realtime websocket, each answer what transformers' own

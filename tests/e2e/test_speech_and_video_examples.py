@@ -13,7 +13,7 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:  # the examples' node modules are imported as `examples.<family>`
+if str(ROOT) not in sys.path:  # the node modules import as `wgc_models.<family>`
     sys.path.insert(0, str(ROOT))
 
 from wgc.interp import (  # noqa: E402
@@ -35,7 +35,7 @@ FRAME = torch.arange(128 * 112 * 3).reshape(128, 112, 3).remainder(251).to(torch
 
 def model(family: str):
     if family not in MODELS:
-        MODELS[family] = load_model(str(ROOT / "examples" / family / f"{family}.walk"))
+        MODELS[family] = load_model(str(ROOT / "wgc_models" / family / f"{family}.walk"))
     return MODELS[family]
 
 
@@ -188,9 +188,9 @@ def test_wgc_run_as_processes(tmp_path, family, placement, args) -> None:
     cmd = [
         str(ROOT / ".venv" / "bin" / "wgc"),
         "run",
-        str(ROOT / "examples" / family / f"{family}.walk"),
+        str(ROOT / "wgc_models" / family / f"{family}.walk"),
         "-p",
-        str(ROOT / "examples" / family / "placements" / f"{placement}.yaml"),
+        str(ROOT / "wgc_models" / family / "placements" / f"{placement}.yaml"),
         *argv,
         "--want",
         want,

@@ -1,7 +1,7 @@
 """The speech examples' real architectures end to end on the compiled runtime (`LocalCluster`:
 the conductor and every rank's executor in one thread), on every CPU placement (1, 2 and 3
 ranks), against the reference pipelines (transformers' and snac's modules driven by hand,
-`wgc_runtime.components.pipelines`) on the same tiny checkpoints.
+`tests.reference`) on the same tiny checkpoints.
 
 Several requests run at once (batched across requests; Orpheus's decode step as the captured
 unit), greedy and seeded sampling: each one's audio equals its reference run's (≤ 1e-4), its
@@ -25,7 +25,6 @@ if str(ROOT) not in sys.path:
 pytest.importorskip("transformers")
 pytest.importorskip("snac")
 
-from examples._speech import text_codec  # noqa: E402
 from tests.e2e.speech_support import (  # noqa: E402
     PLACEMENTS,
     Family,
@@ -35,7 +34,8 @@ from tests.e2e.speech_support import (  # noqa: E402
 )
 from wgc.driver import Driver  # noqa: E402
 from wgc.interp import make_request, run_request, same_outputs, segment  # noqa: E402
-from wgc_runtime.components.configs.orpheus import TINY_TOKENS  # noqa: E402
+from wgc_models._shared.speech import text_codec  # noqa: E402
+from wgc_models.orpheus.config import TINY_TOKENS  # noqa: E402
 from wgc_runtime.contract.flow import Segment  # noqa: E402
 from wgc_runtime.host.local import Handle, LocalCluster  # noqa: E402
 
@@ -176,7 +176,7 @@ def test_orpheus_decodes_batched_through_its_captured_step(served) -> None:
 def test_the_interpreter_gives_the_runtimes_outputs(families, served) -> None:
     with one_thread():
         for name, family in families.items():
-            walk = ROOT / "examples" / name / f"{name}.walk"
+            walk = ROOT / "wgc_models" / name / f"{name}.walk"
             place = walk.parent / "placements" / "cpu.yaml"
             model = Driver().compile(str(walk), str(place), family.sets).model
             assert model is not None

@@ -27,9 +27,9 @@ pytestmark = [
     pytest.mark.skipif(not Path("/dev/shm").is_dir(), reason="needs POSIX shm"),
 ]
 
-from examples._speech import text_codec  # noqa: E402
 from tests.e2e.speech_support import PLACEMENTS, orpheus, qwen3_omni, reference  # noqa: E402
 from wgc.cli.run import pcm16  # noqa: E402
+from wgc_models._shared.speech import text_codec  # noqa: E402
 
 SEED = 5
 REQUESTS = {  # family -> (text, options, wants)
@@ -109,7 +109,7 @@ def test_wgc_run_writes_the_reference_audio_on_every_placement(families, runs, f
 def test_the_readme_command_writes_seconds_of_speech_model_audio(tmp_path) -> None:
     out = tmp_path / "out"
     r = wgc(
-        "run", "examples/orpheus/orpheus.walk", "--input", "text=hello", "--want", "audio",
+        "run", "wgc_models/orpheus/orpheus.walk", "--input", "text=hello", "--want", "audio",
         "-o", str(out),
     )  # fmt: skip
     assert r.returncode == 0, r.stderr

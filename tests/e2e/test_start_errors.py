@@ -1,8 +1,8 @@
 """Start-up failures of the deployment's own making are one line, exit 1, no traceback, and
 always that line (never "rank 0 died while starting", whichever of its reason and its exit the
 launcher sees first): a placement whose KV pool cannot fit its device, refused before anything
-is allocated (a `kv_cache.pages` of 2^62 overflowed inside torch); node modules that do not
-import from the folder `wgc run` starts in."""
+is allocated (a `kv_cache.pages` of 2^62 overflowed inside torch); node modules of no
+registered family that do not import from the folder `wgc run` starts in."""
 
 from __future__ import annotations
 
@@ -16,11 +16,11 @@ from tests.e2e.runtime_support import ROOT
 
 @pytest.mark.slow
 def test_a_kv_pool_past_the_device_is_a_clear_exit_1(tmp_path) -> None:
-    yaml = (ROOT / "examples/llama/placements/cpu.yaml").read_text()
+    yaml = (ROOT / "wgc_models/llama/placements/cpu.yaml").read_text()
     assert "pages: 512" in yaml
     placement = tmp_path / "huge.yaml"
     placement.write_text(yaml.replace("pages: 512", f"pages: {2**62}"))
-    walk = ROOT / "examples/llama/llama.walk"
+    walk = ROOT / "wgc_models/llama/llama.walk"
     cmd = [sys.executable, "-m", "wgc.cli", "run", str(walk), "--placement", str(placement)]
     r = subprocess.run(
         [*cmd, "--input", "text=hi", "--want", "text"],
@@ -36,7 +36,14 @@ def test_a_kv_pool_past_the_device_is_a_clear_exit_1(tmp_path) -> None:
 
 @pytest.mark.slow
 def test_node_modules_missing_from_the_folder_wgc_runs_in_say_so(tmp_path) -> None:
-    walk = ROOT / "examples/orpheus/orpheus.walk"
+    # a registered family's nodes import from any folder (tests/unit/test_targets.py); a module
+    # of the user's own, named by a .walk beside no such package, is looked for in the folder
+    source = (ROOT / "wgc_models/orpheus/orpheus.walk").read_text()
+    assert '"orpheus.nodes:' in source
+    walk = tmp_path / "model" / "orpheus.walk"
+    walk.parent.mkdir()
+    walk.write_text(source.replace('"orpheus.nodes:', '"mymodels.orpheus.nodes:'))
+    (walk.parent / "placements").symlink_to(ROOT / "wgc_models/orpheus/placements")
     for _ in range(3):  # the reason, every time: not "died while starting"
         r = subprocess.run(
             [sys.executable, "-m", "wgc.cli", "run", str(walk), "--input", "text=hi"],

@@ -26,10 +26,10 @@ from tests.e2e.real_support import (
     start,
 )
 from wgc.interp import segment
-from wgc_runtime.components.configs.vjepa2_ac import TINY
-from wgc_runtime.components.random_init import init_seeded
-from wgc_runtime.components.vjepa2 import VJEPA2Encoder, video_pixels
-from wgc_runtime.components.vjepa2_ac import ACPredictor, native_rollout, normalize
+from wgc_models.layers.random_init import init_seeded
+from wgc_models.vjepa2_ac.config import TINY
+from wgc_models.vjepa2_ac.model import ACPredictor, native_rollout, normalize
+from wgc_models.vjepa2_ac.vjepa2 import VJEPA2Encoder, video_pixels
 
 TOL = 1e-5
 VIDEO = torch.arange(2 * 16 * 16 * 3).reshape(2, 16, 16, 3).remainder(255).to(torch.uint8)

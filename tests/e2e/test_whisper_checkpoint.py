@@ -18,7 +18,7 @@ import torch
 from tests.e2e.real_support import ROOT, compile_to, run_local
 from tests.unit.whisper_support import clip, generate, hf_model, hf_tokenizer, write_checkpoint
 from wgc.interp import segment
-from wgc_runtime.components.configs import whisper as tiny
+from wgc_models.whisper import config as tiny
 
 transformers = pytest.importorskip("transformers")
 TEXT = ("text", "detokenize", "text")
@@ -123,8 +123,8 @@ def test_wgc_run_reads_a_wav_and_writes_the_transcript(served, tmp_path) -> None
         w.setframerate(16000)
         w.writeframes(pcm.numpy().tobytes())
     cmd = [
-        str(ROOT / ".venv" / "bin" / "wgc"), "run", str(ROOT / "examples/whisper/whisper.walk"),
-        "--placement", str(ROOT / "examples/whisper/placements/cpu-2rank.yaml"),
+        str(ROOT / ".venv" / "bin" / "wgc"), "run", str(ROOT / "wgc_models/whisper/whisper.walk"),
+        "--placement", str(ROOT / "wgc_models/whisper/placements/cpu-2rank.yaml"),
         "--set", f"checkpoint={ckpt}", "--input", f"audio={wav}", "--want", "text",
         "--option", "language=en", "-o", str(tmp_path / "out"),
     ]  # fmt: skip
@@ -139,7 +139,7 @@ def test_concurrent_requests_decode_as_one_batch_with_their_own_results(served, 
     """Five requests at once (a given language, a detected one, translation, a prompt with
     each): the decoder runs their ready calls together (prompts, detection passes and decode
     steps in one ragged batch), and each transcript is still `generate`'s."""
-    from examples.whisper import nodes
+    from wgc_models.whisper import nodes
     from wgc_runtime.host.local import LocalCluster
 
     hf, _, plans = served

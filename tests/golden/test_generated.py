@@ -1,6 +1,6 @@
 """Golden generated code: `generated/<model>/<placement>/` is what `wgc compile` writes today.
 
-Every example × placement (`examples/<family>/placements/*.yaml` against the family's `.walk`) is
+Every example × placement (`wgc_models/<family>/placements/*.yaml` against the family's `.walk`) is
 compiled afresh and compared file by file with the checked-in folder, including which generated
 files exist. CI runs this, so a stale `generated/` fails with a diff. After an intended change,
 regenerate with ``wgc compile --all`` or ``pytest tests/golden --bless`` and review the diff.
@@ -18,12 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from wgc.cli.compile import example_pairs, sync
+from wgc.cli.compile import sync
+from wgc.cli.targets import family_pairs
 from wgc.driver import Driver
 
 ROOT = Path(__file__).resolve().parents[2]
 GENERATED = ROOT / "generated"
-PAIRS = example_pairs(ROOT)
+PAIRS = family_pairs(ROOT)
 DRIVER = Driver()
 
 
@@ -32,19 +33,15 @@ def _id(pair: tuple[str, str]) -> str:
     return f"{Path(walk).stem}-{Path(placement).stem}"
 
 
-def _rel(pair: tuple[str, str]) -> tuple[str, str]:
-    return tuple(Path(p).relative_to(ROOT).as_posix() for p in pair)  # type: ignore[return-value]
-
-
 @pytest.fixture(autouse=True)
 def _at_root(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(ROOT)  # sources are named relative to the repository root
 
 
-@pytest.mark.skipif(not PAIRS, reason="no examples/*/placements/*.yaml yet")
+@pytest.mark.skipif(not PAIRS, reason="no registered model family with placements")
 @pytest.mark.parametrize("pair", PAIRS, ids=[_id(p) for p in PAIRS])
 def test_generated_is_current(pair: tuple[str, str], request: pytest.FixtureRequest) -> None:
-    walk, placement = _rel(pair)
+    walk, placement = pair  # relative to ROOT: the registered families of this checkout
     result = DRIVER.compile(walk, placement)
     assert result.ok, "\n".join(f"{d.span}: {d.code} {d.message}" for d in result.errors)
     out = ROOT / result.default_output()
@@ -61,10 +58,10 @@ def test_generated_is_current(pair: tuple[str, str], request: pytest.FixtureRequ
 
 
 def test_bagel_3xh100_writes_three_ranks_and_a_conductor() -> None:
-    placement = "examples/bagel/placements/3xh100.yaml"
+    placement = "wgc_models/bagel/placements/3xh100.yaml"
     if not (ROOT / placement).is_file():
         pytest.skip("no BAGEL 3xh100 placement yet")
-    result = DRIVER.compile("examples/bagel/bagel.walk", placement)
+    result = DRIVER.compile("wgc_models/bagel/bagel.walk", placement)
     assert result.ok
     assert sorted(n for n in result.files if n.endswith(".py") and n != "__init__.py") == [
         "conductor.py",

@@ -1,4 +1,4 @@
-"""Golden IR dumps: `wgc show` text and json of every `examples/**/*.walk`.
+"""Golden IR dumps: `wgc show` text and json of every `wgc_models/**/*.walk`.
 
 Each example's dumps are compared with `tests/golden/ir/<stem>.txt` and `.json`. After an
 intended change, rewrite them with ``pytest tests/golden --bless`` and review the diff. A missing
@@ -18,7 +18,7 @@ from wgc.show import render
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = Path(__file__).resolve().parent / "ir"
-EXAMPLES = sorted(p.relative_to(ROOT) for p in (ROOT / "examples").glob("**/*.walk"))
+EXAMPLES = sorted(p.relative_to(ROOT) for p in (ROOT / "wgc_models").glob("**/*.walk"))
 FORMATS = (("text", ".txt"), ("json", ".json"))
 
 
@@ -30,7 +30,7 @@ def _dump(example: Path, fmt: str) -> str:
     return render(result.model, fmt)
 
 
-@pytest.mark.skipif(not EXAMPLES, reason="no examples/**/*.walk yet")
+@pytest.mark.skipif(not EXAMPLES, reason="no wgc_models/**/*.walk yet")
 @pytest.mark.parametrize("example", EXAMPLES, ids=[p.stem for p in EXAMPLES])
 @pytest.mark.parametrize(("fmt", "suffix"), FORMATS, ids=[f for f, _ in FORMATS])
 def test_ir_dump(example: Path, fmt: str, suffix: str, request: pytest.FixtureRequest) -> None:

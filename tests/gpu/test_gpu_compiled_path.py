@@ -1,4 +1,4 @@
-"""The engines on the compiled path on a GPU: `examples/llama` on `placements/1gpu.yaml` (the
+"""The engines on the compiled path on a GPU: `wgc_models/llama` on `placements/1gpu.yaml` (the
 decoder's K/V in the runtime's pool on the device, decode steps batched across requests and
 replayed as the plan's CUDA graphs, one per bucket, recorded at worker start) gives the same
 tokens as the same plan with capture off, and every page comes back.
@@ -25,7 +25,7 @@ pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
 ]
-WALK = ROOT / "examples" / "llama" / "llama.walk"
+WALK = ROOT / "wgc_models" / "llama" / "llama.walk"
 PROMPTS = [f"gpu prompt {i}: " + "xyz" * i for i in range(12)]
 
 

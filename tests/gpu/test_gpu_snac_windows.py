@@ -9,10 +9,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from wgc_runtime.components.configs.orpheus import TINY_SNAC, TINY_TOKENS
-from wgc_runtime.components.orpheus import OrpheusVocoder
-from wgc_runtime.components.random_init import init_seeded
-from wgc_runtime.components.snac import SnacDecoder
+from wgc_models.layers.random_init import init_seeded
+from wgc_models.orpheus.config import TINY_SNAC, TINY_TOKENS
+from wgc_models.orpheus.model import OrpheusVocoder
+from wgc_models.orpheus.snac import SnacDecoder
 
 pytestmark = [
     pytest.mark.gpu,

@@ -37,7 +37,7 @@ def test_every_token_of_every_example_gets_a_scope() -> None:
         )  # fmt: skip
         if install.returncode != 0:
             pytest.skip(f"npm could not install vscode-textmate: {install.stderr[-500:]}")
-    examples = sorted(str(p) for p in ROOT.glob("examples/*/*.walk"))
+    examples = sorted(str(p) for p in ROOT.glob("wgc_models/*/*.walk"))
     out = subprocess.run(
         [node, "check-grammar.js", str(VSCODE / "syntaxes/walk.tmLanguage.json"), *examples],
         cwd=CHECKER, capture_output=True, text=True, timeout=120, check=True,

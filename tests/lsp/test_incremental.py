@@ -15,7 +15,7 @@ from wgc.lsp.incremental import pieces
 from wgc.lsp.names import Symbol
 
 ROOT = Path(__file__).resolve().parents[2]
-EXAMPLES = sorted(ROOT.glob("examples/*/*.walk"))
+EXAMPLES = sorted(ROOT.glob("wgc_models/*/*.walk"))
 
 
 def same(full: Driver, editor: EditorDriver, path: str, text: str) -> None:

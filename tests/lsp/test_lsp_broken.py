@@ -29,7 +29,9 @@ CALL = "LLM(token) -> token = new_token, stop"
 @pytest.fixture(scope="module")
 def copy(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("lsp") / "orpheus"
-    shutil.copytree(ROOT / "examples/orpheus", folder, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(
+        ROOT / "wgc_models/orpheus", folder, ignore=shutil.ignore_patterns("__pycache__")
+    )
     return folder
 
 

@@ -29,7 +29,7 @@ from wgc.placement.check import check_placement
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
-EXAMPLES = sorted(ROOT.glob("examples/*/*.walk"))
+EXAMPLES = sorted(ROOT.glob("wgc_models/*/*.walk"))
 IDS = [p.stem for p in EXAMPLES]
 RENAMED_KINDS = ("node", "port", "channel", "walk", "flow", "subflow", "stream", "param", "option")
 
@@ -206,14 +206,14 @@ def test_formatting_semantic_tokens_completion(client, path):
 
 
 def test_live_plan_and_save_notification(client):
-    path = ROOT / "examples/orpheus/orpheus.walk"
+    path = ROOT / "wgc_models/orpheus/orpheus.walk"
     uri = client.open(path)
     result = client.plan(uri)
     assert result.html.lstrip().lower().startswith("<!doctype html")
     assert "LLM" in result.html and result.placement.endswith("cpu.yaml")
-    two = ROOT / "examples/orpheus/placements/cpu-2rank.yaml"
+    two = ROOT / "wgc_models/orpheus/placements/cpu-2rank.yaml"
     assert "rank 1" in client.plan(uri, two.as_uri()).html.lower()
-    missing = client.plan(uri, (ROOT / "examples/orpheus/placements/none.yaml").as_uri())
+    missing = client.plan(uri, (ROOT / "wgc_models/orpheus/placements/none.yaml").as_uri())
     assert "WG010" in missing.error and "none.yaml" in missing.error
     client.save(uri)
     assert client.wait_note("wgc/planChanged").uri == uri

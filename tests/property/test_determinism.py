@@ -24,7 +24,7 @@ from wgc.diagnostics.codes import stage_of
 from wgc.diagnostics.render import render_json, render_text
 
 ROOT = Path(__file__).resolve().parents[2]
-EXAMPLES = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "examples").rglob("*.walk"))
+EXAMPLES = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "wgc_models").rglob("*.walk"))
 SEEDS = ("0", "12345")
 
 # Errors and warnings from the builder and from many passes (names, types, disjointness,

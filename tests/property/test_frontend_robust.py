@@ -73,8 +73,8 @@ CI_EXAMPLES = {
 }
 CORPUS = Path(__file__).resolve().parents[1] / "fuzz_corpus"
 ROOT = Path(__file__).resolve().parents[2]
-CORPUS_MODEL = ROOT / "examples" / "bagel" / "bagel.walk"  # the corpus's placements' model
-PLACEMENTS = sorted((ROOT / "examples").glob("*/placements/*.yaml"))
+CORPUS_MODEL = ROOT / "wgc_models" / "bagel" / "bagel.walk"  # the corpus's placements' model
+PLACEMENTS = sorted((ROOT / "wgc_models").glob("*/placements/*.yaml"))
 
 
 def _robust(kind: str) -> settings:

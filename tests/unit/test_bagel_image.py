@@ -1,4 +1,4 @@
-"""BAGEL's image sizes (`wgc_runtime.components.bagel_image`): the ViT's resize keeps the aspect
+"""BAGEL's image sizes (`wgc_models.bagel.image`): the ViT's resize keeps the aspect
 ratio with the release's rule (``ImageTransform(980, 224, 14)``: sizes worked out by hand from
 its ``MaxLongEdgeMinShortEdgeResize`` steps), and the ViT reads an image of any such size, its
 patches placed by row and column in the position tables."""
@@ -8,10 +8,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from wgc_runtime.components.bagel import Bagel
-from wgc_runtime.components.bagel_image import ResizeRule, resize, vit_pixels, vit_rule
-from wgc_runtime.components.configs.bagel import TINY
-from wgc_runtime.components.random_init import init_seeded
+from wgc_models.bagel.config import TINY
+from wgc_models.bagel.image import ResizeRule, resize, vit_pixels, vit_rule
+from wgc_models.bagel.model import Bagel
+from wgc_models.layers.random_init import init_seeded
 
 RELEASE = ResizeRule(max_size=980, min_size=224, stride=14, max_pixels=14 * 14 * 9 * 1024)
 

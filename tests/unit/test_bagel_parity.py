@@ -21,15 +21,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from wgc_runtime.components.autoencoder_kl import AutoencoderKL, VaeConfig
-from wgc_runtime.components.bagel import Bagel, Guidance, Schedule, euler, guide
-from wgc_runtime.components.block_attention import Block, DenseBlocks, DenseKV, PagedBlocks
-from wgc_runtime.components.configs.bagel import TINY
-from wgc_runtime.components.convert import load_converted
-from wgc_runtime.components.loading import CheckpointError
-from wgc_runtime.components.qwen2_navit import MoTConfig, Qwen2MoT
-from wgc_runtime.components.random_init import init_seeded
-from wgc_runtime.components.siglip import SiglipConfig, SiglipVision
+from wgc_models.bagel.autoencoder_kl import AutoencoderKL, VaeConfig
+from wgc_models.bagel.config import TINY
+from wgc_models.bagel.model import Bagel, Guidance, Schedule, euler, guide
+from wgc_models.bagel.qwen2_navit import MoTConfig, Qwen2MoT
+from wgc_models.layers.block_attention import Block, DenseBlocks, DenseKV, PagedBlocks
+from wgc_models.layers.convert import load_converted
+from wgc_models.layers.loading import CheckpointError
+from wgc_models.layers.random_init import init_seeded
+from wgc_models.layers.siglip import SiglipConfig, SiglipVision
 from wgc_runtime.engines.kv_pool import PagedKVPool
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -151,7 +151,7 @@ def _llm_node():
     from wgc.interp.interp import kv_pools
     from wgc_runtime.contract.spec import KvCacheSpec
 
-    model = load_model(str(ROOT / "examples" / "bagel" / "bagel.walk"))
+    model = load_model(str(ROOT / "wgc_models" / "bagel" / "bagel.walk"))
     node = load_nodes(model, {"LLM"})["LLM"]
     return node, kv_pools(model, KvCacheSpec(pages=256))
 

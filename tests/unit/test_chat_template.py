@@ -1,4 +1,4 @@
-"""A checkpoint's tokenizer and chat template (`wgc_runtime.components.chat_template`) against
+"""A checkpoint's tokenizer and chat template (`wgc_models.layers.chat_template`) against
 transformers' ``apply_chat_template`` on a tiny tokenizer saved by transformers itself."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from wgc_runtime.components.chat_template import ChatTemplate, PromptFormat, TemplateError
+from wgc_models.layers.chat_template import ChatTemplate, PromptFormat, TemplateError
 
 # Llama 3's instruct template, shortened (header tokens around each role, `eot` after a turn)
 TEMPLATE = (

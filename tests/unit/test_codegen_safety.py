@@ -41,8 +41,8 @@ def test_hostile_file_names_stay_text(
     monkeypatch.chdir(tmp_path)
     walk = Path(f"{name}.walk")
     placement = Path(f"{name}-p.yaml")
-    shutil.copy(ROOT / "examples" / "orpheus" / "orpheus.walk", walk)
-    shutil.copy(ROOT / "examples" / "orpheus" / "placements" / "cpu-2rank.yaml", placement)
+    shutil.copy(ROOT / "wgc_models" / "orpheus" / "orpheus.walk", walk)
+    shutil.copy(ROOT / "wgc_models" / "orpheus" / "placements" / "cpu-2rank.yaml", placement)
     result = Driver().compile(str(walk), str(placement))
     assert result.ok, [d.message for d in result.errors]
     out = tmp_path / "out"

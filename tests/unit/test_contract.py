@@ -53,9 +53,9 @@ def test_the_contract_records_import_with_the_standard_library_only() -> None:
         ["compile", "--all", "--check"],
         [
             "show",
-            "examples/orpheus/orpheus.walk",
+            "wgc_models/orpheus/orpheus.walk",
             "--placement",
-            "examples/orpheus/placements/cpu-2rank.yaml",
+            "wgc_models/orpheus/placements/cpu-2rank.yaml",
         ],
         ["explain", "WG401"],
     ],

@@ -9,11 +9,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from wgc_runtime.components import conv1d as K
-from wgc_runtime.components.configs.orpheus import TINY_SNAC, TINY_TOKENS
-from wgc_runtime.components.orpheus import OrpheusVocoder
-from wgc_runtime.components.random_init import init_seeded
-from wgc_runtime.components.snac import SnacDecoder
+from wgc_models.layers import conv1d as K
+from wgc_models.layers.random_init import init_seeded
+from wgc_models.orpheus.config import TINY_SNAC, TINY_TOKENS
+from wgc_models.orpheus.model import OrpheusVocoder
+from wgc_models.orpheus.snac import SnacDecoder
 
 BATCHES = (1, 2, 3, 7, 16)
 

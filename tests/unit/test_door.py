@@ -12,7 +12,9 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:  # node modules are imported as `examples.<family>.nodes`
+if (
+    str(ROOT) not in sys.path
+):  # node modules import as `wgc_models.<family>.nodes` (registered: `orpheus.nodes`)
     sys.path.insert(0, str(ROOT))
 
 from wgc_runtime.contract.flow import Segment  # noqa: E402

@@ -16,7 +16,7 @@ from wgc.fmt import format_source
 from wgc.parse.parser import Parser
 
 ROOT = Path(__file__).resolve().parents[2]
-EXAMPLES = sorted((ROOT / "examples").glob("*/*.walk"))
+EXAMPLES = sorted((ROOT / "wgc_models").glob("*/*.walk"))
 PARSER = Parser()
 DRIVER = Driver()
 

@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:  # the examples' node modules are imported as `examples.<family>`
+if str(ROOT) not in sys.path:  # the node modules import as `wgc_models.<family>`
     sys.path.insert(0, str(ROOT))
 
 from wgc.driver import Driver  # noqa: E402
@@ -40,7 +40,7 @@ from wgc_runtime.contract.node import Node  # noqa: E402
 from wgc_runtime.host.loading import load_nodes  # noqa: E402
 from wgc_runtime.host.local import Handle, LocalCluster  # noqa: E402
 
-BAGEL = ROOT / "examples" / "bagel"
+BAGEL = ROOT / "wgc_models" / "bagel"
 PAGES_PER_REQUEST = 120  # 640 tokens per label / 16 per page x 3 labels
 MODEL = []
 DRIVER = Driver()

@@ -1,4 +1,4 @@
-"""The incremental detokenizer (`wgc_runtime.components.incremental_text`, the Llama and BAGEL
+"""The incremental detokenizer (`wgc_models.layers.incremental_text`, the Llama and BAGEL
 examples' text out): the text it sends token by token, joined, is ``tokenizer.decode(ids,
 skip_special_tokens=True)`` of the whole reply, for byte-level ids that split characters (and
 leave one unfinished at the end)."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import random
 
-from wgc_runtime.components.incremental_text import IncrementalText
+from wgc_models.layers.incremental_text import IncrementalText
 
 
 def _pieces(tok, ids: list[int]) -> list[str]:

@@ -17,10 +17,10 @@ transformers = pytest.importorskip("transformers")
 
 from safetensors.torch import save_file  # noqa: E402
 
-from wgc_runtime.components.config import ConfigError, DecoderConfig  # noqa: E402
-from wgc_runtime.components.decode_engine import DecoderEngine  # noqa: E402
-from wgc_runtime.components.decoder import LlamaDecoder  # noqa: E402
-from wgc_runtime.components.loading import CheckpointError, load_checkpoint  # noqa: E402
+from wgc_models.layers.config import ConfigError, DecoderConfig  # noqa: E402
+from wgc_models.layers.decode_engine import DecoderEngine  # noqa: E402
+from wgc_models.layers.decoder import LlamaDecoder  # noqa: E402
+from wgc_models.layers.loading import CheckpointError, load_checkpoint  # noqa: E402
 
 TOL = 1e-4
 STEPS = 20
@@ -240,7 +240,7 @@ def test_llama3_rope_matches_transformers():
     from transformers import LlamaConfig
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
-    from wgc_runtime.components.rope import inv_freq
+    from wgc_models.layers.rope import inv_freq
 
     scaling = {
         "rope_type": "llama3",

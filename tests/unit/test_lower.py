@@ -24,7 +24,7 @@ from wgc.placement.params import apply_overrides
 from wgc_runtime.contract.spec import SPEC_VERSION, Dest, KvCacheSpec
 
 ROOT = Path(__file__).resolve().parents[2]
-EXAMPLES = sorted((ROOT / "examples").glob("*/*.walk"))
+EXAMPLES = sorted((ROOT / "wgc_models").glob("*/*.walk"))
 S = Span("p.yaml", 1, 1, 1, 2)
 DRIVER = Driver()
 
@@ -59,7 +59,7 @@ IDS = ("detokenizer",)  # BAGEL's token-id placements: its `decode` walk, not th
 
 
 def example(name: str) -> Path:
-    return ROOT / "examples" / name / f"{name}.walk"
+    return ROOT / "wgc_models" / name / f"{name}.walk"
 
 
 # ---------------------------------------------------------------- every example

@@ -1,6 +1,6 @@
 """Hand-written expectations for BAGEL on the 3xh100 split (issue 3): LLM, the encoders,
 `combine_cfg` and `vae_decoder` on rank 0, `LLM_cfg_text` on rank 1 and `LLM_cfg_img` on rank 2,
-the last two only for `image_gen_cfg`. The plan comes from examples/bagel/placements/3xh100.yaml;
+the last two only for `image_gen_cfg`. The plan comes from wgc_models/bagel/placements/3xh100.yaml;
 a placement built by hand from the split above must lower the same."""
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from wgc.placement.model import Batching, Group, KvCache, Named, Placement
 from wgc_runtime.contract.spec import Dest, Source
 
 ROOT = Path(__file__).resolve().parents[2]
-BAGEL = ROOT / "examples" / "bagel" / "bagel.walk"
-YAML = ROOT / "examples" / "bagel" / "placements" / "3xh100.yaml"
+BAGEL = ROOT / "wgc_models" / "bagel" / "bagel.walk"
+YAML = ROOT / "wgc_models" / "bagel" / "placements" / "3xh100.yaml"
 S = Span("3xh100.yaml", 1, 1, 1, 2)
 LATENT_BYTES = 16 * 16 * 4  # f32[latent_tokens = 16, latent_dim = 16]
 WALK = "image_gen_cfg"

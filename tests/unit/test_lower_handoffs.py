@@ -23,9 +23,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def plan_of(family: str, placement: str) -> Plan:
-    res = Driver().front_end(str(ROOT / "examples" / family / f"{family}.walk"))
+    res = Driver().front_end(str(ROOT / "wgc_models" / family / f"{family}.walk"))
     assert res.model is not None and not res.errors
-    p, diags = load(str(ROOT / "examples" / family / "placements" / f"{placement}.yaml"))
+    p, diags = load(str(ROOT / "wgc_models" / family / "placements" / f"{placement}.yaml"))
     assert p is not None and not [d for d in diags if d.is_error]
     return lower(res.model, p)
 

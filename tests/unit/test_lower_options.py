@@ -10,8 +10,8 @@ from wgc.driver import Driver
 from wgc_runtime.contract.kinds import OptionType
 
 ROOT = Path(__file__).resolve().parents[2]
-WAN = str(ROOT / "examples" / "wan22" / "wan22.walk")
-WAN_3 = str(ROOT / "examples" / "wan22" / "placements" / "cpu-3rank.yaml")
+WAN = str(ROOT / "wgc_models" / "wan22" / "wan22.walk")
+WAN_3 = str(ROOT / "wgc_models" / "wan22" / "placements" / "cpu-3rank.yaml")
 DRIVER = Driver()
 
 

@@ -1,4 +1,4 @@
-"""M*'s current config format loads for every model of `examples/` that M* serves: each
+"""M*'s current config format loads for every model of `wgc_models/` that M* serves: each
 `tests/unit/mstar/<model>.yaml` is written as M*'s configs are (its keys for devices, KV pages,
 sequence parallelism, residency, model kwargs), checks against its model with no error, and
 lowers."""
@@ -27,7 +27,7 @@ def test_every_mstar_model_has_a_config() -> None:
 
 @pytest.mark.parametrize("config", CONFIGS, ids=[c.stem for c in CONFIGS])
 def test_mstar_config_loads_checks_and_lowers(config: Path) -> None:
-    walk = ROOT / "examples" / config.stem / f"{config.stem}.walk"
+    walk = ROOT / "wgc_models" / config.stem / f"{config.stem}.walk"
     front = DRIVER.front_end(str(walk))
     assert front.model is not None and not front.errors
     result = check_placement(front.model, str(config))
@@ -40,7 +40,7 @@ def test_mstar_config_loads_checks_and_lowers(config: Path) -> None:
 
 def test_mstar_keys_land_in_the_plan() -> None:
     wan = DRIVER.plan(
-        str(ROOT / "examples" / "wan22" / "wan22.walk"),
+        str(ROOT / "wgc_models" / "wan22" / "wan22.walk"),
         str(Path(__file__).parent / "mstar" / "wan22.yaml"),
     )
     assert wan.plan is not None

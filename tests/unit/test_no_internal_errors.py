@@ -19,7 +19,7 @@ from wgc.driver import Driver
 from wgc.placement.check import check_placement
 
 ROOT = Path(__file__).resolve().parents[2]
-ORPHEUS = ROOT / "examples" / "orpheus" / "orpheus.walk"
+ORPHEUS = ROOT / "wgc_models" / "orpheus" / "orpheus.walk"
 TINY = (
     'model tiny\n\nnode A: stateless {\n  impl "m:A"\n  in  x: f32[4]\n  out x: f32[4]\n}\n\n'
     "walk w(x?: f32[4]) {\n  A(x) -> y = x\n  emit y as tensor\n}\n\nflow main { w() }\n"
@@ -144,12 +144,12 @@ def test_a_placement_name_reaches_generated_comments_escaped(tmp_path: Path, nam
     placement = tmp_path / os.fsdecode(name)
     try:
         placement.write_text(
-            (ROOT / "examples/bagel/placements/cpu.yaml").read_text(encoding="utf-8"),
+            (ROOT / "wgc_models/bagel/placements/cpu.yaml").read_text(encoding="utf-8"),
             encoding="utf-8",
         )
     except (UnicodeEncodeError, OSError):
         pytest.skip("this file system takes only UTF-8 names")
-    bagel = ROOT / "examples/bagel/bagel.walk"
+    bagel = ROOT / "wgc_models/bagel/bagel.walk"
     res = _invoke(["compile", str(bagel), "--placement", str(placement), "-o", str(tmp_path / "o")])
     assert res.exit_code == 0, res.output
     conductor = (tmp_path / "o" / "conductor.py").read_text(encoding="utf-8")

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from tests.unit import test_conv1d as shared
-from wgc_runtime.components.configs.orpheus import TINY_SNAC
-from wgc_runtime.components.orpheus import WINDOW_FRAMES, NoiseAhead, OrpheusVocoder
-from wgc_runtime.components.snac import DrawnNoise, draw_noise
+from wgc_models.orpheus.config import TINY_SNAC
+from wgc_models.orpheus.model import WINDOW_FRAMES, NoiseAhead, OrpheusVocoder
+from wgc_models.orpheus.snac import DrawnNoise, draw_noise
 
 LATENT = WINDOW_FRAMES * TINY_SNAC.vq_strides[0]
 vocoder = shared.vocoder  # the tiny vocoder (a module fixture), and valid windows

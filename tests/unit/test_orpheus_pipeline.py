@@ -20,19 +20,19 @@ import torch
 transformers = pytest.importorskip("transformers")
 snac = pytest.importorskip("snac")
 
-from wgc_runtime.components.config import DecoderConfig  # noqa: E402
-from wgc_runtime.components.configs.orpheus import (  # noqa: E402
+from tests.reference import checkpoints, orpheus, orpheus_reference  # noqa: E402
+from tests.reference.speech import SpeechOptions  # noqa: E402
+from wgc_models.layers.config import DecoderConfig  # noqa: E402
+from wgc_models.layers.decode_engine import DecoderEngine  # noqa: E402
+from wgc_models.layers.decoder import LlamaDecoder  # noqa: E402
+from wgc_models.layers.sampling import Sampling  # noqa: E402
+from wgc_models.orpheus.config import (  # noqa: E402
     REAL_LM,
     TINY_SNAC,
     TINY_TOKENS,
 )
-from wgc_runtime.components.decode_engine import DecoderEngine  # noqa: E402
-from wgc_runtime.components.decoder import LlamaDecoder  # noqa: E402
-from wgc_runtime.components.orpheus import OrpheusVocoder  # noqa: E402
-from wgc_runtime.components.pipelines import checkpoints, orpheus, orpheus_reference  # noqa: E402
-from wgc_runtime.components.pipelines.speech import SpeechOptions  # noqa: E402
-from wgc_runtime.components.sampling import Sampling  # noqa: E402
-from wgc_runtime.components.snac import SnacDecoder  # noqa: E402
+from wgc_models.orpheus.model import OrpheusVocoder  # noqa: E402
+from wgc_models.orpheus.snac import SnacDecoder  # noqa: E402
 
 TOL = 1e-4
 PROMPT = TINY_TOKENS.prompt([5, 6, 7, 8, 9])

@@ -22,13 +22,13 @@ _driver = Driver()
 TEMPLATE = """model m
 {params}
 node LLM: kv_cache {{
-  impl "examples.orpheus.nodes:LLM"
+  impl "orpheus.nodes:LLM"
   in  text_inputs: i64[T]
   out new_token:   {prod}
 }}
 
 node snac_decoder: stateless {{
-  impl "examples.orpheus.nodes:SnacDecoder"
+  impl "orpheus.nodes:SnacDecoder"
   in  window: {cons}
   out audio:  f32[64]
 }}
@@ -106,7 +106,9 @@ def test_thinker_talker_fixed_one_after_done_pad_is_clean():
     assert codes(src) == []
 
 
-@pytest.mark.parametrize("path", sorted((ROOT / "examples").glob("*/*.walk")), ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "path", sorted((ROOT / "wgc_models").glob("*/*.walk")), ids=lambda p: p.name
+)
 def test_examples_have_no_chunk_policy_findings(path):
     result = _driver.front_end(str(path))
     assert result.model is not None

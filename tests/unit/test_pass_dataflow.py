@@ -159,7 +159,9 @@ def test_persist_of_an_unbound_channel():
 # ------------------------------------------------------------------------- whole programs
 
 
-@pytest.mark.parametrize("path", sorted((ROOT / "examples").glob("*/*.walk")), ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "path", sorted((ROOT / "wgc_models").glob("*/*.walk")), ids=lambda p: p.name
+)
 def test_examples_have_no_dataflow_findings(path):
     r = _driver.front_end(str(path))
     assert r.model is not None

@@ -40,7 +40,7 @@ def _codes(body: str, inputs: str = "x?: L, y?: L") -> list[str]:
 # -------------------------------------------------------------------- valid programs
 
 
-@pytest.mark.parametrize("path", sorted((ROOT / "examples").glob("*/*.walk")))
+@pytest.mark.parametrize("path", sorted((ROOT / "wgc_models").glob("*/*.walk")))
 def test_examples_are_disjoint(path: Path):
     result = _driver.front_end(str(path), verify=False)
     assert result.model is not None

@@ -63,7 +63,7 @@ def test_metadata():
     assert set(flows.CODES) == {f"WG70{i}" for i in range(1, 8)}
 
 
-@pytest.mark.parametrize("path", sorted((ROOT / "examples").rglob("*.walk")), ids=str)
+@pytest.mark.parametrize("path", sorted((ROOT / "wgc_models").rglob("*.walk")), ids=str)
 def test_examples_are_clean(path: Path):
     result = _driver.front_end(str(path))
     assert [d.code for d in result.diagnostics if d.code in flows.CODES] == []

@@ -94,7 +94,7 @@ def test_bagel_cfg_loop_is_valid_through_the_whole_pipeline():
     assert result.diagnostics == []
 
 
-@pytest.mark.parametrize("path", sorted((ROOT / "examples").glob("*/*.walk")))
+@pytest.mark.parametrize("path", sorted((ROOT / "wgc_models").glob("*/*.walk")))
 def test_examples_have_static_loops(path: Path):
     result = _driver.front_end(str(path), verify=False)
     assert result.model is not None

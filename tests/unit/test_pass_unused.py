@@ -47,7 +47,7 @@ def test_metadata():
     assert set(unused.CODES) == {f"WG90{i}" for i in range(1, 9)}
 
 
-@pytest.mark.parametrize("path", sorted((ROOT / "examples").rglob("*.walk")), ids=str)
+@pytest.mark.parametrize("path", sorted((ROOT / "wgc_models").rglob("*.walk")), ids=str)
 def test_examples_are_clean(path: Path):
     result = _driver.front_end(str(path))
     assert [d.code for d in result.diagnostics if d.code in unused.CODES] == []

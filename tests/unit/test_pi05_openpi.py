@@ -35,16 +35,16 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import save_file
 
-from wgc_runtime.components.block_attention import Block, DenseBlocks, DenseKV
-from wgc_runtime.components.configs.pi05 import TINY
-from wgc_runtime.components.loading import CheckpointError
-from wgc_runtime.components.pi0 import Pi0
+from wgc_models.layers.block_attention import Block, DenseBlocks, DenseKV
+from wgc_models.layers.loading import CheckpointError
+from wgc_models.pi05.config import TINY
+from wgc_models.pi05.model import Pi0
 
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from examples.pi05.nodes import load_policy, load_vision  # noqa: E402
+from wgc_models.pi05.nodes import load_policy, load_vision  # noqa: E402
 
 CAMS, PROMPT, STEPS = 2, 7, 10
 PALI = "paligemma_with_expert.paligemma."

@@ -1,4 +1,4 @@
-"""π0 / π0.5 (`wgc_runtime.components.pi0`) against transformers' ``PI0ForConditionalGeneration``
+"""π0 / π0.5 (`wgc_models.pi05.model`) against transformers' ``PI0ForConditionalGeneration``
 for what they share, and π0.5's differences against their description.
 
 * π0 (``pi05=False``) loaded from ``PI0ForConditionalGeneration.save_pretrained`` (openpi's /
@@ -21,11 +21,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from wgc_runtime.components.block_attention import Block, PagedBlocks
-from wgc_runtime.components.configs.pi05 import TINY
-from wgc_runtime.components.convert import load_converted
-from wgc_runtime.components.pi0 import Pi0, Pi0Config, sincos
-from wgc_runtime.components.random_init import init_seeded
+from wgc_models.layers.block_attention import Block, PagedBlocks
+from wgc_models.layers.convert import load_converted
+from wgc_models.layers.random_init import init_seeded
+from wgc_models.pi05.config import TINY
+from wgc_models.pi05.model import Pi0, Pi0Config, sincos
 from wgc_runtime.engines.kv_pool import PagedKVPool
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -241,8 +241,8 @@ def test_the_example_nodes_load_the_transformers_layout(hf_pi0, tmp_path: Path) 
     are required (a π0 checkpoint lacks them), and with them it loads."""
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
-    from examples.pi05.nodes import load_policy, load_vision
-    from wgc_runtime.components.loading import CheckpointError
+    from wgc_models.layers.loading import CheckpointError
+    from wgc_models.pi05.nodes import load_policy, load_vision
 
     _, path = hf_pi0
     config = {"model": "tiny", "checkpoint": str(path), "seed": 0}

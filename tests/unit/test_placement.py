@@ -15,7 +15,7 @@ from wgc.placement.reach import assignment, reachable_walks, truth
 from wgc.placement.rules import value_fits
 
 ROOT = Path(__file__).resolve().parents[2]
-EXAMPLES = ROOT / "examples"
+EXAMPLES = ROOT / "wgc_models"
 PLACEMENTS = sorted(EXAMPLES.glob("*/placements/*.yaml"))
 _driver = Driver()
 _models: dict[str, object] = {}

@@ -18,8 +18,8 @@ from wgc.cli import main
 from wgc.cli.preflight import Refused, check_deployment
 from wgc.cli.run import prepare
 from wgc.config import Env
-from wgc_runtime.components.configs.pi05 import TINY
-from wgc_runtime.components.pi0 import Pi0
+from wgc_models.pi05.config import TINY
+from wgc_models.pi05.model import Pi0
 from wgc_runtime.contract.weights import WeightParts
 from wgc_runtime.host.preflight import Machine, part_bytes
 
@@ -27,9 +27,9 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from examples.pi05.nodes import LLM, VitEncoder, load_policy  # noqa: E402
+from wgc_models.pi05.nodes import LLM, VitEncoder, load_policy  # noqa: E402
 
-PI05 = str(ROOT / "examples" / "pi05" / "pi05.walk")
+PI05 = str(ROOT / "wgc_models" / "pi05" / "pi05.walk")
 GIB = 1 << 30
 
 
@@ -39,7 +39,7 @@ def _machine(gpus: int = 0, gpu_gib: float = 80, host_gib: float = 512) -> Machi
 
 def _plan(tmp_path: Path, placement: str, *sets: str) -> str:
     out = tmp_path / "plan"
-    return prepare(PI05, str(ROOT / "examples" / "pi05" / "placements" / placement), sets, out)
+    return prepare(PI05, str(ROOT / "wgc_models" / "pi05" / "placements" / placement), sets, out)
 
 
 def _codes(exc: pytest.ExceptionInfo[Refused]) -> list[str]:
@@ -53,7 +53,7 @@ def test_a_cuda_placement_without_cuda_is_one_line(tmp_path: Path) -> None:
     cams, prompt = tmp_path / "cams.npy", tmp_path / "prompt.npy"
     np.save(cams, np.zeros((2, 16, 16, 3), np.uint8))
     np.save(prompt, np.arange(7))
-    placement = str(ROOT / "examples" / "pi05" / "placements" / "real-1gpu.yaml")
+    placement = str(ROOT / "wgc_models" / "pi05" / "placements" / "real-1gpu.yaml")
     args = ["run", PI05, "-p", placement, "-i", f"images={cams}", "-i", f"prompt={prompt}"]
     result = CliRunner().invoke(main, args, obj=Env())
     assert result.exit_code == 1

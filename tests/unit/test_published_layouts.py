@@ -10,16 +10,16 @@ from pathlib import Path
 import pytest
 import torch
 
-from wgc_runtime.components.configs.orpheus import TINY_SNAC
-from wgc_runtime.components.loading import CheckpointError
-from wgc_runtime.components.snac import SnacDecoder
+from wgc_models.layers.loading import CheckpointError
+from wgc_models.orpheus.config import TINY_SNAC
+from wgc_models.orpheus.snac import SnacDecoder
 from wgc_runtime.contract.node import NodeError
 
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from examples._speech import text_codec  # noqa: E402
+from wgc_models._shared.speech import text_codec  # noqa: E402
 
 
 def test_snac_as_published_loads_from_its_pickled_state_dict(tmp_path: Path) -> None:
@@ -60,10 +60,10 @@ def test_the_vjepa2_ac_predictor_loads_from_the_released_training_checkpoint(tmp
     """``vjepa2-ac-vitg.pt`` as Meta publishes it: a training checkpoint whose ``predictor``
     entry has the reference's names under ``module.backbone.`` (and an ``encoder`` entry and
     bookkeeping beside it); the node's loader takes the predictor, strictly."""
-    from examples.vjepa2_ac.nodes import load_predictor
-    from wgc_runtime.components.configs.vjepa2_ac import CONFIGS
-    from wgc_runtime.components.random_init import init_seeded
-    from wgc_runtime.components.vjepa2_ac import ACPredictor
+    from wgc_models.layers.random_init import init_seeded
+    from wgc_models.vjepa2_ac.config import CONFIGS
+    from wgc_models.vjepa2_ac.model import ACPredictor
+    from wgc_models.vjepa2_ac.nodes import load_predictor
 
     ref = init_seeded(ACPredictor(CONFIGS["tiny"].predictor), 5)
     released = {
@@ -93,10 +93,10 @@ def test_bagel_loads_its_release_folder(tmp_path: Path) -> None:
     transformers = pytest.importorskip("transformers")
     from safetensors.torch import save_file
 
-    from examples.bagel.nodes import load_bagel
-    from wgc_runtime.components.bagel import Bagel
-    from wgc_runtime.components.configs.bagel import TINY
-    from wgc_runtime.components.random_init import init_seeded
+    from wgc_models.bagel.config import TINY
+    from wgc_models.bagel.model import Bagel
+    from wgc_models.bagel.nodes import load_bagel
+    from wgc_models.layers.random_init import init_seeded
 
     cfg = dataclasses.replace(TINY, llm=dataclasses.replace(TINY.llm, num_hidden_layers=3))
     full = init_seeded(Bagel(cfg), 4, keep=("pos_embed",))
@@ -158,11 +158,11 @@ def test_bagels_ae_safetensors_loads_under_flux_names(tmp_path: Path) -> None:
     from diffusers.loaders.single_file_utils import convert_ldm_vae_checkpoint
     from safetensors.torch import save_file
 
-    from examples.bagel.nodes import load_vae
-    from wgc_runtime.components.autoencoder_kl import AutoencoderKL
-    from wgc_runtime.components.bagel_checkpoint import AE, ae_tensors
-    from wgc_runtime.components.configs.bagel import TINY
-    from wgc_runtime.components.random_init import init_seeded
+    from wgc_models.bagel.autoencoder_kl import AutoencoderKL
+    from wgc_models.bagel.checkpoint import AE, ae_tensors
+    from wgc_models.bagel.config import TINY
+    from wgc_models.bagel.nodes import load_vae
+    from wgc_models.layers.random_init import init_seeded
 
     ours = init_seeded(AutoencoderKL(TINY.vae), 6)
     blocks = len(TINY.vae.block_out_channels)
@@ -191,8 +191,8 @@ def test_bagels_ae_safetensors_loads_under_flux_names(tmp_path: Path) -> None:
 def test_bagels_text_goes_through_the_release_tokenizer(tmp_path: Path) -> None:
     """A release folder's ``tokenizer.json`` encodes a text segment (no special tokens: the
     component frames it); a release folder without one is refused; no checkpoint: bytes."""
-    from examples.bagel.text import bagel_tokenizer, text_ids
     from tests.unit.test_chat_template import _tokenizer
+    from wgc_models.bagel.text import bagel_tokenizer, text_ids
 
     segment = torch.tensor(list(b"hello there"), dtype=torch.long)
     assert torch.equal(text_ids(bagel_tokenizer("LLM", {}), segment, "LLM"), segment)

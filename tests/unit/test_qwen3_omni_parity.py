@@ -19,17 +19,17 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from wgc_runtime.components.code2wav import Code2Wav  # noqa: E402
-from wgc_runtime.components.configs.qwen3_omni import NEWLINE, REAL, TINY, TINY_TOKENS  # noqa: E402
-from wgc_runtime.components.convert import merge_experts  # noqa: E402
-from wgc_runtime.components.loading import CheckpointError  # noqa: E402
-from wgc_runtime.components.moe import GATHER_PAIRS, MoeConfig, SparseMoeBlock  # noqa: E402
-from wgc_runtime.components.omni_audio import out_lengths  # noqa: E402
-from wgc_runtime.components.omni_config import OmniConfig  # noqa: E402
-from wgc_runtime.components.omni_talker import Talker, TalkerEngine  # noqa: E402
-from wgc_runtime.components.omni_thinker import Thinker, ThinkerEngine  # noqa: E402
-from wgc_runtime.components.pipelines import checkpoints, qwen3_omni_reference  # noqa: E402
-from wgc_runtime.components.pipelines.speech import SpeechOptions  # noqa: E402
+from tests.reference import checkpoints, qwen3_omni_reference  # noqa: E402
+from tests.reference.speech import SpeechOptions  # noqa: E402
+from wgc_models.layers.convert import merge_experts  # noqa: E402
+from wgc_models.layers.loading import CheckpointError  # noqa: E402
+from wgc_models.layers.moe import GATHER_PAIRS, MoeConfig, SparseMoeBlock  # noqa: E402
+from wgc_models.qwen3_omni.code2wav import Code2Wav  # noqa: E402
+from wgc_models.qwen3_omni.config import NEWLINE, REAL, TINY, TINY_TOKENS  # noqa: E402
+from wgc_models.qwen3_omni.omni_audio import out_lengths  # noqa: E402
+from wgc_models.qwen3_omni.omni_config import OmniConfig  # noqa: E402
+from wgc_models.qwen3_omni.omni_talker import Talker, TalkerEngine  # noqa: E402
+from wgc_models.qwen3_omni.omni_thinker import Thinker, ThinkerEngine  # noqa: E402
 
 TOL = 1e-4
 T = TINY_TOKENS

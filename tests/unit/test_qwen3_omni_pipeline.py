@@ -17,14 +17,14 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from wgc_runtime.components.code2wav import Code2Wav  # noqa: E402
-from wgc_runtime.components.configs.qwen3_omni import NEWLINE, TINY_TOKENS  # noqa: E402
-from wgc_runtime.components.omni_handoff import TalkerFeed  # noqa: E402
-from wgc_runtime.components.omni_talker import Talker, TalkerEngine  # noqa: E402
-from wgc_runtime.components.omni_thinker import Thinker, ThinkerEngine  # noqa: E402
-from wgc_runtime.components.pipelines import checkpoints, qwen3_omni, qwen3_omni_reference  # noqa: E402
-from wgc_runtime.components.pipelines.speech import SpeechOptions  # noqa: E402
-from wgc_runtime.components.sampling import Sampling  # noqa: E402
+from tests.reference import checkpoints, qwen3_omni, qwen3_omni_reference  # noqa: E402
+from tests.reference.speech import SpeechOptions  # noqa: E402
+from wgc_models.layers.sampling import Sampling  # noqa: E402
+from wgc_models.qwen3_omni.code2wav import Code2Wav  # noqa: E402
+from wgc_models.qwen3_omni.config import NEWLINE, TINY_TOKENS  # noqa: E402
+from wgc_models.qwen3_omni.omni_handoff import TalkerFeed  # noqa: E402
+from wgc_models.qwen3_omni.omni_talker import Talker, TalkerEngine  # noqa: E402
+from wgc_models.qwen3_omni.omni_thinker import Thinker, ThinkerEngine  # noqa: E402
 
 TOL = 1e-4
 T = TINY_TOKENS

@@ -18,8 +18,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _spec(tmp_path: Path, family: str, placement: str):
     result = Driver().compile(
-        str(ROOT / "examples" / family / f"{family}.walk"),
-        str(ROOT / "examples" / family / "placements" / f"{placement}.yaml"),
+        str(ROOT / "wgc_models" / family / f"{family}.walk"),
+        str(ROOT / "wgc_models" / family / "placements" / f"{placement}.yaml"),
     )
     assert result.ok
     sync(tmp_path, result.files, check=False)

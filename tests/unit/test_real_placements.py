@@ -16,15 +16,17 @@ if str(ROOT) not in sys.path:
 
 from wgc.cli.compile import sync  # noqa: E402
 from wgc.driver import Driver  # noqa: E402
-from wgc_runtime.components.configs import bagel, pi05, vjepa2_ac  # noqa: E402
+from wgc_models.bagel import config as bagel  # noqa: E402
+from wgc_models.pi05 import config as pi05  # noqa: E402
+from wgc_models.vjepa2_ac import config as vjepa2_ac  # noqa: E402
 from wgc_runtime.contract.spec import TypeSpec  # noqa: E402
 from wgc_runtime.host.loading import load_plan  # noqa: E402
 
 
 def nodes(tmp_path: Path, family: str, placement: str) -> dict[str, tuple[dict, dict]]:
     """Each node's (config, {port: TypeSpec}) on the compiled plan."""
-    walk = ROOT / "examples" / family / f"{family}.walk"
-    place = ROOT / "examples" / family / "placements" / f"{placement}.yaml"
+    walk = ROOT / "wgc_models" / family / f"{family}.walk"
+    place = ROOT / "wgc_models" / family / "placements" / f"{placement}.yaml"
     result = Driver().compile(str(walk), str(place))
     assert result.ok, [d.message for d in result.errors]
     sync(tmp_path, result.files, check=False)

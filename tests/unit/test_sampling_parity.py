@@ -1,4 +1,4 @@
-"""`wgc_runtime.components.sampling` against transformers' logits processors: the same scores
+"""`wgc_models.layers.sampling` against transformers' logits processors: the same scores
 from the same logits and history (repetition penalty, suppression, temperature, top-k, top-p,
 in ``generate``'s order), greedy as ``argmax``, and seeded draws that repeat."""
 
@@ -18,7 +18,7 @@ from transformers.generation.logits_process import (  # noqa: E402
     TopPLogitsWarper,
 )
 
-from wgc_runtime.components.sampling import Sampling, choose, process_logits  # noqa: E402
+from wgc_models.layers.sampling import Sampling, choose, process_logits  # noqa: E402
 
 V = 64
 

@@ -250,7 +250,7 @@ def test_html_is_self_contained() -> None:
 
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_every_format_renders_every_example(fmt: str) -> None:
-    examples = sorted((ROOT / "examples").glob("**/*.walk"))
+    examples = sorted((ROOT / "wgc_models").glob("**/*.walk"))
     if not examples:
         pytest.skip("no examples yet")
     driver = Driver()
@@ -313,7 +313,7 @@ def test_show_missing_file() -> None:
 @pytest.mark.parametrize("fmt", ["json", "html", "dot", "text"])
 def test_output_is_independent_of_hash_seed(small: Path, fmt: str) -> None:
     # Qwen3-Omni has streams, loops and several flows: the most ordering to get wrong
-    example = ROOT / "examples" / "qwen3_omni" / "qwen3_omni.walk"
+    example = ROOT / "wgc_models" / "qwen3_omni" / "qwen3_omni.walk"
     path = example if example.exists() else small
     outs = []
     for seed in ("1", "2"):

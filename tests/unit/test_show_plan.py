@@ -30,8 +30,8 @@ from wgc.show.plan_graph import build_plan_graph
 from wgc.show.plan_text import human_bytes
 
 ROOT = Path(__file__).resolve().parents[2]
-BAGEL = "examples/bagel/bagel.walk"
-P3 = "examples/bagel/placements/3xh100.yaml"
+BAGEL = "wgc_models/bagel/bagel.walk"
+P3 = "wgc_models/bagel/placements/3xh100.yaml"
 LATENT = 16 * 16 * 4
 PER_ITER = 4 * LATENT + 2 * 8
 # one request's label copied to a CFG rank: kv_tokens 640 x (k, v) x 2 layers x 2 kv heads
@@ -250,10 +250,10 @@ def test_deterministic_across_hash_seeds(fmt: str) -> None:
 
 
 def test_every_example_placement_renders() -> None:
-    from wgc.cli.compile import example_pairs
+    from wgc.cli.targets import family_pairs
 
     driver = Driver()
-    for walk, placement in example_pairs(ROOT):
+    for walk, placement in family_pairs(ROOT):
         plan = build_plan(
             os.path.relpath(walk, ROOT), os.path.relpath(placement, ROOT), {}, driver, False
         )
@@ -265,8 +265,8 @@ def test_every_example_placement_renders() -> None:
 def test_a_pd_handoff_has_bytes_from_the_declared_kv_geometry(tmp_path: Path) -> None:
     # orpheus.walk: kv_tokens 1024 x (k, v) x layers 2 x kv_heads 2 x head_dim 16 x f32
     handoff = 1024 * 2 * 2 * 2 * 16 * 4
-    walk = ROOT / "examples/orpheus/orpheus.walk"
-    placement = ROOT / "examples/orpheus/placements/cpu-3rank.yaml"
+    walk = ROOT / "wgc_models/orpheus/orpheus.walk"
+    placement = ROOT / "wgc_models/orpheus/placements/cpu-3rank.yaml"
     plan = build_plan(str(walk), str(placement), {}, Driver(), color=False)
     assert plan is not None
     states = [t for t in plan.transfers if t.edge == "state"]

@@ -11,12 +11,12 @@ import random
 import pytest
 import torch
 
-from wgc_runtime.components.configs.orpheus import TINY_SNAC, TINY_TOKENS
-from wgc_runtime.components.orpheus import FRAME, WINDOW_FRAMES, OrpheusVocoder
-from wgc_runtime.components.random_init import init_seeded
-from wgc_runtime.components.snac import SnacDecoder
-from wgc_runtime.components.snac_compiled import REALIZE_OPCOUNT, SpanProgram
-from wgc_runtime.components.snac_span import plan_span
+from wgc_models.layers.random_init import init_seeded
+from wgc_models.orpheus.config import TINY_SNAC, TINY_TOKENS
+from wgc_models.orpheus.model import FRAME, WINDOW_FRAMES, OrpheusVocoder
+from wgc_models.orpheus.snac import SnacDecoder
+from wgc_models.orpheus.snac_compiled import REALIZE_OPCOUNT, SpanProgram
+from wgc_models.orpheus.snac_span import plan_span
 from wgc_runtime.engines.capture import inductor_available
 
 SPF = TINY_SNAC.samples_per_frame

@@ -20,15 +20,15 @@ snac = pytest.importorskip("snac")
 
 from safetensors.torch import save_file  # noqa: E402
 
-from wgc_runtime.components.configs.orpheus import (  # noqa: E402
+from wgc_models.layers.loading import CheckpointError  # noqa: E402
+from wgc_models.orpheus.config import (  # noqa: E402
     REAL_SNAC,
     REAL_TOKENS,
     TINY_SNAC,
     TINY_TOKENS,
 )
-from wgc_runtime.components.loading import CheckpointError  # noqa: E402
-from wgc_runtime.components.orpheus import OrpheusVocoder, audio_mask, window_codes  # noqa: E402
-from wgc_runtime.components.snac import SnacDecoder  # noqa: E402
+from wgc_models.orpheus.model import OrpheusVocoder, audio_mask, window_codes  # noqa: E402
+from wgc_models.orpheus.snac import SnacDecoder  # noqa: E402
 
 TOL = 1e-4
 SPF = TINY_SNAC.samples_per_frame

@@ -8,10 +8,10 @@ import pytest
 import torch
 from torch import nn
 
-from wgc_runtime.components.configs.orpheus import TINY_SNAC
-from wgc_runtime.components.random_init import init_seeded
-from wgc_runtime.components.snac import SnacDecoder, WNConv1d
-from wgc_runtime.components.snac_span import plan_span
+from wgc_models.layers.random_init import init_seeded
+from wgc_models.orpheus.config import TINY_SNAC
+from wgc_models.orpheus.snac import SnacDecoder, WNConv1d
+from wgc_models.orpheus.snac_span import plan_span
 
 SPF = TINY_SNAC.samples_per_frame  # 2048
 FRAMES = 4  # an Orpheus window
@@ -91,7 +91,7 @@ def test_an_unknown_layer_decodes_the_whole_window(snac) -> None:
 def test_snake_without_autograd_is_the_same_arithmetic() -> None:
     """`Snake1d` in inference works in one buffer: the same operations in the same order as
     with autograd, so bit for bit the same."""
-    from wgc_runtime.components.snac import Snake1d
+    from wgc_models.orpheus.snac import Snake1d
 
     m = Snake1d(8)
     nn.init.uniform_(m.alpha, 0.2, 3.0)

@@ -14,15 +14,17 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:  # node modules are imported as `examples.<family>.nodes`
+if (
+    str(ROOT) not in sys.path
+):  # node modules import as `wgc_models.<family>.nodes` (registered: `orpheus.nodes`)
     sys.path.insert(0, str(ROOT))
 
 pytest.importorskip("tokenizers")
 
-from examples._speech import text_codec  # noqa: E402
-from examples.orpheus import nodes as orpheus  # noqa: E402
-from examples.qwen3_omni import weights as omni  # noqa: E402
-from wgc_runtime.components.snac import SnacConfig  # noqa: E402
+from wgc_models._shared.speech import text_codec  # noqa: E402
+from wgc_models.orpheus import nodes as orpheus  # noqa: E402
+from wgc_models.orpheus.snac import SnacConfig  # noqa: E402
+from wgc_models.qwen3_omni import weights as omni  # noqa: E402
 
 CPU = torch.device("cpu")
 LM = {
@@ -37,7 +39,7 @@ LM = {
     "bos": 496,
     "eot": 505,
     "codebook": 64,
-}  # fmt: skip (the tiny sizes of examples/orpheus/orpheus.walk)
+}  # fmt: skip (the tiny sizes of wgc_models/orpheus/orpheus.walk)
 
 
 def _builders() -> dict[str, Callable[[], torch.nn.Module]]:

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from wgc_runtime.components.configs import orpheus as orpheus_cfg
-from wgc_runtime.components.configs import qwen3_omni as omni_cfg
-from wgc_runtime.components.configs import tiny_tokenizers as tiny
-from wgc_runtime.components.tokenizer import TextCodec
+from wgc_models._shared import tiny_tokenizers as tiny
+from wgc_models.layers.tokenizer import TextCodec
+from wgc_models.orpheus import config as orpheus_cfg
+from wgc_models.qwen3_omni import config as omni_cfg
 
 FAMILIES = tuple(tiny.FILES)
 

@@ -17,17 +17,17 @@ from pathlib import Path
 import pytest
 import torch
 
-from wgc_runtime.components.block_attention import DenseBlocks, DenseKV, PagedBlocks
-from wgc_runtime.components.configs.vjepa2_ac import TINY
-from wgc_runtime.components.convert import load_converted
-from wgc_runtime.components.random_init import init_seeded
-from wgc_runtime.components.vjepa2 import VJEPA2Config, VJEPA2Encoder
-from wgc_runtime.components.vjepa2_ac import (
+from wgc_models.layers.block_attention import DenseBlocks, DenseKV, PagedBlocks
+from wgc_models.layers.convert import load_converted
+from wgc_models.layers.random_init import init_seeded
+from wgc_models.vjepa2_ac.config import TINY
+from wgc_models.vjepa2_ac.model import (
     ACPredictor,
     cached_rollout,
     native_rollout,
     normalize,
 )
+from wgc_models.vjepa2_ac.vjepa2 import VJEPA2Config, VJEPA2Encoder
 from wgc_runtime.engines.kv_pool import PagedKVPool
 
 P = TINY.predictor

@@ -1,4 +1,4 @@
-"""Whisper's log-mel front end (`wgc_runtime.components.whisper_mel`), which the Qwen3-Omni
+"""Whisper's log-mel front end (`wgc_models.layers.whisper_mel`), which the Qwen3-Omni
 audio encoder reads, equals ``transformers.WhisperFeatureExtractor``'s valid frames."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from wgc_runtime.components.whisper_mel import frames, log_mel  # noqa: E402
+from wgc_models.layers.whisper_mel import frames, log_mel  # noqa: E402
 
 
 @pytest.mark.parametrize("bins", [16, 128])

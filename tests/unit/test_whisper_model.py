@@ -17,10 +17,10 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from tests.unit.whisper_support import clip, generate, hf_model, hf_tokenizer, write_checkpoint
-from wgc_runtime.components.configs import whisper as tiny
-from wgc_runtime.components.loading import CheckpointError
-from wgc_runtime.components.tokenizer import TextCodec
-from wgc_runtime.components.whisper import (
+from wgc_models.layers.loading import CheckpointError
+from wgc_models.layers.tokenizer import TextCodec
+from wgc_models.whisper import config as tiny
+from wgc_models.whisper.model import (
     CROSS,
     MAIN,
     WhisperConfig,
@@ -30,7 +30,7 @@ from wgc_runtime.components.whisper import (
     load_part,
     window_features,
 )
-from wgc_runtime.components.whisper_text import WhisperTokens
+from wgc_models.whisper.text import WhisperTokens
 from wgc_runtime.engines.attention.torch_backend import TorchAttention
 from wgc_runtime.engines.kv_pool import PagedKVPool
 
@@ -186,7 +186,7 @@ def test_the_real_placement_declares_the_real_sizes(tmp_path) -> None:
     from wgc_runtime.contract.spec import TypeSpec
     from wgc_runtime.host.loading import load_plan
 
-    root = Path(__file__).resolve().parents[2] / "examples" / "whisper"
+    root = Path(__file__).resolve().parents[2] / "wgc_models" / "whisper"
     result = Driver().compile(str(root / "whisper.walk"), str(root / "placements/real-1gpu.yaml"))
     assert result.ok, [d.message for d in result.errors]
     sync(tmp_path, result.files, check=False)
@@ -219,7 +219,7 @@ def test_the_nodes_say_their_weights_before_they_are_built(hf, ckpt, tmp_path) -
     sizes count what they build; with the checkpoint, its headers count the whole model once
     (the tied output projection not twice), in the node's dtype; at large-v3's sizes, its
     1.54e9 parameters in f16."""
-    from examples.whisper.nodes import Decoder, Encoder, whisper_config
+    from wgc_models.whisper.nodes import Decoder, Encoder, whisper_config
     from wgc_runtime.host.preflight import part_bytes
 
     walk = {"n_mels": 80, "audio_ctx": 1500, "d_model": 64, "ffn": 128, "vocab": 2105,

@@ -16,8 +16,8 @@ from typing import Any
 import torch
 from tokenizers import Tokenizer
 
-from wgc_runtime.components.configs import whisper as tiny
-from wgc_runtime.components.random_init import init_seeded
+from wgc_models.layers.random_init import init_seeded
+from wgc_models.whisper import config as tiny
 
 RATE = 16000
 

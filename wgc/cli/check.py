@@ -27,6 +27,7 @@ from typing import Any, Protocol
 import click
 
 from wgc.cli.errors import EXIT_OK, EXIT_USER, UserError
+from wgc.cli.targets import is_name, model_folder
 from wgc.config import Env
 from wgc.diagnostics.codes import Severity
 from wgc.diagnostics.diagnostic import Diagnostic, SourceMap
@@ -91,6 +92,8 @@ def _expand_one(arg: str) -> list[Path]:
         for match in glob.glob(arg, recursive=True):
             matches += _expand_one(match) if Path(match).is_dir() else [Path(match)]
         return matches
+    if is_name(arg):  # a registered family: its model file and placements (WG840 if none)
+        return _expand_one(model_folder(arg))
     raise UserError(f"no such file or directory: `{arg}`")
 
 

@@ -24,6 +24,7 @@ from collections.abc import Iterable
 from wgc.diagnostics.diagnostic import Diagnostic, Label, Span, diag
 from wgc.ir.decls import Node
 from wgc.ir.model import Model
+from wgc_runtime.contract.families import resolve_impl
 
 
 def check_imports(model: Model) -> list[Diagnostic]:
@@ -66,7 +67,7 @@ def _node_base() -> type | None:
 
 def _load(impl: str) -> object:
     """The class ``impl`` names, or why it cannot be had."""
-    module, _, name = impl.partition(":")
+    module, _, name = resolve_impl(impl).partition(":")
     if not module or not name:
         return "not a `module:Class` path"
     try:

@@ -5,7 +5,8 @@ their line) and exit 1. Output goes to ``generated/<model>/<placement stem>/`` u
 files are written atomically, and generated files of an earlier compile that this one no longer
 writes (``rank_*.py``, ``conductor.py``, ``plan.json``, ``__init__.py``) are removed; nothing
 else in the folder is touched. ``--check`` writes nothing and exits 1 with a diff when the folder
-is stale. ``--all`` compiles every ``examples/*/placements/*.yaml`` against its family's model.
+is stale. ``--all`` compiles every placement of every registered model family (`wgc.cli.targets`).
+MODEL and ``--placement`` may be names: ``wgc compile orpheus --placement cpu-2rank``.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import click
 
 from wgc.cli.check import _use_color
 from wgc.cli.errors import EXIT_OK, EXIT_USER, UserError
+from wgc.cli.targets import family_pairs, resolve_names
 from wgc.codegen.pyfmt import comment_text
 from wgc.codegen.render import GENERATED_FILES
 from wgc.config import Env
@@ -84,18 +86,6 @@ def _write_atomic(path: Path, text: str) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
-
-
-def example_pairs(root: Path = Path(".")) -> list[tuple[str, str]]:
-    """(model.walk, placement.yaml) for every placement under ``examples/*/placements/``."""
-    pairs = []
-    for family in sorted((root / "examples").glob("*/")):
-        placements = sorted(family.glob("placements/*.yaml")) + sorted(
-            family.glob("placements/*.yml")
-        )
-        for walk in sorted(family.glob("*.walk")):
-            pairs += [(walk.as_posix(), p.as_posix()) for p in placements]
-    return pairs
 
 
 def _parse_sets(sets: tuple[str, ...]) -> dict[str, str]:
@@ -185,7 +175,7 @@ def _one(
     "--all",
     "all_examples",
     is_flag=True,
-    help="Compile every examples/*/placements/*.yaml against its family's model.",
+    help="Compile every placement of every registered model family (`wgc.models`).",
 )
 @click.option(
     "--color",
@@ -211,14 +201,17 @@ def compile(  # named like the command, as click derives it
     driver = Driver()
     if all_examples:
         if model or placement or output:
-            raise UserError("`--all` compiles every example; give no MODEL, --placement or -o")
-        pairs = example_pairs()
+            raise UserError("`--all` compiles every family; give no MODEL, --placement or -o")
+        pairs = family_pairs()
         if not pairs:
-            raise UserError("`--all` found no examples/*/placements/*.yaml under this folder")
+            raise UserError("`--all` found no registered model family with placements")
         ok = [_one(w, p, None, parsed_sets, check, use_color, driver) for w, p in pairs]
         click.get_current_context().exit(EXIT_OK if all(ok) else EXIT_USER)
     if not model or not placement:
         raise UserError("give MODEL.walk and `--placement P.yaml` (or `--all`)")
+    model_path, placement = resolve_names(model, placement)  # names of families, placements
+    model = str(model_path)
+    assert placement is not None
     for path in (model, placement):
         if not Path(path).is_file():
             raise UserError(f"no such file: `{path}`")

@@ -472,7 +472,10 @@ def sample_rates(plan_dir: str) -> dict[str, int]:
 
 def prepare(target: str, placement: str | None, sets: tuple[str, ...], keep: Path | None) -> str:
     """The generated folder to run: ``target`` itself, or a fresh compile of MODEL.walk."""
-    path = Path(target)
+    from wgc.cli.compile import _parse_sets, _report, resolve_names, sync
+    from wgc.driver import Driver
+
+    path, placement = resolve_names(target, placement)  # names of families, placements
     if path.is_dir():
         if placement:
             raise UserError("`--placement` is for MODEL.walk; a generated folder is already placed")
@@ -492,9 +495,6 @@ def prepare(target: str, placement: str | None, sets: tuple[str, ...], keep: Pat
         click.echo(f"note: no `--placement`: using `{placement}`", err=True)
     if not Path(placement).is_file():
         raise UserError(f"no such file: `{placement}`")
-    from wgc.cli.compile import _parse_sets, _report, sync
-    from wgc.driver import Driver
-
     result = Driver().compile(str(path), placement, _parse_sets(sets))
     _report(result, color=False)
     if not result.ok:

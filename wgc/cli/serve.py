@@ -43,6 +43,7 @@ from wgc.cli.run import (
     require_runtime,
 )
 from wgc.cli.seconds import SECONDS
+from wgc.cli.targets import model_file, placement_file
 from wgc.cli.workers import Workers, worker_options
 from wgc.config import Env
 
@@ -267,7 +268,8 @@ def run_server(
     from wgc_runtime.host.server.main import serve as serve_plan
 
     front = front or Front()
-
+    target = model_file(target)
+    placement = placement_file(placement, target)
     plan = prepare(target, placement, sets, Path(plan_dir) if plan_dir else None)
     temporary = plan != target and not plan_dir
     try:

@@ -19,6 +19,7 @@ import click
 
 from wgc.cli.check import _use_color
 from wgc.cli.errors import UserError
+from wgc.cli.targets import model_file, placement_file
 from wgc.config import Env
 from wgc.diagnostics.codes import Severity
 from wgc.diagnostics.render import render_summary, render_text
@@ -124,8 +125,10 @@ def show(
     color: str,
 ) -> None:
     """Print the IR of FILE, or draw its walks (dot, mermaid, html); with --placement, the plan."""
+    file = model_file(file)
     if not Path(file).is_file():
         raise UserError(f"no such file: `{file}`")
+    placement = placement_file(placement, file)
     if placement is not None:
         _write(_show_plan(env, file, placement, sets, walk_name, fmt, color), output)
         return

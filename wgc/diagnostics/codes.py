@@ -153,6 +153,9 @@ _TABLE: tuple[tuple[str, Severity, str], ...] = (
     ("WG828", E, "writable KV copy not on its owner's only rank group"),
     ("WG829", E, "host is an every-interface address, not a machine"),
     ("WG853", E, "unknown walk in `on_restart`"),
+    # -- command arguments: a model or placement given by name (`wgc run orpheus -p cpu-2rank`)
+    ("WG840", E, "no model file or registered model family by that name"),
+    ("WG841", E, "no placement file or placement by that name"),
     # -- lints (WG9xx): warnings for declarations nothing uses
     ("WG901", W, "unused node"),
     ("WG902", W, "unused param"),
@@ -169,17 +172,23 @@ _TABLE: tuple[tuple[str, Severity, str], ...] = (
 # devices and sizes they are about, but found at launch, so their explanations show commands
 # (tests/unit/test_preflight.py runs them) instead of a placement the checker rejects
 LAUNCH = frozenset({"WG825", "WG826", "WG827"})
+# codes of a command's arguments (`wgc.cli.targets`): a name that is neither a file nor a
+# registered model family / a placement of the model's folder; their explanations show commands
+# (tests/unit/test_targets.py runs them)
+COMMAND = frozenset({"WG840", "WG841"})
+
+
+def stage_of(code: str) -> str:
+    if code in LAUNCH:
+        return "launch"
+    return "command" if code in COMMAND else _STAGES[code[2]]
+
 
 REGISTRY: dict[str, Code] = {
-    code: Code(code, "launch" if code in LAUNCH else _STAGES[code[2]], sev, title)
-    for code, sev, title in _TABLE
+    code: Code(code, stage_of(code), sev, title) for code, sev, title in _TABLE
 }
 
 
 def lookup(code: str) -> Code:
     """The registered code ``code`` (KeyError if it was never registered)."""
     return REGISTRY[code]
-
-
-def stage_of(code: str) -> str:
-    return "launch" if code in LAUNCH else _STAGES[code[2]]

@@ -51,6 +51,7 @@ from wgc.ir.flow import (
     iter_fstmts,
 )
 from wgc.ir.paths import compare
+from wgc_runtime.contract.families import resolve_impl
 from wgc_runtime.contract.flow import Fail as FailStep
 from wgc_runtime.contract.flow import Persisted, RunWalk, Segment
 from wgc_runtime.contract.node import to_tensor
@@ -169,7 +170,7 @@ class FlowRun:
 
     # ------------------------------------------------------------------ escape hatch
     def extern(self, path: str) -> Steps:
-        module, _, fn = path.partition(":")
+        module, _, fn = resolve_impl(path).partition(":")
         try:
             gen = getattr(importlib.import_module(module), fn)(self.req)
         except Exception as exc:  # an import error is the request's error, not a crash

@@ -42,6 +42,7 @@ from wgc.ir.model import Model
 from wgc.ir.types import DimKind, TensorType
 from wgc.ir.walk import Call
 from wgc.lower.kv import owner_of, pool_spec
+from wgc_runtime.contract.families import resolve_impl
 from wgc_runtime.contract.flow import SimpleRequest
 from wgc_runtime.contract.node import (
     DTYPES,
@@ -89,7 +90,7 @@ def load_nodes(model: Model, only: set[str] | None = None, device: str = "cpu") 
     for n in model.nodes:
         if only is not None and n.name not in only:
             continue
-        module, _, cls = (n.impl or "").partition(":")
+        module, _, cls = resolve_impl(n.impl or "").partition(":")
         out[n.name] = getattr(importlib.import_module(module), cls)(node_context(n, device))
     return out
 

@@ -71,7 +71,7 @@ class FlowBuilder(BuilderCore):
                     f"flow target `{target}` is not a `module:function` path",
                     body_t,
                     label="expected `module:function`",
-                    help='write `flow main = "examples.bagel.flows:main"`',
+                    help='write `flow main = "bagel.flows:main"`',
                 )
             return Flow(
                 name,

@@ -13,6 +13,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from wgc_runtime.contract.families import resolve_module
+
 
 @dataclass(frozen=True, slots=True)
 class PyClass:
@@ -38,7 +40,7 @@ def find_class(impl: str, near: str) -> PyClass | None:
     module, _, name = impl.partition(":")
     if not module or not name:
         return None
-    path = module_file(module, near)
+    path = module_file(module, near) or module_file(resolve_module(module), near)
     if path is None:
         return None
     try:

@@ -6,7 +6,7 @@ tables per request and label); the attention backends that read it live in
 batch buckets (CUDA graphs, or compiled / eager on the CPU); `batching.StepEngine` is what a
 decoder engine offers its nodes, and `decode_runner` runs a kv-cache node's decode batch.
 Engines never import
-`wgc_runtime.components` (the model layers use the engines, not the other way round).
+the model packages' layers (they use the engines, not the other way round).
 """
 
 from wgc_runtime.engines.kv_pool import PagedKVPool, PageTable, PoolFull, PoolStats

@@ -1,7 +1,7 @@
 """The step-engine interface: what a decoder over one `PagedKVPool` offers its nodes
 (`StepEngine`), and the name of one of its sequences (`Seq`).
 
-`wgc_runtime.components.decode_engine.DecoderEngine` is one; nodes drive it through the
+A model's decoder engine is one; nodes drive it through the
 executor (its captured steps run the engine's static decode unit, `unit_for`, over the buffers
 of `decode_buffers`). The continuous batcher that used to drive it here directly
 (``ContinuousBatcher``, which serving never ran) is gone (issue 29, point 2; issue 31): the

@@ -14,8 +14,8 @@ keeps those for every request in the running batch, in one place and as arrays:
   the batch's ``positions``, ``slots``, ``kv_lens`` and ``block_tables`` as tensors; a row whose
   sequence is full fails alone (``failed``), the others run. The row indices of a batch are
   cached: the same requests step after step (a decode loop's steady state) reuse them;
-* **per-row columns** the node's own step bookkeeping keeps beside the tables (e.g. Orpheus's
-  audio position, token budget and whether it samples): set once when a row joins (`fresh`),
+* **per-row columns** the node's own step bookkeeping keeps beside the tables (e.g. a TTS
+  model's audio position, token budget and whether it samples): set once when a row joins (`fresh`),
   read and updated as arrays over the batch's rows after that.
 
 The host-side arrays are numpy's: an operation on a few dozen numbers costs ~1 µs there and

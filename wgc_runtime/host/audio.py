@@ -1,7 +1,7 @@
 """Audio inputs at the sample rate the served model reads them at.
 
-A node that reads a walk input and declares ``config sample_rate`` (Whisper's ``frontend``,
-Qwen3-Omni's ``audio_encoder``: 16 kHz) says at what rate its audio is read; `input_rate` finds
+A node that reads a walk input and declares ``config sample_rate`` (e.g. a speech
+recogniser's ``frontend``: 16 kHz) says at what rate its audio is read; `input_rate` finds
 it in the ranks. `to_rate` resamples every ``audio`` segment that carries its own
 ``sample_rate`` field (a WAV upload, an OpenAI realtime ``pcm16`` buffer, ``wgc run``'s WAV
 file) to that rate with soxr (a windowed-sinc resampler, "HQ" quality) and rewrites the field,

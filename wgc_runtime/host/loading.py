@@ -114,8 +114,8 @@ def load_plan(plan_dir: str | os.PathLike) -> tuple[ConductorSpec, list[RankSpec
 
 
 def ensure_import_root() -> None:
-    """Node ``impl`` paths (``examples.orpheus.nodes:LLM``) are relative to the project root,
-    the working directory `wgc run` is started from."""
+    """A node ``impl`` path that names no registered family (`wgc_runtime.contract.families`)
+    may be a module of the project `wgc run` is started in: its folder is importable too."""
     cwd = os.getcwd()
     if cwd not in sys.path:
         sys.path.insert(0, cwd)
@@ -196,9 +196,11 @@ def node_context(
 
 
 def node_class(spec: NodeSpec) -> type[Node]:
+    from wgc_runtime.contract.families import resolve_module
     from wgc_runtime.contract.node import Node
 
     module, _, cls = spec.impl.partition(":")
+    module = resolve_module(module)
     if not module or not cls:
         raise DeploymentError(f"node `{spec.name}`: impl `{spec.impl}` is not `module:Class`")
     ensure_import_root()

@@ -9,7 +9,7 @@ a ``deadlock`` error naming what each flow waits for (never a hang). `submit` ch
 the door first, like the conductor process (`wgc_runtime.host.admission`): a refused request's
 handle is done at once with a ``rejected`` error listing every problem.
 
-    cluster = LocalCluster("generated/bagel/cpu-3rank")
+    cluster = LocalCluster("generated/mymodel/cpu-3rank")
     handle = cluster.submit(cluster.request([Segment("text", "a cat")], outputs=["image"]))
     for modality, channel, tensor, meta in handle:
         ...

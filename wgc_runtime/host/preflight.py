@@ -30,7 +30,7 @@ from wgc_runtime.contract.spec import RankSpec
 from wgc_runtime.contract.weights import WeightParts
 
 # random weights past this size are a real-size model without its checkpoint (the examples'
-# tiny sizes are a few megabytes; the smallest real one, SNAC, is 80 MB of parameters)
+# tiny sizes are a few megabytes; the smallest real one, an audio codec, is 80 MB of parameters)
 RANDOM_LIMIT = 1 << 30
 _HEADER_LIMIT = 100 << 20  # a safetensors header past this is not one
 _DTYPE_BYTES = {"F64": 8, "I64": 8, "U64": 8, "F32": 4, "I32": 4, "U32": 4, "F16": 2}

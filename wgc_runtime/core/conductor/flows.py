@@ -24,6 +24,7 @@ from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any
 
 from wgc_runtime.contract.conductor import ConductorSpec, FlowSpec
+from wgc_runtime.contract.families import resolve_impl
 from wgc_runtime.contract.flow import Fail, Request, RunWalk
 from wgc_runtime.contract.kinds import FailKind, FlowKind
 from wgc_runtime.contract.messages import (
@@ -54,7 +55,7 @@ def runs(f: FlowSpec, request: Request) -> bool:
 def generator(f: FlowSpec, request: Request) -> Generator[Any, Any, Any]:
     """The flow's body started for ``request`` (an ``extern`` flow: imported first)."""
     if f.kind is FlowKind.EXTERN:
-        module, _, fn = (f.extern or "").partition(":")
+        module, _, fn = resolve_impl(f.extern or "").partition(":")
         try:
             return getattr(importlib.import_module(module), fn)(request)
         except Exception as exc:

@@ -9,7 +9,7 @@ bucket runs dynamo's compiled bytecode directly (`CompiledBody`). A compiled uni
 ``torch.inference_mode`` (entered around it: dynamo does not trace into it), so it must not
 enter inference mode itself. The unit must be traceable: no host reads, no data-dependent
 shapes, and mutations of the tensors it closes over (e.g. the K/V pool) made on base tensors,
-not views (`wgc_runtime.components.attention.StaticDecode.prepare`).
+not views (a model's static decode step prepares them so).
 """
 
 from __future__ import annotations
@@ -44,9 +44,9 @@ def _compile(
     contiguous rows, are what the artifact was compiled for by construction, and the tensor
     guards check them on each artifact's compiling call), and, for a static
     artifact, ``cpp_wrapper`` (the wrapper that allocates the intermediate buffers and calls
-    the kernels generated as C++ instead of Python). Measured paired on Orpheus at concurrency 16
-    (`benchmarks/speech_paired.py`, `benchmarks/README.md`): with both, the LM rank's CPU per
-    round 3-14% lower over three runs.
+    the kernels generated as C++ instead of Python). Measured paired on a TTS model at
+    concurrency 16 (`benchmarks/speech_paired.py`, `benchmarks/README.md`): with both, the LM
+    rank's CPU per round 3-14% lower over three runs.
 
     ``realize_opcount``: inductor's ``realize_opcount_threshold`` for this artifact: an
     elementwise result read by several consumers is stored once when it takes more than this
@@ -76,7 +76,7 @@ class CompiledBody:
     (`_direct`, ``direct`` true), not through ``torch.compile``'s wrapper: a runner calls it
     with the same static buffers every time, so the guards (shapes, strides and dtypes of the
     buffers and of the tensors ``body`` closes over) hold by construction, and skipping the
-    wrapper and its guard check saves ~80 µs of a ~490 µs step (Orpheus's tiny LM at batch 16,
+    wrapper and its guard check saves ~80 µs of a ~490 µs step (a TTS model's tiny LM at batch 16,
     interleaved medians). Mutations of the buffers (carries, the K/V pool) are the compiled
     graph's own, so they happen either way."""
 
@@ -131,7 +131,7 @@ class CompiledRows:
     dynamo's bytecode reads the batch size off the first tensor itself).
 
     ``realize_opcount`` (`_compile`): a program whose costly elementwise results feed several
-    taps of a convolution written as shifted sums, like the SNAC decoder's snake activations
+    taps of a convolution written as shifted sums, like an audio codec decoder's snake activations
     (``x + sin(a x)^2 / a``) before each kernel-7 convolution, runs faster when they are stored
     once than when inductor recomputes them in every tap."""
 

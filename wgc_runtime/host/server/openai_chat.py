@@ -2,18 +2,17 @@
 
 Every message's content becomes input segments in order: a text part (or a plain string) one
 ``text`` segment (the stand-in byte tokenizer has no chat template, so roles are not marked), an
-``image_url`` part (a ``data:`` URL) one ``image`` segment, an ``input_audio`` part (base64 WAV)
-one ``audio`` segment with its ``sample_rate``; images are shaped for the walk input they feed
-(`calls.conform`). The model's ``text`` outputs are the reply; with ``modalities`` naming
-``audio`` (a model that emits audio: Qwen3-Omni) its ``audio`` outputs come too, as a WAV in
-``message.audio`` or, streamed, as base64 PCM16 chunks in ``delta.audio`` (as OpenAI streams
-audio). ``stream: true`` sends ``chat.completion.chunk`` events as server-sent events, then
-``[DONE]``. The OpenAI fields (``max_tokens``, ``temperature``, ``audio.voice`` ...) set the
-model's options of the same meaning or answer 400 naming the field (`openai_params`); ``n``
-samples are ``n`` requests run side by side, seeded ``seed``, ``seed + 1`` ... (not streamed);
-``finish_reason`` is ``length`` at the token limit. ``seed`` seeds the request, and
-``options`` / ``deadline`` come through ``extra_body``.
-"""
+``image_url`` part (a ``data:`` URL) one ``image`` segment, an ``input_audio`` part (base64 WAV) one
+``audio`` segment with its ``sample_rate``; images are shaped for the walk input they feed
+(`calls.conform`). The model's ``text`` outputs are the reply; with ``modalities`` naming ``audio``
+(a model that emits audio, e.g. an omni model's talker) its ``audio`` outputs come too, as a WAV in
+``message.audio`` or, streamed, as base64 PCM16 chunks in ``delta.audio`` (as OpenAI streams audio).
+``stream: true`` sends ``chat.completion.chunk`` events as server-sent events, then ``[DONE]``. The
+OpenAI fields (``max_tokens``, ``temperature``, ``audio.voice`` ...) set the model's options of the
+same meaning or answer 400 naming the field (`openai_params`); ``n`` samples are ``n`` requests run
+side by side, seeded ``seed``, ``seed + 1`` ... (not streamed); ``finish_reason`` is ``length`` at
+the token limit. ``seed`` seeds the request, and ``options`` / ``deadline`` come through
+``extra_body``."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ answers 400 naming the field. What a wgc model never does (``logprobs``, ``tools
 pass. A field no route documents is refused too (the bodies forbid extra fields, `schemas`).
 
 ``model`` is checked against the served model's names (its name, and ``NAME@PLACEMENT``:
-``bagel``, ``bagel@cpu``): any other answers 404 (``model_not_found``), as OpenAI does.
+``mymodel``, ``mymodel@cpu``): any other answers 404 (``model_not_found``), as OpenAI does.
 ``finish_reason`` is ``length`` when the text outputs reached the request's token limit.
 """
 

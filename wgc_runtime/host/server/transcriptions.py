@@ -1,11 +1,13 @@
 """``POST /v1/audio/transcriptions``: speech to text, as the OpenAI clients call it, for any
-served model that takes ``audio`` and emits ``text`` (Qwen3-Omni's audio input, Whisper).
+served model that takes ``audio`` and emits ``text`` (a speech recogniser, an omni model's
+audio input).
 
 The upload (multipart ``file``, a PCM WAV at any rate) is resampled to the rate the model reads
-its audio at (`wgc_runtime.host.audio`: 16 kHz for Whisper and Qwen3-Omni; a rate it cannot read
+its audio at (`wgc_runtime.host.audio`: e.g. 16 kHz for speech recognisers; a rate it cannot read
 is a 400 naming ``file``), then cut into windows of at most `WINDOW_S` seconds,
 each one ``audio`` segment with its ``sample_rate`` field, in order (a model that reads one clip
-at a time, Whisper's 30 s, transcribes each in turn; one that reads them all keeps its context);
+at a time, e.g. a 30 s encoder window, transcribes each in turn; one that reads them all keeps
+its context);
 ``prompt``, when given, is a ``text`` segment before them. The model's ``text`` outputs are the
 transcript. ``response_format``: ``json`` (``{"text", "usage"}``), ``text`` (the transcript as
 ``text/plain``) or ``verbose_json`` (``task``, ``language``, ``duration`` and ``segments`` with
@@ -176,7 +178,7 @@ def _verbose(
     segments = [
         {
             "id": i,
-            "seek": int(start * 100),  # in 10 ms frames, as Whisper counts
+            "seek": int(start * 100),  # in 10 ms frames, as OpenAI's segments count
             "start": round(start, 3),
             "end": round(end, 3),
             "text": piece,

@@ -19,8 +19,8 @@ at import:
     How long a busy worker may hold the messages its turns queued before it sends them, as one
     batch per peer (`worker_main.SendHold`): a turn shorter than this (a decode step) sends
     every few turns instead of every one; an idle worker sends at once. Measured on a 2-core
-    VM (`benchmarks/README.md`, paired rounds against 0): Orpheus at concurrency 16 on
-    `cpu-2rank-compiled` sends ~2.3x fewer batches from the LM rank for +2-3% throughput.
+    VM (`benchmarks/README.md`, paired rounds against 0): a TTS model at concurrency
+    16 on `cpu-2rank-compiled` sends ~2.3x fewer batches from the LM rank for +2-3% throughput.
 ``WGC_IPC`` (default 1)
     Peers on the same host talk over ``ipc://`` (Unix domain) sockets instead of TCP loopback.
 ``WGC_RING`` (default 1; 0: ZeroMQ between the processes of one host too)

@@ -1,1 +1,0 @@
-"""The bagel example: its .walk file and toy node implementations."""

@@ -1,1 +1,0 @@
-"""The orpheus example: its .walk file and toy node implementations."""

@@ -1,1 +1,0 @@
-"""The pi05 example: its .walk file and toy node implementations."""

@@ -1,1 +1,0 @@
-"""The qwen3_omni example: its .walk file and toy node implementations."""
