@@ -116,18 +116,27 @@ def test_transcriptions_equal_transformers_generate(whisper) -> None:
 
 def test_a_clip_past_30_s_is_cut_into_windows_by_the_route(whisper) -> None:
     """Whisper refuses a clip past its 30 s window; the route sends one ``audio`` segment per
-    window, transcribed in turn. Whisper's text comes through a stream's flow, whose outputs
-    do not say which window they came from: one verbose segment spans the clip."""
+    window, transcribed in turn. ``verbose_json`` has one segment per window, with the window's
+    times and what transformers decodes of that window alone (the model's ``window`` records
+    say how many text items each window emitted); a text prompt is not a window."""
     s, hf = whisper
-    first, second = pcm16(clip(30.0, seed=1)), pcm16(clip(1.0, seed=2))
-    want = [expected(hf, first, language="en"), expected(hf, second, language="en")]
-    verbose = client(s.url).audio.transcriptions.create(
-        file=("long.wav", wav(np.concatenate([first, second]))), model="whisper",
-        language="en", response_format="verbose_json",
+    parts = [pcm16(clip(30.0, seed=1)), pcm16(clip(30.0, seed=3)), pcm16(clip(1.0, seed=2))]
+    want = [expected(hf, p, language="en") for p in parts]
+    assert all(want) and len(set(want)) > 1  # the windows say different things
+    file = ("long.wav", wav(np.concatenate(parts)))
+    c = client(s.url)
+    verbose = c.audio.transcriptions.create(
+        file=file, model="whisper", language="en", response_format="verbose_json"
+    )
+    assert verbose.text == "".join(want) and verbose.duration == 61.0
+    got = [(g.id, g.start, g.end, g.text) for g in verbose.segments or []]
+    assert got == [(0, 0.0, 30.0, want[0]), (1, 30.0, 60.0, want[1]), (2, 60.0, 61.0, want[2])]
+    prompted = c.audio.transcriptions.create(
+        file=file, model="whisper", language="en", response_format="verbose_json",
+        prompt="chirps",
     )  # fmt: skip
-    assert verbose.text == "".join(want) and verbose.duration == 31.0
-    got = [(g.start, g.end, g.text) for g in verbose.segments or []]
-    assert got == [(0.0, 31.0, "".join(want))]
+    assert [(g.start, g.end) for g in prompted.segments or []] == [(0, 30), (30, 60), (60, 61)]
+    assert "".join(g.text for g in prompted.segments or []) == prompted.text
 
 
 @pytest.mark.parametrize("rate", [24_000, 44_100])
