@@ -193,3 +193,55 @@ def test_realtime_transcription_equals_generate(whisper) -> None:
     assert kinds[:2] == ["transcription_session.created", "transcription_session.updated"]
     assert kinds[-1].endswith(".completed"), kinds
     assert len(deltas) > 1 and "".join(deltas) == final == want
+
+
+def test_realtime_takes_the_ga_session_shape_and_refuses_other_rates(whisper) -> None:
+    """The GA ``session.update`` (``type: transcription``, ``audio.input.format: {type:
+    audio/pcm, rate: 24000}``, ``audio.input.transcription``) is answered ``session.updated``
+    in that shape (the `openai` client's own GA type parses it) and sets the language; another
+    rate or type is an ``error`` event naming the field, coded ``unsupported_audio_format``,
+    and the socket goes on to transcribe what transformers does."""
+    s, hf = whisper
+    rate = 24_000
+    samples = pcm16(chirp(1.5, rate, seed=11))
+    want = expected(hf, samples, rate, language="en")
+    assert want
+    events = pytest.importorskip("openai.types.realtime")
+
+    def ga(fmt: dict) -> str:
+        asr = {"model": "whisper", "language": "en"}
+        session = {
+            "type": "transcription",
+            "audio": {"input": {"format": fmt, "transcription": asr}},
+        }
+        return json.dumps({"type": "session.update", "session": session})
+
+    async def session() -> tuple[list[dict], dict, str]:
+        url = s.url.replace("http", "ws", 1) + "/v1/realtime?intent=transcription"
+        headers = {"Authorization": f"Bearer {KEY}"}
+        async with websockets.connect(url, additional_headers=headers) as ws:
+            await ws.recv()  # transcription_session.created
+            errors = []
+            for fmt in ({"type": "audio/pcm", "rate": 16000}, {"type": "audio/pcmu"}):
+                await ws.send(ga(fmt))
+                errors.append(json.loads(await asyncio.wait_for(ws.recv(), 30)))
+            await ws.send(ga({"type": "audio/pcm", "rate": rate}))
+            updated = json.loads(await asyncio.wait_for(ws.recv(), 30))
+            chunk = base64.b64encode(samples.tobytes()).decode()
+            await ws.send(json.dumps({"type": "input_audio_buffer.append", "audio": chunk}))
+            await ws.send(json.dumps({"type": "input_audio_buffer.commit"}))
+            while True:
+                event = json.loads(await asyncio.wait_for(ws.recv(), 120))
+                if event["type"].endswith((".completed", ".failed")):
+                    return errors, updated, event.get("transcript", "")
+
+    errors, updated, final = asyncio.run(session())
+    assert [(e["type"], e["error"]["code"], e["error"]["param"]) for e in errors] == [
+        ("error", "unsupported_audio_format", "session.audio.input.format.rate"),
+        ("error", "unsupported_audio_format", "session.audio.input.format.type"),
+    ]
+    parsed = events.SessionUpdatedEvent.model_validate(updated)
+    fmt = parsed.session.audio.input.format
+    assert (fmt.type, fmt.rate) == ("audio/pcm", rate)
+    assert parsed.session.audio.input.transcription.language == "en"
+    assert final == want
