@@ -120,7 +120,7 @@ def _refused(address: str, inputs, options=None) -> Callable[[], None]:
     return probe
 
 
-def _raw(address: str, frames: list[bytes], times: int = 1, key=None) -> Callable[[], None]:
+def raw_probe(address: str, frames: list[bytes], times: int = 1, key=None) -> Callable[[], None]:
     """A fresh DEALER connection that sends ``frames`` ``times`` and closes."""
 
     def probe() -> None:
@@ -150,10 +150,10 @@ def probes(address: str) -> dict[str, tuple[int, Callable[[], None]]]:
         "60 MB text": (5, _refused(address, [("text", "x" * 60_000_000)])),
         "60 MB of token ids": (5, _refused(address, [("text", tokens)])),
         "max_tokens 0": (20, _refused(address, [("text", "hi")], {"max_tokens": 0})),
-        "garbage frame": (50, _raw(address, garbage)),
-        "100 garbage frames": (10, _raw(address, garbage, times=100)),
-        "connect, send nothing": (50, _raw(address, [])),
-        "frame past MAXMSGSIZE": (2, _raw(address, huge)),
+        "garbage frame": (50, raw_probe(address, garbage)),
+        "100 garbage frames": (10, raw_probe(address, garbage, times=100)),
+        "connect, send nothing": (50, raw_probe(address, [])),
+        "frame past MAXMSGSIZE": (2, raw_probe(address, huge)),
     }
 
 
@@ -166,8 +166,8 @@ def curve_probes(address: str, server_public: str) -> dict[str, tuple[int, Calla
     stranger = ClientKey(server_public, public, secret)
     submit = Codec(c.CLIENT_IN).encode([c.Submit("probe", (), ("text",))])
     return {
-        "plain client at a CURVE port": (50, _raw(address, submit)),
-        "unknown CURVE key": (50, _raw(address, submit, key=stranger)),
+        "plain client at a CURVE port": (50, raw_probe(address, submit)),
+        "unknown CURVE key": (50, raw_probe(address, submit, key=stranger)),
     }
 
 
