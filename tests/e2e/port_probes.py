@@ -57,6 +57,13 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICK  # utime, stime: fields 14 and 15
 
 
+def rss_mb(pid: int) -> float:
+    """Resident memory of process ``pid``, MB."""
+    with open(f"/proc/{pid}/status") as f:
+        kb = next(int(x.split()[1]) for x in f if x.startswith("VmRSS:"))
+    return kb / 1024
+
+
 def descendants(pid: int) -> list[int]:
     """Every process under ``pid`` (Linux)."""
     children: dict[int, list[int]] = {}

@@ -27,7 +27,7 @@ if str(ROOT) not in sys.path:
 openai = pytest.importorskip("openai")
 pytest.importorskip("fastapi")
 
-from tests.e2e.port_probes import conductor_of, probes, run_all  # noqa: E402
+from tests.e2e.port_probes import conductor_of, probes, rss_mb, run_all  # noqa: E402
 from tests.e2e.serve_support import served, wgc_exe  # noqa: E402
 from wgc_runtime.host.client import Client, RequestFailed  # noqa: E402
 
@@ -207,11 +207,15 @@ def test_hostile_client_port_traffic_costs_the_conductor_under_100_ms_a_probe(ba
     frames, idle connections, a frame past ``MAXMSGSIZE``: the conductor's CPU per probe
     (`port_probes`: its process's CPU time over n probes, less its idle rate)."""
     pid = conductor_of(bagel.proc.pid, bagel.client_address)
+    before = rss_mb(pid)
     costs = list(run_all(pid, probes(bagel.client_address)))
     for cost in costs:
         print(f"  {cost.name:<24} x{cost.probes:<3} {cost.cpu_ms:7.1f} ms CPU  "
               f"{cost.wall_ms:7.1f} ms wall")  # fmt: skip
+    grew = rss_mb(pid) - before
+    print(f"  the conductor's resident memory grew {grew:.1f} MB over them")
     assert max(cost.cpu_ms for cost in costs) < SERVER_TIME_S * 1000, costs
+    assert grew < 60, grew  # nothing of the 60 MB bodies is kept
 
 
 @pytest.mark.parametrize(
