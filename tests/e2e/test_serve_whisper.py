@@ -245,3 +245,33 @@ def test_realtime_takes_the_ga_session_shape_and_refuses_other_rates(whisper) ->
     assert (fmt.type, fmt.rate) == ("audio/pcm", rate)
     assert parsed.session.audio.input.transcription.language == "en"
     assert final == want
+
+
+def test_the_openai_clients_realtime_connection_transcribes(whisper) -> None:
+    """The `openai` client's own realtime connection (GA events, ``intent=transcription``):
+    a refused rate is its ``ErrorEvent``, the GA update its ``SessionUpdatedEvent``, and the
+    completed transcript transformers' of the 24 kHz samples resampled to 16 kHz."""
+    s, hf = whisper
+    rate = 24_000
+    samples = pcm16(chirp(1.5, rate, seed=11))
+    want = expected(hf, samples, rate, language="en")
+    asr = {"model": "whisper", "language": "en"}
+    with client(s.url).realtime.connect(extra_query={"intent": "transcription"}) as conn:
+        assert conn.recv().type == "transcription_session.created"
+        for fmt in ({"type": "audio/pcm", "rate": 48000}, {"type": "audio/pcm", "rate": rate}):
+            session = {
+                "type": "transcription",
+                "audio": {"input": {"format": fmt, "transcription": asr}},
+            }
+            conn.session.update(session=session)  # type: ignore[arg-type]
+        refused, updated = conn.recv(), conn.recv()
+        assert refused.type == "error" and refused.error.code == "unsupported_audio_format"  # type: ignore[union-attr]
+        assert updated.type == "session.updated"
+        for i in range(0, len(samples), rate // 5):
+            conn.input_audio_buffer.append(
+                audio=base64.b64encode(samples[i : i + rate // 5].tobytes()).decode()
+            )
+        conn.input_audio_buffer.commit()
+        while not (event := conn.recv()).type.endswith((".completed", ".failed")):
+            pass
+    assert event.type.endswith(".completed") and event.transcript == want  # type: ignore[union-attr]
