@@ -116,18 +116,27 @@ def test_transcriptions_equal_transformers_generate(whisper) -> None:
 
 def test_a_clip_past_30_s_is_cut_into_windows_by_the_route(whisper) -> None:
     """Whisper refuses a clip past its 30 s window; the route sends one ``audio`` segment per
-    window, transcribed in turn. Whisper's text comes through a stream's flow, whose outputs
-    do not say which window they came from: one verbose segment spans the clip."""
+    window, transcribed in turn. ``verbose_json`` has one segment per window, with the window's
+    times and what transformers decodes of that window alone (the model's ``window`` records
+    say how many text items each window emitted); a text prompt is not a window."""
     s, hf = whisper
-    first, second = pcm16(clip(30.0, seed=1)), pcm16(clip(1.0, seed=2))
-    want = [expected(hf, first, language="en"), expected(hf, second, language="en")]
-    verbose = client(s.url).audio.transcriptions.create(
-        file=("long.wav", wav(np.concatenate([first, second]))), model="whisper",
-        language="en", response_format="verbose_json",
+    parts = [pcm16(clip(30.0, seed=1)), pcm16(clip(30.0, seed=3)), pcm16(clip(1.0, seed=2))]
+    want = [expected(hf, p, language="en") for p in parts]
+    assert all(want) and len(set(want)) > 1  # the windows say different things
+    file = ("long.wav", wav(np.concatenate(parts)))
+    c = client(s.url)
+    verbose = c.audio.transcriptions.create(
+        file=file, model="whisper", language="en", response_format="verbose_json"
+    )
+    assert verbose.text == "".join(want) and verbose.duration == 61.0
+    got = [(g.id, g.start, g.end, g.text) for g in verbose.segments or []]
+    assert got == [(0, 0.0, 30.0, want[0]), (1, 30.0, 60.0, want[1]), (2, 60.0, 61.0, want[2])]
+    prompted = c.audio.transcriptions.create(
+        file=file, model="whisper", language="en", response_format="verbose_json",
+        prompt="chirps",
     )  # fmt: skip
-    assert verbose.text == "".join(want) and verbose.duration == 31.0
-    got = [(g.start, g.end, g.text) for g in verbose.segments or []]
-    assert got == [(0.0, 31.0, "".join(want))]
+    assert [(g.start, g.end) for g in prompted.segments or []] == [(0, 30), (30, 60), (60, 61)]
+    assert "".join(g.text for g in prompted.segments or []) == prompted.text
 
 
 @pytest.mark.parametrize("rate", [24_000, 44_100])
@@ -184,3 +193,85 @@ def test_realtime_transcription_equals_generate(whisper) -> None:
     assert kinds[:2] == ["transcription_session.created", "transcription_session.updated"]
     assert kinds[-1].endswith(".completed"), kinds
     assert len(deltas) > 1 and "".join(deltas) == final == want
+
+
+def test_realtime_takes_the_ga_session_shape_and_refuses_other_rates(whisper) -> None:
+    """The GA ``session.update`` (``type: transcription``, ``audio.input.format: {type:
+    audio/pcm, rate: 24000}``, ``audio.input.transcription``) is answered ``session.updated``
+    in that shape (the `openai` client's own GA type parses it) and sets the language; another
+    rate or type is an ``error`` event naming the field, coded ``unsupported_audio_format``,
+    and the socket goes on to transcribe what transformers does."""
+    s, hf = whisper
+    rate = 24_000
+    samples = pcm16(chirp(1.5, rate, seed=11))
+    want = expected(hf, samples, rate, language="en")
+    assert want
+    events = pytest.importorskip("openai.types.realtime")
+
+    def ga(fmt: dict) -> str:
+        asr = {"model": "whisper", "language": "en"}
+        session = {
+            "type": "transcription",
+            "audio": {"input": {"format": fmt, "transcription": asr}},
+        }
+        return json.dumps({"type": "session.update", "session": session})
+
+    async def session() -> tuple[list[dict], dict, str]:
+        url = s.url.replace("http", "ws", 1) + "/v1/realtime?intent=transcription"
+        headers = {"Authorization": f"Bearer {KEY}"}
+        async with websockets.connect(url, additional_headers=headers) as ws:
+            await ws.recv()  # transcription_session.created
+            errors = []
+            for fmt in ({"type": "audio/pcm", "rate": 16000}, {"type": "audio/pcmu"}):
+                await ws.send(ga(fmt))
+                errors.append(json.loads(await asyncio.wait_for(ws.recv(), 30)))
+            await ws.send(ga({"type": "audio/pcm", "rate": rate}))
+            updated = json.loads(await asyncio.wait_for(ws.recv(), 30))
+            chunk = base64.b64encode(samples.tobytes()).decode()
+            await ws.send(json.dumps({"type": "input_audio_buffer.append", "audio": chunk}))
+            await ws.send(json.dumps({"type": "input_audio_buffer.commit"}))
+            while True:
+                event = json.loads(await asyncio.wait_for(ws.recv(), 120))
+                if event["type"].endswith((".completed", ".failed")):
+                    return errors, updated, event.get("transcript", "")
+
+    errors, updated, final = asyncio.run(session())
+    assert [(e["type"], e["error"]["code"], e["error"]["param"]) for e in errors] == [
+        ("error", "unsupported_audio_format", "session.audio.input.format.rate"),
+        ("error", "unsupported_audio_format", "session.audio.input.format.type"),
+    ]
+    parsed = events.SessionUpdatedEvent.model_validate(updated)
+    fmt = parsed.session.audio.input.format
+    assert (fmt.type, fmt.rate) == ("audio/pcm", rate)
+    assert parsed.session.audio.input.transcription.language == "en"
+    assert final == want
+
+
+def test_the_openai_clients_realtime_connection_transcribes(whisper) -> None:
+    """The `openai` client's own realtime connection (GA events, ``intent=transcription``):
+    a refused rate is its ``ErrorEvent``, the GA update its ``SessionUpdatedEvent``, and the
+    completed transcript transformers' of the 24 kHz samples resampled to 16 kHz."""
+    s, hf = whisper
+    rate = 24_000
+    samples = pcm16(chirp(1.5, rate, seed=11))
+    want = expected(hf, samples, rate, language="en")
+    asr = {"model": "whisper", "language": "en"}
+    with client(s.url).realtime.connect(extra_query={"intent": "transcription"}) as conn:
+        assert conn.recv().type == "transcription_session.created"
+        for fmt in ({"type": "audio/pcm", "rate": 48000}, {"type": "audio/pcm", "rate": rate}):
+            session = {
+                "type": "transcription",
+                "audio": {"input": {"format": fmt, "transcription": asr}},
+            }
+            conn.session.update(session=session)  # type: ignore[arg-type]
+        refused, updated = conn.recv(), conn.recv()
+        assert refused.type == "error" and refused.error.code == "unsupported_audio_format"  # type: ignore[union-attr]
+        assert updated.type == "session.updated"
+        for i in range(0, len(samples), rate // 5):
+            conn.input_audio_buffer.append(
+                audio=base64.b64encode(samples[i : i + rate // 5].tobytes()).decode()
+            )
+        conn.input_audio_buffer.commit()
+        while not (event := conn.recv()).type.endswith((".completed", ".failed")):
+            pass
+    assert event.type.endswith(".completed") and event.transcript == want  # type: ignore[union-attr]

@@ -61,6 +61,16 @@ SCENARIOS = {
             ["text"],
             {"task": "translate", "language": "ja", "max_tokens": 4},
         ),
+        "windows_reported": (  # a prompt, then three windows, each one reported
+            [
+                segment("text", "hi"),
+                segment("audio", CLIP),
+                segment("audio", CLIP[:8000]),
+                segment("audio", CLIP[:4000]),
+            ],
+            ["text", "tensor"],
+            {"language": "en", "max_tokens": 3},
+        ),
     },
     "wan22": {
         "t2v": ([segment("text", "a cat surfing")], ["video"], {}),
@@ -98,6 +108,18 @@ def test_whisper_transcribes_each_window_until_end_of_text() -> None:
     )
     assert 1 <= len(first.of("text")) <= 24
     assert b"".join(bytes(t.tolist()) for t in first.of("text"))  # the random model speaks
+    assert not first.of("tensor")  # windows are reported only to a client that wants tensors
+
+
+def test_each_window_reports_its_index_and_its_text_items() -> None:
+    """``report``'s ``window`` after each window: its index among the audio segments (the
+    prompt is not one) and how many text items it emitted; they add up to all of them."""
+    out = run_request(model("whisper"), make_request(model("whisper"), *SCENARIOS["whisper"][
+        "windows_reported"]))  # fmt: skip
+    assert out.ok, out.error
+    records = [e.value.tolist() for e in out.emitted if e.channel == "window"]
+    assert [i for i, _ in records] == [0, 1, 2] and all(n == 3 for _, n in records)
+    assert sum(n for _, n in records) == len(out.of("text"))
 
 
 def test_whisper_options_change_the_transcript_and_english_translation_fails() -> None:

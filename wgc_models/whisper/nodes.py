@@ -11,6 +11,8 @@ decoding rules of ``WhisperForConditionalGeneration.generate``):
   ``<|startoftranscript|>``), appends the prompt and chooses the first token; a ``decode`` call
   appends its token and chooses the next. ``stop`` at end of text or at the length limit;
   a call after that (the loop's one speculative step) runs nothing and says end of text again.
+  Each call also gives ``window``: the window's index among the request's audio segments and
+  how many tokens (text items) it streamed so far (``report`` emits the window's last).
 - `Detokenizer`: one token → the UTF-8 bytes it stands for (none for special and timestamp
   tokens), emitted as text.
 
@@ -62,7 +64,7 @@ from wgc_runtime.contract.node import Node, NodeContext, NodeError, NodeInputErr
 from wgc_runtime.contract.weights import WeightParts
 
 GAIN = 2.0  # random weights at twice fan-in scale: a tiny random decoder's tokens then vary
-WINDOW_STATE = ("prompt", "task", "text_ids", "done", "limit", "generated")
+WINDOW_STATE = ("prompt", "task", "text_ids", "done", "limit", "generated", "streamed")
 TIMESTAMP = re.compile(rb"<\|\d+\.\d+\|>")
 
 
@@ -228,6 +230,7 @@ class Decoder(Node):
         kv.append(k, v, label=CROSS)
         for key in WINDOW_STATE:
             w.ctx.state.pop(key, None)
+        w.ctx.state["window"] = w.ctx.state.get("window", -1) + 1  # its index in the request
         return {}
 
     def _open(self, w: Work) -> bool:
@@ -319,9 +322,15 @@ class Decoder(Node):
 
     @staticmethod
     def _result(w: Work, token: int, stop: bool) -> dict[str, torch.Tensor]:
+        """The token (streamed: one text item each), ``stop``, and ``window``: the window's
+        index and how many tokens it streamed with this one (``report`` emits the last)."""
+        st = w.ctx.state
+        st["streamed"] = st.get("streamed", 0) + 1
         out = {"new_token": torch.tensor([token], dtype=torch.int64)}
         if "stop" in w.ctx.writes:
             out["stop"] = torch.tensor(stop)
+        if "window" in w.ctx.writes:
+            out["window"] = torch.tensor([st.get("window", 0), st["streamed"]])
         return out
 
 

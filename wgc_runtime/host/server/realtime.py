@@ -11,10 +11,13 @@ as `transcriptions.windows` cuts an upload, after the session's
 events (the partial transcript, as the model emits its text) and
 ``conversation.item.input_audio_transcription.completed`` (the final one).
 ``input_audio_buffer.clear`` empties the buffer; ``transcription_session.update`` (or
-``session.update``) sets ``input_audio_transcription.language`` / ``prompt`` (the model's
-``language`` option: 400-like ``error`` event when it has none), and refuses any format but
-``pcm16`` and any ``turn_detection`` (there is no server-side voice detection: the client
-commits). The session opens with ``transcription_session.created``. Every refusal is an
+``session.update``) sets the transcription's ``language`` / ``prompt`` (the model's
+``language`` option: 400-like ``error`` event when it has none), in the beta shape
+(``input_audio_transcription``, answered ``transcription_session.updated``) or the GA one
+(``type: "transcription"``, ``audio.input.transcription``, answered ``session.updated``), and
+refuses any audio format but 24 kHz PCM16 and any ``turn_detection`` (there is no server-side
+voice detection: the client commits): `realtime_session`. The session opens with
+``transcription_session.created``. Every refusal is an
 ``error`` event naming the field (``param``); the socket stays open. A buffer over the
 deployment's ``audio_seconds`` is refused at the append that would pass it. When the socket
 closes, the requests still running are cancelled in the conductor.
@@ -39,19 +42,12 @@ from wgc_runtime.host.server.calls import Call, HttpError, Server
 from wgc_runtime.host.server.media import TextDecoder
 from wgc_runtime.host.server.model import REALTIME, TRANSCRIPTIONS
 from wgc_runtime.host.server.openai_params import options_of
+from wgc_runtime.host.server.realtime_session import RATE, Refused, ga_session, read_update
 from wgc_runtime.host.server.transcriptions import at_model_rate, windows
-
-RATE = 24_000  # OpenAI's pcm16: 24 kHz, 16-bit, mono, little-endian
 
 
 def _id(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex[:20]}"
-
-
-class Refused(Exception):
-    def __init__(self, param: str, message: str, code: str = "invalid_value") -> None:
-        super().__init__(message)
-        self.param, self.code = param, code
 
 
 class Session:
@@ -92,8 +88,12 @@ class Session:
             self.buffer.clear()
             await self.send("input_audio_buffer.cleared")
         elif kind in ("transcription_session.update", "session.update"):
-            self.update(event.get("session"))
-            await self.send("transcription_session.updated", session=self.describe())
+            if self.update(event.get("session")):
+                name = self.server.info.name
+                ga = ga_session(self.id, name, self.language, self.prompt)
+                await self.send("session.updated", session=ga)
+            else:
+                await self.send("transcription_session.updated", session=self.describe())
         else:
             raise Refused("type", f"unknown event type `{kind}`", "invalid_event")
 
@@ -110,30 +110,23 @@ class Session:
             raise Refused("audio", f"the buffer would pass {seconds:g} s (`audio_seconds`)")
         self.buffer += chunk
 
-    def update(self, session: Any) -> None:
-        if not isinstance(session, dict):
-            raise Refused("session", "`session` is an object")
-        fmt = session.get("input_audio_format", "pcm16")
-        if fmt != "pcm16":
-            raise Refused("session.input_audio_format", f"`{fmt}` is not supported (pcm16)")
-        if session.get("turn_detection") is not None:
-            raise Refused(
-                "session.turn_detection", "no server-side turn detection: commit the buffer"
-            )
-        asr = session.get("input_audio_transcription") or {}
-        if not isinstance(asr, dict):
-            raise Refused("session.input_audio_transcription", "an object")
+    def update(self, session: Any) -> bool:
+        """Applies a session update (`realtime_session.read_update`); whether it came in the
+        GA shape."""
+        update = read_update(session)
+        asr, where = update.transcription, update.where
         model = asr.get("model")
         if model not in (None, self.server.info.name):
-            raise Refused("session.input_audio_transcription.model", f"`{model}` is not served")
+            raise Refused(f"{where}.model", f"`{model}` is not served")
         language = asr.get("language")
         if language:
             try:
                 options_of(self.server, {"language": language}, {})
             except HttpError as exc:
-                raise Refused("session.input_audio_transcription.language", exc.message) from None
+                raise Refused(f"{where}.language", exc.message) from None
         self.language = language or None
         self.prompt = str(asr.get("prompt") or "")
+        return update.ga
 
     async def commit(self) -> None:
         if len(self.buffer) < 2:

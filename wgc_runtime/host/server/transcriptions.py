@@ -11,8 +11,9 @@ its context);
 ``prompt``, when given, is a ``text`` segment before them. The model's ``text`` outputs are the
 transcript. ``response_format``: ``json`` (``{"text", "usage"}``), ``text`` (the transcript as
 ``text/plain``) or ``verbose_json`` (``task``, ``language``, ``duration`` and ``segments`` with
-``start`` / ``end`` seconds: one per window when the model's outputs say which segment they came
-from (their loop iteration), else one for the whole clip). ``stream: true`` sends
+``start`` / ``end`` seconds: one per window when the model says how many of its text outputs
+each window emitted (a ``window`` record per window, `window_counts`: Whisper's), else one for
+the whole clip). ``stream: true`` sends
 ``transcript.text.delta`` events as the text comes, then ``transcript.text.done``.
 ``language`` and ``temperature`` set the model's options of those names (400 naming the field
 when it has none: `openai_params`); ``timestamp_granularities`` takes ``segment`` only.
@@ -40,6 +41,7 @@ from wgc_runtime.host.server.model import TRANSCRIPTIONS
 from wgc_runtime.host.server.openai_params import NEVER, bad, check_model, options_of
 
 WINDOW_S = 30.0
+WINDOW = "window"  # the channel of a model's per-window record (`window_counts`)
 FORMATS = ("json", "text", "verbose_json")
 FIELDS = {"file", "model", "prompt", "response_format", "stream", "language", "temperature"}
 FIELDS |= {"timestamp_granularities", "timestamp_granularities[]", "include", "include[]"}
@@ -115,7 +117,12 @@ def router(server: Server) -> APIRouter:
         if prompt:
             segments.insert(0, Segment("text", prompt))
         seed = _seed(form.get("seed"))
-        call = Call(server, TRANSCRIPTIONS, segments, ["text"], options, seed, scope=http.scope,
+        want = (
+            ["text", "tensor"]
+            if fmt == "verbose_json" and "tensor" in server.info.emits
+            else ["text"]
+        )
+        call = Call(server, TRANSCRIPTIONS, segments, want, options, seed, scope=http.scope,
                     audio_field="file")  # fmt: skip
         try:
             call.open()
@@ -125,7 +132,7 @@ def router(server: Server) -> APIRouter:
             events = await call.primed(http)
             return EventSourceResponse(({"data": d} async for d in _deltas(events)), ping=10)
         outs = await call.gather(http)
-        text, pieces = _text(outs, len(cuts), 1 if prompt else 0)
+        text, pieces = _text(outs, len(cuts))
         if fmt == "text":
             return PlainTextResponse(text)
         usage = {"type": "duration", "seconds": round(audio.numel() / rate, 3)}
@@ -145,25 +152,40 @@ def _seed(value: Any) -> int | None:
         raise bad("seed", f"`{value}` is not an integer") from None
 
 
-def _text(outs: list[m.Output], n: int, first: int) -> tuple[str, list[str] | None]:
-    """The transcript, and each window's when the outputs say which window they came from
-    (their first loop iteration: the segment's index, the windows' from ``first``)."""
+def _text(outs: list[m.Output], n: int) -> tuple[str, list[str] | None]:
+    """The transcript, and each of the ``n`` windows' when the model said how many text items
+    each window emitted (`window_counts`), else None."""
+    texts = [o.data for o in outs if o.modality == "text"]
     whole = TextDecoder()
-    per: dict[int, TextDecoder] = {}
-    parts: dict[int, list[str]] = {}
-    text = []
+    text = "".join(whole.feed(t) for t in texts) + whole.flush()
+    counts = window_counts(outs, n)
+    if counts is None or sum(counts) != len(texts):
+        return text, None
+    pieces, at = [], 0
+    for count in counts:
+        one = TextDecoder()
+        pieces.append("".join(one.feed(t) for t in texts[at : at + count]) + one.flush())
+        at += count
+    return text, pieces
+
+
+def window_counts(outs: list[m.Output], n: int) -> list[int] | None:
+    """How many text items each of the ``n`` windows emitted, in window order, from the
+    model's `WINDOW` records (a ``tensor`` emit of channel ``window``: the window's index among
+    the request's audio segments and its count; Whisper's ``report`` walk emits one after
+    each window when the request wants tensors); None unless there is exactly one per window."""
+    by: dict[int, int] = {}
     for o in outs:
-        if o.modality != "text":
+        if o.modality != "tensor" or o.channel != WINDOW:
             continue
-        text.append(whole.feed(o.data))
-        at = o.iters[0] - first if o.iters else -1
-        parts.setdefault(at, []).append(per.setdefault(at, TextDecoder()).feed(o.data))
-    text.append(whole.flush())
-    for at, dec in per.items():
-        parts[at].append(dec.flush())
-    by_window = sorted(parts) == list(range(n)) if n > 1 else False
-    pieces = ["".join(parts[i]) for i in range(n)] if by_window else None
-    return "".join(text), pieces
+        data = torch.as_tensor(o.data)
+        if data.numel() != 2 or data.is_floating_point() or data.dtype == torch.bool:
+            return None
+        index, count = (int(x) for x in data.reshape(-1).tolist())
+        if index in by or count < 0:
+            return None
+        by[index] = count
+    return [by[i] for i in range(n)] if sorted(by) == list(range(n)) else None
 
 
 def _verbose(
