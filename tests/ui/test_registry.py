@@ -16,7 +16,7 @@ from wgc.driver import Driver
 
 UI = Path(__file__).resolve().parent
 LIVE = sorted(
-    c.code for c in REGISTRY.values() if not c.retired and c.stage not in ("placement", "launch")
+    c.code for c in REGISTRY.values() if not c.retired and c.stage not in ("placement", "launch", "run")
 )
 _driver = Driver()
 

@@ -152,6 +152,10 @@ _TABLE: tuple[tuple[str, Severity, str], ...] = (
     ("WG827", E, "real-size weights without a checkpoint"),
     ("WG828", E, "writable KV copy not on its owner's only rank group"),
     ("WG829", E, "host is an every-interface address, not a machine"),
+    # bounded dims (`i64[<=K]`, a variable-length emission captured at its bound): numbered in
+    # a range handed out with the placement's, but their stages are their own (`_OWN_STAGE`)
+    ("WG863", E, "bounded dim's bound is not a positive integer"),
+    ("WG864", E, "node returned more values than a bounded dim allows"),
     # -- lints (WG9xx): warnings for declarations nothing uses
     ("WG901", W, "unused node"),
     ("WG902", W, "unused param"),
@@ -168,17 +172,20 @@ _TABLE: tuple[tuple[str, Severity, str], ...] = (
 # devices and sizes they are about, but found at launch, so their explanations show commands
 # (tests/unit/test_preflight.py runs them) instead of a placement the checker rejects
 LAUNCH = frozenset({"WG825", "WG826", "WG827"})
+# codes whose stage is not their number's: WG863 is a type error; WG864 is found while a request
+# runs (the runtime's check of a node's outputs), so its explanation shows no failing check
+_OWN_STAGE = {"WG863": "types", "WG864": "run"}
 
-REGISTRY: dict[str, Code] = {
-    code: Code(code, "launch" if code in LAUNCH else _STAGES[code[2]], sev, title)
-    for code, sev, title in _TABLE
-}
+def stage_of(code: str) -> str:
+    if code in _OWN_STAGE:
+        return _OWN_STAGE[code]
+    return "launch" if code in LAUNCH else _STAGES[code[2]]
+
+
+REGISTRY: dict[str, Code] = {code: Code(code, stage_of(code), sev, title) for code, sev, title in _TABLE}
 
 
 def lookup(code: str) -> Code:
     """The registered code ``code`` (KeyError if it was never registered)."""
     return REGISTRY[code]
 
-
-def stage_of(code: str) -> str:
-    return "launch" if code in LAUNCH else _STAGES[code[2]]
