@@ -176,16 +176,18 @@ LAUNCH = frozenset({"WG825", "WG826", "WG827"})
 # runs (the runtime's check of a node's outputs), so its explanation shows no failing check
 _OWN_STAGE = {"WG863": "types", "WG864": "run"}
 
+
 def stage_of(code: str) -> str:
     if code in _OWN_STAGE:
         return _OWN_STAGE[code]
     return "launch" if code in LAUNCH else _STAGES[code[2]]
 
 
-REGISTRY: dict[str, Code] = {code: Code(code, stage_of(code), sev, title) for code, sev, title in _TABLE}
+REGISTRY: dict[str, Code] = {
+    code: Code(code, stage_of(code), sev, title) for code, sev, title in _TABLE
+}
 
 
 def lookup(code: str) -> Code:
     """The registered code ``code`` (KeyError if it was never registered)."""
     return REGISTRY[code]
-

@@ -7,8 +7,8 @@ options), a symbolic per-request name such as ``T``, a *bounded* dim ``<=K`` (an
 the static bound K per value: a step that emits a variable number of tokens, kept by its text
 with the bound as its value), or ``?``. A shape is *static* when every dim is an integer or a
 param, and *static per bucket* when every dim is static, a bucket or bounded: a loop over it is
-captured once per bucket, a bounded dim at its bound (padded). Types compare by structure; a param dim compares equal to an
-int dim of the same value.
+captured once per bucket, a bounded dim at its bound (padded). Types compare by structure; a
+param dim compares equal to an int dim of the same value.
 """
 
 from __future__ import annotations
@@ -62,7 +62,8 @@ Case = tuple[tuple[tuple[str, object], ...], int]
 @dataclass(frozen=True, slots=True)
 class Dim:
     """One dimension. ``value`` is set for INT, PARAM and BOUNDED (its bound), ``name`` for PARAM,
-    BUCKET, SYM and BOUNDED (``<=`` and the bound as written), ``cases`` for BUCKET (every combination of its options' values, with the dim's size)."""
+    BUCKET, SYM and BOUNDED (``<=`` and the bound as written), ``cases`` for BUCKET (every
+    combination of its options' values, with the dim's size)."""
 
     kind: DimKind
     value: int | None = None

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
+from typing import TypeGuard
 
 from wgc.ir.model import Model
 from wgc.ir.types import Dim, DimKind
@@ -90,7 +91,7 @@ def _per_bucket(ports: Ports, shapes: dict[str, Dim]) -> Iterator[tuple[Shape, P
             yield tuple(chosen.items()), sized
 
 
-def _named(d: int | str) -> bool:
+def _named(d: int | str) -> TypeGuard[str]:
     """A shape bucket's dim (by its text): a str dim that is not bounded (`<=N`)."""
     return isinstance(d, str) and not _bound(d)
 

@@ -20,18 +20,17 @@ Contract:
   `NodeOutputError` naming node, port, expected and actual type.
 * Per-request state lives in `CallContext.state`, a dict the runtime keeps per (request, node)
   for the whole request and drops when it ends (then it calls `release(request_id)`).
-* **A `kv_cache` node's cache is the runtime's** (`CallContext.kv`, a `KvCache`): the
-  request's sequences, one per label, in the rank's paged pool for the node (sized by the
-  placement's ``kv_cache:`` and the node's ``config layers / kv_heads / head_dim``). A call
-  appends its tokens' keys and values (`KvCache.append`), reads them back
-  (`KvCache.keys_values`), attends over them (`KvCache.attend`, the paged-attention function
-  of the placement's backend, computed on the CPU with torch), forks a label into another
-  (copy on branch) or drops one. The pages are freed when the request ends, fails, is
-  cancelled or passes its deadline. A ``like X { label L }`` copy reads X's label L (its
-  handle is read-only): in X's pool when both run on one rank group, else in a copy the
-  runtime makes before each walk that reads it. Engines that batch requests themselves (a
-  decoder's continuous batching) take the pool and the request's key from the handle. A node
-  class that sets `Node.serves_copies` may be handed its copies' calls in its own batches.
+* **A `kv_cache` node's cache is the runtime's** (`CallContext.kv`, a `KvCache`): the request's
+  sequences, one per label, in the rank's paged pool for the node (sized by the placement's
+  ``kv_cache:`` and the node's ``config layers / kv_heads / head_dim``). A call appends its tokens'
+  keys and values (`KvCache.append`), reads them back (`KvCache.keys_values`), attends over them
+  (`KvCache.attend`, the paged-attention function of the placement's backend, computed on the CPU
+  with torch), forks a label into another (copy on branch) or drops one. The pages are freed when
+  the request ends, fails, is cancelled or passes its deadline. A ``like X { label L }`` copy reads
+  X's label L (its handle is read-only): in X's pool when both run on one rank group, else in a copy
+  the runtime makes before each walk that reads it. Engines that batch requests themselves (a
+  decoder's continuous batching) take the pool and the request's key from the handle. A node class
+  that sets `Node.serves_copies` may be handed its copies' calls in its own batches.
 * When a placement runs a kv-cache node's walks on different rank groups (prefill on one,
   decode on another), the request's state moves between them: its KV pages (every label) and
   what `export_state` turns the rest into (named tensors, which travel like any port value;
@@ -423,11 +422,9 @@ def check_outputs(
     """Check one call's result against the node's declared output ports.
 
     ``port_types`` maps output port -> TypeSpec-like ``(dtype, dims)`` (an int dim must match, a
-    bounded dim ``"<=N"`` holds at most N (WG864), any other str dim is symbolic and matches any
-    size). ``required`` are the ports the call binds. Raises
-    `NodeOutputError` on the first problem: not a dict, a missing required port, an undeclared
-    port, a value that is not a tensor, a wrong dtype, rank or static dim.
-    """
+    bounded ``"<=N"`` holds at most N (WG864), another str dim is symbolic: any size). ``required``
+    are the ports the call binds. Raises `NodeOutputError` on the first problem: not a dict, a
+    missing required port, an undeclared port, a value not a tensor, a wrong dtype, rank or dim."""
     if not isinstance(outputs, Mapping):
         raise NodeOutputError(
             f"node `{node_name}` returned {type(outputs).__name__}, "
@@ -460,13 +457,12 @@ def _check_one(node_name: str, port: str, t: Any, value: Any) -> None:
     if len(shape) != len(dims):
         raise _output_error(node_name, port, t, value, f"rank {len(dims)} ")
     for i, d in enumerate(dims):
-        if isinstance(d, int) and d != shape[i]:
-            tail = f" (dim {i} is {shape[i]}, not {d})"
-            raise _output_error(node_name, port, t, value, "", paren=False, tail=tail)
-        if isinstance(d, str) and d.startswith("<=") and shape[i] > int(d[2:]):
-            tail = f" (dim {i} holds {shape[i]}, more than its bound {d[2:]})"
+        over = isinstance(d, str) and d[:2] == "<=" and shape[i] > int(d[2:])  # WG864
+        if over or (isinstance(d, int) and d != shape[i]):
+            why = f"holds {shape[i]}, more than its bound {str(d)[2:]}" if over else None
+            tail = f" (dim {i} {why or f'is {shape[i]}, not {d}'})"
             err = _output_error(node_name, port, t, value, "", paren=False, tail=tail)
-            raise NodeOutputError(f"WG864: {err}")
+            raise NodeOutputError(f"WG864: {err}") if over else err
 
 
 def _output_error(
@@ -474,8 +470,7 @@ def _output_error(
 ) -> NodeOutputError:
     """``node `n` output `p`: expected <what><type>, got <tensor><tail>`` (the type in
     parentheses after ``what`` when ``paren``)."""
-    want = render_type(t)
-    want = f"({want})" if paren else want
+    want = f"({render_type(t)})" if paren else render_type(t)
     got = render_tensor(value)
     return NodeOutputError(
         f"node `{node_name}` output `{port}`: expected {what}{want}, got {got}{tail}"

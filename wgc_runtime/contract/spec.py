@@ -38,10 +38,10 @@ The execution contract:
 * An `emit` / `persist` in a loop of a value from outside the loop's iteration is a `SinkSpec`
   of the piece: a node-less unit that fires once per iteration, fed like a call input.
 
-Node state moves between rank groups when a kv-cache node runs its walks on several groups
-(prefill on one, decode on another): `WalkSpec.handoffs` lists the moves that may be due before a
-walk starts, `WalkSpec.kv_groups` where each such node's state lives once it started; the
-conductor tracks, per request, where each node's state lives and runs the moves.
+Node state moves between rank groups when a kv-cache node runs its walks on several groups (prefill
+on one, decode on another): `WalkSpec.handoffs` lists the moves that may be due before a walk
+starts, `WalkSpec.kv_groups` where each such node's state lives once it started; the conductor
+tracks, per request, where each node's state lives and runs the moves.
 """
 
 from __future__ import annotations
@@ -410,13 +410,10 @@ class StreamSpec:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CaptureSpec:
-    """A shape-static unit the runtime may capture (a CUDA graph per batch bucket): a whole loop
-    body on one rank (``loop``) or one node step (``call``). ``nodes``: the nodes its calls run;
-    ``ports``: ``"call#port"`` -> static type, inputs then outputs. ``shape``: for a unit whose
-    ports have shape-bucket dims (sized by options with a fixed set of values), the option
-    values this entry is for (one entry per bucket; empty: every request). ``padded``: the
-    ``"call#port"`` ports with a bounded dim (``<=N`` in the call's types), sized here at the
-    bound: a value holds 0 to N there, padded to N in the unit."""
+    """A shape-static unit the runtime may capture (a CUDA graph per batch bucket): a loop body
+    on one rank (``loop``) or a node step (``call``). ``nodes``: what its calls run; ``ports``:
+    ``"call#port"`` -> static type, inputs then outputs. ``shape``: with shape-bucket dims, the
+    option values this entry is for. ``padded``: ports with a bounded dim, sized at its bound."""
 
     walk: str
     rank: int
