@@ -1,0 +1,107 @@
+"""Speculative decoding (`examples/llama/speculative.walk`): the reply is token for token the
+plain greedy decoding of `examples/llama/llama.walk`, on each of its placements (one rank, and the
+draft on a rank of its own), for several prompts, lengths, draft lengths and ends (an
+end-of-sequence token chosen mid-step), one request at a time and several batched; in process
+(`LocalCluster`) here, through `wgc run` in the slow test at the end."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from wgc.driver import Driver  # noqa: E402
+from wgc_runtime.contract.flow import Segment  # noqa: E402
+from wgc_runtime.host.local import Handle, LocalCluster  # noqa: E402
+
+LLAMA = ROOT / "examples" / "llama"
+SPEC = LLAMA / "speculative.walk"
+PLACEMENTS = ("spec-cpu", "spec-cpu-split")
+PROMPTS = (b"hello there", b"prompt 3: abcabc", b"the quick brown fox jumps over")
+
+
+def cluster(tmp: Path, walk: Path, placement: Path, sets: dict[str, str]) -> LocalCluster:
+    result = Driver().compile(str(walk), str(placement), sets)
+    assert result.ok, [d.message for d in result.errors]
+    tmp.mkdir(parents=True, exist_ok=True)
+    for name, text in result.files.items():
+        (tmp / name).write_text(text)
+    return LocalCluster(tmp)
+
+
+def replies(c: LocalCluster, prompts: tuple[bytes, ...]) -> list[list[int]]:
+    """Every prompt submitted at once (their steps batch), each reply's token ids."""
+    hs = [c.submit(c.request([Segment("text", torch.tensor(list(p)))], ["text"])) for p in prompts]
+    c.run()
+    return [ids(h) for h in hs]
+
+
+def ids(h: Handle) -> list[int]:
+    assert h.error is None, h.error
+    return [int(t) for o in h.outputs for t in o.tensor.reshape(-1)]
+
+
+@pytest.mark.parametrize("placement", PLACEMENTS)
+@pytest.mark.parametrize(("k", "max_new"), [(1, 9), (2, 32), (4, 17)])
+def test_speculative_replies_equal_plain_greedy(tmp_path: Path, placement: str, k: int, max_new):
+    sets = {"max_new_tokens": str(max_new), "eos": "-1"}
+    plain = cluster(tmp_path / "plain", LLAMA / "llama.walk", LLAMA / "placements/cpu.yaml", sets)
+    want = replies(plain, PROMPTS)
+    assert all(len(w) == max_new for w in want)
+    where = LLAMA / "placements" / f"{placement}.yaml"
+    spec = cluster(tmp_path / "spec", SPEC, where, {**sets, "speculative_tokens": str(k)})
+    assert replies(spec, PROMPTS) == want
+    alone = cluster(tmp_path / "alone", SPEC, where, {**sets, "speculative_tokens": str(k)})
+    assert replies(alone, PROMPTS[:1]) == want[:1]
+
+
+@pytest.mark.parametrize("placement", PLACEMENTS)
+def test_an_end_of_sequence_token_ends_the_reply_where_plain_decoding_does(tmp_path, placement):
+    """eos set to a token plain decoding chooses mid-reply: both replies stop before it (and a
+    first token that is eos is the whole reply, as in `llama.walk`)."""
+    free = {"max_new_tokens": "32", "eos": "-1"}
+    plain = cluster(tmp_path / "free", LLAMA / "llama.walk", LLAMA / "placements/cpu.yaml", free)
+    (first,) = replies(plain, PROMPTS[1:2])
+    where = LLAMA / "placements" / f"{placement}.yaml"
+    for n, eos in enumerate({first[0], first[5], first[-1]}):
+        sets = {"max_new_tokens": "32", "eos": str(eos)}
+        llama = LLAMA / "llama.walk"
+        want = replies(cluster(tmp_path / f"p{n}", llama, LLAMA / "placements/cpu.yaml", sets), PROMPTS)
+        got = replies(cluster(tmp_path / f"s{n}", SPEC, where, sets), PROMPTS)
+        assert got == want and len(want[1]) <= 32
+
+
+def test_the_draft_is_the_targets_first_layers_and_head(tmp_path: Path) -> None:
+    c = cluster(tmp_path, SPEC, LLAMA / "placements/spec-cpu.yaml", {})
+    target, draft = c.ranks[0].nodes["Target"].model, c.ranks[0].nodes["Draft"].model
+    assert len(draft.model.layers) == 1 and len(target.model.layers) == 2
+    theirs = target.state_dict()
+    for name, w in draft.state_dict().items():
+        assert torch.equal(w, theirs[name]), name
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("placement", PLACEMENTS)
+def test_wgc_run_speculative_equals_plain_greedy(tmp_path: Path, placement: str) -> None:
+    """`wgc run` (processes, one per rank): the same reply text as the plain walk's."""
+    for n, (prompt, max_new) in enumerate([("hello there", "32"), ("abc", "11")]):
+        out = {}
+        for name, walk, where in (
+            ("plain", LLAMA / "llama.walk", LLAMA / "placements/cpu.yaml"),
+            ("spec", SPEC, LLAMA / "placements" / f"{placement}.yaml"),
+        ):
+            folder = tmp_path / f"{name}{n}"
+            cmd = [sys.executable, "-m", "wgc", "run", str(walk), "-p", str(where)]
+            cmd += ["-i", f"text={prompt}", "-w", "text", "-o", str(folder)]
+            cmd += ["--set", f"max_new_tokens={max_new}", "--set", "eos=-1"]
+            done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+            assert done.returncode == 0, done.stderr
+            out[name] = (folder / "text.txt").read_bytes()
+        assert out["spec"] == out["plain"] and out["plain"]
