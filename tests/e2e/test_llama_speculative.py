@@ -24,6 +24,8 @@ from wgc_runtime.host.local import Handle, LocalCluster  # noqa: E402
 LLAMA = ROOT / "examples" / "llama"
 SPEC = LLAMA / "speculative.walk"
 PLACEMENTS = ("spec-cpu", "spec-cpu-split")
+EXE = Path(sys.executable).with_name("wgc")
+WGC = [str(EXE)] if EXE.exists() else [sys.executable, "-c", "from wgc.cli import main; main()"]
 PROMPTS = (b"hello there", b"prompt 3: abcabc", b"the quick brown fox jumps over")
 
 
@@ -98,7 +100,7 @@ def test_wgc_run_speculative_equals_plain_greedy(tmp_path: Path, placement: str)
             ("spec", SPEC, LLAMA / "placements" / f"{placement}.yaml"),
         ):
             folder = tmp_path / f"{name}{n}"
-            cmd = [sys.executable, "-m", "wgc", "run", str(walk), "-p", str(where)]
+            cmd = [*WGC, "run", str(walk), "-p", str(where)]
             cmd += ["-i", f"text={prompt}", "-w", "text", "-o", str(folder)]
             cmd += ["--set", f"max_new_tokens={max_new}", "--set", "eos=-1"]
             done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
