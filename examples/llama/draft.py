@@ -23,7 +23,7 @@ many target steps it takes.
   (1 to k + 1 tokens: ``i64[<=k + 1]``). It keeps the plain walk's ends: the reply holds
   ``max_new_tokens`` tokens at most and stops before a chosen end-of-sequence token (or at the
   prefill's own, which the reply keeps), so ``accepted`` is cut there and ``stop`` says so.
-  Counters (``ctx.state["spec"]``): target steps, guesses proposed and accepted.
+  Counters over every request (`Target.counts`): verify steps, guesses proposed and accepted.
 """
 
 from __future__ import annotations
@@ -137,6 +137,7 @@ class Target(Decoder):
         super().__init__(ctx)
         self.k = int(self.config["k"])
         self.max_new = int(self.config["max_new_tokens"])
+        self.counts = {"steps": 0, "proposed": 0, "accepted": 0}  # every request's, summed
 
     @torch.inference_mode()
     def forward(self, batch: Sequence[Work]) -> list[dict[str, torch.Tensor]]:
@@ -182,8 +183,9 @@ class Target(Decoder):
         kv = _kv(w)
         kv.truncate(len(st["seq"]) + n)  # keep the accepted guesses, drop the rejected ones
         st["ids"] = st["seq"] + guess[:n]
-        spec = st.setdefault("spec", [0, 0, 0])  # target steps, guesses proposed, accepted
-        spec[0], spec[1], spec[2] = spec[0] + 1, spec[1] + len(guess), spec[2] + n
+        self.counts["steps"] += 1
+        self.counts["proposed"] += len(guess)
+        self.counts["accepted"] += n
         out = chosen[: n + 1]
         if self.eos in out:  # the plain walk stops before a chosen end-of-sequence token
             out = out[: out.index(self.eos)]
