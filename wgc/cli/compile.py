@@ -85,15 +85,24 @@ def _write_atomic(path: Path, text: str) -> None:
 
 
 def example_pairs(root: Path = Path(".")) -> list[tuple[str, str]]:
-    """(model.walk, placement.yaml) for every placement under ``examples/*/placements/``."""
+    """(model.walk, placement.yaml) for every placement under ``examples/*/placements/``. In a
+    family with several models, a placement whose name's first word (before a ``-``) starts a
+    model's name is that model's (``spec-cpu.yaml``: ``speculative.walk``), any other the
+    family's own (``llama/llama.walk``)."""
     pairs = []
     for family in sorted((root / "examples").glob("*/")):
         placements = sorted(family.glob("placements/*.yaml")) + sorted(
             family.glob("placements/*.yml")
         )
-        for walk in sorted(family.glob("*.walk")):
-            pairs += [(walk.as_posix(), p.as_posix()) for p in placements]
-    return pairs
+        walks = sorted(family.glob("*.walk"))
+        for p in placements:
+            word = p.stem.split("-")[0]
+            mine = [w for w in walks if w.stem != family.name and w.stem.startswith(word)]
+            own = [w for w in walks if w.stem == family.name] or walks
+            pairs += [
+                (w.as_posix(), p.as_posix()) for w in (mine if len(walks) > 1 else walks) or own
+            ]
+    return sorted(pairs)
 
 
 def _parse_sets(sets: tuple[str, ...]) -> dict[str, str]:

@@ -424,7 +424,7 @@ class CaptureSpec:
     ports: tuple[tuple[str, TypeSpec], ...] = ()
     buckets: tuple[int, ...] = ()
     shape: tuple[tuple[str, Any], ...] = ()
-    padded: tuple[str, ...] = ()
+    padded: tuple[str, ...] = field(default=(), metadata=OMIT_DEFAULT)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
