@@ -79,6 +79,17 @@ def _room(node: str, kv: KvCache, new: int, limit: int) -> None:
         )
 
 
+def _port(w: Work, port: str) -> torch.Tensor:
+    value = w.inputs.get(port)
+    if value is None:
+        raise NodeError(f"a speculative node's call got no `{port}` value")
+    return value
+
+
+def _ids(w: Work, port: str) -> list[int]:
+    return [int(t) for t in _port(w, port).reshape(-1)]
+
+
 def _kv(w: Work) -> KvCache:
     kv = w.ctx.kv
     if kv is None:
@@ -99,7 +110,8 @@ class Draft(Node):
 
     def engine(self, kv: KvCache) -> DecoderEngine:
         if self._engine is None or self._engine.pool is not kv.pool:
-            self._engine = DecoderEngine(self.model, kv.pool, kv.backend(self.model.config.num_heads))
+            backend = kv.backend(self.model.config.num_heads)
+            self._engine = DecoderEngine(self.model, kv.pool, backend)
         return self._engine
 
     @torch.inference_mode()
@@ -113,7 +125,7 @@ class Draft(Node):
                 w.ctx.state.clear()
                 new = [int(t) for t in prompt_ids(self.text, prompt, self.name).reshape(-1)]
             else:
-                new = [int(t) for t in w.inputs["token"].reshape(-1)]
+                new = _ids(w, "token")
             feed = rewind(kv, w.ctx.state, new)
             _room(self.name, kv, len(feed) + self.k, self.kv_tokens)
             seqs.append((kv.request, kv.labels[0]))
@@ -144,22 +156,22 @@ class Target(Decoder):
         if batch[0].inputs.get("prompt") is not None:  # the prefill: the decoder's own
             out = super().forward(batch)
             for w in batch:
-                prompt = prompt_ids(self.text, w.inputs["prompt"], self.name).reshape(-1)
+                prompt = prompt_ids(self.text, _port(w, "prompt"), self.name)
                 w.ctx.state.clear()
-                w.ctx.state["seq"] = [int(t) for t in prompt]
+                w.ctx.state["seq"] = [int(t) for t in prompt.reshape(-1)]
                 w.ctx.state["ids"] = list(w.ctx.state["seq"])
             return out
         results: list[dict[str, torch.Tensor] | None] = [None] * len(batch)
         rows, seqs, feeds, guesses = [], [], [], []
         for i, w in enumerate(batch):
             st = w.ctx.state
-            new = [int(t) for t in w.inputs["token"].reshape(-1)]
+            new = _ids(w, "token")
             st["emitted"] = st.get("emitted", 0) + len(new)
             if st.get("done") or st["emitted"] >= self.max_new or new[-1] == self.eos:
                 results[i] = self._out(w, new[-1:], stop=True)  # the reply is complete
                 continue
             kv = _kv(w)
-            guess = [int(t) for t in w.inputs["proposal"].reshape(-1)]
+            guess = _ids(w, "proposal")
             feed = rewind(kv, st, new)
             _room(self.name, kv, len(feed) + len(guess), self.kv_tokens)
             rows.append(i)

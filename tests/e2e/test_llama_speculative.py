@@ -75,14 +75,17 @@ def test_an_end_of_sequence_token_ends_the_reply_where_plain_decoding_does(tmp_p
     for n, eos in enumerate({first[0], first[5], first[-1]}):
         sets = {"max_new_tokens": "32", "eos": str(eos)}
         llama = LLAMA / "llama.walk"
-        want = replies(cluster(tmp_path / f"p{n}", llama, LLAMA / "placements/cpu.yaml", sets), PROMPTS)
+        want = replies(
+            cluster(tmp_path / f"p{n}", llama, LLAMA / "placements/cpu.yaml", sets), PROMPTS
+        )
         got = replies(cluster(tmp_path / f"s{n}", SPEC, where, sets), PROMPTS)
         assert got == want and len(want[1]) <= 32
 
 
 def test_the_draft_is_the_targets_first_layers_and_head(tmp_path: Path) -> None:
     c = cluster(tmp_path, SPEC, LLAMA / "placements/spec-cpu.yaml", {})
-    target, draft = c.ranks[0].nodes["Target"].model, c.ranks[0].nodes["Draft"].model
+    nodes = c.ranks[0].nodes
+    target, draft = nodes["Target"].model, nodes["Draft"].model  # type: ignore[attr-defined]
     assert len(draft.model.layers) == 1 and len(target.model.layers) == 2
     theirs = target.state_dict()
     for name, w in draft.state_dict().items():
