@@ -2,7 +2,8 @@
 plain greedy decoding of `examples/llama/llama.walk`, on each of its placements (one rank, and the
 draft on a rank of its own), for several prompts, lengths, draft lengths and ends (an
 end-of-sequence token chosen mid-step), one request at a time and several batched; in process
-(`LocalCluster`) here, through `wgc run` in the slow test at the end."""
+(`LocalCluster`) and in the reference interpreter here, through `wgc run` in the slow test at the
+end."""
 
 from __future__ import annotations
 
@@ -80,6 +81,18 @@ def test_an_end_of_sequence_token_ends_the_reply_where_plain_decoding_does(tmp_p
         )
         got = replies(cluster(tmp_path / f"s{n}", SPEC, where, sets), PROMPTS)
         assert got == want and len(want[1]) <= 32
+
+
+def test_the_reference_interpreter_gives_the_same_replies() -> None:
+    from wgc.interp import load_model, make_request, run_request, segment
+
+    got = {}
+    for walk in ("llama.walk", "speculative.walk"):
+        m = load_model(str(LLAMA / walk))
+        prompt = segment("text", torch.tensor(list(PROMPTS[2])))
+        out = run_request(m, make_request(m, [prompt], ["text"]))
+        got[walk] = [int(t) for e in out.emitted for t in e.value.reshape(-1)]
+    assert got["speculative.walk"] == got["llama.walk"] and len(got["llama.walk"]) == 32
 
 
 def test_the_draft_is_the_targets_first_layers_and_head(tmp_path: Path) -> None:
