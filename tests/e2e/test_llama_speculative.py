@@ -123,3 +123,18 @@ def test_wgc_run_speculative_equals_plain_greedy(tmp_path: Path, placement: str)
             assert done.returncode == 0, done.stderr
             out[name] = (folder / "text.txt").read_bytes()
         assert out["spec"] == out["plain"] and out["plain"]
+
+
+def test_an_mstar_config_sets_k_and_the_bound(tmp_path: Path) -> None:
+    """M*'s `speculative_tokens` sets the example's param of that name: the nodes' `config k`,
+    the proposal's size and the accepted tokens' bound (captured at k + 1), and the reply."""
+    (tmp_path / "mstar.yaml").write_text(
+        'model: "speculative"\nspeculative_tokens: 2\nnode_groups:\n'
+        "  - node_names: [Target, Draft]\n    ranks: [0]\n"
+    )
+    res = Driver().plan(str(SPEC), str(tmp_path / "mstar.yaml"))
+    assert res.plan is not None, [(d.code, d.message) for d in res.errors]
+    rank = res.plan.ranks[0]
+    assert {n.name: dict(n.config)["k"] for n in rank.nodes} == {"Target": 2, "Draft": 2}
+    (cap,) = rank.captures
+    assert dict(cap.ports)["1#accepted"].dims == (3,) and "1#accepted" in cap.padded
