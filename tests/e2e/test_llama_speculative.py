@@ -97,6 +97,12 @@ def test_the_reference_interpreter_gives_the_same_replies() -> None:
 
 def test_the_draft_is_the_targets_first_layers_and_head(tmp_path: Path) -> None:
     c = cluster(tmp_path, SPEC, LLAMA / "placements/spec-cpu.yaml", {})
+    # the loop's calls read or bind bounded ports: planned at the bound, run by `forward`
+    skipped = dict(c.ranks[0].captured.report.skipped)
+    assert skipped == {
+        "decode:0 Draft": "a bounded port (`<=N`) runs `forward`",
+        "decode:1 Target": "a bounded port (`<=N`) runs `forward`",
+    }
     nodes = c.ranks[0].nodes
     target, draft = nodes["Target"].model, nodes["Draft"].model  # type: ignore[attr-defined]
     assert len(draft.model.layers) == 1 and len(target.model.layers) == 2
