@@ -131,7 +131,7 @@ class Draft(Node):
             seqs.append((kv.request, kv.labels[0]))
             feeds.append(torch.tensor(feed, dtype=torch.long))
         guess = engine.forward(seqs, feeds).argmax(-1).cpu()
-        if "prompt" in batch[0].inputs:
+        if batch[0].inputs.get("prompt") is not None:
             return [{} for _ in batch]  # the prefill binds nothing: its sequence is the point
         out = [guess]
         for _ in range(self.k - 1):  # each guess fed back, one token per sequence
