@@ -182,15 +182,6 @@ BENCHES = (
         markdown=True,
     ),
     Bench(
-        "decode",
-        ("--configs", "tiny", "small", "--threads", "1", "--batches", "1", "16"),
-        (
-            *("--configs", "tiny", "--batches", "1", "--new", "8", "--repeat", "1"),
-            *("--threads", "1", "--mixed", "4", "--slots", "2", "--no-compiled"),
-        ),
-        markdown=True,
-    ),
-    Bench(
         "compile",
         (),
         ("--sizes", "50", "100", "--repeat", "1"),
@@ -206,12 +197,6 @@ BENCHES = (
         json=True,
     ),
     Bench("startup", ("--rounds", "5"), ("--rounds", "1", "--examples", "llama"), markdown=True),
-    Bench(
-        "served_decode",
-        (),
-        ("--configs", "tiny", "--new", "4", "--concurrency", "2", "--repeat", "1"),
-        json=True,
-    ),
     Bench(
         "speech_tts",
         ("--repeat", "5"),

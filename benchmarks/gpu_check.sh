@@ -5,9 +5,8 @@
 #
 # Sections (each bounded by `timeout`, each prints one summary line at the end):
 #   1. attention backends: `pytest -m gpu tests/gpu` (Triton and FlashInfer vs the torch reference)
-#   2. CUDA graphs (runner replay vs eager; the decoder's captured loop vs the plain path)
+#   2. CUDA graphs (runner replay vs eager at every bucket)
 #   3. the compiled path (a served decoder's captured decode steps vs capture off)
-#   4. graph vs eager timing of one decode step
 # Without a CUDA device it prints a message and exits 0.
 set -u
 cd "$(dirname "$0")/.."
@@ -55,9 +54,6 @@ section "cuda graphs" 100 "$PY" -m pytest -m gpu tests/gpu/test_gpu_graphs.py -q
 # 3. the compiled path: `examples/llama` served by the runtime with the plan's captured decode
 #    step replayed as CUDA graphs (continuous batching across requests) equals capture off
 section "compiled path" 120 "$PY" -m pytest -m gpu tests/gpu/test_gpu_compiled_path.py -q -rs -p no:cacheprovider
-
-# 4. graph vs eager: one decode step of the tiny decoder, replayed vs eager, batch 1 and 16
-section "graph vs eager" 75 "$PY" benchmarks/decode.py --graph-vs-eager --batches 1 16
 
 echo
 echo "==================== gpu_check summary ===================="

@@ -1,7 +1,8 @@
-"""The compiled decode step (`GraphRunner` backend ``"inductor"``, the CPU analogue of graph
-capture): the same logits as the eager static step (fp32, max abs error < 1e-4) and the same
-greedy tokens, per bucket artifacts, fallback to eager when a unit does not compile, and the
-backend argument's validation.
+"""Compiled units (`GraphRunner` backend ``"inductor"``, the CPU analogue of graph capture): per
+bucket artifacts, fallback to eager when a unit does not compile, and the backend argument's
+validation. (A served decoder's compiled decode step against its eager one is
+`tests/e2e/test_decoder_engines.py`'s; the check here that drove the decoder through the removed
+``ContinuousBatcher`` went with it.)
 
 The compiling tests are ``slow`` (one inductor compile each: a few seconds, tens on a loaded
 machine) and skip where inductor cannot work (no C++ compiler)."""
@@ -9,16 +10,11 @@ machine) and skip where inductor cannot work (no C++ compiler)."""
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 import pytest
 import torch
 from torch._dynamo.utils import counters
 
-from wgc_runtime.components.config import DecoderConfig
-from wgc_runtime.components.decode_engine import DecoderEngine
-from wgc_runtime.components.decoder import LlamaDecoder
-from wgc_runtime.engines.batching import ContinuousBatcher, GenRequest
 from wgc_runtime.engines.capture import (
     GraphError,
     GraphRunner,
@@ -28,73 +24,6 @@ from wgc_runtime.engines.capture import (
 
 NO_INDUCTOR = inductor_available()
 needs_inductor = pytest.mark.skipif(NO_INDUCTOR is not None, reason=str(NO_INDUCTOR))
-
-CFG = DecoderConfig(
-    vocab_size=96,
-    hidden_size=48,
-    intermediate_size=96,
-    num_layers=2,
-    num_heads=4,
-    num_kv_heads=2,
-    head_dim=12,
-    rope_theta=1000.0,
-)
-
-
-@pytest.fixture(scope="module")
-def model():
-    torch.manual_seed(0)
-    m = LlamaDecoder(CFG).eval()
-    with torch.no_grad():
-        for p in m.parameters():
-            p.normal_(0, 0.3)
-    return m
-
-
-def _work():
-    """Ragged: different prompt lengths and lengths of generation (rows leave mid-loop, so
-    the batch shrinks inside the one bucket and padding rows run)."""
-    g = torch.Generator().manual_seed(3)
-    lens, news = (3, 11, 6), (9, 4, 12)
-    return [
-        (torch.randint(0, CFG.vocab_size, (n,), generator=g), new)
-        for n, new in zip(lens, news, strict=True)
-    ]
-
-
-def _run(model, backend: str | None, capture: bool = True) -> tuple[list[GenRequest], Any]:
-    engine = DecoderEngine.build(model, pages=64, page_size=4)
-    b = ContinuousBatcher(
-        engine,
-        max_batch=4,
-        max_seq_len=32,
-        buckets=(4,),  # one bucket: one compile
-        capture=capture,
-        keep_logits=True,
-        graph_backend=backend,
-    )
-    reqs = b.run([GenRequest(i, p, n) for i, (p, n) in enumerate(_work())])
-    b.close()
-    engine.close()
-    assert engine.pool.free_pages == engine.pool.num_pages  # no page leaks
-    return sorted(reqs, key=lambda r: r.id), b.runner
-
-
-@pytest.mark.slow
-@needs_inductor
-def test_compiled_step_matches_eager_logits_and_tokens(model):
-    eager, _ = _run(model, "eager")
-    plain, _ = _run(model, None, capture=False)
-    compiled, runner = _run(model, "inductor")
-    assert runner.backend == "inductor" and runner.compile_error is None
-    assert all(b.compiled is not None and b.compiled.direct for b in runner._buckets.values())
-    assert set(runner.compile_seconds) == {4}
-    assert runner.compiled_runs > 0 and runner.eager_runs == 0
-    for got, ref, ref2 in zip(compiled, eager, plain, strict=True):
-        assert got.tokens == ref.tokens == ref2.tokens, got.id
-        assert len(got.logits) == len(ref.logits)
-        for a, b in zip(got.logits, ref.logits, strict=True):
-            assert (a - b).abs().max().item() < 1e-4
 
 
 def _affine(calls: list):

@@ -202,9 +202,10 @@ def test_a_rank_hands_its_own_values_and_stops_over_without_messages(tmp_path, m
     cluster = LocalCluster(folder, nodes_factory=lambda r: _nodes(model, {"step", "judge"}))
     executor = cluster.ranks[0]
     taken: list[M.Message] = []
-    on_value, on_until = executor._on_value, executor._on_until
-    monkeypatch.setattr(executor, "_on_value", lambda m: (taken.append(m), on_value(m)))
-    monkeypatch.setattr(executor, "_on_until", lambda m: (taken.append(m), on_until(m)))
+    router = executor.router
+    on_value, on_until = router.on_value, router.on_until
+    monkeypatch.setattr(router, "on_value", lambda m: (taken.append(m), on_value(m)))
+    monkeypatch.setattr(router, "on_until", lambda m: (taken.append(m), on_until(m)))
     h = cluster.submit(make_request(model, [segment("tensor", torch.tensor(0.0))], ["tensor"]))
     cluster.run()
     assert h.ok, h.error

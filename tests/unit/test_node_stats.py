@@ -161,8 +161,8 @@ def test_a_consumer_that_outpaces_its_producer_is_an_underrun_once_per_chunk(tmp
 
     def produced() -> int:
         req_state = consumer.requests.get(next(iter(cluster.handles)))
-        buf = req_state.streams.get("s") if req_state else None
-        return 0 if buf is None else buf.produced
+        inlet = req_state.streams.get("s") if req_state else None
+        return 0 if inlet is None else inlet.buf.produced
 
     def producer_until(n: int) -> None:  # the producer alone, until n items are on rank 1
         while produced() < n:

@@ -133,7 +133,7 @@ def _cluster(model, folder, in_place: bool) -> LocalCluster:
     cluster = LocalCluster(folder, nodes_factory=lambda r: _nodes(model, {n.name for n in r.nodes}))
     if not in_place:
         for ex in cluster.ranks.values():
-            ex.self_steps = {}
+            ex.stepper.steps.clear()
     return cluster
 
 
@@ -197,8 +197,10 @@ def test_in_place_steps_equal_the_general_routing_and_the_reference(
         want.append([float(x) for x in ref.of("tensor")])
     assert want[0] == [3.0, 5.0, 7.0, 9.0, 11.0]  # tokens 1..6, summed in windows of two
     stepped: list[bool] = []
-    step_on = stepping.step_on
-    monkeypatch.setattr(stepping, "step_on", lambda *a: stepped.append(step_on(*a)) or stepped[-1])
+    step_on = stepping.Stepper.step_on
+    monkeypatch.setattr(
+        stepping.Stepper, "step_on", lambda *a: stepped.append(step_on(*a)) or stepped[-1]
+    )
     general = _cluster(model, folder, in_place=False)
     assert _run(general, model, starts) == want
     assert stepped == []  # turned off: never asked

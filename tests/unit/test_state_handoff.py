@@ -90,7 +90,7 @@ def test_executors_move_state_and_confirm(from_ranks, to_ranks, sends) -> None:
         for r in ranks
     }
     for r in from_ranks:
-        ex[r]._req("req").node_state["LLM"] = {"context": 100 + r}
+        ex[r].table.req("req").node_state["LLM"] = {"context": 100 + r}
     for r in from_ranks:
         ex[r].deliver(M.ExportState("req", 1, "LLM", from_ranks, to_ranks))
     sent = {

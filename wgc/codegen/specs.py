@@ -10,6 +10,8 @@ module uses, for its import lines.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import importlib
 from collections.abc import Callable, Sequence
 from enum import Enum
 
@@ -34,10 +36,21 @@ class SpecUsage:
         return name
 
     def use_class(self, cls: type) -> str:
-        module = cls.__module__
-        if not module.startswith(CONTRACT + "."):
-            raise AssertionError(f"`{cls.__qualname__}` is not a contract record ({module})")
-        return self.use(cls.__name__, module.removeprefix(CONTRACT + "."))
+        return self.use(cls.__name__, public_module(cls))
+
+
+@functools.cache
+def public_module(cls: type) -> str:
+    """The contract module a generated module imports ``cls`` from: the one it is defined in,
+    or, for a record defined in a package's submodule (``spec.ports``), the package, which
+    re-exports it (``spec``)."""
+    module = cls.__module__
+    if not module.startswith(CONTRACT + "."):
+        raise AssertionError(f"`{cls.__qualname__}` is not a contract record ({module})")
+    public = module.removeprefix(CONTRACT + ".").split(".")[0]
+    if getattr(importlib.import_module(f"{CONTRACT}.{public}"), cls.__name__, None) is not cls:
+        raise AssertionError(f"`{cls.__qualname__}` is not exported by `{CONTRACT}.{public}`")
+    return public
 
 
 def _default(f: dataclasses.Field) -> object:

@@ -3,8 +3,9 @@
 `kv_pool.PagedKVPool` is the paged KV cache of a `kv_cache` node (one pool per engine, page
 tables per request and label); the attention backends that read it live in
 `wgc_runtime.engines.attention`; `wgc_runtime.engines.capture` replays shape-static units at
-batch buckets (CUDA graphs, or compiled / eager on the CPU); `batching.ContinuousBatcher` runs
-continuous batching over any `batching.StepEngine`. Engines never import
+batch buckets (CUDA graphs, or compiled / eager on the CPU); `batching.StepEngine` is what a
+decoder engine offers its nodes, and `decode_runner` runs a kv-cache node's decode batch.
+Engines never import
 `wgc_runtime.components` (the model layers use the engines, not the other way round).
 """
 

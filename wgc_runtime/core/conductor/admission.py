@@ -9,16 +9,17 @@ cannot promise its pages, and is refused at once, with the pool, the pages it ne
 there are, when a pool could never hold it. Within a pool, the runtime's allocator is the
 ground truth: a node that appends more than the plan promised fails its request with the pool's
 numbers.
+
+`Admission` owns the admission state: the queue of requests waiting (with their deadlines), the
+cap on requests running at once (zero while admission is held), and the pages promised per pool.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections import OrderedDict
 
-from wgc_runtime.contract.conductor import KvBudget
-
-if TYPE_CHECKING:
-    from wgc_runtime.core.conductor.core import ConductorCore
+from wgc_runtime.contract.conductor import ConductorSpec, KvBudget
+from wgc_runtime.contract.flow import Request
 
 PoolKey = tuple[str, tuple[int, ...]]
 
@@ -37,46 +38,72 @@ def parked_pages(max_sessions: int, session_pages: int, pages: int) -> int:
     return min(pages, session_pages) if session_pages > 0 else pages // 2
 
 
-def _capacity(self: ConductorCore, b: KvBudget) -> int:
-    kv = self.spec.kv_cache
-    return b.pages - parked_pages(kv.max_sessions, kv.session_pages, b.pages)
+class Admission:
+    """Which requests may start (see the module docstring)."""
 
+    def __init__(self, spec: ConductorSpec, max_concurrent: int) -> None:
+        self.budgets = spec.kv_budgets
+        kv = spec.kv_cache
+        self.capacity = {
+            (b.node, b.ranks): b.pages - parked_pages(kv.max_sessions, kv.session_pages, b.pages)
+            for b in self.budgets
+        }
+        self.max_concurrent = max(1, int(max_concurrent))
+        self.held_cap = 0  # the cap while admission is held (`hold`)
+        self.queue: OrderedDict[str, tuple[Request, float]] = OrderedDict()
+        self.kv_used: dict[PoolKey, int] = {}  # pages promised per KV pool
 
-def _never_fits(self: ConductorCore, request_id: str) -> str | None:
-    """Why the request can never be admitted (a pool smaller than what it needs), or None."""
-    for b in self.spec.kv_budgets:
-        cap = _capacity(self, b)
-        if b.pages_per_request > cap:
-            kept = "" if cap == b.pages else f" ({b.pages - cap} kept for idle sessions)"
-            return (
-                f"request `{request_id}` needs {b.pages_per_request} page(s) of "
-                f"{_pool_name(b)}, which has {cap}{kept}: raise `kv_cache.pages` in the "
-                f"placement, or lower the node's `config kv_tokens`"
-                + (" or `sessions.max_pages`" if kept else "")
-            )
-    return None
+    def hold(self, held: bool) -> bool:
+        """Hold admission (no request starts) or release it; True when released (the queue may
+        be admitted again)."""
+        if held:
+            self.held_cap = self.held_cap or self.max_concurrent
+            self.max_concurrent = 0
+            return False
+        if self.held_cap:
+            self.max_concurrent, self.held_cap = self.held_cap, 0
+            return True
+        return False
 
+    def room(self, running: int) -> bool:
+        """Whether one more request may start beside ``running`` ones: the cap and the pools."""
+        return running < self.max_concurrent and self.fits()
 
-def _fits(self: ConductorCore) -> bool:
-    """Whether every pool can promise one more request its pages now."""
-    return all(
-        self.kv_used.get((b.node, b.ranks), 0) + b.pages_per_request <= _capacity(self, b)
-        for b in self.spec.kv_budgets
-    )
+    def never_fits(self, request_id: str) -> str | None:
+        """Why the request can never be admitted (a pool smaller than what it needs), or
+        None."""
+        for b in self.budgets:
+            cap = self.capacity[(b.node, b.ranks)]
+            if b.pages_per_request > cap:
+                kept = "" if cap == b.pages else f" ({b.pages - cap} kept for idle sessions)"
+                return (
+                    f"request `{request_id}` needs {b.pages_per_request} page(s) of "
+                    f"{_pool_name(b)}, which has {cap}{kept}: raise `kv_cache.pages` in the "
+                    f"placement, or lower the node's `config kv_tokens`"
+                    + (" or `sessions.max_pages`" if kept else "")
+                )
+        return None
 
+    def fits(self) -> bool:
+        """Whether every pool can promise one more request its pages now."""
+        return all(
+            self.kv_used.get(key := (b.node, b.ranks), 0) + b.pages_per_request
+            <= self.capacity[key]
+            for b in self.budgets
+        )
 
-def _promise(self: ConductorCore, sign: int) -> None:
-    """Take (``sign`` 1) or give back (-1) one request's pages in every pool."""
-    for b in self.spec.kv_budgets:
-        key = (b.node, b.ranks)
-        self.kv_used[key] = self.kv_used.get(key, 0) + sign * b.pages_per_request
+    def promise(self, sign: int) -> None:
+        """Take (``sign`` 1) or give back (-1) one request's pages in every pool."""
+        for b in self.budgets:
+            key = (b.node, b.ranks)
+            self.kv_used[key] = self.kv_used.get(key, 0) + sign * b.pages_per_request
 
-
-def kv_waits(self: ConductorCore) -> str:
-    """The pools a queued request waits for, in words."""
-    short = [
-        f"{_pool_name(b)} ({self.kv_used.get((b.node, b.ranks), 0)} of {b.pages} pages promised)"
-        for b in self.spec.kv_budgets
-        if self.kv_used.get((b.node, b.ranks), 0) + b.pages_per_request > _capacity(self, b)
-    ]
-    return "; ".join(short)
+    def kv_waits(self) -> str:
+        """The pools a queued request waits for, in words."""
+        short = [
+            f"{_pool_name(b)} ({self.kv_used.get(key, 0)} of {b.pages} pages promised)"
+            for b in self.budgets
+            if self.kv_used.get(key := (b.node, b.ranks), 0) + b.pages_per_request
+            > self.capacity[key]
+        ]
+        return "; ".join(short)

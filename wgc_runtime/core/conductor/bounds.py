@@ -64,7 +64,7 @@ def bounds(spec: ConductorSpec, request: Request) -> list[tuple[str, str]]:
 def _options(spec: ConductorSpec, given: Mapping[str, Any]) -> list[tuple[str, str]]:
     declared = {o.name: o.type for o in spec.options}
     kv = capacity(spec)
-    out = []
+    out: list[tuple[str, str]] = []
     for name, value in given.items():
         kind = declared.get(name)
         if kind is None or isinstance(value, bool) or not isinstance(value, int | float):
@@ -101,7 +101,7 @@ def _sampling(name: str, value: float) -> str:
 
 def _text(spec: ConductorSpec, request: Request) -> list[tuple[str, str]]:
     kv, vocab = capacity(spec), vocabulary(spec)
-    out = []
+    out: list[tuple[str, str]] = []
     total = 0
     for i, seg in enumerate(request.inputs):
         if seg.modality != "text":

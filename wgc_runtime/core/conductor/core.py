@@ -11,6 +11,12 @@ failure reported by a rank, or on cancel; then `Release` goes to every rank that
 something of it (`RequestRun.holds`: a rank whose pieces are all plain, `WalkSpec.no_release`,
 drops its bookkeeping itself), or to every rank when the request failed or was cancelled (a
 value may still be on its way to a rank that never saw the walk).
+
+**Parts.** The conductor is composed of objects that own their state, one module each:
+`Admission` (the queue, the cap, the pages promised), `Flows` (flow bodies and stream
+bookkeeping), `Walks` (walk instances on the ranks), `Deadlines` (timeouts, deadlock),
+`SessionTable` (`sessions`); per request a `RequestRun` (`state`). They send through one
+`Post`; the core keeps the request table and a request's start and end.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from collections.abc import Callable
 
 from wgc_runtime.contract.conductor import ConductorSpec
 from wgc_runtime.contract.flow import SESSION_OPTION, Request, SimpleRequest
-from wgc_runtime.contract.kinds import FailKind, FlowKind
+from wgc_runtime.contract.kinds import FailKind
 from wgc_runtime.contract.messages import (
     CLIENT,
     ChunkReady,
@@ -36,44 +42,17 @@ from wgc_runtime.contract.messages import (
     StateImported,
     WalkDone,
 )
-from wgc_runtime.contract.spec import StreamSpec
-from wgc_runtime.core.conductor import admission, deadlines, flows, walks
+from wgc_runtime.core.conductor.admission import Admission, PoolKey
+from wgc_runtime.core.conductor.deadlines import Deadlines
+from wgc_runtime.core.conductor.flows import Flows
 from wgc_runtime.core.conductor.sessions import SessionTable
-from wgc_runtime.core.conductor.state import Abort, FlowRun, RequestRun
-
-Outbox = Callable[[int, Message], None]
+from wgc_runtime.core.conductor.state import Abort, RequestRun
+from wgc_runtime.core.conductor.walks import Walks
+from wgc_runtime.core.post import Outbox, Post
 
 
 class ConductorCore:
     """Runs requests' flows over the ranks (see the module docstring)."""
-
-    # the parts of the conductor, one module each (they take `self` like methods)
-    # flows
-    _runs = staticmethod(flows._runs)
-    _generator = staticmethod(flows._generator)
-    _resume = flows._resume
-    _flow_body_ended = flows._flow_body_ended
-    _flow_ended = flows._flow_ended
-    _pump_stream_flow = flows._pump_stream_flow
-    _send_skip = flows._send_skip
-    _stream_owner = flows._stream_owner
-    _maybe_done = flows._maybe_done
-    _update_streams = flows._update_streams
-    # walks
-    _launch = walks._launch
-    _move_state = walks._move_state
-    _options = walks._options
-    _deliver_input = walks._deliver_input
-    _walk_complete = walks._walk_complete
-    # admission by KV pages
-    _never_fits = admission._never_fits
-    _fits = admission._fits
-    _promise = admission._promise
-    kv_waits = admission.kv_waits
-    # deadlines
-    waits = deadlines.waits
-    tick = deadlines.tick
-    fail_stalled = deadlines.fail_stalled
 
     def __init__(
         self,
@@ -87,30 +66,49 @@ class ConductorCore:
         max_concurrent_requests: int | None = None,
     ) -> None:
         self.spec = spec
-        self.outbox = outbox
-        self.streams: tuple[StreamSpec, ...] = spec.streams
+        self.post = Post(outbox)
         self.clock = clock
-        self.walk_timeout_s = walk_timeout_s
-        self.idle_timeout_s = idle_timeout_s
         self.queue_timeout_s = queue_timeout_s
-        cap = max_concurrent_requests or spec.max_concurrent_requests
-        self.max_concurrent = max(1, int(cap))
-        self._cap = 0  # the cap while admission is held (`hold_admission`)
-        self.walks = {w.name: w for w in spec.walks}
         self.active: dict[str, RequestRun] = {}
-        self.queue: OrderedDict[str, tuple[Request, float]] = OrderedDict()
-        self._next_walk_id = 0
-        self.kv_used: dict[admission.PoolKey, int] = {}  # pages promised per KV pool
-        self._on_stream = {f.stream: f.name for f in spec.flows if f.kind is FlowKind.ON_STREAM}
+        self.admission = Admission(spec, max_concurrent_requests or spec.max_concurrent_requests)
+        self.queue: OrderedDict[str, tuple[Request, float]] = self.admission.queue
+        self.kv_used: dict[PoolKey, int] = self.admission.kv_used  # pages promised per pool
+        self.flows = Flows(spec, self.post)
+        self.walks = Walks(spec, self.post, self.flows, clock, walk_timeout_s)
+        self.flows.connect(self.walks, self._end)
+        self.deadlines = Deadlines(
+            self.active,
+            self.admission,
+            clock,
+            walk_timeout_s=walk_timeout_s,
+            idle_timeout_s=idle_timeout_s,
+            queue_timeout_s=queue_timeout_s,
+            end=self._end,
+            finish_queued=self._finish_queued,
+        )
         self._owners = {s.owner for s in spec.streams}  # hold a request's buffers
         self.sessions = SessionTable(spec.kv_cache.max_sessions)
+
+    @property
+    def outbox(self) -> Outbox:
+        """Where the conductor's messages go (``outbox(to, msg)``; settable, e.g. to record)."""
+        return self.post.send
+
+    @outbox.setter
+    def outbox(self, send: Outbox) -> None:
+        self.post.send = send
+
+    @property
+    def max_concurrent(self) -> int:
+        """Requests that may run at once (0 while admission is held)."""
+        return self.admission.max_concurrent
 
     def submit(self, request_id: str, request: Request) -> None:
         """Start the request now, or queue it behind the admission cap and the KV pools
         (`admission`); refuse it at once when no pool could ever hold it."""
         if request_id in self.active or request_id in self.queue:
             raise ValueError(f"request `{request_id}` is already running")
-        never = self._never_fits(request_id)
+        never = self.admission.never_fits(request_id)
         if never is not None:
             self._finish_queued(request_id, FailKind.REJECTED, never)
             return
@@ -124,9 +122,9 @@ class ConductorCore:
             for gone in evicted:
                 self._forget(gone)
             if why is not None:
-                self.outbox(CLIENT, Finished(request_id, False, FailKind.BUSY, why))
+                self.post.send(CLIENT, Finished(request_id, False, FailKind.BUSY, why))
                 return
-        if not self.queue and len(self.active) < self.max_concurrent and self._fits():
+        if not self.queue and self.admission.room(len(self.active)):
             self._start(request_id, request)
         else:
             self.queue[request_id] = (request, self.clock() + self.queue_timeout_s)
@@ -144,11 +142,7 @@ class ConductorCore:
         """While held no request starts: new ones queue (with the queue's deadline) and every
         queued one waits; releasing admits the queue again (the host holds admission while a
         rank restarts)."""
-        if held:
-            self._cap = self._cap or self.max_concurrent
-            self.max_concurrent = 0
-        elif self._cap:
-            self.max_concurrent, self._cap = self._cap, 0
+        if self.admission.hold(held):
             self._admit()
 
     def running(self) -> list[str]:
@@ -160,27 +154,21 @@ class ConductorCore:
     def busy(self) -> bool:
         return bool(self.active or self.queue)
 
-    def _start(self, request_id: str, request: Request) -> None:
-        req = RequestRun(request_id, request, last_progress=self.clock())
-        req.holds |= self._owners
-        self.active[request_id] = req
-        self._promise(1)
-        try:
-            for f in self.spec.flows:
-                if self._runs(f, request):
-                    req.flows[f.name] = FlowRun(f)
-            self._update_streams(req)
-            for flow in list(req.flows.values()):
-                if req.ended:
-                    return
-                if flow.spec.kind is FlowKind.ON_STREAM:
-                    self._pump_stream_flow(req, flow)
-                else:
-                    flow.gen = self._generator(flow.spec, request)
-                    self._resume(req, flow)
-            self._maybe_done(req)
-        except Abort as exc:
-            self._end(req, exc)
+    def kv_waits(self) -> str:
+        """The pools a queued request waits for, in words (`Admission.kv_waits`)."""
+        return self.admission.kv_waits()
+
+    def waits(self, request_id: str) -> list[str]:
+        """What each unfinished flow of a running request waits for (`Deadlines.waits`)."""
+        return self.deadlines.waits(request_id)
+
+    def tick(self, now: float | None = None) -> None:
+        """End every request whose wait ran past its deadline (`Deadlines.tick`)."""
+        self.deadlines.tick(now)
+
+    def fail_stalled(self, why: str = "no rank can make progress") -> None:
+        """End every running request with a deadlock error (`Deadlines.fail_stalled`)."""
+        self.deadlines.fail_stalled(why)
 
     def deliver(self, msg: Message) -> None:
         req = self.active.get(getattr(msg, "request", ""))
@@ -189,36 +177,19 @@ class ConductorCore:
         req.last_progress = self.clock()
         try:
             if isinstance(msg, WalkDone):
-                wait = req.walks.get(msg.walk_id)
-                if wait is not None:
-                    wait.pending.discard(msg.rank)
-                    if wait.done():
-                        self._walk_complete(req, msg.walk_id)
+                self.walks.on_walk_done(req, msg)
             elif isinstance(msg, StateImported):
-                wait = req.walks.get(msg.walk_id)
-                if wait is not None and wait.moving:
-                    wait.moving.discard((msg.node, msg.rank))
-                    if not wait.moving and wait.start is not None:
-                        start, wait.start = wait.start, None
-                        start()
+                self.walks.on_state_imported(req, msg)
             elif isinstance(msg, ClientOut):
-                self.outbox(
+                self.post.send(
                     CLIENT,
                     Output(
                         req.id, msg.flow, msg.walk, msg.modality, msg.channel, msg.iters, msg.data
                     ),
                 )
-                wait = req.walks.get(msg.walk_id)
-                if wait is not None and wait.emits > 0:
-                    wait.emits -= 1
-                    if wait.done():
-                        self._walk_complete(req, msg.walk_id)
+                self.walks.on_emit(req, msg.walk_id)
             elif isinstance(msg, ChunkReady):
-                flow_name = self._on_stream.get(msg.stream)
-                flow = req.flows.get(flow_name) if flow_name else None
-                if flow is not None and not flow.done:
-                    flow.chunks[msg.index] = msg
-                    self._pump_stream_flow(req, flow)
+                self.flows.on_chunk(req, msg)
             elif isinstance(msg, Failed):
                 # a rank that started on a value (no `StartWalk`) may not know the flow
                 flow = msg.flow or next(
@@ -231,6 +202,25 @@ class ConductorCore:
         except Abort as exc:
             self._end(req, exc)
 
+    def drop_session(self, session: str) -> bool:
+        """Forget ``session`` (`DELETE /v1/sessions/{id}`); whether it was kept."""
+        if not self.sessions.drop(session):
+            return False
+        self._forget(session)
+        return True
+
+    # ---------------------------------------------------------------- a request's start and end
+
+    def _start(self, request_id: str, request: Request) -> None:
+        req = RequestRun(request_id, request, last_progress=self.clock())
+        req.holds |= self._owners
+        self.active[request_id] = req
+        self.admission.promise(1)
+        try:
+            self.flows.start(req)
+        except Abort as exc:
+            self._end(req, exc)
+
     def _end(self, req: RequestRun, error: Abort | None) -> None:
         if req.ended:
             return
@@ -240,11 +230,11 @@ class ConductorCore:
                 with contextlib.suppress(Exception):  # closing must not mask the result
                     f.gen.close()
         self.active.pop(req.id, None)
-        self._promise(-1)
+        self.admission.promise(-1)
         if error is None:
-            self.outbox(CLIENT, Finished(req.id, True))
+            self.post.send(CLIENT, Finished(req.id, True))
         else:
-            self.outbox(
+            self.post.send(
                 CLIENT,
                 Finished(
                     req.id,
@@ -260,12 +250,12 @@ class ConductorCore:
         reason = "finished" if error is None else error.kind
         ranks = range(self.spec.world_size) if error is not None else sorted(req.holds)
         for r in ranks:
-            self.outbox(r, Release(req.id, reason))
+            self.post.send(r, Release(req.id, reason))
         self._session_ended(req.id, ok=error is None)
         self._admit()
 
     def _admit(self) -> None:
-        while self.queue and len(self.active) < self.max_concurrent and self._fits():
+        while self.queue and self.admission.room(len(self.active)):
             rid, (request, _) = self.queue.popitem(last=False)
             self._start(rid, request)
 
@@ -277,15 +267,8 @@ class ConductorCore:
     def _forget(self, session: str) -> None:
         """Every rank frees ``session``'s kept pages."""
         for r in range(self.spec.world_size):
-            self.outbox(r, ForgetSession(session))
-
-    def drop_session(self, session: str) -> bool:
-        """Forget ``session`` (`DELETE /v1/sessions/{id}`); whether it was kept."""
-        if not self.sessions.drop(session):
-            return False
-        self._forget(session)
-        return True
+            self.post.send(r, ForgetSession(session))
 
     def _finish_queued(self, rid: str, kind: FailKind, message: str) -> None:
         self._session_ended(rid, ok=False)
-        self.outbox(CLIENT, Finished(rid, False, kind, message))
+        self.post.send(CLIENT, Finished(rid, False, kind, message))

@@ -12,14 +12,18 @@ the request.
 `StreamSpec.done_after_flows` that runs has ended (`StreamDone` to the owner). It is abandoned
 (`StreamAbandon`: items are accepted and dropped, the producer never stalls) once none of its
 `StreamSpec.consumer_flows` runs.
+
+`Flows` keeps the plan's streams and which flow runs for each stream's chunks; a request's flow
+runs (`FlowRun`) and stream bookkeeping live in its `RequestRun`.
 """
 
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Generator
+from typing import TYPE_CHECKING, Any
 
-from wgc_runtime.contract.conductor import FlowSpec
+from wgc_runtime.contract.conductor import ConductorSpec, FlowSpec
 from wgc_runtime.contract.flow import Fail, Request, RunWalk
 from wgc_runtime.contract.kinds import FailKind, FlowKind
 from wgc_runtime.contract.messages import (
@@ -28,17 +32,17 @@ from wgc_runtime.contract.messages import (
     StreamAbandon,
     StreamDone,
 )
-from wgc_runtime.core.conductor.state import (
-    Abort,
-    FlowRun,
-    RequestRun,
-)
+from wgc_runtime.core.conductor.state import Abort, FlowRun, RequestRun
+from wgc_runtime.core.post import Post
 
 if TYPE_CHECKING:
-    from wgc_runtime.core.conductor.core import ConductorCore
+    from wgc_runtime.core.conductor.walks import Walks
+
+End = Callable[[RequestRun, Abort | None], None]
 
 
-def _runs(f: FlowSpec, request: Request) -> bool:
+def runs(f: FlowSpec, request: Request) -> bool:
+    """Whether flow ``f`` runs for ``request`` (a ``when`` flow: its condition holds)."""
     if f.kind is not FlowKind.WHEN:
         return True
     try:
@@ -47,7 +51,8 @@ def _runs(f: FlowSpec, request: Request) -> bool:
         raise Abort(FailKind.FLOW, f"flow `{f.name}`: condition raised {exc!r}", f.name) from exc
 
 
-def _generator(f: FlowSpec, request: Request):
+def generator(f: FlowSpec, request: Request) -> Generator[Any, Any, Any]:
+    """The flow's body started for ``request`` (an ``extern`` flow: imported first)."""
     if f.kind is FlowKind.EXTERN:
         module, _, fn = (f.extern or "").partition(":")
         try:
@@ -61,89 +66,121 @@ def _generator(f: FlowSpec, request: Request):
     return f.body(request)
 
 
-def _resume(self: ConductorCore, req: RequestRun, flow: FlowRun) -> None:
-    """Run ``flow`` until it waits for a walk or ends."""
-    while not req.ended:
-        try:
-            step = next(flow.gen)
-        except StopIteration:
-            self._flow_body_ended(req, flow)
-            return
-        except Abort:
-            raise
-        except Exception as exc:
-            raise Abort(
-                FailKind.FLOW, f"flow `{flow.spec.name}` raised: {exc}", flow.spec.name
-            ) from exc
-        if isinstance(step, Fail):
-            raise Abort(FailKind.FAIL, step.message, flow.spec.name)
-        if not isinstance(step, RunWalk):
-            raise Abort(FailKind.FLOW, f"flow `{flow.spec.name}` yielded {step!r}", flow.spec.name)
-        self._launch(req, flow, step)
-        return
+class Flows:
+    """Runs requests' flows (see the module docstring)."""
 
+    walks: Walks
+    end: End
 
-def _flow_body_ended(self: ConductorCore, req: RequestRun, flow: FlowRun) -> None:
-    flow.gen = None
-    if flow.spec.kind is FlowKind.ON_STREAM and flow.current is not None:
-        chunk, flow.current = flow.current, None
-        self._send_skip(req, chunk)
-        if chunk.final:
-            self._flow_ended(req, flow)
-        else:
-            flow.index += 1
-            self._pump_stream_flow(req, flow)
-        return
-    self._flow_ended(req, flow)
+    def __init__(self, spec: ConductorSpec, post: Post) -> None:
+        self.spec = spec
+        self.post = post
+        self.on_stream = {f.stream: f.name for f in spec.flows if f.kind is FlowKind.ON_STREAM}
+        self.owner = {s.name: s.owner for s in spec.streams}
 
+    def connect(self, walks: Walks, end: End) -> None:
+        """Where a flow's `RunWalk` goes, and how a request ends."""
+        self.walks, self.end = walks, end
 
-def _flow_ended(self: ConductorCore, req: RequestRun, flow: FlowRun) -> None:
-    flow.done = True
-    self._update_streams(req)
-    self._maybe_done(req)
-
-
-def _pump_stream_flow(self: ConductorCore, req: RequestRun, flow: FlowRun) -> None:
-    """Run an ``on_stream`` flow's body for every ready chunk, in order."""
-    while not req.ended and not flow.done and flow.current is None:
-        chunk = flow.chunks.pop(flow.index, None)
-        if chunk is None:
-            return
-        if chunk.empty:  # nothing to process; an empty final chunk only ends the flow
-            self._send_skip(req, chunk)
-            if chunk.final:
-                self._flow_ended(req, flow)
+    def start(self, req: RequestRun) -> None:
+        """Start every flow of the request that runs."""
+        for f in self.spec.flows:
+            if runs(f, req.request):
+                req.flows[f.name] = FlowRun(f)
+        self.update_streams(req)
+        for flow in list(req.flows.values()):
+            if req.ended:
                 return
-            flow.index += 1
-            continue
-        flow.current = chunk
-        flow.gen = self._generator(flow.spec, req.request)
-        self._resume(req, flow)
+            if flow.spec.kind is FlowKind.ON_STREAM:
+                self.pump(req, flow)
+            else:
+                flow.gen = generator(flow.spec, req.request)
+                self.resume(req, flow)
+        self.maybe_done(req)
 
+    def resume(self, req: RequestRun, flow: FlowRun) -> None:
+        """Run ``flow`` until it waits for a walk or ends."""
+        while not req.ended:
+            try:
+                step = next(flow.gen)
+            except StopIteration:
+                self.body_ended(req, flow)
+                return
+            except Abort:
+                raise
+            except Exception as exc:
+                raise Abort(
+                    FailKind.FLOW, f"flow `{flow.spec.name}` raised: {exc}", flow.spec.name
+                ) from exc
+            if isinstance(step, Fail):
+                raise Abort(FailKind.FAIL, step.message, flow.spec.name)
+            if not isinstance(step, RunWalk):
+                raise Abort(
+                    FailKind.FLOW, f"flow `{flow.spec.name}` yielded {step!r}", flow.spec.name
+                )
+            self.walks.launch(req, flow, step)
+            return
 
-def _send_skip(self: ConductorCore, req: RequestRun, chunk: ChunkReady) -> None:
-    owner = self._stream_owner(chunk.stream)
-    if owner is not None:
-        self.outbox(owner, SkipChunk(req.id, chunk.stream, chunk.index))
+    def body_ended(self, req: RequestRun, flow: FlowRun) -> None:
+        flow.gen = None
+        if flow.spec.kind is FlowKind.ON_STREAM and flow.current is not None:
+            chunk, flow.current = flow.current, None
+            self.send_skip(req, chunk)
+            if chunk.final:
+                self.flow_ended(req, flow)
+            else:
+                flow.index += 1
+                self.pump(req, flow)
+            return
+        self.flow_ended(req, flow)
 
+    def flow_ended(self, req: RequestRun, flow: FlowRun) -> None:
+        flow.done = True
+        self.update_streams(req)
+        self.maybe_done(req)
 
-def _stream_owner(self: ConductorCore, name: str) -> int | None:
-    return next((s.owner for s in self.streams if s.name == name), None)
+    def on_chunk(self, req: RequestRun, msg: ChunkReady) -> None:
+        """A chunk of a stream is ready on its owner: the stream's flow may run for it."""
+        flow_name = self.on_stream.get(msg.stream)
+        flow = req.flows.get(flow_name) if flow_name else None
+        if flow is not None and not flow.done:
+            flow.chunks[msg.index] = msg
+            self.pump(req, flow)
 
+    def pump(self, req: RequestRun, flow: FlowRun) -> None:
+        """Run an ``on_stream`` flow's body for every ready chunk, in order."""
+        while not req.ended and not flow.done and flow.current is None:
+            chunk = flow.chunks.pop(flow.index, None)
+            if chunk is None:
+                return
+            if chunk.empty:  # nothing to process; an empty final chunk only ends the flow
+                self.send_skip(req, chunk)
+                if chunk.final:
+                    self.flow_ended(req, flow)
+                    return
+                flow.index += 1
+                continue
+            flow.current = chunk
+            flow.gen = generator(flow.spec, req.request)
+            self.resume(req, flow)
 
-def _maybe_done(self: ConductorCore, req: RequestRun) -> None:
-    if not req.ended and all(f.done for f in req.flows.values()):
-        self._end(req, None)
+    def send_skip(self, req: RequestRun, chunk: ChunkReady) -> None:
+        owner = self.owner.get(chunk.stream)
+        if owner is not None:
+            self.post.send(owner, SkipChunk(req.id, chunk.stream, chunk.index))
 
+    def maybe_done(self, req: RequestRun) -> None:
+        if not req.ended and all(f.done for f in req.flows.values()):
+            self.end(req, None)
 
-def _update_streams(self: ConductorCore, req: RequestRun) -> None:
-    running = {n for n, f in req.flows.items() if not f.done}
-    for s in self.streams:
-        if s.name not in req.streams_done and not (set(s.done_after_flows) & running):
-            req.streams_done.add(s.name)
-            self.outbox(s.owner, StreamDone(req.id, s.name))
-        if s.name in req.streams_abandoned:
-            continue
-        if not (set(s.consumer_flows) & running):
-            req.streams_abandoned.add(s.name)
-            self.outbox(s.owner, StreamAbandon(req.id, s.name))
+    def update_streams(self, req: RequestRun) -> None:
+        running = {n for n, f in req.flows.items() if not f.done}
+        for s in self.spec.streams:
+            if s.name not in req.streams_done and not (set(s.done_after_flows) & running):
+                req.streams_done.add(s.name)
+                self.post.send(s.owner, StreamDone(req.id, s.name))
+            if s.name in req.streams_abandoned:
+                continue
+            if not (set(s.consumer_flows) & running):
+                req.streams_abandoned.add(s.name)
+                self.post.send(s.owner, StreamAbandon(req.id, s.name))

@@ -120,7 +120,9 @@ class CapturedSteps:
     def build(self, progress: Progress | None = None) -> CaptureReport:
         """Make and capture a runner for every capturable call whose node offers a step."""
         pieces = {p.walk: p for p in self.spec.pieces}
-        done, skipped, calls = [], [], 0
+        done: list[tuple[str, tuple[int, ...], float]] = []
+        skipped: list[tuple[str, str]] = []
+        calls = 0
         t_all = time.perf_counter()
         for cap in self.spec.captures:
             piece = pieces.get(cap.walk)
@@ -191,7 +193,7 @@ class CapturedSteps:
         prefix = f"{call.id}#"
         ports = tuple(p for p in cap.ports if p[0].startswith(prefix))
         sub = replace(cap, calls=(call.id,), ports=ports)
-        units = []
+        units: list[CapturedUnit] = []
         for i, step in enumerate(forms):
             extra = {
                 name: StaticBuffer(tuple(sp.dims), DTYPES[sp.dtype], sp.pad)

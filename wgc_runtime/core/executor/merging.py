@@ -8,22 +8,27 @@ a walk also takes the ready calls of the copies in that walk (a CFG branch's pas
 context (node name, KV handle, state), its own output check and its own routing; the batch's
 time is shared among the nodes by their rows in `NodeStats`. A merged batch never runs a
 captured step (a captured unit is planned per call).
+
+`Merger` owns the map of merging nodes to their owner and, per ready queue, the queues that
+join its batches.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from wgc_runtime.contract.node import Node
+from wgc_runtime.contract.node import Node, Work
 from wgc_runtime.contract.spec import RankSpec
+from wgc_runtime.core.executor.state import Inst, PieceIndex
 
 if TYPE_CHECKING:
-    from wgc_runtime.core.executor.core import RankExecutor
+    from wgc_runtime.core.executor.batching import Batcher
 
 Key = tuple[str, int]  # (walk, call id): a queue of ready instances
 
 
-def owners(rank: RankSpec, nodes: dict[str, Node]) -> dict[str, str]:
+def owners(rank: RankSpec, nodes: Mapping[str, Node]) -> dict[str, str]:
     """Node -> the node whose batches take its calls: every copy that may merge, and its
     owner, both mapped to the owner (nodes that do not merge are absent)."""
     out: dict[str, str] = {}
@@ -39,32 +44,49 @@ def owners(rank: RankSpec, nodes: dict[str, Node]) -> dict[str, str]:
     return out
 
 
-def _siblings(self: RankExecutor, key: Key) -> tuple[Key, ...]:
-    """The other queues of ``key``'s walk whose calls merge into the same owner's batches."""
-    found = self._siblings_of.get(key)
-    if found is None:
-        walk, cid = key
-        piece = self.pieces.get(walk)
-        unit = piece.units.get(cid) if piece is not None else None
-        owner = self.merge_owner.get(getattr(unit, "node", "") or "")
-        found = ()
-        if piece is not None and owner is not None:
-            found = tuple(
-                (walk, c.id)
-                for c in piece.spec.calls
-                if c.id != cid and self.merge_owner.get(c.node) == owner
-            )
-        self._siblings_of[key] = found
-    return found
+class Merger:
+    """The rank's merging copies (see the module docstring)."""
 
+    def __init__(
+        self,
+        rank: RankSpec,
+        nodes: Mapping[str, Node],
+        pieces: dict[str, PieceIndex],
+        batcher: Batcher,
+    ) -> None:
+        self.owner = owners(rank, nodes)  # node -> the node whose batches take its calls
+        self.pieces = pieces
+        self.batcher = batcher
+        self.siblings_of: dict[Key, tuple[Key, ...]] = {}
 
-def take_merged(self: RankExecutor, key: Key, batch: list) -> list:
-    """``batch`` (taken from ``key``'s queue) and the ready calls of its siblings' queues."""
-    for other in _siblings(self, key):
-        insts = self._ready.pop(other, None)
-        if not insts:
-            continue
-        batch = batch + self._take_batch(insts)
-        if insts:
-            self._ready[other] = insts  # the rest waits for a later step
-    return batch
+    def siblings(self, key: Key) -> tuple[Key, ...]:
+        """The other queues of ``key``'s walk whose calls merge into the same owner's
+        batches."""
+        found = self.siblings_of.get(key)
+        if found is None:
+            walk, cid = key
+            piece = self.pieces.get(walk)
+            unit = piece.units.get(cid) if piece is not None else None
+            owner = self.owner.get(getattr(unit, "node", "") or "")
+            found = ()
+            if piece is not None and owner is not None:
+                found = tuple(
+                    (walk, c.id)
+                    for c in piece.spec.calls
+                    if c.id != cid and self.owner.get(c.node) == owner
+                )
+            self.siblings_of[key] = found
+        return found
+
+    def take_merged(self, key: Key, batch: list[tuple[Inst, Work]]) -> list[tuple[Inst, Work]]:
+        """``batch`` (taken from ``key``'s queue) and the ready calls of its siblings'
+        queues."""
+        ready = self.batcher.ready
+        for other in self.siblings(key):
+            insts = ready.pop(other, None)
+            if not insts:
+                continue
+            batch = batch + self.batcher.take(insts)
+            if insts:
+                ready[other] = insts  # the rest waits for a later step
+        return batch

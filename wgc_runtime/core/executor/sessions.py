@@ -21,18 +21,15 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from wgc_runtime.contract.flow import SESSION_OPTION
 from wgc_runtime.contract.kinds import Engine, FailKind
 from wgc_runtime.contract.messages import ForgetSession
 from wgc_runtime.contract.spec import RankSpec
 from wgc_runtime.core.conductor.admission import parked_pages
-from wgc_runtime.core.executor.state import RequestAbort, RequestState, WalkRun
+from wgc_runtime.core.executor.state import RequestAbort, RequestState, WalkRun, new_dict
 from wgc_runtime.engines.kv_pools import KvPools
-
-if TYPE_CHECKING:
-    from wgc_runtime.core.executor.core import RankExecutor
 
 
 class SessionBusy(RuntimeError):
@@ -51,7 +48,7 @@ class Parked:
     """One parked session: its pages per pool key, its nodes' state, and when it was used."""
 
     pages: dict[str, int]
-    node_state: dict[str, dict[str, Any]] = field(default_factory=dict)
+    node_state: dict[str, dict[str, Any]] = field(default_factory=new_dict)
     used: float = 0.0
 
 
@@ -154,39 +151,48 @@ class Sessions:
 # ---------------------------------------------------------------- the executor's part
 
 
-def begin_session(self: RankExecutor, w: WalkRun) -> None:
-    """The request's first walk here names a session (`SESSION_OPTION`): its kept pages and
-    kv nodes' state become the request's own."""
-    session = w.options.get(SESSION_OPTION)
-    if session is None or w.req.session is not None:
-        return
-    if not self.sessions.enabled:
-        raise RequestAbort(
-            FailKind.REJECTED, "the placement keeps no sessions (`sessions:`)", w.walk
-        )
-    try:
-        kept = self.sessions.adopt(str(session), w.req.id)
-    except SessionBusy as exc:
-        raise RequestAbort(FailKind.BUSY, str(exc), w.walk) from None
-    w.req.session = str(session)
-    for name, st in kept.items():
-        w.req.node_state.setdefault(name, {}).update(st)
+class RankSessions:
+    """The executor's side of sessions: the rank's `Sessions`, and which request runs which
+    session here (adopted at its first walk, parked or dropped at its end)."""
 
+    def __init__(self, sessions: Sessions, engines: dict[str, Engine]) -> None:
+        self.sessions = sessions
+        self.engines = engines
+        self.of_request: dict[str, str] = {}  # request -> the session it runs, once adopted
 
-def park_session(self: RankExecutor, req: RequestState) -> None:
-    """The request of a session ended: the session keeps its pages and kv nodes' state."""
-    assert req.session is not None
-    kept = {n: st for n, st in req.node_state.items() if self.engines.get(n) is Engine.KV_CACHE}
-    self.sessions.park(req.session, req.id, kept)
+    def begin(self, w: WalkRun) -> None:
+        """The request's first walk here names a session (`SESSION_OPTION`): its kept pages
+        and kv nodes' state become the request's own."""
+        session = w.options.get(SESSION_OPTION)
+        if session is None or w.req.id in self.of_request:
+            return
+        if not self.sessions.enabled:
+            raise RequestAbort(
+                FailKind.REJECTED, "the placement keeps no sessions (`sessions:`)", w.walk
+            )
+        try:
+            kept = self.sessions.adopt(str(session), w.req.id)
+        except SessionBusy as exc:
+            raise RequestAbort(FailKind.BUSY, str(exc), w.walk) from None
+        self.of_request[w.req.id] = str(session)
+        for name, st in kept.items():
+            w.req.node_state.setdefault(name, {}).update(st)
 
+    def end(self, req: RequestState) -> None:
+        """The request ended: its session, if it runs one, keeps its pages and kv nodes'
+        state."""
+        session = self.of_request.pop(req.id, None)
+        if session is None:
+            return
+        kept = {n: st for n, st in req.node_state.items() if self.engines.get(n) is Engine.KV_CACHE}
+        self.sessions.park(session, req.id, kept)
 
-def drop_session(self: RankExecutor, req: RequestState | None) -> None:
-    """The request failed: its session is forgotten with it."""
-    if req is not None and req.session is not None:
-        self.sessions.drop(req.session, req.id)
-        req.session = None
+    def drop(self, request: str) -> None:
+        """The request failed: its session is forgotten with it."""
+        session = self.of_request.pop(request, None)
+        if session is not None:
+            self.sessions.drop(session, request)
 
-
-def on_forget_session(self: RankExecutor, m: ForgetSession) -> None:
-    """The conductor forgot the session (evicted, deleted, or its request failed)."""
-    self.sessions.drop(m.session)
+    def on_forget(self, m: ForgetSession) -> None:
+        """The conductor forgot the session (evicted, deleted, or its request failed)."""
+        self.sessions.drop(m.session)

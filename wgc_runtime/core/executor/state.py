@@ -12,19 +12,33 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import torch
 
 from wgc_runtime.contract.kinds import Cause, Edge, FailKind
-from wgc_runtime.contract.messages import Message
 from wgc_runtime.contract.spec import Dest, LoopSpec, PieceSpec, PortIn, Unit
 from wgc_runtime.core.streams import StreamBuffer
 
-Outbox = Callable[[int, Message], None]
-
 MISSING = object()
+# an effect of a speculative iteration, held until it is confirmed: (loops, iterations, action)
+Held = tuple[tuple[str, ...], tuple[int, ...], Callable[[], None]]
+# a stream push parked behind an earlier producer: (order key, streams, start)
+ParkedPush = tuple[tuple[int, ...], frozenset[str], Callable[[], None]]
+# a walk run's values of one kind: (unit, port) -> iteration key -> value
+Stores = dict[tuple[int, str], dict[tuple[int, ...], Any]]
+# an item waiting for room in a stream buffer: (seq, src rank, item, continuation or None)
+Waiting = tuple[int, int, Any, Callable[[], None] | None]
+# a push waiting for a credit: (walk run, item, continuation)
+Blocked = tuple["WalkRun", Any, Callable[[], None]]
 AFTER_LOOP = (Edge.TERMINAL, Edge.ACCUMULATED)  # edges whose value travels after its loop
+
+# typed default factories for the records' fields (the builtins themselves: a subscripted
+# ``dict[K, V]()`` costs ~8x a ``dict()``, and walk runs are made on the hot path)
+new_dict = cast("Callable[[], dict[Any, Any]]", dict)
+new_set = cast("Callable[[], set[Any]]", set)
+new_deque = cast("Callable[[], deque[Any]]", deque)
+new_list = cast("Callable[[], list[Any]]", list)
 
 
 class RequestAbort(Exception):
@@ -120,13 +134,17 @@ class LoopRun:
     completed: int = -1  # the last complete iteration (they complete in order)
     last: int | None = None  # the last iteration, once known
     ended: bool = False
-    stops: dict[int, bool] = field(default_factory=dict)
-    remaining: dict[int, int] = field(default_factory=dict)
-    held: dict[int, list] = field(default_factory=dict)  # speculative effects per iteration
-    on_start: dict[int, list] = field(default_factory=dict)  # carried emits / persists
-    yields: dict[tuple[int, str], Any] = field(default_factory=dict)  # terminal values
-    stacks: dict[tuple[int, str], list] = field(default_factory=dict)  # accumulated values
-    yield_dests: dict[tuple[int, str], dict[int, Dest]] = field(default_factory=dict)
+    stops: dict[int, bool] = field(default_factory=new_dict)
+    remaining: dict[int, int] = field(default_factory=new_dict)
+    # speculative effects per iteration
+    held: dict[int, list[Held]] = field(default_factory=new_dict)
+    # carried emits / persists
+    on_start: dict[int, list[Callable[[], None]]] = field(default_factory=new_dict)
+    # terminal values
+    yields: dict[tuple[int, str], Any] = field(default_factory=new_dict)
+    # accumulated values
+    stacks: dict[tuple[int, str], list[Any]] = field(default_factory=new_dict)
+    yield_dests: dict[tuple[int, str], dict[int, Dest]] = field(default_factory=new_dict)
 
     def confirmed(self, i: int) -> bool:
         """Iteration i is not speculative here (its parents' iterations aside)."""
@@ -140,56 +158,102 @@ class WalkRun:
     walk: str
     piece: PieceIndex
     flow: str = ""
-    options: dict[str, Any] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=new_dict)
     started: bool = False
-    values: dict[tuple[int, str], dict[tuple[int, ...], Any]] = field(default_factory=dict)
-    inits: dict[tuple[int, str], dict[tuple[int, ...], Any]] = field(default_factory=dict)
-    carried: dict[tuple[int, str], dict[tuple[int, ...], Any]] = field(default_factory=dict)
-    carried_loop: dict[tuple[int, str], str] = field(default_factory=dict)
-    loops: dict[tuple[str, tuple[int, ...]], LoopRun] = field(default_factory=dict)
-    early_stops: dict[tuple[str, tuple[int, ...]], dict[int, bool]] = field(default_factory=dict)
-    waiting: dict[int, dict[tuple[int, ...], Inst]] = field(default_factory=dict)
+    values: Stores = field(default_factory=new_dict)
+    inits: Stores = field(default_factory=new_dict)
+    carried: Stores = field(default_factory=new_dict)
+    carried_loop: dict[tuple[int, str], str] = field(default_factory=new_dict)
+    loops: dict[tuple[str, tuple[int, ...]], LoopRun] = field(default_factory=new_dict)
+    early_stops: dict[tuple[str, tuple[int, ...]], dict[int, bool]] = field(
+        default_factory=new_dict
+    )
+    waiting: dict[int, dict[tuple[int, ...], Inst]] = field(default_factory=new_dict)
     top_remaining: int = 0
     # stream pushes in statement order: producer instances that ran and have not finished
     # pushing (order key -> streams), and pushes parked behind an earlier one
-    pushing: dict[tuple[int, ...], frozenset[str]] = field(default_factory=dict)
-    parked: list = field(default_factory=list)
+    pushing: dict[tuple[int, ...], frozenset[str]] = field(default_factory=new_dict)
+    parked: list[ParkedPush] = field(default_factory=new_list)
     # stream items sent to another rank and not yet acknowledged; a walk whose units are done
     # reports `WalkDone` when they are (``done_pending`` until then)
     unacked: int = 0
     done_pending: bool = False
     # the ranks this walk run sent the walk's header to (`Dest.starts`: their pieces start on
     # their first value)
-    headed: set[int] = field(default_factory=set)
+    headed: set[int] = field(default_factory=new_set)
+
+
+@dataclass(eq=False, slots=True)
+class Inlet:
+    """One stream this rank owns, for one request (`streams.Streams`, owner side): its buffer,
+    the items waiting for room (seq, src rank, item, continuation or None), the last chunk index
+    the conductor was told of (`ChunkReady`), and whether its consumer node here learned the
+    request (`Node.expect`)."""
+
+    buf: StreamBuffer
+    pending: deque[Waiting] = field(default_factory=new_deque)
+    notified: int = -1
+    expected: bool = False
+
+    @property
+    def held(self) -> int:
+        """Items the buffer holds (what the worker's usage report shows)."""
+        return self.buf.held
+
+
+@dataclass(eq=False, slots=True)
+class Outlet:
+    """One (stream, owner rank) this rank pushes to, for one request (`streams.Streams`,
+    producer side): credits left, pushes waiting for one (walk run, item, continuation), the
+    walk runs of the items in flight (oldest first), and whether the request's header went
+    with an item already (the first one carries it)."""
+
+    credits: int
+    blocked: deque[Blocked] = field(default_factory=new_deque)
+    in_flight: deque[WalkRun] = field(default_factory=new_deque)
+    headed: bool = False
 
 
 @dataclass(eq=False)
 class RequestState:
+    """One request on this rank: its walk runs, the walk ids finished here, its nodes' state
+    dicts and KV handles, its persisted values, and its streams (owned here: `Inlet`; pushed to
+    another rank: `Outlet`). State moves in flight (`handoff.Handoff`) and its session
+    (`sessions.RankSessions`) are kept by their components, by request id."""
+
     id: str
-    node_state: dict[str, dict] = field(default_factory=dict)
-    session: str | None = None  # the session this request runs (`sessions`), once adopted
-    persisted: dict[tuple[str, str], Any] = field(default_factory=dict)  # (flow, channel)
-    walks: dict[int, WalkRun] = field(default_factory=dict)
-    finished_walks: set[int] = field(default_factory=set)
-    streams: dict[str, StreamBuffer] = field(default_factory=dict)
-    # owner side: items waiting for room, (seq, src rank, item, continuation or None)
-    stream_pending: dict[str, deque] = field(default_factory=dict)
-    notified: dict[str, int] = field(default_factory=dict)
-    # producer side, per (stream, owner rank): credits left, pushes waiting for one (walk run,
-    # item, continuation), and the walk runs of the items in flight, oldest first
-    credits: dict[tuple[str, int], int] = field(default_factory=dict)
-    blocked: dict[tuple[str, int], deque] = field(default_factory=dict)
-    in_flight: dict[tuple[str, int], deque] = field(default_factory=dict)
-    # the (stream, owner) pairs this rank sent the request's header to (its first item), and
-    # the streams whose consumer node here learned the request (`Node.expect`)
-    headed: set[tuple[str, int]] = field(default_factory=set)
-    expected: set[str] = field(default_factory=set)
-    # node states arriving from another group: (walk id, node, src rank) -> parts, and the
-    # part count once `StateEnd` said it
-    incoming: dict[tuple[int, str, int], dict[str, Any]] = field(default_factory=dict)
-    incoming_parts: dict[tuple[int, str, int], int] = field(default_factory=dict)
+    walks: dict[int, WalkRun] = field(default_factory=new_dict)
+    finished_walks: set[int] = field(default_factory=new_set)
+    node_state: dict[str, dict[str, Any]] = field(default_factory=new_dict)
     # the request's KV handle per kv-cache node (a view of the rank's pool: made once)
-    kv_handles: dict[str, Any] = field(default_factory=dict)
+    kv_handles: dict[str, Any] = field(default_factory=new_dict)
+    # (flow, channel)
+    persisted: dict[tuple[str, str], Any] = field(default_factory=new_dict)
+    streams: dict[str, Inlet] = field(default_factory=new_dict)
+    outlets: dict[tuple[str, int], Outlet] = field(default_factory=new_dict)
+
+
+def lookup(store: dict[tuple[int, ...], Any] | None, key: tuple[int, ...]) -> Any:
+    """The value under the longest prefix of ``key`` (a value bound outside some of the
+    consumer's loops is keyed by the loops it was bound in), or `MISSING`."""
+    if not store:
+        return MISSING
+    for k in range(len(key), -1, -1):
+        v = store.get(key[:k], MISSING)
+        if v is not MISSING:
+            return v
+    return MISSING
+
+
+def unconfirmed(
+    w: WalkRun, loops: tuple[str, ...], it: tuple[int, ...]
+) -> tuple[LoopRun, int] | None:
+    """The outermost speculative (loop run, iteration) of a chain of loops, or None."""
+    for k, name in enumerate(loops):
+        lr = w.loops.get((name, it[:k]))
+        if lr is not None and not lr.confirmed(it[k]):
+            return lr, it[k]
+    return None
 
 
 def truth(v: Any) -> bool:

@@ -65,7 +65,8 @@ class _Stream:
 
 
 def _cumulative(counts: list[int]) -> tuple[int, ...]:
-    out, total = [], 0
+    out: list[int] = []
+    total = 0
     for n in counts:
         total += n
         out.append(total)

@@ -7,12 +7,12 @@
    `wgc_runtime.host.transport.sockets`), its CURVE keys when the placement names hosts (or
    ``curve=True``; `wgc_runtime.host.transport.keys`) and a private folder (mode 0700) for the
    processes' ``ipc://`` sockets, and binds the launcher's own inbox;
-2. starts the conductor and every worker (`children`: spawned here with multiprocessing's
-   ``spawn`` context; the Ray launcher places workers on other machines); each binds its inbox
-   and says hello; the launcher sends everybody the address table;
+2. starts the conductor and every worker (`spawning`; `children`: spawned here with
+   multiprocessing's ``spawn`` context; the Ray launcher places workers on other machines); each
+   binds its inbox and says hello; the launcher sends everybody the address table;
 3. shows progress while workers import their nodes and warm up, and waits (with a deadline)
-   until all are ready. A child that dies or fails to load ends the start with its message.
-   The ready line says where the time went: before the launcher started (the CLI and the
+   until all are ready (`readiness`). A child that dies or fails to load ends the start with its
+   message. The ready line says where the time went: before the launcher started (the CLI and the
    compile), until the slowest process was up (interpreter and imports: torch), and loading
    (nodes, captured steps); every process's own times follow.
 
@@ -45,19 +45,16 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from wgc_runtime.contract import control as c
-from wgc_runtime.host.loading import DeploymentError, load_conductor
-from wgc_runtime.host.processes import entry, ray_launcher
+from wgc_runtime.host.loading import load_conductor
+from wgc_runtime.host.processes import ray_launcher
 from wgc_runtime.host.processes.children import Child, LocalChild, ending, stop_children
-from wgc_runtime.host.processes.external import (
-    ExternalChild,
-    ExternalWorkers,
-    never_joined,
-    write_join,
-)
+from wgc_runtime.host.processes.external import ExternalWorkers, write_join
+from wgc_runtime.host.processes.health import ChildDied, Health
+from wgc_runtime.host.processes.readiness import handshake, process_age, where_time_went
+from wgc_runtime.host.processes.spawning import boot_of, spawn_conductor, spawn_worker
 from wgc_runtime.host.processes.supervisor import RestartBudget, Supervisor, UsageQuery
 from wgc_runtime.host.scratch import private_dir
 from wgc_runtime.host.transport.control_codec import ControlCodec
@@ -78,50 +75,8 @@ Progress = Callable[[str], None]
 LAUNCHER_IN = (c.Hello, c.Progress, c.Ready, c.StartFailed, c.Usage)
 
 
-@dataclass(frozen=True, slots=True)
-class ChildDied:
-    who: str  # "rank 1" or "conductor"
-    exitcode: int | None
-    note: str = ""  # why it is final (a spent restart budget), if it is
-
-    def __str__(self) -> str:
-        code = self.exitcode
-        if code is not None and code < 0:
-            try:
-                how = f"killed by {signal.Signals(-code).name}"
-            except ValueError:
-                how = f"killed by signal {-code}"
-        else:
-            how = f"exit code {code}"
-        return f"{self.who} died ({how})" + (f"; {self.note}" if self.note else "")
-
-
-@dataclass(frozen=True, slots=True)
-class Health:
-    """``status``: ``ok`` (every process up), ``degraded`` (a worker is being restarted) or
-    ``down`` (a final failure, or not started); ``restarted``: restarts per process."""
-
-    status: str
-    restarting: tuple[str, ...] = ()
-    restarts: int = 0
-    failure: str | None = None
-    restarted: tuple[tuple[str, int], ...] = ()
-
-
 def _stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
-
-
-def process_age() -> float | None:
-    """Seconds since this process started (Linux), or None."""
-    try:
-        with open("/proc/self/stat", encoding="ascii") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        with open("/proc/uptime", encoding="ascii") as f:
-            uptime = float(f.read().split()[0])
-        return uptime - int(fields[19]) / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 class Cluster:
@@ -227,35 +182,21 @@ class Cluster:
             keys=self.keys,
             codec=ControlCodec(LAUNCHER_IN),
         )
-        self._boot = {
-            "parent": os.getpid(),
-            "launcher": self.mesh.address,
-            "launcher_ipc": self.mesh.ipc_address,
-            "launcher_host": own,
-            "plan_dir": self.plan_dir,
-            "arena": self.segment.spec(),
-            "secret": self.secret,  # through the spawn pipe, never over a socket
-            "keys": self.keys.boot() if self.keys else None,
-            "ipc_dir": self.ipc_dir,
-            "world": self.world,
-            "threads": self.threads,
-            "device": self.device,
-            "config": self.config,
-        }
+        self._boot = boot_of(self)
         if self.ray is not None:
             ray_launcher.connect(self.ray)
         if self.external is not None:
             plan = f"{self.spec.model} @ {self.spec.placement}"
             write_join(self.external.join_file, self._boot, self.hosts, plan)
-        self._spawn_conductor()
+        spawn_conductor(self)
         for r in range(self.world):
-            self._spawn_worker(r)
+            spawn_worker(self, r)
         spawned = time.monotonic()
         self.progress(
             f"wgc: starting {self.spec.model} @ {self.spec.placement}: conductor + "
             f"{self.world} worker{'s' if self.world != 1 else ''}"
         )
-        up, loaded = self._handshake(t0)
+        up, loaded = handshake(self, t0)
         total = time.monotonic() - t0
         self.timings = {
             "before_launcher": before or 0.0,
@@ -264,111 +205,11 @@ class Cluster:
             "loaded": max(loaded.values(), default=0.0),
             "ready": total,
         }
-        self.progress(f"wgc: ready in {total:.1f} s ({self._where_time_went(up, loaded)})")
+        went = where_time_went(self.timings["before_launcher"], up, loaded)
+        self.progress(f"wgc: ready in {total:.1f} s ({went})")
         self._supervisor = Supervisor(self, self.budget)
         self._supervisor.thread.start()  # it owns the mesh from here on
         return self
-
-    def _where_time_went(self, up: dict[str, float], loaded: dict[str, float]) -> str:
-        parts = []
-        before = self.timings["before_launcher"]
-        if before:
-            parts.append(f"{before:.1f} s before it: the CLI and the compile")
-        slowest = max(up, key=lambda k: up[k], default=None)
-        if slowest is not None:
-            parts.append(
-                f"processes up after {up[slowest]:.1f} s (interpreter and imports, torch; "
-                f"slowest: {slowest})"
-            )
-        last = max(loaded, key=lambda k: loaded[k], default=None)
-        if last is not None:
-            parts.append(f"loaded after {loaded[last]:.1f} s (nodes and captures; last: {last})")
-        return "; ".join(parts)
-
-    def _child_boot(self, who: str, host: str) -> dict[str, Any]:
-        bind = bind_address(host, self.hosts, self.listen)
-        return {**self._boot, "who": who, "host": host, "bind": bind}
-
-    def _spawn_conductor(self) -> None:
-        boot = self._child_boot("conductor", self.conductor_host)
-        self.procs["conductor"] = LocalChild(entry.conductor, boot, "wgc-conductor")
-
-    def _spawn_worker(self, rank: int) -> None:
-        """Start (or start again) rank ``rank``'s worker."""
-        host = self.host_of(rank)
-        boot = {**self._child_boot(f"rank {rank}", host), "rank": rank}
-        if self.external is not None:  # started by someone else: `wgc worker`
-            self.procs[f"rank {rank}"] = ExternalChild(self, rank)
-            return
-        if self.ray is None:
-            self.procs[f"rank {rank}"] = LocalChild(entry.worker, boot, f"wgc-rank{rank}")
-            return
-        if host != self.conductor_host:  # another machine: no shared memory, no ipc folder
-            boot.update(arena=None, ipc_dir=None)
-        self.procs[f"rank {rank}"] = ray_launcher.RayChild(boot, host, f"wgc-rank{rank}")
-
-    def _handshake(self, t0: float) -> tuple[dict[str, float], dict[str, float]]:
-        """Wait until every child is ready; when each was up (said hello) and loaded."""
-        assert self.mesh is not None
-        deadline = t0 + self.ready_timeout
-        up: dict[str, float] = {}
-        loaded: dict[str, float] = {}
-        sent_peers = False
-        while len(loaded) < len(self.procs):
-            self._check_alive()
-            self._check_joined(t0, up)
-            if time.monotonic() > deadline:
-                waiting = ", ".join(sorted(set(self.procs) - set(loaded)))
-                raise DeploymentError(
-                    f"not ready after {self.ready_timeout:.0f} s (still waiting for {waiting})"
-                )
-            for msg in self.mesh.poll(100):
-                if isinstance(msg, c.Hello):
-                    who = self._who(msg.who)
-                    up[who] = time.monotonic() - t0
-                    self.table[who] = c.PeerEntry(msg.who, msg.address, msg.host, msg.ipc)
-                    self.mesh.connect(msg.who, msg.address, msg.host, msg.ipc)
-                    if msg.client:
-                        self.client_address = msg.client
-                elif isinstance(msg, c.Progress):
-                    self.progress(f"  {self._who(msg.who)}: {msg.text}")
-                elif isinstance(msg, c.Ready):
-                    who = self._who(msg.who)
-                    loaded[who] = time.monotonic() - t0
-                    self.progress(
-                        f"  {who}: ready (up after {up.get(who, 0.0):.1f} s, then loaded in "
-                        f"{msg.seconds:.1f} s)"
-                    )
-                elif isinstance(msg, c.StartFailed):
-                    raise DeploymentError(f"{self._who(msg.who)} failed to start: {msg.error}")
-            if not sent_peers and len(self.table) == len(self.procs):
-                peers = c.Peers(tuple(self.table.values()))
-                for entry in self.table.values():
-                    self.mesh.send(entry.who, [peers])
-                sent_peers = True
-        return up, loaded
-
-    def _check_joined(self, t0: float, up: dict[str, float]) -> None:
-        """External workers (`external`): every rank said hello within the join timeout."""
-        ext = self.external
-        if ext is None or time.monotonic() <= t0 + ext.timeout:
-            return
-        if missing := sorted(set(self.procs) - set(up) - {"conductor"}, key=self._order):
-            raise DeploymentError(never_joined(ext, self, missing))
-
-    def _check_alive(self) -> None:
-        assert self.mesh is not None
-        for who, proc in self.procs.items():
-            if proc.exitcode is not None:
-                # a child that failed to load says why, then exits: its reason may still be
-                # on its way, and says more than "died"
-                until = time.monotonic() + 1.0
-                while time.monotonic() < until:
-                    for msg in self.mesh.poll(100):
-                        if isinstance(msg, c.StartFailed):
-                            who_ = self._who(msg.who)
-                            raise DeploymentError(f"{who_} failed to start: {msg.error}")
-                raise DeploymentError(f"{ChildDied(who, proc.exitcode)} while starting")
 
     # ------------------------------------------------------------------ serving
 

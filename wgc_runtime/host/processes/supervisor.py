@@ -33,6 +33,8 @@ from typing import TYPE_CHECKING
 import zmq
 
 from wgc_runtime.contract import control as c
+from wgc_runtime.host.processes.health import ChildDied
+from wgc_runtime.host.processes.spawning import spawn_worker
 
 if TYPE_CHECKING:
     from wgc_runtime.host.processes.launcher import Cluster
@@ -124,8 +126,6 @@ class Supervisor:
     # ---------------------------------------------------------------- deaths and restarts
 
     def on_death(self, who: str, exitcode: int | None) -> None:
-        from wgc_runtime.host.processes.launcher import ChildDied
-
         cluster = self.cluster
         if cluster._stopping:
             return
@@ -146,7 +146,7 @@ class Supervisor:
         self._tell_conductor(c.RankDied(who, str(died), True))
         cluster.progress(f"wgc: {died}; restarting it")
         try:
-            cluster._spawn_worker(int(who.split()[1]))
+            spawn_worker(cluster, int(who.split()[1]))
         except Exception as exc:
             cluster._fail(ChildDied(who, exitcode, f"it could not be started again: {exc}"))
 

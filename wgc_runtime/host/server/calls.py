@@ -32,7 +32,6 @@ from collections.abc import (
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-import torch
 from starlette.requests import Request as HttpRequest
 
 from wgc_runtime.contract import control as c
@@ -40,11 +39,15 @@ from wgc_runtime.contract import messages as m
 from wgc_runtime.contract.conductor import ConductorSpec
 from wgc_runtime.contract.flow import Segment
 from wgc_runtime.contract.kinds import Cause, FailKind
-from wgc_runtime.core.conductor.door import Problem, describe, dry_run
+from wgc_runtime.core.conductor.door import Problem, describe
 from wgc_runtime.host.admission import admit
 from wgc_runtime.host.audio import RateError, to_rate
 from wgc_runtime.host.inputs import InputError, Limits, check_value
 from wgc_runtime.host.server.access_log import is_logged, ran, record
+from wgc_runtime.host.server.conform import conform as conform  # its import path before the split
+from wgc_runtime.host.server.disconnects import chain as _chain
+from wgc_runtime.host.server.disconnects import disconnected as _disconnected
+from wgc_runtime.host.server.disconnects import empty as _empty
 from wgc_runtime.host.server.gateway import Gateway, Pending
 from wgc_runtime.host.server.metrics import Metrics
 from wgc_runtime.host.server.model import ModelInfo
@@ -369,42 +372,3 @@ async def until_disconnect(http: HttpRequest, work: Awaitable[T]) -> T:
             await task
         raise HttpError(499, "the client disconnected", code="disconnected")
     return task.result()
-
-
-async def _empty() -> AsyncIterator[Any]:
-    for x in ():
-        yield x
-
-
-async def _chain(head: Any, rest: AsyncGenerator[Any, None]) -> AsyncIterator[Any]:
-    try:
-        yield head
-        async for x in rest:
-            yield x
-    finally:
-        await rest.aclose()
-
-
-def conform(spec: ConductorSpec, segments: list[Segment], want: list[str]) -> list[Segment]:
-    """Segments shaped for the walk inputs they feed where only leading dims are missing (an
-    image ``u8[H, W, 3]`` fed to ``u8[F, H, W, 3]`` becomes one frame): the OpenAI routes send
-    a picture, not the model's layout."""
-    out = list(segments)
-    for feed in dry_run(spec, spec.request(segments, want)).feeds:
-        seg = out[feed.index]
-        data = seg.data
-        if feed.field is not None or feed.type is None or not isinstance(data, torch.Tensor):
-            continue
-        missing = len(feed.type.dims) - data.dim()
-        if missing > 0 and all(d == 1 or isinstance(d, str) for d in feed.type.dims[:missing]):
-            shaped = data.reshape((1,) * missing + tuple(data.shape))
-            out[feed.index] = Segment(seg.modality, shaped, seg.fields)
-    return out
-
-
-async def _disconnected(http: HttpRequest) -> None:
-    """Returns when the client has gone away."""
-    while True:
-        msg = await http.receive()
-        if msg["type"] == "http.disconnect":
-            return

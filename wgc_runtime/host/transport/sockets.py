@@ -53,29 +53,54 @@ sleeps.
 Transport messages (`ArenaFree`: arena releases) are handled here and never reach the cores. A
 send never blocks forever: every socket has a send timeout and a full queue to a peer raises
 `TransportError`.
+
+Where it lives: `Mesh` here (its wiring and sending; its receiving half is `receiving`), how a
+socket is made in `endpoints`, the client port in `client_port`. The names this module had
+before it was split import from here as before.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hmac
-import ipaddress
-import os
-import secrets
-import socket
-import sys
-import tempfile
 import time
-from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import zmq
 
-from wgc_runtime.contract.control import CLIENT_IN, CLIENT_OUT, INBOX, ArenaFree, PeerEntry
+from wgc_runtime.contract.control import INBOX, ArenaFree, PeerEntry
 from wgc_runtime.contract.messages import Message
-from wgc_runtime.host.transport import cutoff
+from wgc_runtime.host.transport.client_port import (
+    CLIENT_FRAME_BYTES,
+    HEARTBEAT_MS,
+    HEARTBEAT_TIMEOUT_MS,
+    ClientPort,
+    client_name,
+)
+from wgc_runtime.host.transport.endpoints import (
+    HWM,
+    LOOPBACK,
+    MAX_FRAME_BYTES,
+    NOBLOCK,
+    POLLIN,
+    SEND_TIMEOUT_MS,
+    WILDCARD,
+    FrameCodec,
+    IpcPath,
+    Peer,
+    TransportError,
+    bind_address,
+    default_codec,
+    is_loopback,
+    named_hosts,
+    new_secret,
+    peer_label,
+    tune,
+    watch,
+)
 from wgc_runtime.host.transport.guard import PeerGuard
-from wgc_runtime.host.transport.keys import CLIENT_DOMAIN, INBOX_DOMAIN, Keys
+from wgc_runtime.host.transport.keys import INBOX_DOMAIN, Keys
+from wgc_runtime.host.transport.receiving import INBOX_EVERY_S, RECUT_S, RINGS, Receiving
 from wgc_runtime.host.transport.ring import RingFull
 from wgc_runtime.host.transport.tuning import TUNING, Tuning
 
@@ -83,114 +108,33 @@ if TYPE_CHECKING:
     from wgc_runtime.host.transport.arena import Arena
     from wgc_runtime.host.transport.ring import Rings
 
-LOOPBACK = {"127.0.0.1", "localhost", "::1", ""}
-WILDCARD = {"0.0.0.0", "*", "::"}
-SEND_TIMEOUT_MS = 5000
-HWM = 100_000
-HEARTBEAT_MS = 2000  # ZMTP pings on the client port: a client whose host vanished is dropped
-HEARTBEAT_TIMEOUT_MS = 6000
-# ZMQ_MAXMSGSIZE of every socket: between processes of the deployment (a tensor too large for
-# the arena travels inline), and from a client (a request's frames: its JSON body is at most
-# `Limits.request_bytes`, 64 MiB, and decodes to no more than 4x that as tensors)
-MAX_FRAME_BYTES = 1 << 32
-CLIENT_FRAME_BYTES = 256 << 20
-RECUT_S = 1.0  # a cut-off peer that reconnected is looked for again at most this often
-
-Peer = int | str  # a rank, "conductor" or "launcher"
-RINGS = "rings"  # the event `Mesh.wait` reports for a record waiting in a ring
-INBOX_EVERY_S = 0.01  # how often a process whose data peers are all on rings looks at its inbox
-
-# plain ints: pyzmq's enum flags cost a Python-level `Flag.__and__` (~1 µs) per use on the hot path
-_EVENTS, _POLLIN, _RCVMORE = int(zmq.EVENTS), int(zmq.POLLIN), int(zmq.RCVMORE)
-_NOBLOCK = int(zmq.NOBLOCK)
-
-
-class TransportError(RuntimeError):
-    """A peer cannot be reached (its queue is full past the send deadline, or it is gone)."""
-
-
-class FrameCodec(Protocol):
-    """What a mesh encodes and decodes with (`codec.Codec`; the launcher's is tensor-free)."""
-
-    def encode(self, msg: Any, place: Any = None) -> list[Any]: ...
-
-    def decode(self, frames: Sequence[Any], resolve: Any = None) -> Any: ...
+__all__ = [
+    "CLIENT_FRAME_BYTES",
+    "HEARTBEAT_MS",
+    "HEARTBEAT_TIMEOUT_MS",
+    "HWM",
+    "INBOX_EVERY_S",
+    "LOOPBACK",
+    "MAX_FRAME_BYTES",
+    "RECUT_S",
+    "RINGS",
+    "SEND_TIMEOUT_MS",
+    "WILDCARD",
+    "ClientPort",
+    "FrameCodec",
+    "Mesh",
+    "Peer",
+    "TransportError",
+    "bind_address",
+    "client_name",
+    "is_loopback",
+    "named_hosts",
+    "new_secret",
+    "watch",
+]
 
 
-_S = TypeVar("_S", bound=zmq.Socket)
-
-
-def watch(sock: _S, events: int) -> _S:
-    """``sock.get_monitor_socket(events)`` at an inproc address of its own. pyzmq's default names
-    the address by the socket's file descriptor, and a closed socket's monitor endpoint can
-    outlive the descriptor (libzmq's reaper unbinds it later), so a new socket reusing the
-    number could not be watched ("Address already in use": seen with many clients in threads)."""
-    addr = f"inproc://wgc-monitor-{secrets.token_hex(8)}"
-    return cast(_S, sock.get_monitor_socket(events, addr=addr))  # asyncio in, asyncio out
-
-
-def is_loopback(host: str) -> bool:
-    return host in LOOPBACK
-
-
-def named_hosts(hosts: Iterable[str]) -> bool:
-    """Whether a placement's hosts name any machine but this one's loopback."""
-    return not all(is_loopback(h) for h in hosts)
-
-
-def bind_address(own: str, hosts: Iterable[str], listen: str | None = None) -> str:
-    """The interface a process on host ``own`` binds: ``listen`` when given (``0.0.0.0`` is the
-    only way to get every interface), loopback when no host is named, else ``own`` resolved to
-    an address (ZeroMQ binds addresses and interface names, not host names)."""
-    if listen:
-        return "0.0.0.0" if listen in WILDCARD else _resolve(listen)
-    if not named_hosts(hosts):
-        return "127.0.0.1"
-    if own in WILDCARD:
-        raise TransportError(
-            f"`{own}` is not a host: name the machine a rank runs on (to listen on every "
-            "interface, ask for it with `listen`)"
-        )
-    return _resolve(own)
-
-
-def _resolve(host: str) -> str:
-    try:
-        ipaddress.ip_address(host)
-        return host
-    except ValueError:
-        pass
-    try:
-        return socket.gethostbyname(host)
-    except OSError as exc:
-        raise TransportError(f"cannot bind to host `{host}`: {exc}") from None
-
-
-def _tune(sock: zmq.Socket, send: bool) -> None:
-    sock.setsockopt(zmq.LINGER, 0)
-    sock.setsockopt(zmq.MAXMSGSIZE, MAX_FRAME_BYTES)  # a peer's frame past it: dropped, unread
-    if send:
-        sock.setsockopt(zmq.SNDHWM, HWM)
-        sock.setsockopt(zmq.SNDTIMEO, SEND_TIMEOUT_MS)
-    else:
-        sock.setsockopt(zmq.RCVHWM, HWM)
-
-
-def _peer_name(frame: Any) -> str:
-    """The sender of a received ``zmq.Frame``, as ZeroMQ names it (``Peer-Address``)."""
-    try:
-        return str(frame.get("Peer-Address")) or "a local peer"
-    except (zmq.ZMQError, AttributeError, UnicodeDecodeError):
-        return "an unknown peer"
-
-
-def _default_codec(accepts: Sequence[type]) -> FrameCodec:
-    from wgc_runtime.host.transport.codec import Codec  # torch: not for the launcher
-
-    return Codec(accepts)
-
-
-class Mesh:
+class Mesh(Receiving):
     """One process's sockets: its inbox and its outgoing pipes to peers.
 
     ``me`` names this process; ``host`` is its host; ``bind`` the interface it listens on
@@ -225,10 +169,10 @@ class Mesh:
         # the deployment's secret: the first frame of every message, checked on receipt
         self.secret = secret if secret is not None else new_secret()
         self.inbox = self.ctx.socket(zmq.PULL)
-        _tune(self.inbox, send=False)
+        tune(self.inbox, send=False)
         if keys is not None:
             keys.serve(self.inbox, INBOX_DOMAIN)
-        self._ipc = _IpcPath(me, ipc_dir) if self.tuning.ipc else None
+        self._ipc = IpcPath(me, ipc_dir) if self.tuning.ipc else None
         self.ipc_address = self._ipc.bind(self.inbox) if self._ipc is not None else None
         if tcp is None:
             tcp = self.ipc_address is None or not is_loopback(bind)
@@ -245,13 +189,13 @@ class Mesh:
         self.ipc: dict[Peer, str] = {}
         self._out: dict[Peer, zmq.Socket] = {}
         self.poller = zmq.Poller()
-        self.poller.register(self.inbox, _POLLIN)
+        self.poller.register(self.inbox, POLLIN)
         self.rejected = 0  # frames with the secret that did not decode (dropped)
         self.unauthenticated = 0  # messages without the deployment's secret (dropped)
-        self.guard = PeerGuard(_name(me))
+        self.guard = PeerGuard(peer_label(me))
         self._recut: dict[str, float] = {}  # cut-off peer -> when its connections were last cut
         self._pending: list[Message] = []
-        self._codec = codec or _default_codec(INBOX)
+        self._codec = codec or default_codec(INBOX)
         self._resolve = arena.view if arena is not None else None
         self._last_active = 0.0  # perf_counter of the last send or receive (busy-poll window)
         # same-host peers with a ring (`wgc_runtime.host.transport.ring`): peer -> its slot
@@ -259,11 +203,6 @@ class Mesh:
         self._ring_slot: dict[Peer, int] = {}
         self._ring_only = False  # every data peer (ranks, conductor) is on a ring
         self._inbox_at = 0.0  # perf_counter of the last look at the inbox (`take`)
-
-    @property
-    def endpoints(self) -> list[str]:
-        """Every address the inbox listens on."""
-        return [a for a in (self.tcp_address, self.ipc_address) if a]
 
     # -------------------------------------------------------------- wiring
 
@@ -304,7 +243,7 @@ class Mesh:
         if rings is None:
             return
         self.rings = rings
-        self.poller.register(rings.bell, _POLLIN)
+        self.poller.register(rings.bell, POLLIN)
         for peer in list(self.peers):
             self.connect(
                 peer, self.peers[peer], self.hosts.get(peer, self.host), self.ipc.get(peer)
@@ -325,9 +264,9 @@ class Mesh:
 
     def register(self, poller: zmq.Poller) -> None:
         """Watch this mesh's inbox (and its ring doorbell) with another poller."""
-        poller.register(self.inbox, _POLLIN)
+        poller.register(self.inbox, POLLIN)
         if self.rings is not None:
-            poller.register(self.rings.bell, _POLLIN)
+            poller.register(self.rings.bell, POLLIN)
 
     def _socket(self, peer: Peer) -> zmq.Socket:
         sock = self._out.get(peer)
@@ -339,7 +278,7 @@ class Mesh:
             if self.ipc_address is not None and peer in self.ipc and self.same_host(peer):
                 address = self.ipc[peer]
             sock = self.ctx.socket(zmq.PUSH)
-            _tune(sock, send=True)
+            tune(sock, send=True)
             if self.keys is not None:
                 self.keys.peer.apply(sock)
             sock.connect(address)
@@ -364,7 +303,7 @@ class Mesh:
             try:
                 self.rings.send(slot, self._codec.encode(list(msgs), self._place(peer)))
             except RingFull as exc:
-                who = f"{_name(self.me)} could not send to {_name(peer)}"
+                who = f"{peer_label(self.me)} could not send to {peer_label(peer)}"
                 raise TransportError(f"{who}: {exc}") from None
             self._last_active = time.perf_counter()
             return
@@ -376,14 +315,14 @@ class Mesh:
         try:
             try:  # the common case: room in the queue, no timeout bookkeeping
                 if len(frames) == 1:
-                    sock.send(frames[0], _NOBLOCK)
+                    sock.send(frames[0], NOBLOCK)
                 else:
-                    sock.send_multipart(frames, _NOBLOCK, copy=False)
+                    sock.send_multipart(frames, NOBLOCK, copy=False)
             except zmq.Again:  # the peer's queue is full: wait (bounded by SNDTIMEO)
                 sock.send_multipart(frames, copy=False)
         except zmq.Again:
             raise TransportError(
-                f"{_name(self.me)} could not send to {_name(peer)} for "
+                f"{peer_label(self.me)} could not send to {peer_label(peer)} for "
                 f"{SEND_TIMEOUT_MS / 1000:.0f} s (is it alive?)"
             ) from None
         self._last_active = time.perf_counter()
@@ -403,191 +342,6 @@ class Mesh:
                 with contextlib.suppress(TransportError):
                     self.send(owner, [free])
 
-    # -------------------------------------------------------------- receiving
-
-    def wait(self, poller: zmq.Poller, timeout_ms: float) -> list[tuple[Any, int]]:
-        """``poller.poll(timeout_ms)``, busy-polling first for what is left of the busy-poll
-        window after the last activity (`Tuning.busy_poll_us`; 0: never). With rings, a
-        record waiting in one counts as an event (``(RINGS, POLLIN)``), and the sleep is
-        announced to the senders (`Rings.sleeping`) so they ring the doorbell."""
-        rings = self.rings
-        if rings is not None:
-            return self._wait_rings(rings, poller, timeout_ms)
-        return self._wait(poller, timeout_ms)
-
-    def _wait_rings(self, rings: Rings, poller: zmq.Poller, timeout_ms: float) -> list:
-        if rings.ready():
-            return [(RINGS, _POLLIN)]
-        if timeout_ms <= 0:
-            return poller.poll(0)
-        now = time.perf_counter()
-        if rings.may_spin():  # a short spin on the rings (and now and then the sockets)
-            until = self._last_active + rings.spin_s
-            turn = 0
-            while now < until:
-                if rings.ready():
-                    return [(RINGS, _POLLIN)]
-                turn += 1
-                if not turn & 15:
-                    events = poller.poll(0)
-                    if events:
-                        return events
-                os.sched_yield()  # never hold a core a runnable peer needs
-                now = time.perf_counter()
-        if rings.backlog():  # a receiver makes room without a word: look again soon
-            timeout_ms = min(timeout_ms, 1)
-        rings.sleeping(True)
-        try:
-            rings.drain_bell()  # a syscall between announcing the sleep and looking again
-            events = [] if rings.ready() else self._wait(poller, timeout_ms)
-        finally:
-            rings.sleeping(False)
-        return events or ([(RINGS, _POLLIN)] if rings.ready() else [])
-
-    def _wait(self, poller: zmq.Poller, timeout_ms: float) -> list[tuple[Any, int]]:
-        spin = self.tuning.busy_poll_us
-        if timeout_ms > 0 and spin > 0:
-            now = time.perf_counter()
-            until = self._last_active + spin * 1e-6
-            give_way = self.tuning.busy_poll_yield
-            while now < until:
-                events = poller.poll(0)
-                if events:
-                    return events
-                if give_way:
-                    os.sched_yield()
-                now = time.perf_counter()
-        return poller.poll(max(0, int(timeout_ms)))
-
-    def poll(self, timeout_ms: float, inbox_ready: bool | None = None) -> list[Message]:
-        """Messages that arrived within ``timeout_ms`` (all that are queued, at least one if any
-        arrives in time); transport messages are handled here. ``inbox_ready``: whether the
-        caller's own poller saw the inbox ready (None: unknown; see `take`)."""
-        out: list[Message] = []
-        if self.rings is not None:
-            self.rings.pump()
-        if timeout_ms > 0:
-            events = self.wait(self.poller, timeout_ms)
-            if not events:
-                return out
-            inbox_ready = any(sock is self.inbox for sock, _ in events)
-        self.take(out, inbox_ready)
-        return out
-
-    def take(self, out: list[Message], inbox_ready: bool | None = None) -> None:
-        """Append every message queued now to ``out`` (without waiting). With every data peer
-        on a ring, the ZeroMQ inbox carries only the launcher's control messages: it is read
-        when a poller saw it ready (``inbox_ready``) and otherwise at most every `INBOX_EVERY_S`
-        (each look costs ZeroMQ two syscalls)."""
-        if self.rings is not None:
-            self._take_rings(self.rings, out)
-            if not inbox_ready and self._ring_only:
-                now = time.perf_counter()
-                if now - self._inbox_at < INBOX_EVERY_S:
-                    self._last_active = now
-                    return
-                self._inbox_at = now
-        inbox = self.inbox
-        get = inbox.get
-        secret = self.secret
-        wary = self.guard.wary()  # after a bad frame, learn who sends each message
-        while get(_EVENTS) & _POLLIN:
-            first: Any = None
-            try:
-                if wary:
-                    first = inbox.recv(_NOBLOCK, copy=False)
-                    token = first.bytes
-                else:
-                    token = inbox.recv(_NOBLOCK)
-            except zmq.Again:  # POLLIN with nothing to read: a CURVE peer's heartbeat does it
-                break
-            if not get(_RCVMORE) or not hmac.compare_digest(token, secret):
-                peer = self._drain(first)
-                self._unauthenticated(peer)
-                wary = True
-                continue
-            head = inbox.recv(_NOBLOCK)  # a copy: cheaper than a zmq.Frame for a header
-            frames: list[Any] = [head]
-            while get(_RCVMORE):  # tensor frames: zero-copy
-                frames.append(inbox.recv(copy=False))
-            try:
-                batch = self._codec.decode(frames, self._resolve)
-            except Exception as exc:  # whatever a frame does to the decoder, the process goes on
-                self._reject(exc, _peer_name(first) if first is not None else "a deployment peer")
-                wary = True
-                continue
-            for msg in batch:
-                if msg.__class__ is ArenaFree:
-                    if self.arena is not None:
-                        for off, gen in msg.blocks:
-                            self.arena.release(off, gen)
-                else:
-                    out.append(msg)
-        self._last_active = time.perf_counter()
-
-    def _take_rings(self, rings: Rings, out: list[Message]) -> None:
-        """Every message in this process's rings now (no secret: the segment is private)."""
-        decode, resolve = self._codec.decode, self._resolve
-        for frames in rings.take():
-            try:
-                batch = decode(frames, resolve)
-            except Exception as exc:  # as on the socket: a bad record is dropped
-                self._reject(exc, "a ring peer")
-                continue
-            for msg in batch:
-                if msg.__class__ is ArenaFree:
-                    if self.arena is not None:
-                        for off, gen in msg.blocks:
-                            self.arena.release(off, gen)
-                else:
-                    out.append(msg)
-
-    def _drain(self, first: Any) -> str:
-        """Drop the rest of a message unread; who sent it (as far as its frames tell)."""
-        name = _peer_name(first) if first is not None else None
-        while self.inbox.get(_RCVMORE):
-            frame = self.inbox.recv(copy=False)
-            if name is None:
-                name = _peer_name(frame)
-        return name or "an unknown peer"
-
-    def _unauthenticated(self, peer: str) -> None:
-        self.unauthenticated += 1
-        if self.guard.bad(peer, "a message without the deployment's secret") or (
-            self.guard.is_cut(peer)
-        ):
-            self._cut(peer)
-
-    def _cut(self, peer: str) -> None:
-        """Shut down the connections of a cut-off peer (again, if it reconnected)."""
-        now = time.monotonic()
-        if now - self._recut.get(peer, -1e18) < RECUT_S:
-            return
-        self._recut[peer] = now
-        if len(self._recut) > 1024:
-            self._recut.pop(next(iter(self._recut)))
-        if cutoff.peer_pid(peer) is None and peer in self._deployment_hosts():
-            return  # a TCP address a process of the deployment shares: ignored, not cut
-        cutoff.shut_down(self.endpoints, peer)
-
-    def _deployment_hosts(self) -> set[str]:
-        hosts = {self.host, *self.hosts.values()}
-        return hosts | (LOOPBACK if any(is_loopback(h) for h in hosts) else set())
-
-    def _reject(self, exc: BaseException, peer: str) -> None:
-        self.rejected += 1
-        self.guard.bad(peer, f"{type(exc).__name__}: {exc}", may_cut=False)
-
-    def recv(self, timeout_s: float) -> Message | None:
-        """One message within ``timeout_s`` (None if none arrived); the rest stay queued here."""
-        deadline = time.monotonic() + timeout_s
-        while not self._pending:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return None
-            self._pending.extend(self.poll(left * 1000))
-        return self._pending.pop(0)
-
     def close(self, linger_ms: int = 0) -> None:
         """Close every socket; messages still queued are dropped, or sent for up to
         ``linger_ms`` (a process's last words: why it failed to start)."""
@@ -601,117 +355,3 @@ class Mesh:
         self.inbox.close(0)
         if self._ipc is not None:
             self._ipc.remove()
-
-
-class ClientPort:
-    """The conductor's socket for clients (``ROUTER``): messages carry the client's identity.
-
-    ``keys``: the deployment's CURVE keys (clients then need its client key)."""
-
-    def __init__(
-        self, bind: str = "127.0.0.1", ctx: zmq.Context | None = None, keys: Keys | None = None
-    ) -> None:
-        self.ctx = ctx or zmq.Context.instance()
-        self.sock = self.ctx.socket(zmq.ROUTER)
-        _tune(self.sock, send=True)
-        # a client's frame past this is never received (libzmq drops the connection unread)
-        self.sock.setsockopt(zmq.MAXMSGSIZE, CLIENT_FRAME_BYTES)
-        self.sock.setsockopt(zmq.ROUTER_MANDATORY, 1)  # a send to a client that left fails
-        self.sock.setsockopt(zmq.HEARTBEAT_IVL, HEARTBEAT_MS)
-        self.sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, HEARTBEAT_TIMEOUT_MS)
-        if keys is not None:
-            keys.serve(self.sock, CLIENT_DOMAIN)
-        port = self.sock.bind_to_random_port(f"tcp://{bind}")
-        self.address = f"tcp://{bind}:{port}"
-        self._codec = _default_codec(CLIENT_IN)
-        self._out = _default_codec(CLIENT_OUT)
-        self.rejected = 0
-        self.ignored = 0  # frames from cut-off clients, dropped unread
-        self.guard = PeerGuard("the client port")
-
-    def recv_all(self) -> list[tuple[bytes, Message]]:
-        """Every client message queued now, with its client's identity (frames that do not
-        decode as client messages are dropped; so is everything from a cut-off client)."""
-        out = []
-        sock = self.sock
-        while sock.get(_EVENTS) & _POLLIN:  # no zmq.Again exception per call
-            try:
-                frames = sock.recv_multipart(_NOBLOCK, copy=False)
-            except zmq.Again:  # POLLIN with nothing to read: a CURVE client's heartbeat does it
-                break
-            ident = frames[0].bytes
-            name = client_name(ident)
-            if self.guard.is_cut(name):
-                self.ignored += 1
-                continue
-            try:
-                batch = self._codec.decode(frames[1:])
-            except Exception as exc:  # whatever a frame does to the decoder, the port goes on
-                self.rejected += 1
-                self.guard.bad(name, f"{type(exc).__name__}: {exc}")
-                continue
-            out.extend((ident, msg) for msg in batch)
-        return out
-
-    def send(self, ident: bytes, msgs: Sequence[Message]) -> bool:
-        """False when the client is gone (or cut off, or not reading: its queue is full); its
-        messages are dropped."""
-        if self.guard.is_cut(client_name(ident)):
-            return False
-        try:
-            self.sock.send_multipart([ident, *self._out.encode(list(msgs))], copy=False)
-            return True
-        except (zmq.Again, zmq.error.ZMQError):
-            return False
-
-    def close(self) -> None:
-        self.sock.close(0)
-
-
-def client_name(ident: bytes) -> str:
-    """A client's routing id as it appears in log lines (printable, bounded)."""
-    text = ident[:64].decode("ascii", "replace")
-    return f"client {text}" if text.isprintable() else f"client 0x{ident[:32].hex()}"
-
-
-def new_secret() -> bytes:
-    """A fresh deployment secret (32 random bytes)."""
-    return secrets.token_bytes(32)
-
-
-class _IpcPath:
-    """A filesystem ``ipc://`` socket for an inbox, in a private folder (mode 0700): the
-    deployment's (``ipc_dir``, made by the launcher and removed by it), or one of its own. Other
-    local users cannot connect to it (abstract sockets have no permissions at all)."""
-
-    def __init__(self, me: Peer, ipc_dir: str | None) -> None:
-        self.own_dir = ipc_dir is None
-        self.dir = ipc_dir if ipc_dir is not None else tempfile.mkdtemp(prefix="wgc-ipc-")
-        self.path = os.path.join(self.dir, f"{_file_name(me)}-{secrets.token_hex(4)}.sock")
-
-    def bind(self, sock: zmq.Socket) -> str | None:
-        """The bound address, or None where ipc sockets are not available (or the path is
-        too long for a Unix socket)."""
-        if sys.platform.startswith("win") or len(self.path) > 100:
-            return None
-        address = f"ipc://{self.path}"
-        try:
-            sock.bind(address)
-        except zmq.ZMQError:
-            return None
-        return address
-
-    def remove(self) -> None:
-        with contextlib.suppress(OSError):
-            os.unlink(self.path)
-        if self.own_dir:
-            with contextlib.suppress(OSError):
-                os.rmdir(self.dir)
-
-
-def _file_name(peer: Peer) -> str:
-    return f"rank{peer}" if isinstance(peer, int) else str(peer)
-
-
-def _name(peer: Peer) -> str:
-    return f"rank {peer}" if isinstance(peer, int) else str(peer)

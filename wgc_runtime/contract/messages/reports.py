@@ -1,0 +1,96 @@
+"""What the ranks report to the conductor (`WalkDone`, `StateImported`, `ChunkReady`, `ClientOut`,
+`Failed`) and what the client sees of a request (`Output`, `Finished`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from wgc_runtime.contract.kinds import Cause, FailKind
+from wgc_runtime.contract.messages.base import Message
+
+# ---------------------------------------------------------------- rank -> conductor
+
+
+class WalkDone(Message, frozen=True, tag=14):
+    request: str
+    walk_id: int
+    walk: str
+    rank: int
+
+
+class StateImported(Message, frozen=True, tag=15):
+    """``rank`` imported the state of ``node`` moved for walk instance ``walk_id``."""
+
+    request: str
+    walk_id: int
+    node: str
+    rank: int
+
+
+class ChunkReady(Message, frozen=True, tag=16):
+    """Chunk ``index`` of ``stream`` can be taken; ``empty``: it holds no item; ``final``: it is
+    the stream's final chunk (known exactly when it becomes ready)."""
+
+    request: str
+    stream: str
+    index: int
+    empty: bool
+    final: bool
+
+
+class ClientOut(Message, frozen=True, tag=17):
+    """An emitted value (``iters``: the emit's loop iterations, outermost first)."""
+
+    DATA: ClassVar[bool] = True
+    request: str
+    walk_id: int
+    walk: str
+    flow: str
+    modality: str
+    channel: str
+    iters: tuple[int, ...] = ()
+    data: Any = None
+
+
+class Failed(Message, frozen=True, tag=18):
+    """The request failed (`FailKind` says why; for a node's failure, `Cause` says whose
+    fault it is)."""
+
+    request: str
+    kind: FailKind
+    message: str
+    flow: str | None = None
+    walk: str | None = None
+    node: str | None = None
+    rank: int | None = None
+    cause: Cause | None = None
+
+
+# ---------------------------------------------------------------- conductor -> client
+
+
+class Output(Message, frozen=True, tag=19):
+    """An emitted value, as the client sees it (``iters``: the emit's loop iterations)."""
+
+    DATA: ClassVar[bool] = True
+    request: str
+    flow: str
+    walk: str
+    modality: str
+    channel: str
+    iters: tuple[int, ...] = ()
+    data: Any = None
+
+
+class Finished(Message, frozen=True, tag=20):
+    """The request ended: ``ok``, or failed with the error fields (as in `Failed`)."""
+
+    request: str
+    ok: bool
+    kind: FailKind | None = None
+    message: str | None = None
+    flow: str | None = None
+    walk: str | None = None
+    node: str | None = None
+    cause: Cause | None = None
