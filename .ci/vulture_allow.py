@@ -10,6 +10,7 @@ benchmarks/ fails CI: remove the dead code instead of adding it here.
 VitEncoder, VaeEncoder, CombineCfg, VaeDecoder, SnacDecoder, AudioEncoder, VisionEncoder
 Thinker, Talker, Code2Wav, VideoEncoder, Predictor, RolloutPredictor, AcPredictorMpc, MpcScorer
 ChunkSelector, Detokenizer
+Draft, Target  # wgc_models/llama/speculative.walk
 
 # checkpoint names and config fields the real models carry: V-JEPA 2-AC's predictor holds an
 # extrinsics encoder it never uses here (its checkpoints load strictly); BAGEL's config's shift

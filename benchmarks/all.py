@@ -255,6 +255,12 @@ BENCHES = (
         from_json=http_table,
     ),
     Bench("sessions", ("--repeat", "5"), ("--repeat", "1", "--prompt", "32"), markdown=True),
+    Bench(
+        "speculative",
+        ("--repeat", "3"),
+        ("--repeat", "1", "--prompts", "1", "--max-new", "16"),
+        markdown=True,
+    ),
     Bench("compare_hops", ("--rounds", "3"), ("--rounds", "1", "--requests", "20")),
 )
 

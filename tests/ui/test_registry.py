@@ -15,11 +15,8 @@ from wgc.diagnostics.explain import examples, explanation
 from wgc.driver import Driver
 
 UI = Path(__file__).resolve().parent
-LIVE = sorted(
-    c.code
-    for c in REGISTRY.values()
-    if not c.retired and c.stage not in ("placement", "launch", "command")
-)
+ELSEWHERE = ("placement", "launch", "command", "run")  # stages whose codes are tested elsewhere
+LIVE = sorted(c.code for c in REGISTRY.values() if not c.retired and c.stage not in ELSEWHERE)
 _driver = Driver()
 
 

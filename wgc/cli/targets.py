@@ -130,13 +130,19 @@ def _placement_names(folder: Path) -> list[str]:
 
 def family_pairs(root: Path | None = None) -> list[tuple[str, str]]:
     """(model.walk, placement.yaml) for every placement of every registered family, relative to
-    ``root`` (the working folder) when under it."""
+    ``root`` (the working folder) when under it. In a family folder with several models, a
+    placement whose name's first word (before a ``-``) starts another model's name is that
+    model's (llama's ``spec-cpu.yaml``: ``speculative.walk``), any other the family's own."""
     pairs = []
     for name in sorted(families()):
         walk = families()[name].walk()
         if walk is None:
             continue
         folder = walk.parent / "placements"
+        others = sorted(w for w in walk.parent.glob("*.walk") if w != walk)
         placements = sorted(p for p in folder.glob("*") if p.suffix in _PLACEMENT_SUFFIXES)
-        pairs += [(shown(walk, root), shown(p, root)) for p in placements]
+        for p in placements:
+            word = p.stem.split("-")[0]
+            model = next((w for w in others if w.stem.startswith(word)), walk)
+            pairs.append((shown(model, root), shown(p, root)))
     return pairs

@@ -156,6 +156,10 @@ _TABLE: tuple[tuple[str, Severity, str], ...] = (
     # -- command arguments: a model or placement given by name (`wgc run orpheus -p cpu-2rank`)
     ("WG840", E, "no model file or registered model family by that name"),
     ("WG841", E, "no placement file or placement by that name"),
+    # bounded dims (`i64[<=K]`, a variable-length emission captured at its bound): numbered in
+    # a range handed out with the placement's, but their stages are their own (`_OWN_STAGE`)
+    ("WG863", E, "bounded dim's bound is not a positive integer"),
+    ("WG864", E, "node returned more values than a bounded dim allows"),
     # -- lints (WG9xx): warnings for declarations nothing uses
     ("WG901", W, "unused node"),
     ("WG902", W, "unused param"),
@@ -177,8 +181,14 @@ LAUNCH = frozenset({"WG825", "WG826", "WG827"})
 # (tests/unit/test_targets.py runs them)
 COMMAND = frozenset({"WG840", "WG841"})
 
+# codes whose stage is not their number's: WG863 is a type error; WG864 is found while a request
+# runs (the runtime's check of a node's outputs), so its explanation shows no failing check
+_OWN_STAGE = {"WG863": "types", "WG864": "run"}
+
 
 def stage_of(code: str) -> str:
+    if code in _OWN_STAGE:
+        return _OWN_STAGE[code]
     if code in LAUNCH:
         return "launch"
     return "command" if code in COMMAND else _STAGES[code[2]]

@@ -75,6 +75,8 @@ def type_expr(t: Tree) -> str:
 def dim(t: Tree | Token) -> str:
     if isinstance(t, Tree) and t.data == "any_dim":
         return "?"
+    if isinstance(t, Tree) and t.data == "bounded_dim":
+        return f"<={expr(t.children[0])}"
     return expr(t)
 
 

@@ -39,7 +39,7 @@ from wgc.ir.decls import POLICY_PARAMS, EngineKind, Stream
 from wgc.ir.decls import Node as NodeDecl
 from wgc.ir.flow import FlowKind
 from wgc.ir.model import Model
-from wgc.ir.types import DimKind, TensorType
+from wgc.ir.types import Dim, DimKind, TensorType
 from wgc.ir.walk import Call
 from wgc.lower.kv import owner_of, pool_spec
 from wgc_runtime.contract.families import resolve_impl
@@ -59,16 +59,17 @@ from wgc_runtime.engines.kv_pools import KvPools
 
 
 def type_spec(t: TensorType | None) -> TypeSpec | None:
-    """The runtime's view of a port type: static dims as ints, others by name (``?``)."""
+    """The runtime's view of a port type: static dims as ints, a bounded dim as ``<=N`` (its
+    bound's value), others by name (``?``)."""
     if t is None:
         return None
-    dims = tuple(
-        int(d.value)
-        if d.kind in (DimKind.INT, DimKind.PARAM) and d.value is not None
-        else (d.name or "?")
-        for d in t.dims
-    )
-    return TypeSpec(t.dtype.value, dims)
+    return TypeSpec(t.dtype.value, tuple(_dim(d) for d in t.dims))
+
+
+def _dim(d: Dim) -> int | str:
+    if d.kind in (DimKind.INT, DimKind.PARAM) and d.value is not None:
+        return int(d.value)
+    return f"<={d.value}" if d.kind is DimKind.BOUNDED else (d.name or "?")
 
 
 def node_context(n: NodeDecl, device: str = "cpu") -> NodeContext:

@@ -2,9 +2,9 @@
 
 Options are built before any type, so a dim that reads `option.NAME` (a shape bucket) can
 evaluate itself for every value the option may take. Codes reported here: WG009 (an option's
-kind, values or default), WG105/WG203 (params and values that do not evaluate), WG202 (a dim
-that is not a non-negative integer), WG205 (a dim reading an option that is not a shape bucket),
-WG206 (a per-mode default arm naming a value its selector cannot take), WG004 (dtypes).
+kind, values or default), WG105/WG203 (params, values not evaluating), WG202 (a dim not a
+non-negative integer; `<=K` is `build_bounded`'s), WG205 (a dim reading an option that is not a
+shape bucket), WG206 (a default arm naming a value its selector cannot take), WG004 (dtypes).
 """
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ from lark import Tree
 from wgc.diagnostics.diagnostic import Label
 from wgc.diagnostics.suggest import did_you_mean
 from wgc.ir import expr as E
+from wgc.ir.build_bounded import bounded
 from wgc.ir.build_core import BuilderCore, fits, literal
 from wgc.ir.decls import OPTION_TYPES, OptionDecl, Param
 from wgc.ir.types import DTYPE_NAMES, Case, Dim, DType, TensorType
 
 _EXAMPLE = {"bool": "false", "int": "1", "float": "1.0", "str": '"x"'}
-# how many combinations of option values one bucket dim may have (a dim over three options
-# with ten values each is a thousand captured graphs: not what anyone means)
+# option-value combinations one bucket dim may have (3 options of 10 values: 1,000 graphs)
 MAX_CASES = 64
 
 
@@ -274,8 +274,8 @@ class TypeBuilder(BuilderCore):
         return TensorType(dtype, tuple(dims))
 
     def dim(self, t) -> Dim | None:
-        if isinstance(t, Tree) and t.data == "any_dim":
-            return Dim.any_()
+        if isinstance(t, Tree) and t.data in ("any_dim", "bounded_dim"):
+            return Dim.any_() if t.data == "any_dim" else bounded(self, self.expr(t.children[0]))
         ex = self.expr(t)
         if isinstance(ex, E.Ref) and ex.name not in self.params:
             return Dim.sym(ex.name)

@@ -3,10 +3,12 @@
 A dim is an integer, a compile-time `param` (kept by name, with its value), a *shape bucket*
 (an expression over `option`s declared with a fixed set of values, `option.frames / 4 + 1`: one
 of a few sizes per request, kept by its text with its value for every combination of those
-options), a symbolic per-request name such as ``T``, or ``?``. A shape is *static* when every dim
-is an integer or a param, and *static per bucket* when every dim is static or a bucket: a loop
-over it is captured once per bucket. Types compare by structure; a param dim compares equal to an
-int dim of the same value.
+options), a symbolic per-request name such as ``T``, a *bounded* dim ``<=K`` (any size from 0 to
+the static bound K per value: a step that emits a variable number of tokens, kept by its text
+with the bound as its value), or ``?``. A shape is *static* when every dim is an integer or a
+param, and *static per bucket* when every dim is static, a bucket or bounded: a loop over it is
+captured once per bucket, a bounded dim at its bound (padded). Types compare by structure; a
+param dim compares equal to an int dim of the same value.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ class DimKind(enum.Enum):
     PARAM = "param"
     BUCKET = "bucket"
     SYM = "sym"
+    BOUNDED = "bounded"
     ANY = "any"
 
 
@@ -58,8 +61,9 @@ Case = tuple[tuple[tuple[str, object], ...], int]
 
 @dataclass(frozen=True, slots=True)
 class Dim:
-    """One dimension. ``value`` is set for INT and PARAM, ``name`` for PARAM, BUCKET and SYM,
-    ``cases`` for BUCKET (every combination of its options' values, with the dim's size)."""
+    """One dimension. ``value`` is set for INT, PARAM and BOUNDED (its bound), ``name`` for PARAM,
+    BUCKET, SYM and BOUNDED (``<=`` and the bound as written), ``cases`` for BUCKET (every
+    combination of its options' values, with the dim's size)."""
 
     kind: DimKind
     value: int | None = None
@@ -83,6 +87,11 @@ class Dim:
         return Dim(DimKind.SYM, None, name)
 
     @staticmethod
+    def bounded(text: str, bound: int) -> Dim:
+        """``<=text``: 0..``bound`` elements per value."""
+        return Dim(DimKind.BOUNDED, bound, f"<={text}")
+
+    @staticmethod
     def any_() -> Dim:
         return Dim(DimKind.ANY)
 
@@ -92,8 +101,13 @@ class Dim:
 
     @property
     def is_bucket_static(self) -> bool:
-        """Static, or one of a fixed set of sizes per request (a shape bucket)."""
-        return self.is_static or self.kind is DimKind.BUCKET
+        """Static, one of a fixed set of sizes per request (a shape bucket), or bounded (captured
+        at its bound)."""
+        return self.is_static or self.kind in (DimKind.BUCKET, DimKind.BOUNDED)
+
+    @property
+    def is_bounded(self) -> bool:
+        return self.kind is DimKind.BOUNDED
 
     @property
     def options(self) -> tuple[str, ...]:
@@ -119,7 +133,17 @@ class Dim:
     def agrees(self, other: Dim) -> bool:
         """True unless two known sizes can differ: static dims of different values, or a bucket
         and a static dim or another bucket that differ in some case both can be in (dynamic
-        dims are checked at run time)."""
+        dims are checked at run time). Bounded dims, where ``self`` is the value's and
+        ``other`` the port it flows into: a bounded dim of the same bound agrees, a static
+        value within a bounded port's bound too (it is one of its sizes: a carried value's
+        first iteration, `i64[1]` into `i64[<=k + 1]`), a bounded value into a static port
+        never; a dynamic dim agrees with either."""
+        if self.is_bounded and other.is_bounded:
+            return self.value == other.value
+        if self.is_bounded or other.is_bounded:
+            if self.is_static:
+                return (self.value or 0) <= (other.value or 0)
+            return not (other.is_static or DimKind.BUCKET in (self.kind, other.kind))
         if self.is_static and other.is_static:
             return self.value == other.value
         if not (self.is_bucket_static and other.is_bucket_static):
@@ -134,7 +158,7 @@ class Dim:
     def __str__(self) -> str:
         if self.kind is DimKind.INT:
             return str(self.value)
-        if self.kind in (DimKind.PARAM, DimKind.BUCKET):
+        if self.kind in (DimKind.PARAM, DimKind.BUCKET, DimKind.BOUNDED):
             return str(self.name)
         if self.kind is DimKind.SYM:
             return str(self.name)

@@ -12,12 +12,18 @@ Shape buckets: a port with a dim over options that have a fixed set of values
 are static but for such dims gets one entry per combination of those options' values
 (`CaptureSpec.shape`), its ports at that bucket's sizes. The door refuses a request whose values
 are not listed, so every request runs in a captured bucket.
+
+Bounded dims (`i64[<=k + 1]`, a step that emits 1 to k + 1 tokens): a value holds at most the
+bound, so the unit is planned at the bound, ONE entry whatever the length (not an entry per
+length: a length is chosen inside the step, not known before it runs); ``padded`` names the
+ports sized so, whose values the runtime must pad to the bound and cut back to their length.
 """
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
+from typing import TypeGuard
 
 from wgc.ir.model import Model
 from wgc.ir.types import Dim, DimKind
@@ -68,7 +74,7 @@ def _static(ports: Ports) -> bool:
 def _per_bucket(ports: Ports, shapes: dict[str, Dim]) -> Iterator[tuple[Shape, Ports]]:
     """``ports`` once per shape bucket they depend on (once, with no shape, if none), at that
     bucket's sizes; nothing when a dim is dynamic."""
-    names = {d for _, t in ports if t is not None for d in t.dims if isinstance(d, str)}
+    names = {d for _, t in ports if t is not None for d in t.dims if _named(d)}
     if any(t is None for _, t in ports) or not names <= shapes.keys():
         return
     values: dict[str, list] = {}
@@ -85,12 +91,28 @@ def _per_bucket(ports: Ports, shapes: dict[str, Dim]) -> Iterator[tuple[Shape, P
             yield tuple(chosen.items()), sized
 
 
+def _named(d: int | str) -> TypeGuard[str]:
+    """A shape bucket's dim (by its text): a str dim that is not bounded (`<=N`)."""
+    return isinstance(d, str) and not _bound(d)
+
+
+def _bound(d: int | str) -> int | None:
+    """N of a bounded dim ``"<=N"`` (what `wgc.lower.typespec` writes), else None."""
+    return int(d[2:]) if isinstance(d, str) and d.startswith("<=") and d[2:].isdigit() else None
+
+
+def _padded(ports: Ports) -> tuple[str, ...]:
+    """The ports with a bounded dim: planned at its bound."""
+    return tuple(name for name, t in ports if t is not None and any(_bound(d) for d in t.dims))
+
+
 def _sized(t: TypeSpec | None, shapes: dict[str, Dim], values: dict) -> TypeSpec | None:
     if t is None:
         return None
     dims: list[int | str] = []
     for d in t.dims:
-        size = shapes[d].size_for(values) if isinstance(d, str) else d
+        bound = _bound(d)
+        size = bound if bound is not None else shapes[d].size_for(values) if _named(d) else d
         dims.append(d if size is None else size)
     return TypeSpec(t.dtype, tuple(dims))
 
@@ -129,6 +151,7 @@ def captures(
                     ports=_typed(typed),
                     buckets=buckets,
                     shape=shape,
+                    padded=_padded(ports),
                 )
             )
     for cid, c in sorted(walk.calls.items()):
@@ -145,6 +168,7 @@ def captures(
                     ports=_typed(typed),
                     buckets=buckets,
                     shape=shape,
+                    padded=_padded(_ports(c)),
                 )
             )
     return out

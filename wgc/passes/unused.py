@@ -152,7 +152,7 @@ def _params(model: Model) -> list[Diagnostic]:
     used |= {c.name for c in _flow_conds(model) if isinstance(c, ParamCmp)}
     for t in _all_types(model):
         for d in t.dims:
-            if d.kind in (DimKind.PARAM, DimKind.BUCKET) and d.name:
+            if d.kind in (DimKind.PARAM, DimKind.BUCKET, DimKind.BOUNDED) and d.name:
                 # a dim written as an expression keeps its rendered text: take every name in it
                 used |= set(_WORD.findall(d.name))
     return [

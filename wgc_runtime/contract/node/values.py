@@ -40,7 +40,8 @@ def check_outputs(
     """Check one call's result against the node's declared output ports.
 
     ``port_types`` maps output port -> TypeSpec-like ``(dtype, dims)`` (an int dim must match, a
-    str dim is symbolic and matches any size). ``required`` are the ports the call binds. Raises
+    bounded dim ``"<=N"`` holds at most N (WG864), any other str dim is symbolic and matches any
+    size). ``required`` are the ports the call binds. Raises
     `NodeOutputError` on the first problem: not a dict, a missing required port, an undeclared
     port, a value that is not a tensor, a wrong dtype, rank or static dim.
     """
@@ -79,6 +80,10 @@ def _check_one(node_name: str, port: str, t: Any, value: Any) -> None:
         if isinstance(d, int) and d != shape[i]:
             tail = f" (dim {i} is {shape[i]}, not {d})"
             raise _output_error(node_name, port, t, value, "", paren=False, tail=tail)
+        if isinstance(d, str) and d[:2] == "<=" and shape[i] > int(d[2:]):
+            tail = f" (dim {i} holds {shape[i]}, more than its bound {d[2:]})"
+            err = _output_error(node_name, port, t, value, "", paren=False, tail=tail)
+            raise NodeOutputError(f"WG864: {err}")
 
 
 def _output_error(

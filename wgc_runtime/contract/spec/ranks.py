@@ -118,7 +118,9 @@ class CaptureSpec:
     body on one rank (``loop``) or one node step (``call``). ``nodes``: the nodes its calls run;
     ``ports``: ``"call#port"`` -> static type, inputs then outputs. ``shape``: for a unit whose
     ports have shape-bucket dims (sized by options with a fixed set of values), the option
-    values this entry is for (one entry per bucket; empty: every request)."""
+    values this entry is for (one entry per bucket; empty: every request). ``padded``: the
+    ``"call#port"`` ports with a bounded dim (``<=N`` in the call's types: 0 to N elements),
+    sized here at the bound N."""
 
     walk: str
     rank: int
@@ -129,6 +131,7 @@ class CaptureSpec:
     ports: tuple[tuple[str, TypeSpec], ...] = ()
     buckets: tuple[int, ...] = ()
     shape: tuple[tuple[str, Any], ...] = ()
+    padded: tuple[str, ...] = field(default=(), metadata=OMIT_DEFAULT)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -12,8 +12,8 @@ its context);
 transcript. ``response_format``: ``json`` (``{"text", "usage"}``), ``text`` (the transcript as
 ``text/plain``) or ``verbose_json`` (``task``, ``language``, ``duration`` and ``segments`` with
 ``start`` / ``end`` seconds: one per window when the model says how many of its text outputs
-each window emitted (a ``window`` record per window, `window_counts`: Whisper's), else one for
-the whole clip). ``stream: true`` sends
+each window emitted (a ``window`` record per window, `window_counts`), else one for the whole
+clip). ``stream: true`` sends
 ``transcript.text.delta`` events as the text comes, then ``transcript.text.done``.
 ``language`` and ``temperature`` set the model's options of those names (400 naming the field
 when it has none: `openai_params`); ``timestamp_granularities`` takes ``segment`` only.
@@ -172,7 +172,7 @@ def _text(outs: list[m.Output], n: int) -> tuple[str, list[str] | None]:
 def window_counts(outs: list[m.Output], n: int) -> list[int] | None:
     """How many text items each of the ``n`` windows emitted, in window order, from the
     model's `WINDOW` records (a ``tensor`` emit of channel ``window``: the window's index among
-    the request's audio segments and its count; Whisper's ``report`` walk emits one after
+    the request's audio segments and its count; the model's ``report`` walk emits one after
     each window when the request wants tensors); None unless there is exactly one per window."""
     by: dict[int, int] = {}
     for o in outs:
