@@ -1,0 +1,121 @@
+"""The wan22 example's text-to-video against diffusers' ``WanPipeline`` built from the same tiny
+components: transformers' ``UMT5EncoderModel``, two diffusers ``WanTransformer3DModel`` experts
+(``transformer`` for the high-noise steps, ``transformer_2`` for the rest, the boundary set
+where the ``.walk`` switches), ``AutoencoderKLWan`` and ``UniPCMultistepScheduler`` with
+Wan's flow config, each given the example's seeded weights by name, the prompt's UTF-8 bytes as
+its tokens and the request's starting noise as its latents. The video the reference
+interpreter emits equals the pipeline's, quantised the same way (the runtime and ``wgc run``
+are checked equal to the interpreter by the examples' other e2e tests)."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:  # the examples' node modules are imported as `examples.<family>`
+    sys.path.insert(0, str(ROOT))
+
+from examples._toy import noise  # noqa: E402
+from wgc.interp import load_model, make_request, run_request, segment  # noqa: E402
+from wgc_runtime.components.wan import tiny  # noqa: E402
+from wgc_runtime.components.wan.scheduler import flow_schedule  # noqa: E402
+from wgc_runtime.contract.node import CallContext  # noqa: E402
+
+diffusers = pytest.importorskip("diffusers")
+transformers = pytest.importorskip("transformers")
+
+PROMPT = "a cat surfing"
+STEPS, HIGH_STEPS, SHIFT, GUIDANCE = 8, 4, 12.0, 4.0  # the .walk's params, t2v's defaults
+
+
+class ByteTokenizer:
+    """The example's tokens: UTF-8 bytes, padded with 0 to ``max_length`` (what the pipeline
+    asks of a tokenizer)."""
+
+    def __call__(self, prompts, *, max_length: int, **_):
+        ids = torch.zeros(len(prompts), max_length, dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        for row, text in enumerate(prompts):
+            raw = list(text.encode())[:max_length]
+            ids[row, : len(raw)] = torch.tensor(raw, dtype=torch.long)
+            mask[row, : len(raw)] = 1
+        return SimpleNamespace(input_ids=ids, attention_mask=mask)
+
+
+def _pipeline():
+    text = tiny.build_text_encoder()
+    ref_text = transformers.UMT5EncoderModel(
+        transformers.UMT5Config(**dataclasses.asdict(tiny.TEXT), feed_forward_proj="gated-gelu")
+    )
+    missing, unexpected = ref_text.load_state_dict(text.state_dict(), strict=False)
+    assert set(missing) <= {"encoder.embed_tokens.weight"} and not unexpected
+    ref_text.encoder.embed_tokens.weight = ref_text.shared.weight
+
+    experts = []
+    for expert in ("high_noise", "low_noise"):
+        ref = diffusers.WanTransformer3DModel(**dataclasses.asdict(tiny.DIT))
+        ref.load_state_dict(tiny.build_transformer(expert).state_dict(), strict=True)
+        experts.append(ref.eval())
+
+    raw = {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(tiny.VAE).items()}
+    vae = diffusers.AutoencoderKLWan(**raw)
+    missing, unexpected = vae.load_state_dict(tiny.build_vae_decoder().state_dict(), strict=False)
+    assert not unexpected and all(k.startswith(("encoder.", "quant_conv.")) for k in missing)
+
+    sched_raw = {
+        **{k: getattr(tiny.SCHEDULER, k) for k in tiny.SCHEDULER.__dataclass_fields__},
+        "flow_shift": SHIFT,
+        "use_flow_sigmas": True,
+        "prediction_type": "flow_prediction",
+    }
+    sched_raw["disable_corrector"] = list(sched_raw["disable_corrector"])
+    scheduler = diffusers.UniPCMultistepScheduler(**sched_raw)
+    ts = flow_schedule(dataclasses.replace(tiny.SCHEDULER, flow_shift=SHIFT), STEPS)
+    ts = ts.timesteps.tolist()
+    boundary = (ts[HIGH_STEPS - 1] + ts[HIGH_STEPS]) / 2 / 1000  # high: t >= boundary
+    return diffusers.WanPipeline(
+        tokenizer=ByteTokenizer(),
+        text_encoder=ref_text.eval(),
+        vae=vae.eval(),
+        scheduler=scheduler,
+        transformer=experts[0],
+        transformer_2=experts[1],
+        boundary_ratio=boundary,
+    )
+
+
+@pytest.mark.slow
+def test_t2v_video_equals_wan_pipeline() -> None:
+    model = load_model(str(ROOT / "examples" / "wan22" / "wan22.walk"))
+    out = run_request(model, make_request(model, [segment("text", PROMPT)], ["video"], {}))
+    assert out.ok, out.error
+    (video,) = out.of("video")  # [F, H, W, 3] u8
+
+    ctx = CallContext(request_id="request-0", walk="generate", call=0)
+    start = noise((16, 5, 8, 8), ctx, "wan22-latents")  # the request's starting latents
+    with torch.no_grad():
+        ref = _pipeline()(
+            prompt=PROMPT,
+            negative_prompt="",
+            height=64,
+            width=64,
+            num_frames=17,
+            num_inference_steps=STEPS,
+            guidance_scale=GUIDANCE,
+            latents=start[None],
+            max_sequence_length=32,
+            output_type="pt",
+            return_dict=False,
+        )[0][0]  # [F, 3, H, W] in [0, 1]
+    want = (ref.permute(0, 2, 3, 1) * 255).round().to(torch.uint8)
+    assert video.shape == want.shape == (17, 64, 64, 3)
+    diff = (video.int() - want.int()).abs()
+    assert diff.max().item() <= 1  # a level apart only where the value sits on a rounding edge
+    assert (diff > 0).float().mean().item() < 1e-3
+    assert 0.1 < (video > 0).float().mean().item() and video.float().std().item() > 10
