@@ -108,8 +108,8 @@ class Dit(Node):
             per_token[0] = 0.0
             t = per_token.reshape(1, -1)
         x, t = x.to(self.device), t.to(self.device)
-        v_pos = self.model(x, t, inputs["context"][None].to(self.device))
-        v_neg = self.model(x, t, inputs["negative"][None].to(self.device))
+        v_pos = self.model(x, t, need(inputs, "context", self.name)[None].to(self.device))
+        v_neg = self.model(x, t, need(inputs, "negative", self.name)[None].to(self.device))
         guidance = float(ctx.options.get("guidance", 4.0))
         return {"velocity": (v_neg + guidance * (v_pos - v_neg))[0].float().cpu()}
 
@@ -134,12 +134,13 @@ class Solver(Node):
         v = need(inputs, "velocity", self.name)[None]
         nxt, state = uni_step(cfg, schedule, state, v, x[None])
         t_next = schedule.timesteps[k + 1] if k + 1 < steps else torch.tensor(0)
-        m2_next = state.x0s[-2] if len(state.x0s) > 1 else torch.zeros_like(nxt)
+        x0s_next = list(state.x0s)  # the newest last
+        m2_next = x0s_next[-2] if len(x0s_next) > 1 else torch.zeros_like(nxt)
         assert state.last_sample is not None
         return {
             "latents": nxt[0],
             "timestep": t_next.to(torch.float32),
-            "m1": state.x0s[-1][0],
+            "m1": x0s_next[-1][0],
             "m2": m2_next[0],
             "last": state.last_sample[0],
         }

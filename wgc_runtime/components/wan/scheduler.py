@@ -18,7 +18,7 @@ with ``use_flow_sigmas``, ``prediction_type="flow_prediction"``, as Wan's
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -104,7 +104,7 @@ class UniState:
     last predictor started from, and that predictor's order."""
 
     index: int = 0
-    x0s: tuple[torch.Tensor, ...] = field(default_factory=tuple)
+    x0s: tuple[torch.Tensor, ...] = ()
     last_sample: torch.Tensor | None = None
     order: int = 0
 
