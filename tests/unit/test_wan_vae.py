@@ -2,7 +2,8 @@
 diffusers itself (Wan2.1's layout, and Wan2.2's residual layout with 2×2 patches) load strictly
 into `WanVaeDecoder` (the encoder's names skipped, a missing decoder name refused) and decode
 the same video frame for frame, the per-chunk causal cache included; the named published
-configs have the decoder's parameters named and shaped as diffusers'."""
+configs have the decoder's parameters named and shaped as diffusers'. The encoder likewise:
+its half loaded strictly, the same latent mean as ``encode(...).latent_dist.mode()``."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from safetensors.torch import load_file, save_file
 
 from wgc_runtime.components.loading import CheckpointError
 from wgc_runtime.components.wan.vae import NAMED_VAE, WanVaeConfig, WanVaeDecoder, load_decoder
+from wgc_runtime.components.wan.vae_encoder import WanVaeEncoder, load_encoder
 
 diffusers = pytest.importorskip("diffusers")
 
@@ -79,14 +81,24 @@ def test_named_configs_have_diffusers_decoder_names(name: str):
         for k, v in dataclasses.asdict(cfg).items()
         if k not in ("latents_mean", "latents_std")
     }
-    if cfg.patch_size:
-        raw["in_channels"] = cfg.out_channels
     with torch.device("meta"):
         ref = diffusers.AutoencoderKLWan(**raw)
-        ours = WanVaeDecoder(cfg)
-    want = {
-        k: tuple(v.shape)
-        for k, v in ref.state_dict().items()
-        if k.startswith(("decoder.", "post_quant_conv."))
-    }
-    assert {k: tuple(v.shape) for k, v in ours.state_dict().items()} == want
+        ours = {**WanVaeDecoder(cfg).state_dict(), **WanVaeEncoder(cfg).state_dict()}
+    want = {k: tuple(v.shape) for k, v in ref.state_dict().items()}
+    assert {k: tuple(v.shape) for k, v in ours.items()} == want
+
+
+@pytest.mark.parametrize(
+    ("raw", "frames"), [(V21, 9), (V21, 1), (V22, 9)], ids=["2.1", "2.1-1f", "2.2"]
+)
+def test_encode_equals_diffusers(raw: dict, frames: int, tmp_path: Path):
+    ref = _saved(raw, tmp_path)
+    ours = load_encoder(tmp_path).eval()
+    side = 32 if raw is V21 else 64
+    video = torch.rand(1, 3, frames, side, side, generator=torch.Generator().manual_seed(4)) * 2 - 1
+    with torch.no_grad():
+        want = ref.encode(video).latent_dist.mode()
+        got = ours.encode(video)
+    assert got.shape == want.shape
+    assert got.shape[2] == 1 + (frames - 1) // 4
+    assert (got - want).abs().max().item() <= 1e-4

@@ -45,6 +45,7 @@ class WanVaeConfig:
     num_res_blocks: int = 2
     temperal_downsample: tuple[bool, ...] = (False, True, True)
     is_residual: bool = False
+    in_channels: int = 3
     out_channels: int = 3
     patch_size: int | None = None
     latents_mean: tuple[float, ...] = ()
@@ -71,6 +72,7 @@ NAMED_VAE: dict[str, WanVaeConfig] = {
         decoder_base_dim=256,
         z_dim=48,
         is_residual=True,
+        in_channels=12,
         out_channels=12,
         patch_size=2,
     ),
@@ -82,8 +84,10 @@ class CausalConv3d(nn.Conv3d):
     frames on the left only; ``past`` frames, when given, stand in for that many of the left
     zeros."""
 
-    def __init__(self, c_in: int, c_out: int, kernel, space: int = 0, time: int = 0):
-        super().__init__(c_in, c_out, kernel)
+    def __init__(
+        self, c_in: int, c_out: int, kernel, space: int = 0, time: int = 0, stride: Any = 1
+    ):
+        super().__init__(c_in, c_out, kernel, stride=stride)
         self.space, self.left = space, 2 * time
 
     def forward(self, x: torch.Tensor, past: torch.Tensor | None = None) -> torch.Tensor:
