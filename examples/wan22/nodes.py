@@ -13,16 +13,17 @@ defaults when it sets none), as the `.walk` file declares.
   ``low_noise`` = ``transformer_2``): the transformer's velocity with classifier-free guidance
   (`guidance` option): ``uncond + g·(cond - uncond)``. The first step's latents are noise every
   node of the request agrees on, its timestep 999 (the flow schedule's first, whatever the
-  shift). Image-to-video conditions as Wan2.2 TI2V does: the first latent frame is the
-  condition's, its tokens at timestep 0.
+  shift). Image-to-video conditions as diffusers' ``WanImageToVideoPipeline`` does with
+  ``expand_timesteps`` (Wan2.2 TI2V's way): the first latent frame is the condition's, its
+  tokens at timestep 0.
 - `Solver`: one UniPC step (`uni_step`) of the flow schedule of `steps` steps shifted by the
   `shift` option; the step index is the incoming timestep's place in the schedule. It passes on
   the next timestep, the last two x0 predictions (`m1`, `m2`) and the sample its predictor
   started from (`last`, for the next step's corrector).
-- `VaeDecoder`: the latents de-normalised (the VAE config's mean and std) and decoded, as u8
-  frames (``round(255 · (x / 2 + 0.5))``).
-- `VaeEncoder` is still a stand-in (Wan's VAE encoder is not built): the first frame pooled
-  into the latent grid.
+- `VaeEncoder` (image-to-video): the first frame through Wan's VAE encoder, normalised (the
+  VAE config's mean and std), in latent frame 0 (the rest zeros).
+- `VaeDecoder`: the latents (their first frame the condition's, for image-to-video)
+  de-normalised and decoded, as u8 frames (``round(255 · (x / 2 + 0.5))``).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from dataclasses import replace
 import torch
 
 from examples._batched import need
-from examples._toy import embed, noise
+from examples._toy import noise
 from wgc_runtime.components.wan import tiny
 from wgc_runtime.components.wan.scheduler import FlowSchedule, UniState, flow_schedule, uni_step
 from wgc_runtime.contract.node import Node, NodeContext, NodeError, type_parts
@@ -77,13 +78,21 @@ class TextEncoder(Node):
 
 
 class VaeEncoder(Node):
+    """The first frame through Wan's VAE encoder (normalised), in latent frame 0 (TI2V)."""
+
+    def __init__(self, ctx: NodeContext) -> None:
+        super().__init__(ctx)
+        model = tiny.build_vae_encoder(str(self.config.get("checkpoint") or ""))
+        self.model = model.to(self.device).eval()
+
+    @torch.no_grad()
     def forward_one(self, inputs, ctx):
         c, frames, h, w = latent_shape(self, ctx)
-        image = need(inputs, "image", self.name).to(torch.float32) / 255
-        grid = image.reshape(-1, 3)  # pooled into h * w cells
-        cells = embed(grid, h * w, c, torch.float32, salt=33).T.reshape(c, h, w)
+        image = need(inputs, "image", self.name).to(torch.float32) / 255 * 2 - 1
+        video = image.permute(2, 0, 1)[None, :, None].to(self.device)  # [1, 3, 1, H, W]
+        first = self.model.normalise(self.model.encode(video))[0, :, 0]
         condition = torch.zeros(c, frames, h, w)
-        condition[:, 0] = cells
+        condition[:, 0] = first.float().cpu()
         return {"condition": condition}
 
 
@@ -162,7 +171,11 @@ class VaeDecoder(Node):
 
     @torch.no_grad()
     def forward_one(self, inputs, ctx):
-        lat = need(inputs, "latents", self.name)[None].to(self.device)
+        lat = need(inputs, "latents", self.name).clone()
+        cond = inputs.get("condition")
+        if cond is not None:  # image-to-video: the given first frame
+            lat[:, 0] = cond[:, 0]
+        lat = lat[None].to(self.device)
         video = self.model.decode(self.model.denormalise(lat))[0]  # [3, F, H, W] in [-1, 1]
         video = (video / 2 + 0.5).clamp(0, 1).permute(1, 2, 3, 0)
         return {"video": (video * 255).round().to(torch.uint8).cpu()}

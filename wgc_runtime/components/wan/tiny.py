@@ -14,6 +14,7 @@ from wgc_runtime.components.wan.scheduler import FlowUniPCConfig
 from wgc_runtime.components.wan.text import UMT5Config, UMT5Encoder, load_text_encoder
 from wgc_runtime.components.wan.transformer import WanDitConfig, WanTransformer, load_transformer
 from wgc_runtime.components.wan.vae import WanVaeConfig, WanVaeDecoder, load_decoder
+from wgc_runtime.components.wan.vae_encoder import WanVaeEncoder, load_encoder
 
 TEXT = UMT5Config(
     vocab_size=256,  # the prompt's UTF-8 bytes are its token ids
@@ -44,7 +45,13 @@ VAE = WanVaeConfig(
 )
 SCHEDULER = FlowUniPCConfig(solver_order=2, solver_type="bh2")  # flow_shift: per request
 
-SEEDS = {"text_encoder": 2201, "high_noise": 2202, "low_noise": 2203, "vae": 2204}
+SEEDS = {
+    "text_encoder": 2201,
+    "high_noise": 2202,
+    "low_noise": 2203,
+    "vae": 2204,
+    "vae_encoder": 2205,
+}
 SUBFOLDERS = {"high_noise": "transformer", "low_noise": "transformer_2"}
 
 
@@ -66,3 +73,9 @@ def build_vae_decoder(checkpoint: str = "") -> WanVaeDecoder:
     if checkpoint:
         return load_decoder(Path(checkpoint) / "vae")
     return init_seeded(WanVaeDecoder(VAE), SEEDS["vae"])
+
+
+def build_vae_encoder(checkpoint: str = "") -> WanVaeEncoder:
+    if checkpoint:
+        return load_encoder(Path(checkpoint) / "vae")
+    return init_seeded(WanVaeEncoder(VAE), SEEDS["vae_encoder"])
