@@ -1,0 +1,67 @@
+"""A diffusers Wan folder as the upstream packages write it (``text_encoder/`` by transformers'
+``save_pretrained``, ``transformer/``, ``transformer_2/`` and ``vae/`` by diffusers') at the
+wan22 example's tiny sizes: every part the example's nodes build from ``config checkpoint``
+holds exactly the folder's tensors (the VAE's two halves together, the whole file)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from wgc_runtime.components.wan import tiny
+
+diffusers = pytest.importorskip("diffusers")
+transformers = pytest.importorskip("transformers")
+
+
+def _random(module: torch.nn.Module) -> torch.nn.Module:
+    with torch.no_grad():
+        for p in module.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+    return module
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    root = tmp_path_factory.mktemp("wan")
+    torch.manual_seed(5)
+    text = transformers.UMT5EncoderModel(
+        transformers.UMT5Config(**dataclasses.asdict(tiny.TEXT), feed_forward_proj="gated-gelu")
+    )
+    refs: dict[str, Any] = {"text_encoder": _random(text)}
+    for sub in ("transformer", "transformer_2"):
+        refs[sub] = _random(diffusers.WanTransformer3DModel(**dataclasses.asdict(tiny.DIT)))
+    raw = {
+        k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(tiny.VAE).items()
+    }
+    refs["vae"] = _random(diffusers.AutoencoderKLWan(**raw))
+    for sub, ref in refs.items():
+        ref.save_pretrained(root / sub, safe_serialization=True)
+    return root, refs
+
+
+def _same(got: dict[str, torch.Tensor], want: dict[str, torch.Tensor]) -> None:
+    assert set(got) == set(want)
+    assert all(torch.equal(got[k], want[k]) for k in got)
+
+
+def test_every_part_loads_the_folder(folder):
+    root, refs = folder
+    path = str(root)
+    text = refs["text_encoder"].state_dict()
+    text.pop("encoder.embed_tokens.weight")  # tied to shared.weight
+    _same(tiny.build_text_encoder(path).state_dict(), text)
+    _same(tiny.build_transformer("high_noise", path).state_dict(), refs["transformer"].state_dict())
+    _same(
+        tiny.build_transformer("low_noise", path).state_dict(), refs["transformer_2"].state_dict()
+    )
+    halves = {
+        **tiny.build_vae_decoder(path).state_dict(),
+        **tiny.build_vae_encoder(path).state_dict(),
+    }
+    _same(halves, refs["vae"].state_dict())
+    assert tiny.build_vae_decoder(path).cfg.latents_mean == tiny.VAE.latents_mean
