@@ -33,9 +33,11 @@ from dataclasses import replace
 import torch
 
 from examples._batched import need
+from examples._speech import check_sizes
 from examples._toy import noise
 from wgc_runtime.components.wan import tiny
 from wgc_runtime.components.wan.scheduler import FlowSchedule, UniState, flow_schedule, uni_step
+from wgc_runtime.components.wan.vae import WanVaeConfig
 from wgc_runtime.contract.node import Node, NodeContext, NodeError, type_parts
 
 STRIDE = 8  # the VAE's spatial stride (`param vae_stride`)
@@ -56,6 +58,22 @@ def latent_shape(node: Node, ctx) -> tuple[int, int, int, int]:
     )
 
 
+def _check(node: Node, part: str, want: dict[str, int], have: dict[str, int]) -> None:
+    """The built part's sizes against the ``.walk``'s (a checkpoint's ``config.json`` may
+    differ from the params): a mismatch is the placement's fault, said before any request."""
+    if node.config.get("checkpoint"):
+        check_sizes(node.name, f"the checkpoint's `{part}/config.json`", want, have)
+
+
+def _check_vae(node: Node, cfg: WanVaeConfig) -> None:
+    ports = {**node.ctx.inputs, **node.ctx.outputs}
+    latent = ports.get("latents", ports.get("condition"))
+    assert latent is not None
+    stride = 2 ** (len(cfg.dim_mult) - 1) * (cfg.patch_size or 1)
+    want = {"latent_channels": int(type_parts(latent)[1][0]), "vae_stride": STRIDE}
+    _check(node, "vae", want, {"latent_channels": cfg.z_dim, "vae_stride": stride})
+
+
 def start_noise(node: Node, ctx) -> torch.Tensor:
     return noise(latent_shape(node, ctx), ctx, "wan22-latents")
 
@@ -64,6 +82,8 @@ class TextEncoder(Node):
     def __init__(self, ctx: NodeContext) -> None:
         super().__init__(ctx)
         model = tiny.build_text_encoder(str(self.config.get("checkpoint") or ""))
+        _check(self, "text_encoder", {"text_dim": self.out_shape("context")[1]},
+               {"text_dim": model.cfg.d_model})  # fmt: skip
         self.model = model.to(self.device).eval()
 
     @torch.no_grad()
@@ -83,6 +103,7 @@ class VaeEncoder(Node):
     def __init__(self, ctx: NodeContext) -> None:
         super().__init__(ctx)
         model = tiny.build_vae_encoder(str(self.config.get("checkpoint") or ""))
+        _check_vae(self, model.cfg)
         self.model = model.to(self.device).eval()
 
     @torch.no_grad()
@@ -101,6 +122,16 @@ class Dit(Node):
         super().__init__(ctx)
         expert = str(self.config.get("expert", "high_noise"))
         model = tiny.build_transformer(expert, str(self.config.get("checkpoint") or ""))
+        want = {"latent_channels": int(type_parts(self.ctx.inputs["latents"])[1][0]),
+                "text_dim": int(type_parts(self.ctx.inputs["context"])[1][1])}  # fmt: skip
+        have = {"latent_channels": model.cfg.in_channels, "text_dim": model.cfg.text_dim}
+        _check(self, tiny.SUBFOLDERS[expert], want, have)
+        if model.cfg.out_channels != model.cfg.in_channels:
+            raise NodeError(
+                f"node `{self.name}`: a transformer of {model.cfg.in_channels} input channels "
+                f"and {model.cfg.out_channels} output channels (Wan2.1/2.2 I2V-A14B's "
+                "concatenated condition) is not run; image-to-video here conditions as TI2V"
+            )
         self.model = model.to(self.device).eval()
 
     @torch.no_grad()
@@ -167,6 +198,7 @@ class VaeDecoder(Node):
     def __init__(self, ctx: NodeContext) -> None:
         super().__init__(ctx)
         model = tiny.build_vae_decoder(str(self.config.get("checkpoint") or ""))
+        _check_vae(self, model.cfg)
         self.model = model.to(self.device).eval()
 
     @torch.no_grad()
