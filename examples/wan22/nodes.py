@@ -7,8 +7,9 @@ Shapes come from the request's shape bucket: the latents are ``[C, (frames - 1) 
 height / 8, width / 8]`` for the request's `frames`, `height` and `width` options (their
 defaults when it sets none), as the `.walk` file declares.
 
-- `TextEncoder`: umT5 over the prompt's UTF-8 bytes as token ids (at most ``text_len``), its
-  states at the tokens and zeros at the padding (an empty negative prompt is all zeros).
+- `TextEncoder`: umT5 over the prompt's ids (at most ``text_len``): the checkpoint's
+  ``tokenizer/tokenizer.json`` makes them as the pipeline does (`PromptTokenizer`); the tiny
+  model takes the UTF-8 bytes as ids. Its states at the tokens, zeros at the padding.
 - `Dit` (both experts: config `expert`, ``high_noise`` = diffusers' ``transformer``,
   ``low_noise`` = ``transformer_2``): the transformer's velocity with classifier-free guidance
   (`guidance` option): ``uncond + g·(cond - uncond)``. The first step's latents are noise every
@@ -81,18 +82,28 @@ def start_noise(node: Node, ctx) -> torch.Tensor:
 class TextEncoder(Node):
     def __init__(self, ctx: NodeContext) -> None:
         super().__init__(ctx)
-        model = tiny.build_text_encoder(str(self.config.get("checkpoint") or ""))
-        _check(self, "text_encoder", {"text_dim": self.out_shape("context")[1]},
-               {"text_dim": model.cfg.d_model})  # fmt: skip
+        checkpoint = str(self.config.get("checkpoint") or "")
+        model = tiny.build_text_encoder(checkpoint)
+        rows, dim = self.out_shape("context")
+        _check(self, "text_encoder", {"text_dim": dim}, {"text_dim": model.cfg.d_model})
+        try:
+            self.tokenizer = tiny.prompt_tokenizer(checkpoint, rows)
+        except FileNotFoundError as e:
+            raise NodeError(f"node `{self.name}`: {e}") from None
         self.model = model.to(self.device).eval()
 
     @torch.no_grad()
     def forward_one(self, inputs, ctx):
         rows, _ = self.out_shape("context")
-        prompt = need(inputs, "prompt", self.name).reshape(-1)[:rows].long()
+        prompt = need(inputs, "prompt", self.name).reshape(-1)
+        if self.tokenizer is None:  # the tiny model: the bytes are the ids
+            tokens = prompt[:rows].long()
+        else:
+            text = bytes(prompt.to(torch.uint8).tolist()).decode("utf-8", errors="replace")
+            tokens = torch.tensor(self.tokenizer(text), dtype=torch.long)
         ids = torch.zeros(1, rows, dtype=torch.long)
-        ids[0, : prompt.numel()] = prompt
-        mask = (torch.arange(rows) < prompt.numel()).long()[None]
+        ids[0, : tokens.numel()] = tokens
+        mask = (torch.arange(rows) < tokens.numel()).long()[None]
         states = self.model.prompt_states(ids.to(self.device), mask.to(self.device))
         return {"context": states[0].float().cpu()}
 

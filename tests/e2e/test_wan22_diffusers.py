@@ -92,7 +92,23 @@ def _random_parts() -> dict[str, Any]:
         for part in parts.values():
             for p in part.parameters():
                 p.add_(0.1 * torch.randn_like(p))
+    parts["tokenizer"] = _word_tokenizer()
     return parts
+
+
+def _word_tokenizer():
+    """A tiny word-level tokenizer ending each prompt with ``</s>`` as umT5's does."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+
+    words = ["<pad>", "</s>", "<unk>", *["a", "cat", "surfing", "on", "the", "wave"]]
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.post_processor = processors.TemplateProcessing(
+        single="$A </s>", special_tokens=[("</s>", 1)]
+    )
+    return transformers.PreTrainedTokenizerFast(
+        tokenizer_object=tok, pad_token="<pad>", eos_token="</s>", unk_token="<unk>"
+    )
 
 
 def _vae_config() -> dict[str, Any]:
@@ -113,7 +129,7 @@ def _pipeline(mode: str, parts: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
     ts = flow_schedule(dataclasses.replace(tiny.SCHEDULER, flow_shift=shift), STEPS)
     ts = ts.timesteps.tolist()
     boundary = (ts[HIGH_STEPS - 1] + ts[HIGH_STEPS]) / 2 / 1000  # high: t >= boundary
-    parts = {**parts, "tokenizer": ByteTokenizer(), "scheduler": scheduler}
+    parts = {"tokenizer": ByteTokenizer(), **parts, "scheduler": scheduler}
     parts["boundary_ratio"] = boundary
     t2v = diffusers.WanPipeline(**parts)
     if mode == "t2v":
@@ -177,7 +193,9 @@ def _assert_equal_video(video: torch.Tensor, ref: torch.Tensor) -> None:
 @pytest.mark.slow
 def test_wgc_run_with_a_diffusers_folder_equals_wan_pipeline(tmp_path: Path) -> None:
     """``wgc run`` (worker processes) on the tiny placement with ``--set checkpoint=`` a folder
-    the packages wrote: the video equals the pipeline's over the same modules."""
+    the packages wrote, its tokenizer included (the prompt cleaned, ``</s>`` added; the
+    negative prompt is ``</s>`` alone): the video equals the pipeline's over the same
+    modules."""
     parts = _random_parts()
     for sub, part in parts.items():
         part.save_pretrained(tmp_path / "wan" / sub, safe_serialization=True)
@@ -185,7 +203,7 @@ def test_wgc_run_with_a_diffusers_folder_equals_wan_pipeline(tmp_path: Path) -> 
     exe = Path(sys.executable).with_name("wgc")
     cmd = [str(exe)] if exe.exists() else [sys.executable, "-c", "from wgc.cli import main; main()"]
     args = ["run", "examples/wan22/wan22.walk", "-p", "examples/wan22/placements/cpu.yaml"]
-    args += ["--set", f"checkpoint={tmp_path / 'wan'}", "--input", f"text={PROMPT}"]
+    args += ["--set", f"checkpoint={tmp_path / 'wan'}", "--input", f"text={PROMPT}  "]
     args += ["--seed", "1", "-o", str(out)]
     r = subprocess.run([*cmd, *args], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr

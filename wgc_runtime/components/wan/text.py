@@ -11,19 +11,25 @@ diffusers ``text_encoder/`` folder (``shared.weight``, ``encoder.block.{i}.layer
   for the prompt's tokens and zeros at the padding.
 
 `load_text_encoder` loads strictly; the tied ``encoder.embed_tokens.weight`` may be present or
-absent.
+absent. `PromptTokenizer` makes the ids as Wan's pipeline does with the folder's
+``tokenizer/tokenizer.json``: the prompt cleaned (HTML entities unescaped twice, whitespace
+runs to one space, stripped; ftfy's repairs, which the pipeline applies when that package is
+installed, are not made), the special tokens added, truncated to the text length.
 """
 
 from __future__ import annotations
 
+import html
 import json
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
+from tokenizers import Tokenizer
 from torch import nn
 
 from wgc_runtime.components.loading import load_checkpoint
@@ -197,3 +203,23 @@ def load_text_encoder(path: str | Path, cfg: UMT5Config | None = None) -> UMT5En
     model = UMT5Encoder(cfg or UMT5Config.from_folder(path))
     load_checkpoint(model, path, optional={TIED})
     return model
+
+
+def clean_prompt(text: str) -> str:
+    """Wan's ``prompt_clean`` without ftfy: HTML entities unescaped twice, whitespace runs to
+    one space, the ends stripped."""
+    return re.sub(r"\s+", " ", html.unescape(html.unescape(text)).strip()).strip()
+
+
+class PromptTokenizer:
+    """A checkpoint's ``tokenizer.json``: a prompt → at most ``length`` ids, the tokenizer's
+    special tokens (umT5's ``</s>``) included, as ``tokenizer(..., truncation=True,
+    max_length=length)`` gives them."""
+
+    def __init__(self, path: str | Path, length: int):
+        self.tokenizer = Tokenizer.from_file(str(path))
+        self.tokenizer.no_padding()
+        self.tokenizer.enable_truncation(length)
+
+    def __call__(self, prompt: str) -> list[int]:
+        return self.tokenizer.encode(clean_prompt(prompt)).ids

@@ -11,7 +11,12 @@ from pathlib import Path
 
 from wgc_runtime.components.random_init import init_seeded
 from wgc_runtime.components.wan.scheduler import FlowUniPCConfig
-from wgc_runtime.components.wan.text import UMT5Config, UMT5Encoder, load_text_encoder
+from wgc_runtime.components.wan.text import (
+    PromptTokenizer,
+    UMT5Config,
+    UMT5Encoder,
+    load_text_encoder,
+)
 from wgc_runtime.components.wan.transformer import WanDitConfig, WanTransformer, load_transformer
 from wgc_runtime.components.wan.vae import WanVaeConfig, WanVaeDecoder, load_decoder
 from wgc_runtime.components.wan.vae_encoder import WanVaeEncoder, load_encoder
@@ -59,6 +64,18 @@ def build_text_encoder(checkpoint: str = "") -> UMT5Encoder:
     if checkpoint:
         return load_text_encoder(Path(checkpoint) / "text_encoder")
     return init_seeded(UMT5Encoder(TEXT), SEEDS["text_encoder"])
+
+
+def prompt_tokenizer(checkpoint: str, length: int) -> PromptTokenizer | None:
+    """The folder's ``tokenizer/tokenizer.json``; None without a checkpoint (the tiny model's
+    tokens are the prompt's UTF-8 bytes). A checkpoint without one is an error: its ids would
+    mean nothing to its encoder."""
+    if not checkpoint:
+        return None
+    path = Path(checkpoint) / "tokenizer" / "tokenizer.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"checkpoint `{checkpoint}` has no `tokenizer/tokenizer.json`")
+    return PromptTokenizer(path, length)
 
 
 def build_transformer(expert: str, checkpoint: str = "") -> WanTransformer:
