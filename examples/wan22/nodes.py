@@ -30,16 +30,22 @@ defaults when it sets none), as the `.walk` file declares.
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import torch
 
 from examples._batched import need
 from examples._speech import check_sizes
 from examples._toy import noise
+from examples._weights import part
 from wgc_runtime.components.wan import tiny
 from wgc_runtime.components.wan.scheduler import FlowSchedule, UniState, flow_schedule, uni_step
-from wgc_runtime.components.wan.vae import WanVaeConfig
+from wgc_runtime.components.wan.text import UMT5Encoder
+from wgc_runtime.components.wan.transformer import WanTransformer
+from wgc_runtime.components.wan.vae import WanVaeConfig, WanVaeDecoder
+from wgc_runtime.components.wan.vae_encoder import WanVaeEncoder
 from wgc_runtime.contract.node import Node, NodeContext, NodeError, type_parts
+from wgc_runtime.contract.weights import WeightParts
 
 STRIDE = 8  # the VAE's spatial stride (`param vae_stride`)
 FIRST_TIMESTEP = 999  # the flow schedule's first timestep: ⌊1000 · (1 - 1e-6)⌋ for any shift
@@ -75,11 +81,23 @@ def _check_vae(node: Node, cfg: WanVaeConfig) -> None:
     _check(node, "vae", want, {"latent_channels": cfg.z_dim, "vae_stride": stride})
 
 
+def _parts(name: str, config, build, sub: str, names=(), skip=()) -> list[WeightParts]:
+    """`Node.weights`: the part at its sizes (counted from the folder's ``sub/`` when given)."""
+    path = str(config.get("checkpoint") or "")
+    where = str(Path(path) / sub) if path else ""
+    return [part("wan22", name, config, build, checkpoint=where, names=names, skip=skip)]
+
+
 def start_noise(node: Node, ctx) -> torch.Tensor:
     return noise(latent_shape(node, ctx), ctx, "wan22-latents")
 
 
 class TextEncoder(Node):
+    @classmethod
+    def weights(cls, config):
+        text = tiny.configs(str(config.get("checkpoint") or ""))[0]
+        return _parts("text_encoder", config, lambda: UMT5Encoder(text), "text_encoder")
+
     def __init__(self, ctx: NodeContext) -> None:
         super().__init__(ctx)
         checkpoint = str(self.config.get("checkpoint") or "")
@@ -111,6 +129,12 @@ class TextEncoder(Node):
 class VaeEncoder(Node):
     """The first frame through Wan's VAE encoder (normalised), in latent frame 0 (TI2V)."""
 
+    @classmethod
+    def weights(cls, config):
+        vae = tiny.configs(str(config.get("checkpoint") or ""))[2]
+        names, skip = ("encoder.", "quant_conv."), ("post_quant_conv.",)
+        return _parts("vae_encoder", config, lambda: WanVaeEncoder(vae), "vae", names, skip)
+
     def __init__(self, ctx: NodeContext) -> None:
         super().__init__(ctx)
         model = tiny.build_vae_encoder(str(self.config.get("checkpoint") or ""))
@@ -129,6 +153,13 @@ class VaeEncoder(Node):
 
 
 class Dit(Node):
+    @classmethod
+    def weights(cls, config):
+        expert = str(config.get("expert", "high_noise"))
+        dit = tiny.configs(str(config.get("checkpoint") or ""))[1][expert]
+        sub = tiny.SUBFOLDERS[expert]
+        return _parts(expert, config, lambda: WanTransformer(dit), sub)
+
     def __init__(self, ctx: NodeContext) -> None:
         super().__init__(ctx)
         expert = str(self.config.get("expert", "high_noise"))
@@ -206,6 +237,12 @@ class Solver(Node):
 
 
 class VaeDecoder(Node):
+    @classmethod
+    def weights(cls, config):
+        vae = tiny.configs(str(config.get("checkpoint") or ""))[2]
+        names = ("decoder.", "post_quant_conv.")
+        return _parts("vae_decoder", config, lambda: WanVaeDecoder(vae), "vae", names)
+
     def __init__(self, ctx: NodeContext) -> None:
         super().__init__(ctx)
         model = tiny.build_vae_decoder(str(self.config.get("checkpoint") or ""))

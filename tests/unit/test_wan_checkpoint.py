@@ -6,13 +6,20 @@ holds exactly the folder's tensors (the VAE's two halves together, the whole fil
 from __future__ import annotations
 
 import dataclasses
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
-from wgc_runtime.components.wan import tiny
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:  # the examples' node modules are imported as `examples.<family>`
+    sys.path.insert(0, str(ROOT))
+
+from examples.wan22.nodes import Dit, TextEncoder, VaeDecoder, VaeEncoder  # noqa: E402
+from wgc_runtime.components.wan import tiny  # noqa: E402
+from wgc_runtime.host.preflight import part_bytes  # noqa: E402
 
 diffusers = pytest.importorskip("diffusers")
 transformers = pytest.importorskip("transformers")
@@ -65,3 +72,22 @@ def test_every_part_loads_the_folder(folder):
     }
     _same(halves, refs["vae"].state_dict())
     assert tiny.build_vae_decoder(path).cfg.latents_mean == tiny.VAE.latents_mean
+
+
+def test_weights_are_said_before_they_are_built(folder):
+    """`Node.weights`: each node's parameters at the tiny sizes, and the same count read from
+    the folder's headers when it is given (the VAE's halves apart)."""
+    root, _ = folder
+    built = {
+        TextEncoder: tiny.build_text_encoder(),
+        Dit: tiny.build_transformer("low_noise"),
+        VaeEncoder: tiny.build_vae_encoder(),
+        VaeDecoder: tiny.build_vae_decoder(),
+    }
+    for cls, module in built.items():
+        count = sum(p.numel() for p in module.parameters())
+        config = {"expert": "low_noise"}
+        (alone,) = cls.weights(config)
+        assert alone.params == count and part_bytes(alone) == (4 * count, False)
+        (given,) = cls.weights({**config, "checkpoint": str(root)})
+        assert part_bytes(given) == (4 * count, True), cls

@@ -96,3 +96,16 @@ def build_vae_encoder(checkpoint: str = "") -> WanVaeEncoder:
     if checkpoint:
         return load_encoder(Path(checkpoint) / "vae")
     return init_seeded(WanVaeEncoder(VAE), SEEDS["vae_encoder"])
+
+
+def configs(checkpoint: str = "") -> tuple[UMT5Config, dict[str, WanDitConfig], WanVaeConfig]:
+    """The parts' sizes: the folder's ``config.json`` files, else the tiny ones."""
+    if not checkpoint:
+        return TEXT, {"high_noise": DIT, "low_noise": DIT}, VAE
+    root = Path(checkpoint)
+    dits = {e: WanDitConfig.from_folder(root / sub) for e, sub in SUBFOLDERS.items()}
+    return (
+        UMT5Config.from_folder(root / "text_encoder"),
+        dits,
+        WanVaeConfig.from_folder(root / "vae"),
+    )
