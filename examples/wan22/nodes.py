@@ -66,10 +66,19 @@ def latent_shape(node: Node, ctx) -> tuple[int, int, int, int]:
 
 
 def _check(node: Node, part: str, want: dict[str, int], have: dict[str, int]) -> None:
-    """The built part's sizes against the ``.walk``'s (a checkpoint's ``config.json`` may
-    differ from the params): a mismatch is the placement's fault, said before any request."""
+    """The built part's sizes against the ``.walk``'s (a checkpoint's ``config.json``, or the
+    tiny seeded sizes, may differ from the params): a mismatch is the placement's fault, said
+    when the rank starts, before any request."""
     if node.config.get("checkpoint"):
         check_sizes(node.name, f"the checkpoint's `{part}/config.json`", want, have)
+        return
+    wrong = {k: (want[k], have[k]) for k in want if want[k] != have[k]}
+    if wrong:
+        diff = ", ".join(f"{k} {w} (tiny: {h})" for k, (w, h) in wrong.items())
+        raise NodeError(
+            f"node `{node.name}`: seeded weights are built at the tiny sizes only, and the "
+            f".walk asks for {diff}; give a `checkpoint` for other sizes"
+        )
 
 
 def _check_vae(node: Node, cfg: WanVaeConfig) -> None:

@@ -6,12 +6,14 @@ holds exactly the folder's tensors (the VAE's two halves together, the whole fil
 from __future__ import annotations
 
 import dataclasses
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+from tokenizers import Tokenizer, models, pre_tokenizers
 
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:  # the examples' node modules are imported as `examples.<family>`
@@ -48,6 +50,12 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, An
     refs["vae"] = _random(diffusers.AutoencoderKLWan(**raw))
     for sub, ref in refs.items():
         ref.save_pretrained(root / sub, safe_serialization=True)
+    (root / "tokenizer").mkdir()
+    words = {"<pad>": 0, "</s>": 1, "<unk>": 2, "x": 3}
+    tok = Tokenizer(models.WordLevel(words, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.save(str(root / "tokenizer" / "tokenizer.json"))
+    tok.save(str(root / "tokenizer.json"))  # a spare copy for the tests' other folders
     return root, refs
 
 
@@ -91,3 +99,45 @@ def test_weights_are_said_before_they_are_built(folder):
         assert alone.params == count and part_bytes(alone) == (4 * count, False)
         (given,) = cls.weights({**config, "checkpoint": str(root)})
         assert part_bytes(given) == (4 * count, True), cls
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("sets", "problem"),
+    [
+        (["text_dim=64"], "seeded weights are built at the tiny sizes only"),
+        (["latent_channels=48"], "latent_channels 48 (tiny: 16)"),
+        (["checkpoint={bad}"], "text_dim 32 (checkpoint: 48)"),
+        (["checkpoint={untokenized}"], "has no `tokenizer/tokenizer.json`"),
+    ],
+)
+def test_a_rank_with_other_sizes_refuses_to_start(folder, tmp_path: Path, sets, problem):
+    """Sizes the built parts do not have (the params against the tiny sizes or the folder's
+    config.json files), or a folder without a tokenizer: `wgc run` exits 1 with the sizes."""
+    root, refs = folder
+    bad = tmp_path / "bad"
+    raw = {**dataclasses.asdict(tiny.DIT), "text_dim": 48}
+    for sub in ("transformer", "transformer_2"):
+        diffusers.WanTransformer3DModel(**raw).save_pretrained(bad / sub)
+    for sub in ("text_encoder", "vae"):
+        refs[sub].save_pretrained(bad / sub)
+    (bad / "tokenizer").mkdir()
+    (bad / "tokenizer" / "tokenizer.json").write_text((root / "tokenizer.json").read_text())
+    untokenized = tmp_path / "untokenized"
+    for sub in ("text_encoder", "transformer", "transformer_2", "vae"):
+        refs[sub].save_pretrained(untokenized / sub)
+    args = [
+        "run",
+        str(ROOT / "examples" / "wan22" / "wan22.walk"),
+        "--local",
+        "--input",
+        "text=x",
+        "-o",
+        "o",
+    ]
+    for s in sets:
+        args += ["--set", s.format(bad=bad, untokenized=untokenized)]
+    cli = [sys.executable, "-c", "from wgc.cli import main; main()", *args]
+    cli += ["-o", str(tmp_path / "out")]
+    r = subprocess.run(cli, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 1 and problem in r.stderr, r.stderr
