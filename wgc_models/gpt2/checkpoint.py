@@ -74,8 +74,10 @@ def load(model: GPT2, path: str | Path) -> GPT2:
                 target[name].copy_(tensor)
             seen.add(name)
     missing = sorted(set(target) - seen)
-    if missing or unexpected or shapes:
-        problems = {"missing": missing, "unexpected": unexpected, "misshapen": shapes}
-        lines = [f"  {k}: {', '.join(v[:6])}{' ...' if len(v) > 6 else ''}" for k, v in problems.items() if v]
-        raise CheckpointError(f"`{path}` is not a GPT-2 checkpoint of its sizes:\n" + "\n".join(lines))
+    lines = [f"`{path}` is not a GPT-2 checkpoint of its config's sizes:"]
+    for kind, names in (("missing", missing), ("unexpected", unexpected), ("shape", shapes)):
+        if names:
+            lines.append(f"  {kind} ({len(names)}): {', '.join(names[:6])}")
+    if len(lines) > 1:
+        raise CheckpointError("\n".join(lines))
     return model

@@ -1,4 +1,5 @@
-"""GPT-2's node: `Decoder`, `model.py`'s GPT2 on the runtime's paged KV pool (docs/nodes.md).
+"""GPT-2's nodes (docs/nodes.md): `Decoder`, `model.py`'s GPT2 on the runtime's paged KV pool,
+and `Detokenizer`, the reply's text.
 
 - **Weights**: seeded random ones at the sizes the ``.walk`` declares, or the checkpoint folder
   ``config checkpoint`` (read by `checkpoint.py`; its ``config.json`` must agree with the
@@ -10,6 +11,10 @@
 - **`static_step`**: the decode step as a captured unit (`model.decode_unit`). A
   `DecodeRunner` keeps the running batch's page tables and lengths and appends each row's
   token slot to its sequence (``prepare_batch``).
+- **`Detokenizer`**: one chosen token → the UTF-8 bytes it adds (its ``tokenizer.json`` piece;
+  without one, the byte it is). Its tokens come by stream: the prefill's, then each decode
+  step's, one more than the reply (the step past ``max_new_tokens``); the reply is the ids
+  transformers' ``generate`` returns, up to the end-of-sequence token (which adds no text).
 """
 
 from __future__ import annotations
@@ -77,16 +82,16 @@ class Decoder(Node):
             assert kv is not None  # every call of a kv_cache node has one
             prompt = w.inputs.get("prompt")
             x = w.inputs["token"] if prompt is None else self.prompt_ids(prompt)
-            x = x.reshape(-1).long()
-            if x.numel() == 0 or kv.length() + x.numel() > self.kv_tokens:
+            n = 0 if x is None else x.numel()
+            if x is None or n == 0 or kv.length() + n > self.kv_tokens:
                 results[i] = NodeInputError(
-                    f"node `{self.name}`: {x.numel()} tokens after {kv.length()} do not fit "
+                    f"node `{self.name}`: {n} new tokens after {kv.length()}: none, or past "
                     f"kv_tokens = {self.kv_tokens}"
                 )
                 continue
             rows.append(i)
             seqs.append((kv.request, kv.labels[0]))
-            tokens.append(x)
+            tokens.append(x.reshape(-1).long())
         if not rows:
             return results
         nxt = last_logits(self.model, first.pool, backend, seqs, tokens).argmax(-1).tolist()
@@ -132,3 +137,23 @@ class Decoder(Node):
             return meta.tensors(width), meta.failed
 
         return StaticStep(fn=fn, extra=extra, prepare_batch=prepare_batch)
+
+
+class Detokenizer(Node):
+    def __init__(self, ctx: NodeContext) -> None:
+        super().__init__(ctx)
+        path = Path(str(self.config.get("checkpoint") or ""), "tokenizer.json")
+        self.codec = TextCodec.from_file(path) if path.is_file() else None
+        self.eos, self.most = int(self.config["eos"]), int(self.config["max_new_tokens"])
+
+    def forward_one(self, inputs, ctx):
+        x = inputs["token"]
+        assert x is not None  # every token of the stream is one
+        token = int(x.reshape(-1)[0])
+        taken = ctx.state.get("taken", 0)  # the reply's tokens so far; -1 after its end
+        if taken < 0 or taken >= self.most or token == self.eos:
+            ctx.state["taken"] = -1
+            return {"text": torch.zeros(0, dtype=torch.uint8)}
+        ctx.state["taken"] = taken + 1
+        piece = bytes([token]) if self.codec is None else self.codec.piece(token)
+        return {"text": torch.tensor(list(piece), dtype=torch.uint8)}
