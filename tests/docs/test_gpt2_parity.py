@@ -20,8 +20,7 @@ PROMPT = "Hello, GPT-2"
 NEW = 16  # the .walk's max_new_tokens
 
 
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory) -> Path:
+def save_tiny_gpt2(path: Path) -> Path:
     """The .walk's tiny sizes as a GPT2LMHeadModel with random weights, saved by transformers."""
     config = transformers.GPT2Config(
         vocab_size=256, n_positions=128, n_embd=64, n_layer=2, n_head=4
@@ -31,9 +30,13 @@ def checkpoint(tmp_path_factory) -> Path:
     with torch.no_grad():  # larger than GPT-2's own init, so the tokens vary
         for p in model.parameters():
             p.normal_(0, 0.3) if p.dim() > 1 else p.add_(0.1 * torch.randn_like(p))
-    path = tmp_path_factory.mktemp("gpt2")
     model.save_pretrained(path)
     return path
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory) -> Path:
+    return save_tiny_gpt2(tmp_path_factory.mktemp("gpt2"))
 
 
 def transformers_tokens(path: Path) -> list[int]:
