@@ -41,8 +41,10 @@ def build(config: Mapping) -> GPT2:
     if not path:
         return init_seeded(GPT2(cfg), int(config["seed"]), gain=2.0)
     have = read_config(path)
-    if [getattr(have, k) for k in sizes] != [getattr(cfg, k) for k in sizes]:
-        raise NodeError(f"checkpoint `{path}` has sizes {have}, the .walk declares {cfg}")
+    diff = [f"{k} {getattr(have, k)} (the .walk: {getattr(cfg, k)})" for k in sizes]
+    diff = [d for d, k in zip(diff, sizes, strict=True) if getattr(have, k) != getattr(cfg, k)]
+    if diff:
+        raise NodeError(f"checkpoint `{path}` has {', '.join(diff)}: set the params to its sizes")
     return load(GPT2(have), path)
 
 
