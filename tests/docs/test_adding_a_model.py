@@ -6,7 +6,8 @@ every file of ``wgc_models/gpt2`` among them; written into an empty folder, they
 ``wgc run`` commands on tiny random weights, and a ``wgc run`` of a checkpoint transformers
 saved, whose reply is transformers' greedy tokens. ``checkpoint.py`` reads the published
 layout (no ``transformer.`` prefix, ``Conv1D`` weights ``[in, out]``, causal-mask buffers) and
-lists every problem of a checkpoint that does not fit.
+lists every problem of a checkpoint that does not fit; a folder in the published layout with a
+``tokenizer.json`` (the real GPT-2's path, at a tiny size) replies with transformers' text.
 
 TODO(merger): once the ``wgc.models`` registry lands, the page's entry-point line (step 7) is
 ``pyproject.toml``'s own; then assert it is there, and run ``wgc run gpt2 ...`` from a folder
@@ -27,9 +28,12 @@ from click.testing import CliRunner
 from safetensors.torch import save_file
 
 from wgc.cli import main
+from wgc.driver import Driver
 from wgc_models.gpt2.checkpoint import load
 from wgc_models.gpt2.model import GPT2, GPT2Config
 from wgc_runtime.components.loading import CheckpointError
+from wgc_runtime.contract.flow import Segment
+from wgc_runtime.host.local import LocalCluster
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "adding-a-model.md"
@@ -153,3 +157,63 @@ def test_a_checkpoint_that_does_not_fit_lists_every_problem(tmp_path: Path) -> N
     for problem in ("missing (1): h.1.mlp.c_fc.weight", "unexpected (1): h.0.adapter.weight",
                     "shape (1): h.0.attn.c_proj.weight (16, 8)"):  # fmt: skip
         assert problem in message, message
+
+
+TOKENIZER = ROOT / "wgc_runtime" / "components" / "configs" / "orpheus_tokenizer.json"
+TEXT = "The meaning of life is"
+
+
+def test_the_published_layout_with_a_tokenizer_replies_with_transformers_text(
+    tmp_path: Path,
+) -> None:
+    """As the published folder (``config.json``, ``model.safetensors`` without the
+    ``transformer.`` prefix and with the mask buffers, ``tokenizer.json``), at a tiny size: the
+    prompt is tokenized and the reply is the text of transformers' greedy tokens."""
+    transformers = pytest.importorskip("transformers")
+    from tokenizers import Tokenizer
+
+    config = transformers.GPT2Config(
+        vocab_size=512, n_positions=128, n_embd=64, n_layer=2, n_head=4
+    )
+    torch.manual_seed(1)
+    reference = transformers.GPT2LMHeadModel(config).eval()
+    with torch.no_grad():
+        for p in reference.parameters():
+            p.normal_(0, 0.3) if p.dim() > 1 else p.add_(0.1 * torch.randn_like(p))
+    folder = tmp_path / "gpt2"
+    folder.mkdir()
+    weights = {
+        name.removeprefix("transformer."): t.contiguous()
+        for name, t in reference.state_dict().items()
+        if name != "lm_head.weight"
+    }
+    for i in range(config.n_layer):
+        weights[f"h.{i}.attn.bias"] = torch.tril(torch.ones(128, 128)).view(1, 1, 128, 128)
+    save_file(weights, str(folder / "model.safetensors"))
+    config.to_json_file(str(folder / "config.json"))
+    (folder / "tokenizer.json").write_bytes(TOKENIZER.read_bytes())
+
+    sets = {"checkpoint": str(folder), "vocab": "512", "eos": "-1"}
+    result = Driver().compile(
+        str(ROOT / FAMILY / "gpt2.walk"), str(ROOT / FAMILY / "placements" / "cpu.yaml"), sets
+    )
+    assert result.ok, [d.message for d in result.errors]
+    plan = tmp_path / "plan"
+    plan.mkdir()
+    for name, text in result.files.items():
+        (plan / name).write_text(text)
+    cluster = LocalCluster(plan, strict=True)
+    prompt = torch.tensor(list(TEXT.encode()))
+    handle = cluster.submit(cluster.request([Segment("text", prompt)], ["text"])).result()
+    assert handle.ok, handle.error
+    reply = b"".join(bytes(o.tensor.tolist()) for o in handle.outputs)
+
+    tokenizer = Tokenizer.from_file(str(TOKENIZER))
+    ids = torch.tensor([tokenizer.encode(TEXT, add_special_tokens=False).ids])
+    out = reference.generate(
+        ids, attention_mask=torch.ones_like(ids), max_new_tokens=16, do_sample=False,
+        pad_token_id=0,
+    )  # fmt: skip
+    new = out[0, ids.shape[1] :].tolist()
+    assert len(set(new)) > 1  # the tokens vary: a real comparison
+    assert reply.decode("utf-8", errors="replace") == tokenizer.decode(new)
