@@ -2,7 +2,7 @@
 
 The page's file blocks (a fence with ``title="PATH"``) are the repository's files byte for byte,
 every file of ``wgc_models/gpt2`` among them; written into an empty folder, they pass the page's
-``wgc check`` / ``show`` / ``compile`` commands there (in this process), and (slow) its
+``wgc fmt`` / ``check`` / ``show`` / ``compile`` commands there (in this process), and (slow) its
 ``wgc run`` commands on tiny random weights, and a ``wgc run`` of a checkpoint transformers
 saved, whose reply is transformers' greedy tokens. ``checkpoint.py`` reads the published
 layout (no ``transformer.`` prefix, ``Conv1D`` weights ``[in, out]``, causal-mask buffers) and
@@ -80,9 +80,9 @@ def built(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
-def test_the_guides_check_show_and_compile_commands_pass(built: Path) -> None:
-    commands = [c for verb in ("check", "show", "compile") for c in guide_commands(verb)]
-    assert len(commands) == 5
+def test_the_guides_fmt_check_show_and_compile_commands_pass(built: Path) -> None:
+    commands = [c for verb in ("fmt", "check", "show", "compile") for c in guide_commands(verb)]
+    assert len(commands) == 6
     for args in commands:
         result = CliRunner().invoke(main, args)
         assert result.exit_code == 0, (args, result.output)
