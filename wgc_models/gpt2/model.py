@@ -106,7 +106,9 @@ class GPT2(nn.Module):
         self.h = nn.ModuleList(Block(cfg, i) for i in range(cfg.layers))
         self.ln_f = nn.LayerNorm(cfg.hidden, eps=cfg.eps)
 
-    def forward(self, tokens: torch.Tensor, positions: torch.Tensor, step: AttnStep):
+    def forward(
+        self, tokens: torch.Tensor, positions: torch.Tensor, step: AttnStep
+    ) -> torch.Tensor:
         x = self.wte(tokens) + self.wpe(positions)
         for block in self.h:
             x = block(x, step)
@@ -145,7 +147,8 @@ def decode_unit(
 ) -> torch.Tensor:
     """One captured decode step: a token per row of fixed-shape buffers (``tokens``,
     ``positions``, ``slots``, ``kv_lens``, ``block_tables``); the greedy next token per row.
-    No reads back to the host (on the CPU the page tables are cut to the pages in use)."""
+    On a GPU it never reads back to the host (a CUDA graph replays it); eager on the CPU, it
+    reads the longest row's length once, to attend over the pages in use only."""
     static = StaticDecode(bufs["block_tables"], bufs["kv_lens"])
     if backend.name in CAPTURABLE_DECODE:
         static.meta = static_meta(bufs, pool.page_size)

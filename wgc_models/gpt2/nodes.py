@@ -49,6 +49,8 @@ def build(config: Mapping) -> GPT2:
 
 
 class Decoder(Node):
+    """GPT-2 on the paged KV pool: prompt or token in, the greedy next token out."""
+
     def __init__(self, ctx: NodeContext) -> None:
         super().__init__(ctx)
         self.model = build(self.config).to(self.device).eval()
@@ -142,6 +144,8 @@ class Decoder(Node):
 
 
 class Detokenizer(Node):
+    """One chosen token in, the bytes it adds to the reply's text out."""
+
     def __init__(self, ctx: NodeContext) -> None:
         super().__init__(ctx)
         path = Path(str(self.config.get("checkpoint") or ""), "tokenizer.json")
