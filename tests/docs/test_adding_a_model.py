@@ -64,7 +64,9 @@ def test_the_guides_files_are_the_repository_files() -> None:
         for p in (ROOT / FAMILY).rglob("*")
         if p.is_file() and "__pycache__" not in p.parts
     }
-    assert folder == {name for name in files if name.startswith(FAMILY + "/")}
+    shown = {name for name in files if name.startswith(FAMILY + "/")}
+    # every file of the folder is in the guide (a package marker may be left out)
+    assert {name for name in folder if not name.endswith("/__init__.py")} <= shown <= folder
     for name, text in files.items():
         assert text == (ROOT / name).read_text(encoding="utf-8"), f"{name} differs from the guide"
 
