@@ -161,5 +161,7 @@ class Detokenizer(Node):
             ctx.state["taken"] = -1
             return {"text": torch.zeros(0, dtype=torch.uint8)}
         ctx.state["taken"] = taken + 1
+        if self.codec is None and not 0 <= token < 256:
+            raise NodeError(f"node `{self.name}`: token {token} is no byte, and no tokenizer.json")
         piece = bytes([token]) if self.codec is None else self.codec.piece(token)
         return {"text": torch.tensor(list(piece), dtype=torch.uint8)}
