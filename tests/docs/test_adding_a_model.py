@@ -8,10 +8,8 @@ saved, whose reply is transformers' greedy tokens. ``checkpoint.py`` reads the p
 layout (no ``transformer.`` prefix, ``Conv1D`` weights ``[in, out]``, causal-mask buffers) and
 lists every problem of a checkpoint that does not fit; a folder in the published layout with a
 ``tokenizer.json`` (the real GPT-2's path, at a tiny size) replies with transformers' text.
-
-TODO(merger): once the ``wgc.models`` registry lands, the page's entry-point line (step 7) is
-``pyproject.toml``'s own; then assert it is there, and run ``wgc run gpt2 ...`` from a folder
-outside the repository as well.
+The page's entry-point line (step 7) is ``pyproject.toml``'s own, and its ``wgc run gpt2``
+(the family by name) runs from a folder holding nothing.
 """
 
 from __future__ import annotations
@@ -31,7 +29,7 @@ from wgc.cli import main
 from wgc.driver import Driver
 from wgc_models.gpt2.checkpoint import load
 from wgc_models.gpt2.model import GPT2, GPT2Config
-from wgc_runtime.components.loading import CheckpointError
+from wgc_models.layers.loading import CheckpointError
 from wgc_runtime.contract.flow import Segment
 from wgc_runtime.host.local import LocalCluster
 
@@ -71,6 +69,15 @@ def test_the_guides_files_are_the_repository_files() -> None:
         assert text == (ROOT / name).read_text(encoding="utf-8"), f"{name} differs from the guide"
 
 
+def test_the_guides_entry_point_is_the_projects() -> None:
+    blocks = re.findall(r"```toml\n(.*?)```", DOC.read_text(encoding="utf-8"), flags=re.S)
+    assert len(blocks) == 1
+    group, line = blocks[0].strip().splitlines()
+    project = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    assert group in project.splitlines()
+    assert any(row.startswith(line) for row in project.splitlines())
+
+
 @pytest.fixture
 def built(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """An empty folder holding only the guide's files, as the working directory."""
@@ -103,13 +110,16 @@ def test_the_guides_tiny_runs_agree_and_a_saved_checkpoint_speaks_transformers(
     built: Path,
 ) -> None:
     runs = [args for args in guide_commands("run") if not any("ckpt/" in a for a in args)]
-    assert len(runs) == 2  # one rank, and the prefill/decode split
+    assert len(runs) == 3  # one rank, the prefill/decode split, and the split by name
     replies = []
     for args in runs:
-        done = wgc(*args, cwd=built)
+        by_name = args[1] == "gpt2"
+        folder = built / "elsewhere" if by_name else built  # a name needs no files around it
+        folder.mkdir(exist_ok=True)
+        done = wgc(*args, cwd=folder)
         assert done.returncode == 0, done.stderr
-        replies.append((built / "out" / "text.txt").read_bytes())
-    assert replies[0] == replies[1] and replies[0]
+        replies.append((folder / "out" / "text.txt").read_bytes())
+    assert replies[0] == replies[1] == replies[2] and replies[0]
 
     from tests.docs import test_gpt2_parity as parity
 
@@ -161,7 +171,7 @@ def test_a_checkpoint_that_does_not_fit_lists_every_problem(tmp_path: Path) -> N
         assert problem in message, message
 
 
-TOKENIZER = ROOT / "wgc_runtime" / "components" / "configs" / "orpheus_tokenizer.json"
+TOKENIZER = ROOT / "wgc_models" / "orpheus" / "tokenizer.json"
 TEXT = "The meaning of life is"
 
 

@@ -21,7 +21,17 @@ from wgc.diagnostics.explain import explanation
 from wgc_runtime.contract.families import families, family, resolve_impl, resolve_module
 
 ROOT = Path(__file__).resolve().parents[2]
-BUNDLED = ("bagel", "llama", "orpheus", "pi05", "qwen3_omni", "vjepa2_ac", "wan22", "whisper")
+BUNDLED = (
+    "bagel",
+    "gpt2",
+    "llama",
+    "orpheus",
+    "pi05",
+    "qwen3_omni",
+    "vjepa2_ac",
+    "wan22",
+    "whisper",
+)
 
 
 def _wgc(*args: str) -> tuple[int, str]:

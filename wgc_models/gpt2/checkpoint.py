@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from wgc_models.gpt2.model import GPT2, GPT2Config
-from wgc_runtime.components.loading import CheckpointError, iter_tensors
+from wgc_models.layers.loading import CheckpointError, iter_tensors
 
 CONV1D = (".attn.c_attn.weight", ".attn.c_proj.weight", ".mlp.c_fc.weight", ".mlp.c_proj.weight")
 SKIPPED = (".attn.bias", ".attn.masked_bias", "lm_head.weight")

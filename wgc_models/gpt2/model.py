@@ -7,7 +7,7 @@ names are the checkpoint's (``h.{i}.attn.c_attn``, ``ln_f``, ...), so `checkpoin
 transposes GPT-2's ``Conv1D`` weights into ``nn.Linear``'s layout.
 
 `GPT2.forward` takes ragged tokens (the new tokens of several requests, concatenated), their
-positions and an `AttnStep` (`wgc_runtime.components.attention`, shared with the Llama
+positions and an `AttnStep` (`wgc_models.layers.attention`, shared with the Llama
 decoder) saying where their keys and values go in the pool: one call serves prefill rows,
 decode rows and the captured decode step. `last_logits` and `decode_unit` are those two
 uses, written against the pool and an attention backend.
@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from wgc_runtime.components.attention import CAPTURABLE_DECODE, AttnStep, StaticDecode, static_meta
+from wgc_models.layers.attention import CAPTURABLE_DECODE, AttnStep, StaticDecode, static_meta
 from wgc_runtime.engines.attention.base import AttentionBackend, prepare_step
 from wgc_runtime.engines.kv_pool import PagedKVPool
 

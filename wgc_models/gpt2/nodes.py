@@ -26,8 +26,8 @@ import torch
 
 from wgc_models.gpt2.checkpoint import load, read_config
 from wgc_models.gpt2.model import GPT2, GPT2Config, decode_unit, last_logits
-from wgc_runtime.components.random_init import init_seeded
-from wgc_runtime.components.tokenizer import TextCodec
+from wgc_models.layers.random_init import init_seeded
+from wgc_models.layers.tokenizer import TextCodec
 from wgc_runtime.contract.capture import CapturedCall, StaticPort, StaticStep
 from wgc_runtime.contract.node import KvCache, Node, NodeContext, NodeError, NodeInputError, Work
 from wgc_runtime.engines.decode_runner import DecodeRunner, requests_of
