@@ -207,7 +207,10 @@ class ConductorCore:
     def replay(self, request_id: str, new_id: str) -> str | None:
         """Run ``request_id`` again from its start as ``new_id`` after a restart; None when it
         will, else why it cannot (`wgc_runtime.core.conductor.replay`)."""
-        return replay_request(self, request_id, new_id)
+        why = replay_request(self, request_id, new_id)
+        if why is None:
+            self._admit()
+        return why
 
     def drop_session(self, session: str) -> bool:
         """Forget ``session`` (`DELETE /v1/sessions/{id}`); whether it was kept."""

@@ -59,5 +59,4 @@ def replay(self: ConductorCore, request_id: str, new_id: str) -> str | None:
         self.post.send(r, Release(request_id, REPLAYED))
     self.queue[new_id] = (request, self.clock() + self.queue_timeout_s)
     self.queue.move_to_end(new_id, last=False)
-    self._admit()
-    return None
+    return None  # the core admits the queue next (`ConductorCore.replay`)
