@@ -152,7 +152,9 @@ def audio_drops(tokens: OrpheusTokens, vocab: int, device: torch.device | str) -
     return audio_mask(torch.zeros(2 * FRAME, vocab, device=device), tokens, pos).isinf()
 
 
-def masked_audio(logits: torch.Tensor, drops: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+def masked_audio(
+    logits: torch.Tensor, drops: torch.Tensor, positions: torch.Tensor
+) -> torch.Tensor:
     """`audio_mask` of ``logits`` with the table of `audio_drops`: the same values in a third of
     the tensor ops (one gather of the rows instead of building each row's mask)."""
     pos = positions.reshape(-1)
