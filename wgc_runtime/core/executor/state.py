@@ -21,6 +21,10 @@ from wgc_runtime.contract.spec import Dest, LoopSpec, PieceSpec, PortIn, Unit
 from wgc_runtime.core.streams import StreamBuffer
 
 MISSING = object()
+# the rows of a captured step's stop port that only loops' stop conditions read
+# (`CapturedSteps.run`): one shared value each, no tensor view per row, and `truth` by identity
+STOP_TRUE = torch.tensor(True)
+STOP_FALSE = torch.tensor(False)
 # an effect of a speculative iteration, held until it is confirmed: (loops, iterations, action)
 Held = tuple[tuple[str, ...], tuple[int, ...], Callable[[], None]]
 # a stream push parked behind an earlier producer: (order key, streams, start)
@@ -258,8 +262,10 @@ def unconfirmed(
 
 def truth(v: Any) -> bool:
     """A stop value: a bare signal or an empty tensor is false."""
-    if v is None:
+    if v is STOP_FALSE or v is None:
         return False
+    if v is STOP_TRUE:
+        return True
     if isinstance(v, torch.Tensor):
         n = v.numel()
         if n == 1:  # the common case, one read (a stop of every decode step)
