@@ -98,6 +98,8 @@ class PieceIndex:
     def order_key(self, call: Unit, it: tuple[int, ...]) -> tuple[int, ...]:
         """Where a call instance runs in the walk's statement order: call ids follow the source
         (a loop's calls lie between the units before and after it), iterations in order."""
+        if len(it) == 1:  # a call in one loop (a decode step), every step of every row
+            return (self.order.get(call.loops[0], 0), it[0], call.id)
         key: list[int] = []
         for lp, i in zip(call.loops, it, strict=True):
             key += (self.order.get(lp, 0), i)
