@@ -94,7 +94,7 @@ class Direct:
         from wgc_runtime.engines.decode_runner import DecodeRunner
 
         self.engine = DecoderEngine.build(build_model(config, "cpu"), pages=pages, page_size=16)
-        self.label = self.engine._pad_label()  # the pool's one label
+        self.label = "main"  # the pool takes any label (built without a list)
         limit = int(config["kv_tokens"])
         self.width = self.engine.width_for(limit)
         self.engine.decode_buffers(self.width)  # the padding page, the rope tables
