@@ -152,23 +152,26 @@ def bench(name: str, args, tmp: Path) -> dict:
     cpu: dict[str, list[float]] = {"served": [], "direct": []}
     same = True
     load_before = loadavg()
-    with Cluster(str(folder), progress=None) as cluster, Client(cluster.client_address) as client:
-        pids = [os.getpid(), *cluster.pids.values()]  # client, conductor, worker
-        served(client, texts[:2])  # warm-up
-        for r in range(args.repeat):
-            for side in ("served", "direct") if r % 2 == 0 else ("direct", "served"):
-                pid_set = pids if side == "served" else [os.getpid()]
-                c0, t0 = cpu_seconds(pid_set), time.perf_counter()
-                got = served(client, texts) if side == "served" else direct.run(texts, args.new)
-                times[side].append(time.perf_counter() - t0)
-                cpu[side].append(cpu_seconds(pid_set) - c0)
-                if side == "served":
-                    seen = got
-                else:
-                    want = got
-            # the walk emits the prefill's token and every step's but the last
-            same = same and all(g == w[: len(g)] for g, w in zip(seen, want, strict=True))
-            same = same and all(len(g) == args.new for g in seen)
+    with Cluster(str(folder), progress=None) as cluster:
+        assert cluster.client_address is not None
+        with Client(cluster.client_address) as client:
+            pids = [os.getpid(), *cluster.pids.values()]  # client, conductor, worker
+            served(client, texts[:2])  # warm-up
+            for r in range(args.repeat):
+                got: dict[str, list[list[int]]] = {}
+                for side in ("served", "direct") if r % 2 == 0 else ("direct", "served"):
+                    pid_set = pids if side == "served" else [os.getpid()]
+                    c0, t0 = cpu_seconds(pid_set), time.perf_counter()
+                    if side == "served":
+                        got[side] = served(client, texts)
+                    else:
+                        got[side] = direct.run(texts, args.new)
+                    times[side].append(time.perf_counter() - t0)
+                    cpu[side].append(cpu_seconds(pid_set) - c0)
+                # the walk emits the prefill's token and every step's but the last
+                pairs = zip(got["served"], got["direct"], strict=True)
+                same = same and all(g == w[: len(g)] for g, w in pairs)
+                same = same and all(len(g) == args.new for g in got["served"])
     tokens = args.new * len(texts)
     med = {k: statistics.median(v) for k, v in times.items()}
     best = {k: min(v) for k, v in times.items()}
@@ -212,7 +215,7 @@ def table(rows: list[dict]) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     ap.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
     ap.add_argument("--new", type=int, default=64)
     ap.add_argument("--concurrency", type=int, default=16)

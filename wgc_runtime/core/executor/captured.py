@@ -24,7 +24,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -300,12 +300,13 @@ class CapturedSteps:
         # stop only loops read, into the shared stop values
         ports = unit.outputs
         stops = unit.stops
-        columns = [
-            [STOP_TRUE if b else STOP_FALSE for b in got[port].tolist()]
-            if port in stops
-            else got[port].clone().unbind(0)
-            for port in ports
-        ]
+        columns: list[Sequence[torch.Tensor]] = []
+        for port in ports:
+            if port in stops:
+                flags = cast(list[bool], got[port].tolist())  # pyright: ignore[reportUnknownMemberType]
+                columns.append([STOP_TRUE if b else STOP_FALSE for b in flags])
+            else:
+                columns.append(got[port].clone().unbind(0))
         rows_of = zip(*columns, strict=True) if columns else iter([()] * len(rows))
         if len(rows) == len(works):  # no row failed: one dict per row, straight
             return [dict(zip(ports, row, strict=True)) for row in rows_of]
