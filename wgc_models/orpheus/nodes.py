@@ -67,14 +67,7 @@ from wgc_models.layers.decoder import LlamaDecoder
 from wgc_models.layers.sampling import Sampling, choose
 from wgc_models.layers.tokenizer import TextCodec
 from wgc_models.orpheus import sizes
-from wgc_models.orpheus.model import (
-    NoiseAhead,
-    OrpheusTokens,
-    OrpheusVocoder,
-    audio_drops,
-    audio_mask,
-    masked_audio,
-)
+from wgc_models.orpheus.model import NoiseAhead, OrpheusTokens, OrpheusVocoder, audio_mask
 from wgc_models.orpheus.snac import SnacConfig
 from wgc_models.orpheus.snac import SnacDecoder as Snac
 from wgc_runtime.contract.capture import CapturedCall, StaticPort, StaticStep
@@ -395,18 +388,16 @@ class LLM(Node):
         del extra["tokens"]  # the `token` port
         extra["spoken"] = StaticPort((), "i64", 0)  # each row's audio position (the mask)
         unit = engine.unit_for(call.backend)
-        tokens = self.tokens
+        tokens, audio_only = self.tokens, self.audio_only
         stash: dict[int, torch.Tensor] = {}  # the step's logits, per bucket
         room = width * engine.pool.page_size
-        vocab = int(engine.model.config.vocab_size)
-        drops = audio_drops(tokens, vocab, engine.device) if self.audio_only else None
+        drops = tokens.drops(engine.model.config.vocab_size, engine.device)
 
         def fn(ports: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
             inputs = dict(ports)
             inputs["tokens"] = ports["token"].reshape(-1)
             logits = unit(inputs)["logits"]
-            if drops is not None:  # ``audio_only``
-                logits = masked_audio(logits, drops, ports["spoken"])
+            logits = tokens.masked(logits, drops, ports["spoken"]) if audio_only else logits
             stash[logits.shape[0]] = logits  # a graph's output buffer: valid after replays
             nxt = logits.argmax(-1)
             return {"new_token": nxt.reshape(-1, 1), "stop": nxt == tokens.end_of_speech}
