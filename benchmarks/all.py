@@ -198,6 +198,13 @@ BENCHES = (
     ),
     Bench("startup", ("--rounds", "5"), ("--rounds", "1", "--examples", "llama"), markdown=True),
     Bench(
+        "served_decode",
+        ("--configs", "tiny", "small", "--repeat", "5"),
+        ("--configs", "tiny", "--new", "4", "--concurrency", "2", "--repeat", "1"),
+        markdown=True,
+        json=True,
+    ),
+    Bench(
         "speech_tts",
         ("--repeat", "5"),
         ("--concurrency", "1", "--tokens", "35", "--placements", "cpu"),

@@ -55,6 +55,22 @@ def test_append_token_is_one_decode_step_append_with_a_limit():
     assert fresh is not pages  # a table made anew is a new list
 
 
+def test_append_tokens_is_append_token_per_request():
+    """A batch's appends under one lock: per request what `append_token` gives, and a full
+    sequence's `SequenceFull` in its place while the others grow."""
+    pool, twin = small_pool(), small_pool()
+    for p in (pool, twin):
+        p.append("a", "main", 3)
+        p.append("b", "main", 9)
+    got = pool.append_tokens(["a", "b", "c"], "main", limit=9)
+    assert isinstance(got[1], SequenceFull) and pool.seq_len("b", "main") == 9
+    for request, g in zip("ac", (got[0], got[2]), strict=True):
+        assert not isinstance(g, SequenceFull)
+        slot, length, pages = g
+        assert (slot, length) == twin.append_token(request, "main", limit=9)[:2]
+        assert pages == pool.page_table(request, "main") == twin.page_table(request, "main")
+
+
 def test_pool_is_sized_from_the_placement():
     kv = (("page_size", 8), ("pages", 10), ("dtype", "bf16"))
     pool = PagedKVPool.from_placement(kv, layers=3, kv_heads=2, head_dim=4, labels=LABELS)

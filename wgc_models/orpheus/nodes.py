@@ -391,13 +391,13 @@ class LLM(Node):
         tokens, audio_only = self.tokens, self.audio_only
         stash: dict[int, torch.Tensor] = {}  # the step's logits, per bucket
         room = width * engine.pool.page_size
+        drops = tokens.drops(engine.model.config.vocab_size, engine.device)
 
         def fn(ports: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
             inputs = dict(ports)
             inputs["tokens"] = ports["token"].reshape(-1)
             logits = unit(inputs)["logits"]
-            if audio_only:
-                logits = audio_mask(logits, tokens, ports["spoken"])
+            logits = tokens.masked(logits, drops, ports["spoken"]) if audio_only else logits
             stash[logits.shape[0]] = logits  # a graph's output buffer: valid after replays
             nxt = logits.argmax(-1)
             return {"new_token": nxt.reshape(-1, 1), "stop": nxt == tokens.end_of_speech}

@@ -200,12 +200,14 @@ class DecodeRunner:
         ran: list[int] = []
         failed: dict[int, BaseException] = {}
         pages_of, written, tables = self._pages, self._written, self._tables
-        for i, (request, row) in enumerate(zip(requests, rows.tolist(), strict=True)):
-            try:
-                slot, length, pages = pool.append_token(request, label, limit)
-            except SequenceFull as exc:
-                failed[i] = exc
+        appended = pool.append_tokens(requests, label, limit)
+        for i, (request, row, got) in enumerate(
+            zip(requests, rows.tolist(), appended, strict=True)
+        ):
+            if isinstance(got, SequenceFull):
+                failed[i] = got
                 continue
+            slot, length, pages = got
             if pages is not pages_of[row] or len(pages) != written[row]:
                 # the sequence took a page (or its table is new): its row of the tables
                 n = len(pages)

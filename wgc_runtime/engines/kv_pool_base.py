@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Self
 
@@ -316,17 +316,35 @@ class PoolBase:
         list, so a caller may keep what it derived from the list while it is the same object
         of the same length). With ``limit``, a sequence already holding ``limit`` tokens is not
         grown: `SequenceFull` (a `ValueError`) instead."""
+        got = self.append_tokens((request,), label, limit)[0]
+        if isinstance(got, SequenceFull):
+            raise got
+        return got
+
+    def append_tokens(
+        self, requests: Sequence[Hashable], label: str, limit: int | None = None
+    ) -> list[tuple[int, int, list[int]] | SequenceFull]:
+        """`append_token` for each of ``requests`` under one lock (a decode batch's appends):
+        per request its ``(slot, new length, page ids)``, or the `SequenceFull` a full
+        sequence gives (it does not grow; the others do)."""
         self._check_label(label)
+        out: list[tuple[int, int, list[int]] | SequenceFull] = []
+        ps, tables = self.page_size, self._tables
         with self._cond:
-            table = self._tables.setdefault(request, {}).setdefault(label, PageTable())
-            start = table.length
-            if limit is not None and start + 1 > limit:
-                raise SequenceFull(f"`{request}`/`{label}` holds {start} of {limit} tokens")
-            pages, ps = table.pages, self.page_size
-            if start >= len(pages) * ps:  # the last page is full (or there is none)
-                pages += self._take(request, 1, f"`{request}`/`{label}` (+1 tokens)")
-            table.length = start + 1
-            return pages[start // ps] * ps + start % ps, start + 1, pages
+            for request in requests:
+                table = tables.setdefault(request, {}).setdefault(label, PageTable())
+                start = table.length
+                if limit is not None and start >= limit:
+                    out.append(
+                        SequenceFull(f"`{request}`/`{label}` holds {start} of {limit} tokens")
+                    )
+                    continue
+                pages = table.pages
+                if start >= len(pages) * ps:  # the last page is full (or there is none)
+                    pages += self._take(request, 1, f"`{request}`/`{label}` (+1 tokens)")
+                table.length = start + 1
+                out.append((pages[start // ps] * ps + start % ps, start + 1, pages))
+        return out
 
     def _grow(self, request: Hashable, label: str, n_tokens: int) -> int:
         """Lengthen the sequence by ``n_tokens`` (pages allocated as needed); its old length."""

@@ -24,14 +24,15 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, cast
 
 import torch
 
 from wgc_runtime.contract.capture import CapturedCall, StaticStep
-from wgc_runtime.contract.kinds import CaptureBackend
+from wgc_runtime.contract.kinds import CaptureBackend, DestKind
 from wgc_runtime.contract.node import DTYPES, Node, NodeError, Work
 from wgc_runtime.contract.spec import CallSpec, CaptureSpec, PieceSpec, RankSpec, TypeSpec
+from wgc_runtime.core.executor.state import STOP_FALSE, STOP_TRUE
 from wgc_runtime.engines.capture import GraphRunner, StaticBuffer, body_unit
 from wgc_runtime.engines.kv_pool import PAD_REQUEST
 from wgc_runtime.engines.kv_pools import KvPools
@@ -51,6 +52,9 @@ class CapturedUnit:
     out_types: dict[str, TypeSpec]
     seconds: float = 0.0  # what capturing it took
     label: str = ""  # ``walk:call node`` and the form's label, for reports
+    # scalar bool outputs read only by loops' stop conditions: their rows are `STOP_TRUE` /
+    # `STOP_FALSE` (one list of Python bools from the batch, no view per row)
+    stops: frozenset[str] = frozenset()
 
     @property
     def outputs(self) -> tuple[str, ...]:
@@ -91,6 +95,19 @@ def runner_backend(backend: CaptureBackend | str, device: str) -> str:
     if backend == CaptureBackend.CUDA_GRAPH and torch.device(device).type != "cuda":
         return "eager"  # a `--device cpu` run of a GPU plan: the same buffers, run eagerly
     return str(backend)
+
+
+def _stops_only(call: CallSpec, outs: Mapping[str, TypeSpec | None]) -> frozenset[str]:
+    """The call's scalar bool outputs whose every destination is a loop's stop condition."""
+    return frozenset(
+        o.port
+        for o in call.outputs
+        if o.dests
+        and all(d.kind is DestKind.UNTIL for d in o.dests)
+        and (t := outs.get(o.port)) is not None
+        and t.dtype == "bool"
+        and not tuple(t.dims)
+    )
 
 
 class CapturedSteps:
@@ -225,6 +242,7 @@ class CapturedSteps:
                     out_types={k: v for k, v in outs.items() if v is not None},
                     seconds=time.perf_counter() - t0,
                     label=named,
+                    stops=_stops_only(call, outs),
                 )
             )
         return units
@@ -278,9 +296,17 @@ class CapturedSteps:
         self.runs += 1
         self.rows += len(rows)
         self.batch_sizes[len(rows)] += 1
-        # one copy of each output (the runner's buffers are reused), split into row views
+        # one copy of each output (the runner's buffers are reused), split into row views; a
+        # stop only loops read, into the shared stop values
         ports = unit.outputs
-        columns = [got[port].clone().unbind(0) for port in ports]
+        stops = unit.stops
+        columns: list[Sequence[torch.Tensor]] = []
+        for port in ports:
+            if port in stops:
+                flags = cast(list[bool], got[port].tolist())  # pyright: ignore[reportUnknownMemberType]
+                columns.append([STOP_TRUE if b else STOP_FALSE for b in flags])
+            else:
+                columns.append(got[port].clone().unbind(0))
         rows_of = zip(*columns, strict=True) if columns else iter([()] * len(rows))
         if len(rows) == len(works):  # no row failed: one dict per row, straight
             return [dict(zip(ports, row, strict=True)) for row in rows_of]

@@ -36,6 +36,7 @@ from wgc_runtime.core.executor.state import (
     RequestState,
     WalkRun,
     truth,
+    unconfirmed,
 )
 from wgc_runtime.core.executor.stepping import Stepper
 from wgc_runtime.core.executor.streams import Push, Streams
@@ -70,6 +71,8 @@ class Router:
         self.streams = streams
         self.stepper = stepper
         self.steps = stepper.steps  # (walk, call) -> its `SelfStep`
+        # (walk, call) -> its outputs' stream destinations (output port, dest), in order
+        self._streams: dict[tuple[str, int], tuple[tuple[str, Dest], ...]] = {}
 
     def connect(self, begin: Begin) -> None:
         """How a piece starts on its walk's header (the first value that carries it)."""
@@ -78,6 +81,10 @@ class Router:
     def after_call(self, inst: Inst, outputs: dict[str, Any]) -> None:
         """Route a call's outputs (held while its iteration is speculative), then count it."""
         w, call = inst.walk, inst.call
+        if not call.loops or unconfirmed(w, call.loops, inst.it) is None:
+            # confirmed (what `Loops.hold` runs at once): no closures to hold
+            self.route(w, call, inst.it, outputs, None, inst.key)
+            return
 
         def done() -> None:
             self.loops.unit_done(w, call.loops, inst.it)
@@ -93,20 +100,36 @@ class Router:
         call: Unit,
         it: tuple[int, ...],
         outputs: dict[str, Any],
-        done: Done,
+        done: Done | None,
         key: tuple[int, ...] | None = None,
     ) -> None:
         """Stream pushes first (in statement order, `streams`), then the other destinations; a
         self-stepping call's next iteration starts in place when it can (`stepping`). ``key``:
-        the instance's order key, when it has one already."""
-        pushes: list[Push] = [
-            (d, outputs[o.port])
-            for o in call.outputs
-            if o.port in outputs
-            for d in o.dests
-            if d.kind is DestKind.STREAM
-        ]
-        step = self.steps.get((w.walk, call.id)) if self.steps else None
+        the instance's order key, when it has one already; ``done`` None: the unit is counted
+        done (`Loops.unit_done`) after its destinations."""
+        where = (w.walk, call.id)
+        dests = self._streams.get(where)
+        if dests is None:
+            dests = self._streams[where] = tuple(
+                (o.port, d) for o in call.outputs for d in o.dests if d.kind is DestKind.STREAM
+            )
+        step = self.steps.get(where) if self.steps else None
+        if (
+            step is not None
+            and step.solo
+            and len(dests) == 1
+            and dests[0][0] in outputs
+            and self.streams.send_now(w, dests[0][1], outputs[dests[0][0]])
+        ):
+            # a self-stepping call's one push, sent on a credit at once (`Streams.send_now`):
+            # what ``finish`` below does, without the closures
+            order = key if key is not None else w.piece.order_key(call, it)
+            if w.pushing.pop(order, None) is not None and w.parked:
+                self.streams.unpark(w)
+            if not self.stepper.step_on(w, call, it, outputs, step):
+                self.deliver(w, call, it, outputs, done)
+            return
+        pushes: list[Push] = [(d, outputs[port]) for port, d in dests if port in outputs]
 
         def deliver() -> None:
             if step is None or not self.stepper.step_on(w, call, it, outputs, step):
@@ -142,7 +165,12 @@ class Router:
             start()
 
     def deliver(
-        self, w: WalkRun, call: Unit, it: tuple[int, ...], outputs: dict[str, Any], done: Done
+        self,
+        w: WalkRun,
+        call: Unit,
+        it: tuple[int, ...],
+        outputs: dict[str, Any],
+        done: Done | None,
     ) -> None:
         """Every destination of the call's outputs but streams, in port order, then ``done``."""
         seen: set[tuple[tuple[int, str], str | None, Edge]] = set()
@@ -157,7 +185,10 @@ class Router:
                     self.keep_yield(w, call, it, d, v, o.port, k, seen)
                 else:
                     self.dest(w, call, it, d, v, o.port)
-        done()
+        if done is None:
+            self.loops.unit_done(w, call.loops, it)
+        else:
+            done()
 
     def keep_yield(
         self,

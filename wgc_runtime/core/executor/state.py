@@ -21,6 +21,10 @@ from wgc_runtime.contract.spec import Dest, LoopSpec, PieceSpec, PortIn, Unit
 from wgc_runtime.core.streams import StreamBuffer
 
 MISSING = object()
+# the rows of a captured step's stop port that only loops' stop conditions read
+# (`CapturedSteps.run`): one shared value each, no tensor view per row, and `truth` by identity
+STOP_TRUE = torch.tensor(True)
+STOP_FALSE = torch.tensor(False)
 # an effect of a speculative iteration, held until it is confirmed: (loops, iterations, action)
 Held = tuple[tuple[str, ...], tuple[int, ...], Callable[[], None]]
 # a stream push parked behind an earlier producer: (order key, streams, start)
@@ -94,6 +98,8 @@ class PieceIndex:
     def order_key(self, call: Unit, it: tuple[int, ...]) -> tuple[int, ...]:
         """Where a call instance runs in the walk's statement order: call ids follow the source
         (a loop's calls lie between the units before and after it), iterations in order."""
+        if len(it) == 1:  # a call in one loop (a decode step), every step of every row
+            return (self.order.get(call.loops[0], 0), it[0], call.id)
         key: list[int] = []
         for lp, i in zip(call.loops, it, strict=True):
             key += (self.order.get(lp, 0), i)
@@ -258,8 +264,10 @@ def unconfirmed(
 
 def truth(v: Any) -> bool:
     """A stop value: a bare signal or an empty tensor is false."""
-    if v is None:
+    if v is STOP_FALSE or v is None:
         return False
+    if v is STOP_TRUE:
+        return True
     if isinstance(v, torch.Tensor):
         n = v.numel()
         if n == 1:  # the common case, one read (a stop of every decode step)

@@ -229,6 +229,18 @@ class Streams:
         else:
             out.blocked.append((w, v, cont))
 
+    def send_now(self, w: WalkRun, d: Dest, v: Any) -> bool:
+        """`push` of one item of ``w`` to a stream owned by another rank when a credit is at
+        hand and nothing waits before it: sent, True (the caller goes on as ``cont`` would);
+        else False and nothing changed (the caller pushes as usual)."""
+        if d.rank is None or d.rank == self.rank:
+            return False
+        out = w.req.outlets.get((d.name or "", d.rank))
+        if out is None or out.credits <= 0 or out.blocked:
+            return False
+        self.send_item(w, (d.name or "", d.rank), out, v)
+        return True
+
     def send_item(self, w: WalkRun, key: tuple[str, int], out: Outlet, v: Any) -> None:
         """Spend a credit on one item of ``w`` to the owner ``key[1]``."""
         out.credits -= 1
