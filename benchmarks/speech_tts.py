@@ -176,7 +176,7 @@ class OmniReference:
     def __init__(self, model, checkpoint: Path) -> None:
         from wgc_models._shared.speech import text_codec
         from wgc_models.qwen3_omni.omni_config import OmniConfig
-        from wgc_models.qwen3_omni.weights import ChatPrompt, audio_ids
+        from wgc_models.qwen3_omni.prompt import ChatPrompt, audio_ids
 
         codec = text_codec("", "qwen3_omni")
         cfg = OmniConfig.from_pretrained(checkpoint)

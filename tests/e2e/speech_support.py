@@ -29,7 +29,7 @@ from wgc_models.layers.sampling import Sampling  # noqa: E402
 from wgc_models.orpheus.config import TINY_TOKENS  # noqa: E402
 from wgc_models.orpheus.model import prompt_ids  # noqa: E402
 from wgc_models.qwen3_omni.omni_config import OmniConfig  # noqa: E402
-from wgc_models.qwen3_omni.weights import ChatPrompt, audio_ids  # noqa: E402
+from wgc_models.qwen3_omni.prompt import ChatPrompt, audio_ids  # noqa: E402
 
 PLACEMENTS = ("cpu", "cpu-2rank", "cpu-3rank")
 

@@ -49,12 +49,14 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from wgc_models.layers.tokenizer import TextCodec
 from wgc_models.orpheus.snac import DrawnNoise, SnacDecoder
+
+if TYPE_CHECKING:  # a type only: the model needs no tokenizer package
+    from wgc_models.layers.tokenizer import TextCodec
 
 FRAME = 7  # tokens per SNAC frame
 WINDOW_FRAMES = 4  # frames per decoder window (28 tokens)
