@@ -93,9 +93,9 @@ def test_bagel_loads_its_release_folder(tmp_path: Path) -> None:
     transformers = pytest.importorskip("transformers")
     from safetensors.torch import save_file
 
+    from wgc_models.bagel.checkpoint import load_bagel
     from wgc_models.bagel.config import TINY
     from wgc_models.bagel.model import Bagel
-    from wgc_models.bagel.nodes import load_bagel
     from wgc_models.layers.random_init import init_seeded
 
     cfg = dataclasses.replace(TINY, llm=dataclasses.replace(TINY.llm, num_hidden_layers=3))
@@ -159,9 +159,8 @@ def test_bagels_ae_safetensors_loads_under_flux_names(tmp_path: Path) -> None:
     from safetensors.torch import save_file
 
     from wgc_models.bagel.autoencoder_kl import AutoencoderKL
-    from wgc_models.bagel.checkpoint import AE, ae_tensors
+    from wgc_models.bagel.checkpoint import AE, ae_tensors, load_vae
     from wgc_models.bagel.config import TINY
-    from wgc_models.bagel.nodes import load_vae
     from wgc_models.layers.random_init import init_seeded
 
     ours = init_seeded(AutoencoderKL(TINY.vae), 6)
