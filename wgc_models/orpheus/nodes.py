@@ -17,7 +17,8 @@ over wgc's components (`wgc_models.layers`: `LlamaDecoder` / `DecoderEngine`, `o
   and per request its audio position and token budget: a step's stops are array operations over
   the batch); rows of requests that sample are re-chosen from its
   logits in ``finish``.
-- **`SnacDecoder`**: one ``sliding(28, 7)`` window of LM tokens → the 2048 samples of its
+- **`SnacDecoder`** (in `wgc_models.orpheus.vocoder_node`, imported here for the ``.walk``): one
+  ``sliding(28, 7)`` window of LM tokens → the 2048 samples of its
   second frame (`OrpheusVocoder.window`), or no samples for a window with a token that is not
   an audio code (as the reference's range check). The ready windows of a batch, from any
   requests, decode as one batch (the decoder is batch-invariant), each with SNAC's noise drawn
@@ -29,10 +30,10 @@ over wgc's components (`wgc_models.layers`: `LlamaDecoder` / `DecoderEngine`, `o
   time while the rank waits for the LM: `NoiseAhead`, at most the windows ``option
   max_tokens`` allows): the same numbers, off the decodes' path.
 
-Weights: a Hugging Face Llama checkpoint folder (``config checkpoint``; its ``config.json``
-must agree with the ``.walk`` sizes, which size the KV pool) and a SNAC folder (``config
-checkpoint`` of the vocoder: the package's ``config.json`` and a safetensors state dict), or
-seeded random weights at the declared sizes.
+Weights (`wgc_models.orpheus.checkpoint`): a Hugging Face Llama checkpoint folder (``config
+checkpoint``; its ``config.json`` must agree with the ``.walk`` sizes, which size the KV pool)
+and a SNAC folder (``config checkpoint`` of the vocoder: the package's ``config.json`` and a
+safetensors state dict), or seeded random weights at the declared sizes.
 """
 
 from __future__ import annotations
