@@ -57,8 +57,8 @@ def main() -> None:
     import torch
 
     from wgc.interp import segment
+    from wgc_models.bagel.checkpoint import load_bagel, load_vae
     from wgc_models.bagel.model import Guidance, Schedule, euler, guide, unpatchify
-    from wgc_models.bagel.nodes import load_bagel, load_vae
     from wgc_models.layers.block_attention import Block, DenseBlocks, DenseKV
     from wgc_runtime.contract.node import CallContext
     from wgc_runtime.host.local import LocalCluster

@@ -16,8 +16,9 @@ from typing import Any
 
 import torch
 
-from wgc_models.layers.decode_engine import DecoderEngine
-from wgc_models.orpheus.nodes import LLM, orpheus_tokens
+from wgc_models.llama.engine import DecoderEngine
+from wgc_models.orpheus.model import orpheus_tokens
+from wgc_models.orpheus.nodes import LLM
 from wgc_runtime.contract.node import KvCache, Node, NodeError
 from wgc_runtime.engines.capture import StaticBuffer
 

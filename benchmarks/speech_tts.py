@@ -131,8 +131,7 @@ class Reference:
         from transformers import LogitsProcessor, LogitsProcessorList
 
         from wgc_models._shared.speech import text_codec
-        from wgc_models.orpheus.model import audio_mask, window_codes
-        from wgc_models.orpheus.nodes import prompt_ids
+        from wgc_models.orpheus.model import audio_mask, prompt_ids, window_codes
 
         t0 = time.perf_counter()
         prompt = prompt_ids(text_codec("", "orpheus"), self.tokens, "tara", TEXT)
@@ -177,7 +176,7 @@ class OmniReference:
     def __init__(self, model, checkpoint: Path) -> None:
         from wgc_models._shared.speech import text_codec
         from wgc_models.qwen3_omni.omni_config import OmniConfig
-        from wgc_models.qwen3_omni.weights import ChatPrompt, audio_ids
+        from wgc_models.qwen3_omni.prompt import ChatPrompt, audio_ids
 
         codec = text_codec("", "qwen3_omni")
         cfg = OmniConfig.from_pretrained(checkpoint)

@@ -96,8 +96,8 @@ def bench(model: str, horizons: list[int], repeat: int, tmp: Path) -> list[dict]
     import torch
 
     from wgc.interp import segment
+    from wgc_models.vjepa2_ac.checkpoint import load_encoder, load_predictor
     from wgc_models.vjepa2_ac.model import cached_rollout, native_rollout, normalize
-    from wgc_models.vjepa2_ac.nodes import load_encoder, load_predictor
     from wgc_models.vjepa2_ac.vjepa2 import video_pixels
     from wgc_runtime.host.local import LocalCluster
 

@@ -27,9 +27,9 @@ from wgc.driver import Driver  # noqa: E402
 from wgc_models._shared.speech import request_seed, text_codec  # noqa: E402
 from wgc_models.layers.sampling import Sampling  # noqa: E402
 from wgc_models.orpheus.config import TINY_TOKENS  # noqa: E402
-from wgc_models.orpheus.nodes import prompt_ids  # noqa: E402
+from wgc_models.orpheus.model import prompt_ids  # noqa: E402
 from wgc_models.qwen3_omni.omni_config import OmniConfig  # noqa: E402
-from wgc_models.qwen3_omni.weights import ChatPrompt, audio_ids  # noqa: E402
+from wgc_models.qwen3_omni.prompt import ChatPrompt, audio_ids  # noqa: E402
 
 PLACEMENTS = ("cpu", "cpu-2rank", "cpu-3rank")
 

@@ -247,7 +247,7 @@ def test_bf16_weights_run_every_task(weights, plans, tmp_path) -> None:
     """``--set dtype=bf16`` (what the real placement sets): the checkpoint's weights held and
     computed in bf16, the rotary tables in f32; every task runs and the image stays close to
     the f32 reference's (bf16 rounds: not equal)."""
-    from wgc_models.bagel.nodes import load_bagel
+    from wgc_models.bagel.checkpoint import load_bagel
 
     sets = {"checkpoint": str(weights[0]), "dtype": "bf16"}
     llm = load_bagel("LLM", sets | {"model": "tiny"}, torch.device("cpu"), "llm")

@@ -10,8 +10,8 @@ from __future__ import annotations
 import torch
 
 from tests.reference.speech import DEFAULT, Speech, SpeechOptions
-from wgc_models.layers.decode_engine import DecoderEngine
 from wgc_models.layers.sampling import choose
+from wgc_models.llama.engine import DecoderEngine
 from wgc_models.orpheus.model import FRAME, WINDOW_FRAMES, OrpheusVocoder, audio_mask
 
 WINDOW = FRAME * WINDOW_FRAMES

@@ -9,8 +9,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from wgc_models.layers import conv1d as K
 from wgc_models.layers.random_init import init_seeded
+from wgc_models.orpheus import conv1d as K
 from wgc_models.orpheus.config import TINY_SNAC, TINY_TOKENS
 from wgc_models.orpheus.model import OrpheusVocoder
 from wgc_models.orpheus.snac import SnacDecoder

@@ -18,9 +18,10 @@ transformers = pytest.importorskip("transformers")
 from safetensors.torch import save_file  # noqa: E402
 
 from wgc_models.layers.config import ConfigError, DecoderConfig  # noqa: E402
-from wgc_models.layers.decode_engine import DecoderEngine  # noqa: E402
-from wgc_models.layers.decoder import LlamaDecoder  # noqa: E402
 from wgc_models.layers.loading import CheckpointError, load_checkpoint  # noqa: E402
+from wgc_models.llama.checkpoint import from_pretrained  # noqa: E402
+from wgc_models.llama.engine import DecoderEngine  # noqa: E402
+from wgc_models.llama.model import LlamaDecoder  # noqa: E402
 
 TOL = 1e-4
 STEPS = 20
@@ -54,7 +55,7 @@ def pair(request, tmp_path_factory):
                 p.add_(torch.randn_like(p) * 0.1)
     path = tmp_path_factory.mktemp(request.param)
     hf.save_pretrained(path)
-    return hf, LlamaDecoder.from_pretrained(path), path
+    return hf, from_pretrained(path), path
 
 
 def _reference(hf, ids: torch.Tensor) -> torch.Tensor:

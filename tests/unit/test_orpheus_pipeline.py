@@ -23,16 +23,16 @@ snac = pytest.importorskip("snac")
 from tests.reference import checkpoints, orpheus, orpheus_reference  # noqa: E402
 from tests.reference.speech import SpeechOptions  # noqa: E402
 from wgc_models.layers.config import DecoderConfig  # noqa: E402
-from wgc_models.layers.decode_engine import DecoderEngine  # noqa: E402
-from wgc_models.layers.decoder import LlamaDecoder  # noqa: E402
 from wgc_models.layers.sampling import Sampling  # noqa: E402
+from wgc_models.llama.checkpoint import from_pretrained  # noqa: E402
+from wgc_models.llama.engine import DecoderEngine  # noqa: E402
+from wgc_models.orpheus.checkpoint import snac_from_pretrained  # noqa: E402
 from wgc_models.orpheus.config import (  # noqa: E402
     REAL_LM,
     TINY_SNAC,
     TINY_TOKENS,
 )
 from wgc_models.orpheus.model import OrpheusVocoder  # noqa: E402
-from wgc_models.orpheus.snac import SnacDecoder  # noqa: E402
 
 TOL = 1e-4
 PROMPT = TINY_TOKENS.prompt([5, 6, 7, 8, 9])
@@ -55,9 +55,9 @@ def models(tmp_path_factory):
     with one_thread():
         path = tmp_path_factory.mktemp("orpheus")
         lm, codec = checkpoints.orpheus(path, seed=0)
-        decoder = LlamaDecoder.from_pretrained(path / "lm")
+        decoder = from_pretrained(path / "lm")
         engine = DecoderEngine.build(decoder, pages=64, page_size=16)
-        vocoder = OrpheusVocoder(SnacDecoder.from_pretrained(path / "snac"), TINY_TOKENS)
+        vocoder = OrpheusVocoder(snac_from_pretrained(path / "snac"), TINY_TOKENS)
         yield lm, codec, engine, vocoder
 
 

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from wgc_models.layers.loading import CheckpointError
+from wgc_models.orpheus.checkpoint import snac_from_pretrained
 from wgc_models.orpheus.config import TINY_SNAC
-from wgc_models.orpheus.snac import SnacDecoder
 from wgc_runtime.contract.node import NodeError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,7 +30,7 @@ def test_snac_as_published_loads_from_its_pickled_state_dict(tmp_path: Path) -> 
     ref = snac.SNAC(**TINY_SNAC.to_dict()).eval()
     torch.save(ref.state_dict(), tmp_path / "pytorch_model.bin")
     (tmp_path / "config.json").write_text(json.dumps(TINY_SNAC.to_dict()))
-    ours = SnacDecoder.from_pretrained(tmp_path)
+    ours = snac_from_pretrained(tmp_path)
     g = torch.Generator().manual_seed(3)
     codes = [
         torch.randint(0, TINY_SNAC.codebook_size, (1, 16 // s), generator=g) for s in (4, 2, 1)
@@ -46,7 +46,7 @@ def test_a_pickle_holding_code_is_refused(tmp_path: Path) -> None:
     torch.save({"x": torch.zeros(1), "f": print}, tmp_path / "pytorch_model.bin")
     (tmp_path / "config.json").write_text(json.dumps(TINY_SNAC.to_dict()))
     with pytest.raises(CheckpointError, match=r"cannot read .* as a state dict of tensors"):
-        SnacDecoder.from_pretrained(tmp_path)
+        snac_from_pretrained(tmp_path)
 
 
 def test_a_checkpoint_without_its_tokenizer_is_an_error(tmp_path: Path) -> None:
@@ -61,9 +61,9 @@ def test_the_vjepa2_ac_predictor_loads_from_the_released_training_checkpoint(tmp
     entry has the reference's names under ``module.backbone.`` (and an ``encoder`` entry and
     bookkeeping beside it); the node's loader takes the predictor, strictly."""
     from wgc_models.layers.random_init import init_seeded
+    from wgc_models.vjepa2_ac.checkpoint import load_predictor
     from wgc_models.vjepa2_ac.config import CONFIGS
     from wgc_models.vjepa2_ac.model import ACPredictor
-    from wgc_models.vjepa2_ac.nodes import load_predictor
 
     ref = init_seeded(ACPredictor(CONFIGS["tiny"].predictor), 5)
     released = {
@@ -93,9 +93,9 @@ def test_bagel_loads_its_release_folder(tmp_path: Path) -> None:
     transformers = pytest.importorskip("transformers")
     from safetensors.torch import save_file
 
+    from wgc_models.bagel.checkpoint import load_bagel
     from wgc_models.bagel.config import TINY
     from wgc_models.bagel.model import Bagel
-    from wgc_models.bagel.nodes import load_bagel
     from wgc_models.layers.random_init import init_seeded
 
     cfg = dataclasses.replace(TINY, llm=dataclasses.replace(TINY.llm, num_hidden_layers=3))
@@ -159,9 +159,8 @@ def test_bagels_ae_safetensors_loads_under_flux_names(tmp_path: Path) -> None:
     from safetensors.torch import save_file
 
     from wgc_models.bagel.autoencoder_kl import AutoencoderKL
-    from wgc_models.bagel.checkpoint import AE, ae_tensors
+    from wgc_models.bagel.checkpoint import AE, ae_tensors, load_vae
     from wgc_models.bagel.config import TINY
-    from wgc_models.bagel.nodes import load_vae
     from wgc_models.layers.random_init import init_seeded
 
     ours = init_seeded(AutoencoderKL(TINY.vae), 6)

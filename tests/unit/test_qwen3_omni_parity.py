@@ -23,9 +23,9 @@ from tests.reference import checkpoints, qwen3_omni_reference  # noqa: E402
 from tests.reference.speech import SpeechOptions  # noqa: E402
 from wgc_models.layers.convert import merge_experts  # noqa: E402
 from wgc_models.layers.loading import CheckpointError  # noqa: E402
-from wgc_models.layers.moe import GATHER_PAIRS, MoeConfig, SparseMoeBlock  # noqa: E402
 from wgc_models.qwen3_omni.code2wav import Code2Wav  # noqa: E402
 from wgc_models.qwen3_omni.config import NEWLINE, REAL, TINY, TINY_TOKENS  # noqa: E402
+from wgc_models.qwen3_omni.moe import GATHER_PAIRS, MoeConfig, SparseMoeBlock  # noqa: E402
 from wgc_models.qwen3_omni.omni_audio import out_lengths  # noqa: E402
 from wgc_models.qwen3_omni.omni_config import OmniConfig  # noqa: E402
 from wgc_models.qwen3_omni.omni_talker import Talker, TalkerEngine  # noqa: E402

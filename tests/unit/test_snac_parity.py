@@ -2,7 +2,7 @@
 
 A random tiny ``snac.SNAC`` (the 24 kHz architecture, `TINY_SNAC`; norms, biases and Snake
 alphas perturbed so they matter) is saved as a safetensors state dict under the package's own
-names and loaded with `SnacDecoder.from_pretrained`: ``decode`` equals ``SNAC.decode`` (max abs
+names and loaded with `snac_from_pretrained`: ``decode`` equals ``SNAC.decode`` (max abs
 ≤ 1e-4, fp32; the noise blocks draw the same noise from equally seeded generators), for whole
 windows and for the streaming vocoder's kept samples. The Orpheus token ids are checked against
 the public reference's literal values.
@@ -21,6 +21,7 @@ snac = pytest.importorskip("snac")
 from safetensors.torch import save_file  # noqa: E402
 
 from wgc_models.layers.loading import CheckpointError  # noqa: E402
+from wgc_models.orpheus.checkpoint import snac_from_pretrained  # noqa: E402
 from wgc_models.orpheus.config import (  # noqa: E402
     REAL_SNAC,
     REAL_TOKENS,
@@ -28,7 +29,6 @@ from wgc_models.orpheus.config import (  # noqa: E402
     TINY_TOKENS,
 )
 from wgc_models.orpheus.model import OrpheusVocoder, audio_mask, window_codes  # noqa: E402
-from wgc_models.orpheus.snac import SnacDecoder  # noqa: E402
 
 TOL = 1e-4
 SPF = TINY_SNAC.samples_per_frame
@@ -72,7 +72,7 @@ def pair(tmp_path_factory):
                 elif name.endswith("bias"):
                     p.add_(0.1 * torch.randn_like(p))
         path = _save(ref, tmp_path_factory.mktemp("snac"))
-        yield ref, SnacDecoder.from_pretrained(path)
+        yield ref, snac_from_pretrained(path)
 
 
 def _codes(frames: int, batch: int = 1, seed: int = 0):
@@ -109,7 +109,7 @@ def test_noise_is_drawn_from_the_generator(pair):
 
 def test_legacy_weight_norm_names_load(pair, tmp_path):
     ref, ours = pair
-    legacy = SnacDecoder.from_pretrained(_save(ref, tmp_path, legacy=True))
+    legacy = snac_from_pretrained(_save(ref, tmp_path, legacy=True))
     for k, v in ours.state_dict().items():
         assert torch.equal(legacy.state_dict()[k], v), k
 
@@ -121,7 +121,7 @@ def test_loading_is_strict(pair, tmp_path):
     save_file(state, str(tmp_path / "model.safetensors"))
     (tmp_path / "config.json").write_text(json.dumps(TINY_SNAC.to_dict()))
     with pytest.raises(CheckpointError, match=r"missing keys \(1\): `decoder\.model\.1\.bias`"):
-        SnacDecoder.from_pretrained(tmp_path)
+        snac_from_pretrained(tmp_path)
 
 
 def test_real_config_is_the_24khz_codec():

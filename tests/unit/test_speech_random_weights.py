@@ -22,9 +22,9 @@ if (
 pytest.importorskip("tokenizers")
 
 from wgc_models._shared.speech import text_codec  # noqa: E402
-from wgc_models.orpheus import nodes as orpheus  # noqa: E402
+from wgc_models.orpheus import checkpoint as orpheus  # noqa: E402
 from wgc_models.orpheus.snac import SnacConfig  # noqa: E402
-from wgc_models.qwen3_omni import weights as omni  # noqa: E402
+from wgc_models.qwen3_omni import checkpoint as omni  # noqa: E402
 
 CPU = torch.device("cpu")
 LM = {

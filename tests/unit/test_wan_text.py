@@ -12,12 +12,12 @@ import pytest
 import torch
 
 from wgc_models.layers.loading import CheckpointError
+from wgc_models.wan22.checkpoint import load_text_encoder
 from wgc_models.wan22.text import (
     UMT5_XXL,
     TextConfigError,
     UMT5Config,
     UMT5Encoder,
-    load_text_encoder,
 )
 
 transformers = pytest.importorskip("transformers")

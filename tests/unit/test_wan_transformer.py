@@ -14,12 +14,12 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from wgc_models.layers.loading import CheckpointError
+from wgc_models.wan22.checkpoint import load_transformer
 from wgc_models.wan22.transformer import (
     NAMED,
     WanConfigError,
     WanDitConfig,
     WanTransformer,
-    load_transformer,
 )
 
 diffusers = pytest.importorskip("diffusers")

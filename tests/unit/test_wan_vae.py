@@ -15,8 +15,9 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from wgc_models.layers.loading import CheckpointError
-from wgc_models.wan22.vae import NAMED_VAE, WanVaeConfig, WanVaeDecoder, load_decoder
-from wgc_models.wan22.vae_encoder import WanVaeEncoder, load_encoder
+from wgc_models.wan22.checkpoint import load_decoder, load_encoder
+from wgc_models.wan22.vae import NAMED_VAE, WanVaeConfig, WanVaeDecoder
+from wgc_models.wan22.vae_encoder import WanVaeEncoder
 
 diffusers = pytest.importorskip("diffusers")
 

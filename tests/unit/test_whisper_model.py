@@ -20,6 +20,7 @@ from tests.unit.whisper_support import clip, generate, hf_model, hf_tokenizer, w
 from wgc_models.layers.loading import CheckpointError
 from wgc_models.layers.tokenizer import TextCodec
 from wgc_models.whisper import config as tiny
+from wgc_models.whisper.checkpoint import load_part
 from wgc_models.whisper.model import (
     CROSS,
     MAIN,
@@ -27,7 +28,6 @@ from wgc_models.whisper.model import (
     WhisperEncoder,
     WhisperTextDecoder,
     backends,
-    load_part,
     window_features,
 )
 from wgc_models.whisper.text import WhisperTokens
@@ -219,7 +219,8 @@ def test_the_nodes_say_their_weights_before_they_are_built(hf, ckpt, tmp_path) -
     sizes count what they build; with the checkpoint, its headers count the whole model once
     (the tied output projection not twice), in the node's dtype; at large-v3's sizes, its
     1.54e9 parameters in f16."""
-    from wgc_models.whisper.nodes import Decoder, Encoder, whisper_config
+    from wgc_models.whisper.checkpoint import whisper_config
+    from wgc_models.whisper.nodes import Decoder, Encoder
     from wgc_runtime.host.preflight import part_bytes
 
     walk = {"n_mels": 80, "audio_ctx": 1500, "d_model": 64, "ffn": 128, "vocab": 2105,

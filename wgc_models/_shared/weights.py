@@ -15,8 +15,6 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
-from wgc_models.layers.config import DecoderConfig
-from wgc_models.layers.decoder import LlamaDecoder
 from wgc_runtime.contract.weights import WeightParts
 
 DTYPE_BYTES = {"f32": 4, "bf16": 2, "f16": 2}
@@ -76,22 +74,3 @@ def part(
         names=names,
         skip=skip,
     )
-
-
-def lm_config(config: Mapping[str, Any], *, tied: bool) -> DecoderConfig:
-    return DecoderConfig(
-        vocab_size=int(config["vocab"]),
-        hidden_size=int(config["hidden"]),
-        intermediate_size=int(config["intermediate"]),
-        num_layers=int(config["layers"]),
-        num_heads=int(config["heads"]),
-        num_kv_heads=int(config["kv_heads"]),
-        head_dim=int(config["head_dim"]),
-        tie_word_embeddings=tied,
-    )
-
-
-def lm_parts(family: str, config: Mapping[str, Any], *, tied: bool) -> list[WeightParts]:
-    """A Llama decoder's weights (Orpheus's LM ties its embeddings; the Llama example's not)."""
-    cfg = lm_config(config, tied=tied)
-    return [part(family, "lm", config, lambda: LlamaDecoder(cfg))]

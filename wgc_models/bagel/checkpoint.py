@@ -22,21 +22,34 @@ One tensor differs in form: BAGEL runs the ViT on packed patches, so its release
 patch embedding as a ``Linear`` ``[hidden, p·p·3]`` — the convolution's weight permuted to
 (out, row, column, channel) and flattened (BAGEL's ``convert_conv2d_to_linear``). It is read
 back into the convolution it equals (`patch_embedding_as_conv`).
+
+The nodes' parts (`load_bagel`: ``"llm"`` or ``"vit"``, `load_vae`) come from the release or from
+seeded random weights at the named config's sizes, each built once per process (the LLM and its
+CFG copies on one rank hold the backbone once); `bagel_parts` says what each will hold.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import torch
 
-from wgc_models.bagel.model import BagelConfig
+from wgc_models._shared.batched import cast_weights, weights_dtype
+from wgc_models._shared.weights import part
+from wgc_models.bagel.autoencoder_kl import AutoencoderKL, VaeConfig
+from wgc_models.bagel.config import CONFIGS
+from wgc_models.bagel.model import Bagel, BagelConfig
 from wgc_models.bagel.qwen2_navit import MoTConfig
+from wgc_models.layers.convert import load_converted, load_tensors
 from wgc_models.layers.loading import CheckpointError, iter_tensors
+from wgc_models.layers.random_init import init_seeded
 from wgc_models.layers.siglip import SiglipConfig
+from wgc_runtime.contract.node import NodeError
+from wgc_runtime.contract.weights import WeightParts
 
 RELEASE = "ema.safetensors"
 PATCH = "vit_model.vision_model.embeddings.patch_embedding.weight"
@@ -137,3 +150,93 @@ def ae_tensors(path: str | Path, blocks: int) -> Iterator[tuple[str, torch.Tenso
         if ".attentions.0.to_" in new and new.endswith(".weight") and tensor.dim() == 4:
             tensor = tensor[:, :, 0, 0]
         yield new, tensor
+
+
+# The nodes' parts: each built once per process, from the release or seeded.
+
+_LLM_PARTS = ("language_model.", "time_embedder.", "vae2llm.", "llm2vae.", "latent_pos_embed.")
+_VIT_PARTS = ("vit_model.", "connector.", "vit_pos_embed.")
+_WEIGHTS: dict[tuple, Any] = {}
+
+
+def bagel_config(node: str, config: Mapping[str, Any]) -> BagelConfig:
+    """The named config; with a release folder as the checkpoint, its sizes from the release's
+    ``llm_config.json`` / ``vit_config.json`` (above)."""
+    name = str(config.get("model", "tiny"))
+    if name not in CONFIGS:
+        raise NodeError(f"node `{node}`: unknown BAGEL model `{name}` ({', '.join(CONFIGS)})")
+    path = str(config.get("checkpoint") or "")
+    if path and has_config(path):
+        return read_config(path, CONFIGS[name])
+    return CONFIGS[name]
+
+
+def _weights(key: tuple, build: Callable[[], Any]) -> Any:
+    """One copy per process of the weights ``key`` names (model, checkpoint, seed, part,
+    device): LLM and its CFG copies on one rank hold the backbone once."""
+    if key not in _WEIGHTS:
+        _WEIGHTS[key] = build()
+    return _WEIGHTS[key]
+
+
+def load_bagel(node: str, config: Mapping[str, Any], device: torch.device, part: str) -> Bagel:
+    """The `Bagel` part ``"llm"`` or ``"vit"``: from ``config checkpoint``'s release
+    (``ema.safetensors``), else seeded random weights."""
+    cfg = bagel_config(node, config)
+    path, seed = str(config.get("checkpoint") or ""), int(config.get("seed", 0))
+    dtype = weights_dtype(config, node)
+
+    def build() -> Bagel:
+        model = Bagel(cfg, vit=part == "vit", llm=part == "llm")
+        if path:
+            skip = _VIT_PARTS if part == "llm" else _LLM_PARTS
+            items = release_tensors(path, cfg.vit.patch_size)
+            load_tensors(model, select(items, skip), source=f"{path} ({part})")
+        else:
+            init_seeded(model, seed + (1 if part == "llm" else 2), keep=("pos_embed",))
+        return cast_weights(model.to(device), dtype).eval()
+
+    return _weights((config.get("model"), path, seed, part, str(device), dtype), build)
+
+
+def load_vae(node: str, config: Mapping[str, Any], device: torch.device) -> AutoencoderKL:
+    cfg = bagel_config(node, config)
+    path, seed = str(config.get("checkpoint") or ""), int(config.get("seed", 0))
+    dtype = weights_dtype(config, node)
+
+    def build() -> AutoencoderKL:
+        vae_cfg = cfg.vae
+        if path and (Path(path) / AE).is_file() and not (Path(path) / "vae").is_dir():
+            model = AutoencoderKL(vae_cfg)  # the release's own file: FLUX's names, converted
+            blocks = len(vae_cfg.block_out_channels)
+            load_tensors(model, ae_tensors(path, blocks), source=f"{path}/{AE}")
+        elif path:
+            raw = json.loads((Path(path) / "vae" / "config.json").read_text())
+            vae_cfg = VaeConfig.from_dict(raw)
+            model = AutoencoderKL(vae_cfg)
+            load_converted(model, Path(path) / "vae")
+        else:
+            model = AutoencoderKL(vae_cfg)
+            init_seeded(model, seed + 3)
+        return cast_weights(model.to(device), dtype).eval()
+
+    return _weights((config.get("model"), path, seed, "vae", str(device), dtype), build)
+
+
+def bagel_parts(node: str, config: Mapping[str, Any], part_name: str) -> list[WeightParts]:
+    """What a node holding the part ``"llm"``, ``"vit"`` or ``"vae"`` will hold (`Node.weights`:
+    the checkpoint's ``model.safetensors`` / ``vae/`` counted when given)."""
+    cfg = bagel_config(node, config)
+    path = str(config.get("checkpoint") or "")
+    if part_name == "vae":
+        where = str(Path(path) / "vae") if path else ""
+        if path and not Path(where).is_dir():
+            where = str(Path(path) / AE)
+        return [part("bagel", "vae", config, lambda: AutoencoderKL(cfg.vae), checkpoint=where)]
+    where = str(weights_file(path)) if path else ""
+    names = _LLM_PARTS if part_name == "llm" else _VIT_PARTS
+
+    def build() -> Bagel:
+        return Bagel(cfg, vit=part_name == "vit", llm=part_name == "llm")
+
+    return [part("bagel", part_name, config, build, checkpoint=where, names=names)]

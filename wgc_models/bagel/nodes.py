@@ -37,27 +37,20 @@ without one, seeded random weights at the sizes ``config model`` names
 weights are held and computed in (a checkpoint's tensors are cast as they load; BAGEL ships
 bf16); the ports keep their declared types (latents f32, the ViT tokens bf16), cast at the
 node's edge. The nodes of one process that need the same part share one copy of its weights
-(`_weights`).
+(`wgc_models.bagel.checkpoint`).
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import torch
 
-from wgc_models._shared.batched import Batched, cast_weights, need, weights_dtype
-from wgc_models._shared.weights import part
-from wgc_models.bagel import checkpoint as release
-from wgc_models.bagel.autoencoder_kl import AutoencoderKL, VaeConfig
-from wgc_models.bagel.config import CONFIGS
+from wgc_models._shared.batched import Batched, need, weights_dtype
+from wgc_models.bagel.checkpoint import bagel_config, bagel_parts, load_bagel, load_vae
 from wgc_models.bagel.image import vit_pixels
 from wgc_models.bagel.model import (
-    Bagel,
-    BagelConfig,
     ContextBlock,
     Guidance,
     Schedule,
@@ -68,99 +61,10 @@ from wgc_models.bagel.model import (
 )
 from wgc_models.bagel.text import bagel_tokenizer, text_ids
 from wgc_models.layers.block_attention import Block, PagedBlocks
-from wgc_models.layers.convert import load_converted, load_tensors
-from wgc_models.layers.random_init import init_seeded
 from wgc_models.layers.siglip import pixels
 from wgc_runtime.contract.node import CallContext, Node, NodeContext, NodeError, Work
-from wgc_runtime.contract.weights import WeightParts
 
 LABELS = ("main", "cfg_text", "cfg_img")
-_LLM_PARTS = ("language_model.", "time_embedder.", "vae2llm.", "llm2vae.", "latent_pos_embed.")
-_VIT_PARTS = ("vit_model.", "connector.", "vit_pos_embed.")
-_WEIGHTS: dict[tuple, Any] = {}
-
-
-def bagel_config(node: str, config: Mapping[str, Any]) -> BagelConfig:
-    """The named config; with a release folder as the checkpoint, its sizes from the release's
-    ``llm_config.json`` / ``vit_config.json`` (`wgc_models.bagel.checkpoint`)."""
-    name = str(config.get("model", "tiny"))
-    if name not in CONFIGS:
-        raise NodeError(f"node `{node}`: unknown BAGEL model `{name}` ({', '.join(CONFIGS)})")
-    path = str(config.get("checkpoint") or "")
-    if path and release.has_config(path):
-        return release.read_config(path, CONFIGS[name])
-    return CONFIGS[name]
-
-
-def _weights(key: tuple, build: Callable[[], Any]) -> Any:
-    """One copy per process of the weights ``key`` names (model, checkpoint, seed, part,
-    device): LLM and its CFG copies on one rank hold the backbone once."""
-    if key not in _WEIGHTS:
-        _WEIGHTS[key] = build()
-    return _WEIGHTS[key]
-
-
-def load_bagel(node: str, config: Mapping[str, Any], device: torch.device, part: str) -> Bagel:
-    """The `Bagel` part ``"llm"`` or ``"vit"``: from ``config checkpoint``'s release
-    (``ema.safetensors``), else seeded random weights."""
-    cfg = bagel_config(node, config)
-    path, seed = str(config.get("checkpoint") or ""), int(config.get("seed", 0))
-    dtype = weights_dtype(config, node)
-
-    def build() -> Bagel:
-        model = Bagel(cfg, vit=part == "vit", llm=part == "llm")
-        if path:
-            skip = _VIT_PARTS if part == "llm" else _LLM_PARTS
-            items = release.release_tensors(path, cfg.vit.patch_size)
-            load_tensors(model, release.select(items, skip), source=f"{path} ({part})")
-        else:
-            init_seeded(model, seed + (1 if part == "llm" else 2), keep=("pos_embed",))
-        return cast_weights(model.to(device), dtype).eval()
-
-    return _weights((config.get("model"), path, seed, part, str(device), dtype), build)
-
-
-def load_vae(node: str, config: Mapping[str, Any], device: torch.device) -> AutoencoderKL:
-    cfg = bagel_config(node, config)
-    path, seed = str(config.get("checkpoint") or ""), int(config.get("seed", 0))
-    dtype = weights_dtype(config, node)
-
-    def build() -> AutoencoderKL:
-        vae_cfg = cfg.vae
-        if path and (Path(path) / release.AE).is_file() and not (Path(path) / "vae").is_dir():
-            model = AutoencoderKL(vae_cfg)  # the release's own file: FLUX's names, converted
-            blocks = len(vae_cfg.block_out_channels)
-            load_tensors(model, release.ae_tensors(path, blocks), source=f"{path}/{release.AE}")
-        elif path:
-            raw = json.loads((Path(path) / "vae" / "config.json").read_text())
-            vae_cfg = VaeConfig.from_dict(raw)
-            model = AutoencoderKL(vae_cfg)
-            load_converted(model, Path(path) / "vae")
-        else:
-            model = AutoencoderKL(vae_cfg)
-            init_seeded(model, seed + 3)
-        return cast_weights(model.to(device), dtype).eval()
-
-    return _weights((config.get("model"), path, seed, "vae", str(device), dtype), build)
-
-
-def bagel_parts(node: str, config: Mapping[str, Any], part_name: str) -> list[WeightParts]:
-    """What a node holding the part ``"llm"``, ``"vit"`` or ``"vae"`` will hold (`Node.weights`:
-    the checkpoint's ``model.safetensors`` / ``vae/`` counted when given)."""
-    cfg = bagel_config(node, config)
-    path = str(config.get("checkpoint") or "")
-    if part_name == "vae":
-        where = str(Path(path) / "vae") if path else ""
-        if path and not Path(where).is_dir():
-            where = str(Path(path) / release.AE)
-        return [part("bagel", "vae", config, lambda: AutoencoderKL(cfg.vae), checkpoint=where)]
-    where = str(release.weights_file(path)) if path else ""
-    names = _LLM_PARTS if part_name == "llm" else _VIT_PARTS
-
-    def build() -> Bagel:
-        return Bagel(cfg, vit=part_name == "vit", llm=part_name == "llm")
-
-    return [part("bagel", part_name, config, build, checkpoint=where, names=names)]
 
 
 def _guidance(config: Mapping[str, Any], images: int) -> Guidance:

@@ -33,9 +33,8 @@ from typing import Any
 
 import torch
 
-from wgc_models._shared.weights import lm_config
-from wgc_models.layers.decode_engine import DecoderEngine
-from wgc_models.layers.decoder import LlamaDecoder
+from wgc_models.llama.engine import DecoderEngine
+from wgc_models.llama.model import LlamaDecoder, lm_config
 from wgc_models.llama.nodes import Decoder, build_model
 from wgc_models.llama.text import prompt_format, prompt_ids
 from wgc_runtime.contract.capture import CapturedCall, StaticStep

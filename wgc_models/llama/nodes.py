@@ -34,9 +34,9 @@ from typing import Any
 
 import torch
 
-from wgc_models._shared.weights import lm_config, lm_parts
-from wgc_models.layers.decode_engine import DecoderEngine
-from wgc_models.layers.decoder import LlamaDecoder
+from wgc_models.llama.checkpoint import from_pretrained
+from wgc_models.llama.engine import DecoderEngine
+from wgc_models.llama.model import LlamaDecoder, lm_config, lm_parts
 from wgc_models.llama.text import prompt_format, prompt_ids
 from wgc_runtime.contract.capture import CapturedCall, StaticPort, StaticStep
 from wgc_runtime.contract.flow import SESSION_OPTION
@@ -49,7 +49,7 @@ def build_model(config: Mapping[str, Any], device: str | torch.device) -> LlamaD
     cfg = lm_config(config, tied=False)
     path = str(config.get("checkpoint") or "")
     if path:
-        model = LlamaDecoder.from_pretrained(path, device=device)
+        model = from_pretrained(path, device=device)
         got = model.config
         want = (cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, cfg.vocab_size)
         have = (got.num_layers, got.num_kv_heads, got.head_dim, got.vocab_size)

@@ -32,7 +32,7 @@ decode computes only the samples kept (`wgc_models.orpheus.snac_span`: the same 
 to ~1e-5 of float rounding, in about a third of the whole window's time at the real sizes and
 three quarters at the tiny ones, where per-layer overhead dominates). Windows that are ready at
 once, from any requests, decode as one batch (`OrpheusVocoder.windows`): the decoder is
-batch-invariant (`wgc_models.layers.conv1d`) and each window draws its own noise, so a
+batch-invariant (`wgc_models.orpheus.conv1d`) and each window draws its own noise, so a
 window's audio does not depend on its batch-mates. `OrpheusVocoder.compile` makes that decode
 one inductor program (`wgc_models.orpheus.snac_compiled`: ~2x faster at the tiny sizes,
 still batch-invariant, equal to the eager decode to float rounding).
@@ -47,12 +47,16 @@ The two agree whenever every generated token is an audio token with a non-zero c
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from wgc_models.orpheus.snac import DrawnNoise, SnacDecoder
+
+if TYPE_CHECKING:  # a type only: the model needs no tokenizer package
+    from wgc_models.layers.tokenizer import TextCodec
 
 FRAME = 7  # tokens per SNAC frame
 WINDOW_FRAMES = 4  # frames per decoder window (28 tokens)
@@ -254,7 +258,7 @@ class OrpheusVocoder:
     ) -> list[torch.Tensor | None]:
         """Several requests' windows (``[28]`` each, every one with its own noise generator)
         decoded as ONE batch: each one's audio ``[spf]`` fp32 bit for bit what `window` gives
-        it alone (the decoder is batch-invariant: `wgc_models.layers.conv1d`), or None
+        it alone (the decoder is batch-invariant: `wgc_models.orpheus.conv1d`), or None
         for a window with a code out of range."""
         out: list[torch.Tensor | None] = [None] * len(windows)
         if len(generators) != len(windows):
@@ -344,3 +348,18 @@ class NoiseAhead:
     def held(self) -> int:
         """Windows drawn and not handed over yet."""
         return sum(len(d) for d in self._drawn.values())
+
+
+def orpheus_tokens(config: Mapping[str, Any]) -> OrpheusTokens:
+    return OrpheusTokens(
+        tokeniser_length=int(config["text_vocab"]),
+        codebook_size=int(config["codebook"]),
+        begin_of_text=int(config["bos"]),
+        end_of_text=int(config["eot"]),
+    )
+
+
+def prompt_ids(codec: TextCodec, tokens: OrpheusTokens, voice: str, text: str) -> list[int]:
+    """Orpheus's prompt for ``text`` in ``voice``: ``"{voice}: {text}"`` between its special
+    tokens (`OrpheusTokens.prompt`)."""
+    return tokens.prompt(codec.encode(f"{voice}: {text}"))

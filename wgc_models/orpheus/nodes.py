@@ -17,7 +17,8 @@ over wgc's components (`wgc_models.layers`: `LlamaDecoder` / `DecoderEngine`, `o
   and per request its audio position and token budget: a step's stops are array operations over
   the batch); rows of requests that sample are re-chosen from its
   logits in ``finish``.
-- **`SnacDecoder`**: one ``sliding(28, 7)`` window of LM tokens → the 2048 samples of its
+- **`SnacDecoder`** (in `wgc_models.orpheus.vocoder_node`, imported here for the ``.walk``): one
+  ``sliding(28, 7)`` window of LM tokens → the 2048 samples of its
   second frame (`OrpheusVocoder.window`), or no samples for a window with a token that is not
   an audio code (as the reference's range check). The ready windows of a batch, from any
   requests, decode as one batch (the decoder is batch-invariant), each with SNAC's noise drawn
@@ -29,15 +30,14 @@ over wgc's components (`wgc_models.layers`: `LlamaDecoder` / `DecoderEngine`, `o
   time while the rank waits for the LM: `NoiseAhead`, at most the windows ``option
   max_tokens`` allows): the same numbers, off the decodes' path.
 
-Weights: a Hugging Face Llama checkpoint folder (``config checkpoint``; its ``config.json``
-must agree with the ``.walk`` sizes, which size the KV pool) and a SNAC folder (``config
-checkpoint`` of the vocoder: the package's ``config.json`` and a safetensors state dict), or
-seeded random weights at the declared sizes.
+Weights (`wgc_models.orpheus.checkpoint`): a Hugging Face Llama checkpoint folder (``config
+checkpoint``; its ``config.json`` must agree with the ``.walk`` sizes, which size the KV pool)
+and a SNAC folder (``config checkpoint`` of the vocoder: the package's ``config.json`` and a
+safetensors state dict), or seeded random weights at the declared sizes.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
@@ -46,10 +46,8 @@ import torch
 
 from wgc_models._shared.batched import cast_weights, weights_dtype
 from wgc_models._shared.speech import (
-    NOISE,
     TOKENS,
     RequestGenerator,
-    check_sizes,
     forward_alone,
     inference,
     normal_tensors,
@@ -58,23 +56,16 @@ from wgc_models._shared.speech import (
     sampling,
     speech_seed,
     text_codec,
-    widen_,
 )
-from wgc_models._shared.weights import lm_parts
-from wgc_models.layers.config import DecoderConfig
-from wgc_models.layers.decode_engine import DecoderEngine
-from wgc_models.layers.decoder import LlamaDecoder
 from wgc_models.layers.sampling import Sampling, choose
-from wgc_models.layers.tokenizer import TextCodec
-from wgc_models.orpheus import sizes
-from wgc_models.orpheus.model import NoiseAhead, OrpheusTokens, OrpheusVocoder, audio_mask
-from wgc_models.orpheus.snac import SnacConfig
-from wgc_models.orpheus.snac import SnacDecoder as Snac
+from wgc_models.llama.engine import DecoderEngine
+from wgc_models.llama.model import lm_parts
+from wgc_models.orpheus.checkpoint import build_lm
+from wgc_models.orpheus.model import audio_mask, orpheus_tokens, prompt_ids
+from wgc_models.orpheus.vocoder_node import SnacDecoder as SnacDecoder  # named by the .walk
 from wgc_runtime.contract.capture import CapturedCall, StaticPort, StaticStep
-from wgc_runtime.contract.kinds import CaptureBackend
 from wgc_runtime.contract.node import (
     DTYPE_NAMES,
-    CallContext,
     KvCache,
     Node,
     NodeContext,
@@ -82,89 +73,6 @@ from wgc_runtime.contract.node import (
     Work,
 )
 from wgc_runtime.engines.decode_runner import DecodeRunner, requests_of
-
-
-def orpheus_tokens(config: Mapping[str, Any]) -> OrpheusTokens:
-    return OrpheusTokens(
-        tokeniser_length=int(config["text_vocab"]),
-        codebook_size=int(config["codebook"]),
-        begin_of_text=int(config["bos"]),
-        end_of_text=int(config["eot"]),
-    )
-
-
-def prompt_ids(codec: TextCodec, tokens: OrpheusTokens, voice: str, text: str) -> list[int]:
-    """Orpheus's prompt for ``text`` in ``voice``: ``"{voice}: {text}"`` between its special
-    tokens (`OrpheusTokens.prompt`)."""
-    return tokens.prompt(codec.encode(f"{voice}: {text}"))
-
-
-def build_lm(config: Mapping[str, Any], device: torch.device) -> LlamaDecoder:
-    """The checkpoint ``config checkpoint``, else seeded random weights at the ``.walk``
-    sizes (Llama 3 rotary scaling and tied embeddings, as Orpheus 3B)."""
-    want = {k: int(config[k]) for k in ("vocab", "layers", "kv_heads", "head_dim")}
-    path = str(config.get("checkpoint") or "")
-    if path:
-        model = LlamaDecoder.from_pretrained(path, device=device)
-        c = model.config
-        have = dict(
-            vocab=c.vocab_size, layers=c.num_layers, kv_heads=c.num_kv_heads, head_dim=c.head_dim
-        )
-        check_sizes("LLM", f"checkpoint `{path}`", want, have)
-        return model
-    cfg = DecoderConfig(
-        vocab_size=want["vocab"],
-        hidden_size=int(config["hidden"]),
-        intermediate_size=int(config["intermediate"]),
-        num_layers=want["layers"],
-        num_heads=int(config["heads"]),
-        num_kv_heads=want["kv_heads"],
-        head_dim=want["head_dim"],
-        rms_norm_eps=1e-5,
-        rope_theta=500000.0,
-        rope_type="llama3",
-        rope_factor=32.0,
-        tie_word_embeddings=True,
-        max_position_embeddings=131072,
-    )
-    with torch.random.fork_rng(devices=[]):  # the draws of the layers' own init
-        model = widen_(LlamaDecoder(cfg), int(config.get("seed", 0)))
-    with torch.no_grad():  # a random model would end its speech at any frame boundary
-        model.model.embed_tokens.weight[orpheus_tokens(config).end_of_speech].zero_()
-    return model.to(device)
-
-
-@torch.no_grad()
-def seeded_snac(cfg: SnacConfig, seed: int) -> Snac:
-    """SNAC with seeded random weights as the `snac` package draws them (PyTorch's default
-    uniform convolutions, weight norms at the drawn norms, unit Snake slopes), norms and
-    slopes perturbed so they matter, and the output convolution halved: a random decoder's
-    audio then swings within (-1, 1) without saturating its ``tanh``."""
-    with torch.random.fork_rng(devices=[]):  # the draws of the layers' own init
-        model = Snac(cfg).eval()
-    g = torch.Generator().manual_seed(seed)
-    params = dict(model.named_parameters())
-    bounds: dict[str, float] = {}
-    for name, p in params.items():
-        if name.endswith("original1"):
-            bound = p[0].numel() ** -0.5
-            p.copy_((torch.rand(p.shape, generator=g) * 2 - 1) * bound)
-            bounds[name.removesuffix("parametrizations.weight.original1")] = bound
-    for name, p in params.items():
-        noise = torch.randn(p.shape, generator=g)
-        if name.endswith("original0"):
-            v = params[name.removesuffix("0") + "1"]
-            p.copy_(v.flatten(1).norm(dim=1).reshape(p.shape) * (1 + 0.2 * noise))
-        elif name.endswith("alpha"):
-            p.copy_(1 + 0.2 * noise)
-        elif name.endswith("bias"):
-            bound = bounds.get(name.removesuffix("bias"), 0.0)
-            p.copy_((torch.rand(p.shape, generator=g) * 2 - 1) * bound)
-        elif name.endswith("codebook.weight"):
-            p.copy_(noise)
-    last = [n for n in params if n.endswith("original0")][-1]
-    params[last].mul_(0.5)
-    return model
 
 
 class LLM(Node):
@@ -460,86 +368,3 @@ class LLM(Node):
             admits=None if widest else admits,
             label=f"page tables of {room} tokens",
         )
-
-
-IDLE_WINDOWS = 4  # windows' noise drawn per `SnacDecoder.idle` call
-
-
-class SnacDecoder(Node):
-    """The SNAC window vocoder (see the module docstring)."""
-
-    @classmethod
-    def weights(cls, config):
-        return sizes.snac_parts(config)
-
-    def __init__(self, ctx: NodeContext) -> None:
-        super().__init__(ctx)
-        path = str(self.config.get("checkpoint") or "")
-        if path:
-            snac = Snac.from_pretrained(path, device=str(self.device))
-        else:
-            cfg = SnacConfig(
-                decoder_dim=int(self.config["decoder_dim"]),
-                latent_dim=int(self.config["latent_dim"]),
-                codebook_size=int(self.config["codebook"]),
-            )
-            snac = seeded_snac(cfg, int(self.config.get("seed", 0))).to(self.device)
-        snac = cast_weights(snac, weights_dtype(self.config, self.name))
-        self.vocoder = OrpheusVocoder(snac, orpheus_tokens(self.config))
-        self.ahead = NoiseAhead(self.vocoder.window_noise)
-        if ctx.batching.backend == CaptureBackend.INDUCTOR and self.device.type == "cpu":
-            t0 = time.perf_counter()
-            ctx.say("compiling the window decode (inductor)")
-            self.vocoder.compile()  # the windows' decode as one inductor program
-            ctx.say(f"compiled the window decode in {time.perf_counter() - t0:.1f} s")
-        rate = int(self.config.get("sample_rate", snac.config.sampling_rate))
-        if rate != snac.config.sampling_rate:
-            raise NodeError(
-                f"node `{self.name}`: `config sample_rate = {rate}` but the SNAC model makes "
-                f"{snac.config.sampling_rate} Hz audio"
-            )
-
-    @inference
-    def forward(self, batch: Sequence[Work]) -> list[Any]:
-        """Every ready window, from whichever requests, decoded as one batch
-        (`OrpheusVocoder.windows`); each with its own noise, so its audio is what it would be
-        alone."""
-        results: list[Any] = [None] * len(batch)
-        rows, windows, noise = [], [], []
-        for i, w in enumerate(batch):
-            window = w.inputs.get("window")
-            if window is None:
-                results[i] = NodeError(f"node `{self.name}`: no window to decode")
-                continue
-            info = w.ctx.chunks.get("window")
-            k = info.index if info is not None else 0
-            rows.append(i)
-            windows.append(window.reshape(-1).to(self.device))
-            # drawn while the rank waited, or drawn now from the same seed
-            noise.append(self.ahead.window(w.ctx.request_id, speech_seed(w.ctx) + NOISE, k))
-        for i, audio in zip(rows, self.vocoder.windows(windows, noise), strict=True):
-            # a token that is no audio code: no samples, as the reference
-            results[i] = {"audio": torch.zeros(0) if audio is None else audio.cpu()}
-        return results
-
-    def expect(self, ctx: CallContext) -> None:
-        """Note the request's windows' noise, to draw in `idle` (window ``k``'s from the seed
-        ``speech_seed + NOISE + k``, as `forward` would): as many windows as its
-        ``max_tokens`` tokens fill."""
-        windows = self.vocoder.windows_of(int(ctx.options.get("max_tokens", 0) or 0))
-        self.ahead.expect(ctx.request_id, speech_seed(ctx) + NOISE, windows)
-
-    def idle(self) -> bool:
-        """Draw a few windows' noise (`IDLE_WINDOWS`, ~0.3 ms at the tiny sizes)."""
-        drew = False
-        for _ in range(IDLE_WINDOWS):
-            if not self.ahead.step():
-                break
-            drew = True
-        return drew
-
-    def release(self, request_id: str) -> None:
-        self.ahead.drop(request_id)
-
-    def forward_one(self, inputs, ctx):
-        return forward_alone(self, inputs, ctx)

@@ -1,5 +1,5 @@
 """What Orpheus's SNAC decoder will hold (`Node.weights`; its LM is
-`wgc_models._shared.weights.lm_parts`):
+`wgc_models.llama.model.lm_parts`):
 counted at the ``.walk``'s sizes on the meta device, or from the checkpoint's safetensors
 headers when one is given (`wgc_runtime.host.preflight`)."""
 

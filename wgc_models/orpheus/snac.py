@@ -8,14 +8,14 @@ depthwise + pointwise input convolution, one `DecoderBlock` per ``decoder_rates`
 `ResidualUnit` s) and `Snake1d` → convolution → ``tanh``. Every convolution is weight-normed
 (``parametrizations.weight.original0`` = g, ``original1`` = v, ``w = g · v / ‖v‖`` over all but
 dim 0; the legacy ``weight_g`` / ``weight_v`` names load too, see
-`wgc_models.layers.convert`). Folded weights are cached until a parameter changes.
+`wgc_models.orpheus.checkpoint`). Folded weights are cached until a parameter changes.
 
 The 24 kHz model has no local attention (``attn_window_size`` null); a config asking for it is
 refused. `NoiseBlock` adds ``randn · conv(x)`` like the package, but draws from the caller's
 `torch.Generator` (the package draws from the global one: seed it with the same value and the
 draws agree, which the parity test relies on).
 
-Batch-invariant without autograd: the convolutions are `wgc_models.layers.conv1d`'s, and
+Batch-invariant without autograd: the convolutions are `wgc_models.orpheus.conv1d`'s, and
 ``sin`` / ``tanh`` run row by row on the CPU (`per_row_`), so a row of a batched decode is bit
 for bit the row decoded alone, given the same noise (`draw_noise`: one generator per row, as a
 streaming vocoder decoding several requests' windows at once passes them). Equal to the
@@ -27,23 +27,16 @@ Sizes: one frame of codebook 0 is ``hop · vq_strides[0]`` samples (`SnacConfig.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from wgc_models.layers.conv1d import conv1d, conv_transpose1d
-from wgc_models.layers.convert import load_converted
-
-# the SNAC state dict holds the encoder and the quantizers' input projections too: decoding
-# reads neither
-_ENCODE_ONLY = ("encoder.",)
+from wgc_models.orpheus.conv1d import conv1d, conv_transpose1d
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -136,7 +129,7 @@ class WNConv1d(nn.Module):
         return self._folded[1]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """The convolution, batch-invariant (`wgc_models.layers.conv1d`) where it can be:
+        """The convolution, batch-invariant (`wgc_models.orpheus.conv1d`) where it can be:
         a window's audio is the same whatever else its batch holds."""
         w = self.weight()
         if self.transpose:
@@ -269,7 +262,7 @@ def per_row_(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> tor
     """``fn`` (an in-place elementwise op) on each row of contiguous ``x`` by itself: a
     transcendental's vectorised and scalar paths may differ in the last bit, and which elements
     take which depends on the tensor's size, so row by row every row is computed as it would be
-    alone (see `wgc_models.layers.conv1d`). On a GPU every element runs the same code
+    alone (see `wgc_models.orpheus.conv1d`). On a GPU every element runs the same code
     wherever it sits, so the op runs once over the batch."""
     x = x.contiguous()
     if x.device.type != "cpu":
@@ -382,21 +375,6 @@ class SnacDecoder(nn.Module):
         self.config = cfg
         self.quantizer = _Quantizer(cfg)
         self.decoder = Decoder(cfg)
-
-    @classmethod
-    def from_pretrained(
-        cls, path: str | Path, *, dtype: torch.dtype = torch.float32, device: str = "cpu"
-    ) -> SnacDecoder:
-        """From a folder with the package's ``config.json`` and a safetensors state dict
-        (`wgc_models.layers.convert.load_converted`: strict on the decoding half)."""
-        path = Path(path)
-        cfg = SnacConfig.from_dict(json.loads((path / "config.json").read_text()))
-        model = cls(cfg)
-        skip = _ENCODE_ONLY + tuple(
-            f"quantizer.quantizers.{i}.in_proj." for i in range(len(cfg.vq_strides))
-        )
-        load_converted(model, path, skip=skip)
-        return model.to(device=device, dtype=dtype).eval()
 
     @torch.inference_mode()
     def decode(

@@ -18,7 +18,7 @@ within 2e-4, 7.5e-5 at most on the tiny model's windows; not bit for bit), and i
 invariant: every row of a batch is bit for bit that row decoded alone, at every batch size and
 slot. That second one is what the tests observe of inductor's code for this program (its loops
 keep a row's arithmetic the same whatever the batch; the matrix products are the per-row ones of
-`wgc_models.layers.conv1d`), not something inductor promises: a torch upgrade that changed
+`wgc_models.orpheus.conv1d`), not something inductor promises: a torch upgrade that changed
 it would fail those tests, not pass silently. A window's audio therefore does not depend on
 which other requests' windows shared its batch, in a compiled deployment as in an eager one; the
 two kinds of deployment differ from each other by that rounding.
@@ -33,7 +33,7 @@ from typing import cast
 import torch
 from torch import nn
 
-from wgc_models.layers.conv1d import conv1d, conv_transpose1d
+from wgc_models.orpheus.conv1d import conv1d, conv_transpose1d
 from wgc_models.orpheus.snac import (
     Noise,
     NoiseBlock,

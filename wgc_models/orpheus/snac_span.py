@@ -27,7 +27,7 @@ from typing import cast
 import torch
 from torch import nn
 
-from wgc_models.layers.conv1d import conv1d, conv_transpose1d
+from wgc_models.orpheus.conv1d import conv1d, conv_transpose1d
 from wgc_models.orpheus.snac import (
     DecoderBlock,
     NoiseBlock,

@@ -1,6 +1,6 @@
 """Qwen3-Omni's nodes: the audio encoder, the Thinker, the detokenizer and Code2Wav (the
 Talker is in `wgc_models.qwen3_omni.talker`), built from wgc's components (`omni_audio`,
-`whisper_mel`, `omni_thinker`, `code2wav`) with the weights of `wgc_models.qwen3_omni.weights`.
+`whisper_mel`, `omni_thinker`, `code2wav`) with the weights of `wgc_models.qwen3_omni.checkpoint`.
 
 - **`AudioEncoder`**: a 16 kHz waveform → Whisper log-mel features → the Thinker's audio tower:
   one embedding per 80 ms of audio.
@@ -43,8 +43,9 @@ from wgc_models._shared.speech import (
 from wgc_models._shared.speech import text_codec as load_codec
 from wgc_models.layers.sampling import choose
 from wgc_models.layers.whisper_mel import log_mel
-from wgc_models.qwen3_omni import weights
+from wgc_models.qwen3_omni import checkpoint
 from wgc_models.qwen3_omni.omni_thinker import ThinkerEngine, ThinkerPass
+from wgc_models.qwen3_omni.prompt import ChatPrompt, audio_ids
 from wgc_models.qwen3_omni.stack_engine import StackEngine
 from wgc_runtime.contract.node import KvCache, Node, NodeContext, NodeError, Work
 
@@ -54,12 +55,12 @@ class AudioEncoder(Node):
 
     @classmethod
     def weights(cls, config):
-        return weights.parts(config, "audio")
+        return checkpoint.parts(config, "audio")
 
     def __init__(self, ctx: NodeContext) -> None:
         super().__init__(ctx)
-        cfg = weights.omni_config(self.config)
-        tower = weights.audio_tower(self.config, cfg, self.device)
+        cfg = checkpoint.omni_config(self.config)
+        tower = checkpoint.audio_tower(self.config, cfg, self.device)
         self.tower = cast_weights(tower, weights_dtype(self.config, self.name))
         self.bins = int(cfg.thinker.audio.get("num_mel_bins", 128))
 
@@ -78,18 +79,18 @@ class Thinker(Node):
 
     @classmethod
     def weights(cls, config):
-        return weights.parts(config, "thinker")
+        return checkpoint.parts(config, "thinker")
 
     def __init__(self, ctx: NodeContext) -> None:
         super().__init__(ctx)
-        cfg = self.omni = weights.omni_config(self.config)
+        cfg = self.omni = checkpoint.omni_config(self.config)
         text = cfg.thinker.text
-        weights.check_geometry(self.name, self.config, text.num_layers, text.num_kv_heads,
+        checkpoint.check_geometry(self.name, self.config, text.num_layers, text.num_kv_heads,
                                text.head_dim)  # fmt: skip
         self.codec = load_codec(str(self.config.get("checkpoint") or ""), "qwen3_omni")
-        model = weights.thinker(self.config, cfg, self.codec, self.device)
+        model = checkpoint.thinker(self.config, cfg, self.codec, self.device)
         self.model = cast_weights(model, weights_dtype(self.config, self.name))
-        self.prompt = weights.ChatPrompt(self.codec, cfg.tokens, weights.audio_ids(self.codec, cfg))
+        self.prompt = ChatPrompt(self.codec, cfg.tokens, audio_ids(self.codec, cfg))
         self.accept = cfg.talker.accept_hidden_layer
         self.kv_tokens = int(self.config["kv_tokens"])
         self.rows, dim = self.out_shape("thinker_states")
@@ -241,12 +242,12 @@ class Code2Wav(Node):
 
     @classmethod
     def weights(cls, config):
-        return weights.parts(config, "code2wav")
+        return checkpoint.parts(config, "code2wav")
 
     def __init__(self, ctx: NodeContext) -> None:
         super().__init__(ctx)
-        cfg = weights.omni_config(self.config)
-        model = weights.code2wav(self.config, cfg, self.device)
+        cfg = checkpoint.omni_config(self.config)
+        model = checkpoint.code2wav(self.config, cfg, self.device)
         self.model = cast_weights(model, weights_dtype(self.config, self.name))
         self.chunk = int(self.config["chunk"])
         per_frame = int(self.config["samples_per_frame"])

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from wgc_models.layers.config import ConfigError, DecoderConfig
-from wgc_models.layers.moe import MoeConfig
+from wgc_models.qwen3_omni.moe import MoeConfig
 
 
 def _stack(raw: dict[str, Any], **extra: Any) -> DecoderConfig:

@@ -6,7 +6,7 @@ Module names are the released checkpoint's under ``thinker.`` (``model.embed_tok
 runtime layout (``model.language_model.…``, ``model.audio_tower.…``) and both expert layouts
 load too (`wgc_models.layers.convert`). The vision tower is left out: image and video
 segments are not supported (their 3-D rotary positions neither, see
-`wgc_models.layers.qk_attention`).
+`wgc_models.qwen3_omni.qk_attention`).
 
 `ThinkerEngine` steps it over a paged pool as a node would: `ThinkerEngine.forward` appends
 one pass (a prompt segment, or one decode token per request) and returns a `ThinkerPass` per

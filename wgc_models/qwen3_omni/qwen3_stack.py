@@ -9,7 +9,7 @@ A `Qwen3Stack` is ``layers`` and the final ``norm``; the models that own one add
 embedding (``embed_tokens``, ``codec_embedding``), which is why the stack takes embeddings.
 
 `Qwen3Stack.run` is one ragged forward over the paged pool (an `AttnStep`, as
-`wgc_models.layers.decoder.LlamaDecoder`): it returns the final normed hidden states and,
+`wgc_models.llama.model.LlamaDecoder`): it returns the final normed hidden states and,
 when asked, the hidden states entering layer ``capture`` (HF's ``hidden_states[capture]``:
 index 0 is the embeddings, index ``num_layers`` the normed output), which the Thinker streams
 to the Talker (``accept_hidden_layer``).
@@ -23,10 +23,10 @@ from torch import nn
 from wgc_models.layers.attention import AttnStep
 from wgc_models.layers.config import DecoderConfig
 from wgc_models.layers.mlp import MLP
-from wgc_models.layers.moe import MoeConfig, SparseMoeBlock
 from wgc_models.layers.norm import RMSNorm
-from wgc_models.layers.qk_attention import QKNormAttention
 from wgc_models.layers.rope import RopeTable, inv_freq
+from wgc_models.qwen3_omni.moe import MoeConfig, SparseMoeBlock
+from wgc_models.qwen3_omni.qk_attention import QKNormAttention
 
 Rope = tuple[torch.Tensor, torch.Tensor]
 

@@ -1,7 +1,7 @@
 """`StackEngine`: a `Qwen3Stack` over one `PagedKVPool` with one `AttentionBackend`, stepped
 with embeddings.
 
-The embeddings-in counterpart of `wgc_models.layers.decode_engine.DecoderEngine` (same
+The embeddings-in counterpart of `wgc_models.llama.engine.DecoderEngine` (same
 pool, same backends, same ``prepare_step`` metadata; requests and labels are the pool's):
 `forward` appends each sequence's new embeddings to its KV and returns their hidden states,
 ragged. The Qwen3-Omni Thinker, Talker and code predictor each own one (the geometries

@@ -33,7 +33,7 @@ import torch
 from wgc_models._shared.batched import cast_weights, weights_dtype
 from wgc_models._shared.speech import TALKER, forward_alone, inference, sampling, speech_seed
 from wgc_models.layers.sampling import Sampling, choose
-from wgc_models.qwen3_omni import weights
+from wgc_models.qwen3_omni import checkpoint
 from wgc_models.qwen3_omni.code_predictor import CodePredictorEngine, predictor_sampling
 from wgc_models.qwen3_omni.omni_config import OmniConfig
 from wgc_models.qwen3_omni.omni_handoff import TalkerFeed
@@ -82,16 +82,16 @@ class Talker(Node):
 
     @classmethod
     def weights(cls, config):
-        return weights.parts(config, "talker")
+        return checkpoint.parts(config, "talker")
 
     def __init__(self, ctx: NodeContext) -> None:
         super().__init__(ctx)
-        cfg = self.omni = weights.omni_config(self.config)
+        cfg = self.omni = checkpoint.omni_config(self.config)
         text = cfg.talker.text
-        weights.check_geometry(self.name, self.config, text.num_layers, text.num_kv_heads,
+        checkpoint.check_geometry(self.name, self.config, text.num_layers, text.num_kv_heads,
                                text.head_dim)  # fmt: skip
         self.dtype = weights_dtype(self.config, self.name)
-        self.model = cast_weights(weights.talker(self.config, cfg, self.device), self.dtype)
+        self.model = cast_weights(checkpoint.talker(self.config, cfg, self.device), self.dtype)
         self.thinker = cast(Thinker, _Multimodal(cfg))
         self.width = cfg.talker.thinker_hidden_size
         self._engine: TalkerEngine | None = None

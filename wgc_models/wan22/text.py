@@ -10,11 +10,11 @@ diffusers ``text_encoder/`` folder (``shared.weight``, ``encoder.block.{i}.layer
 * `prompt_states(ids, mask)`: what Wan's pipeline hands the transformer: the encoder's states
   for the prompt's tokens and zeros at the padding.
 
-`load_text_encoder` loads strictly; the tied ``encoder.embed_tokens.weight`` may be present or
-absent. `PromptTokenizer` makes the ids as Wan's pipeline does with the folder's
-``tokenizer/tokenizer.json``: the prompt cleaned (HTML entities unescaped twice, whitespace
-runs to one space, stripped; ftfy's repairs, which the pipeline applies when that package is
-installed, are not made), the special tokens added, truncated to the text length.
+Its checkpoint loads in `wgc_models.wan22.checkpoint`. `PromptTokenizer` makes the ids as Wan's
+pipeline does with the folder's ``tokenizer/tokenizer.json``: the prompt cleaned (HTML entities
+unescaped twice, whitespace runs to one space, stripped; ftfy's repairs, which the pipeline
+applies when that package is installed, are not made), the special tokens added, truncated to
+the text length.
 """
 
 from __future__ import annotations
@@ -31,10 +31,6 @@ import torch
 import torch.nn.functional as F
 from tokenizers import Tokenizer
 from torch import nn
-
-from wgc_models.layers.loading import load_checkpoint
-
-TIED = "encoder.embed_tokens.weight"
 
 
 class TextConfigError(ValueError):
@@ -195,14 +191,6 @@ class UMT5Encoder(nn.Module):
         """The states of the prompt's tokens, zeros at the padding (Wan's pipeline)."""
         states = self(ids, mask)
         return states * (mask > 0)[..., None].to(states.dtype)
-
-
-def load_text_encoder(path: str | Path, cfg: UMT5Config | None = None) -> UMT5Encoder:
-    """The encoder of a ``text_encoder/`` folder (``config.json`` and its safetensors, whole
-    or sharded), loaded strictly."""
-    model = UMT5Encoder(cfg or UMT5Config.from_folder(path))
-    load_checkpoint(model, path, optional={TIED})
-    return model
 
 
 def clean_prompt(text: str) -> str:

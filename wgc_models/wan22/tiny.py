@@ -10,16 +10,17 @@ from __future__ import annotations
 from pathlib import Path
 
 from wgc_models.layers.random_init import init_seeded
-from wgc_models.wan22.scheduler import FlowUniPCConfig
-from wgc_models.wan22.text import (
-    PromptTokenizer,
-    UMT5Config,
-    UMT5Encoder,
+from wgc_models.wan22.checkpoint import (
+    load_decoder,
+    load_encoder,
     load_text_encoder,
+    load_transformer,
 )
-from wgc_models.wan22.transformer import WanDitConfig, WanTransformer, load_transformer
-from wgc_models.wan22.vae import WanVaeConfig, WanVaeDecoder, load_decoder
-from wgc_models.wan22.vae_encoder import WanVaeEncoder, load_encoder
+from wgc_models.wan22.scheduler import FlowUniPCConfig
+from wgc_models.wan22.text import PromptTokenizer, UMT5Config, UMT5Encoder
+from wgc_models.wan22.transformer import WanDitConfig, WanTransformer
+from wgc_models.wan22.vae import WanVaeConfig, WanVaeDecoder
+from wgc_models.wan22.vae_encoder import WanVaeEncoder
 
 TEXT = UMT5Config(
     vocab_size=256,  # the prompt's UTF-8 bytes are its token ids

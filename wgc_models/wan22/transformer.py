@@ -28,8 +28,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from wgc_models.layers.loading import load_checkpoint
-
 
 class WanConfigError(ValueError):
     """A ``config.json`` this implementation does not run (unknown keys' values, CLIP image
@@ -289,11 +287,3 @@ class WanTransformer(nn.Module):
         x = self.proj_out(x)
         x = x.reshape(b, *grid, pt, ph, pw, -1).permute(0, 7, 1, 4, 2, 5, 3, 6)
         return x.reshape(b, -1, f, h, w)
-
-
-def load_transformer(path: str | Path, cfg: WanDitConfig | None = None) -> WanTransformer:
-    """A transformer from a diffusers ``transformer/`` folder (``config.json`` and
-    ``diffusion_pytorch_model*.safetensors``, whole or sharded), loaded strictly."""
-    model = WanTransformer(cfg or WanDitConfig.from_folder(path))
-    load_checkpoint(model, path)
-    return model

@@ -13,8 +13,7 @@ named as a diffusers ``vae/`` folder, decoding one latent frame at a time like t
   "repeat", then zeros). Spatial upsampling is nearest-exact then a 3×3 convolution; Wan2.2's
   residual blocks add a channel-to-space duplicated shortcut around each upsampling stage.
 
-`load_decoder` reads the decoder's half of the checkpoint strictly: every ``decoder.*`` and
-``post_quant_conv.*`` name must be there with its shape; the encoder's names are skipped.
+Its half of a checkpoint loads in `wgc_models.wan22.checkpoint`.
 """
 
 from __future__ import annotations
@@ -27,10 +26,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from safetensors import safe_open
 from torch import nn
-
-from wgc_models.layers.loading import checkpoint_files, load_checkpoint
 
 # a temporal upsampler that has seen only the first chunk ("Rep" in the reference)
 FrameCache = dict[nn.Module, torch.Tensor | None]
@@ -303,18 +299,3 @@ class WanVaeDecoder(nn.Module):
         mean = torch.tensor(self.cfg.latents_mean, dtype=latents.dtype).view(shape)
         std = torch.tensor(self.cfg.latents_std, dtype=latents.dtype).view(shape)
         return latents * std.to(latents.device) + mean.to(latents.device)
-
-
-ENCODER_PREFIXES = ("encoder.", "quant_conv.")
-
-
-def load_decoder(path: str | Path, cfg: WanVaeConfig | None = None) -> WanVaeDecoder:
-    """The decoder of a diffusers ``vae/`` folder (``config.json`` and
-    ``diffusion_pytorch_model.safetensors``), loaded strictly on its half."""
-    model = WanVaeDecoder(cfg or WanVaeConfig.from_folder(path))
-    other: set[str] = set()
-    for file in checkpoint_files(path):
-        with safe_open(str(file), framework="pt", device="cpu") as f:
-            other.update(n for n in f.keys() if n.startswith(ENCODER_PREFIXES))  # noqa: SIM118
-    load_checkpoint(model, path, optional=other)
-    return model

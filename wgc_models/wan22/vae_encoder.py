@@ -10,21 +10,17 @@ one is a stride-2 time convolution over the previous chunk's last frame and this
 first chunk passes through, kept). Wan2.2's residual layout wraps each stage in an averaging
 space-and-time-to-channel shortcut, and its 2×2 patches are folded into channels first.
 
-`load_encoder` reads the encoder's half of the checkpoint strictly (``encoder.*`` and
-``quant_conv.*``); the decoder's names are skipped.
+Its half of a checkpoint loads in `wgc_models.wan22.checkpoint`.
 """
 
 from __future__ import annotations
 
 import itertools
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from safetensors import safe_open
 from torch import nn
 
-from wgc_models.layers.loading import checkpoint_files, load_checkpoint
 from wgc_models.wan22.vae import (
     CausalConv3d,
     FrameCache,
@@ -148,17 +144,3 @@ class WanVaeEncoder(nn.Module):
         mu = torch.tensor(self.cfg.latents_mean, dtype=mean.dtype, device=mean.device).view(shape)
         std = torch.tensor(self.cfg.latents_std, dtype=mean.dtype, device=mean.device).view(shape)
         return (mean - mu) * (1.0 / std)
-
-
-DECODER_PREFIXES = ("decoder.", "post_quant_conv.")
-
-
-def load_encoder(path: str | Path, cfg: WanVaeConfig | None = None) -> WanVaeEncoder:
-    """The encoder of a diffusers ``vae/`` folder, loaded strictly on its half."""
-    model = WanVaeEncoder(cfg or WanVaeConfig.from_folder(path))
-    other: set[str] = set()
-    for file in checkpoint_files(path):
-        with safe_open(str(file), framework="pt", device="cpu") as f:
-            other.update(n for n in f.keys() if n.startswith(DECODER_PREFIXES))  # noqa: SIM118
-    load_checkpoint(model, path, optional=other)
-    return model

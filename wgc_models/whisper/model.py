@@ -18,9 +18,7 @@ the runtime's paged KV pool, named parameter for parameter as a Hugging Face che
   a second backend in which every query token is its own one-token sequence over its request's
   ``cross`` pages, so it sees all of them (no causal mask).
 
-`load_part` loads one node's half of a checkpoint strictly: the checkpoint's names must be
-exactly the full model's (a tied ``proj_out.weight`` may be absent), and only the half's tensors
-are read.
+Its checkpoint (names, strict loading by halves) is `wgc_models.whisper.checkpoint`.
 """
 
 from __future__ import annotations
@@ -34,17 +32,14 @@ from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
-from safetensors import safe_open
 from torch import nn
 
-from wgc_models.layers.loading import CheckpointError, checkpoint_files
 from wgc_models.layers.whisper_mel import HOP, N_FFT, mel_filters
 from wgc_runtime.engines.attention.base import AttentionBackend, AttentionMetadata, prepare_step
 from wgc_runtime.engines.attention.select import make_backend
 from wgc_runtime.engines.kv_pool import PagedKVPool
 
 MAIN, CROSS = "main", "cross"  # the decoder's KV labels
-TIED = "proj_out.weight"
 
 
 class WhisperConfigError(ValueError):
@@ -319,50 +314,3 @@ def backends(main: AttentionBackend) -> tuple[AttentionBackend, AttentionBackend
         dtype=main.dtype,
     )
     return main, cross
-
-
-def full_names(cfg: WhisperConfig) -> set[str]:
-    """Every parameter name of ``WhisperForConditionalGeneration`` at these sizes."""
-    with torch.device("meta"):
-        enc, dec = WhisperEncoder(cfg), WhisperTextDecoder(cfg)
-    names = {f"model.encoder.{n}" for n in enc.state_dict()}
-    return names | set(dec.state_dict())
-
-
-def load_part(module: nn.Module, path: str | Path, prefix: str, cfg: WhisperConfig) -> None:
-    """Fill ``module`` (whose names are the checkpoint's after ``prefix``) strictly (module
-    docstring): missing, unexpected or misshapen names raise `CheckpointError`."""
-    files = checkpoint_files(path)
-    where: dict[str, Path] = {}
-    for file in files:
-        with safe_open(str(file), framework="pt", device="cpu") as f:
-            where.update((name, file) for name in f.keys())  # noqa: SIM118
-    want = full_names(cfg)
-    optional = {TIED} if cfg.tie_word_embeddings else set()
-    missing = sorted(want - set(where) - optional)
-    unexpected = sorted(set(where) - want)
-    target = module.state_dict()
-    mine = {prefix + n: n for n in target}
-    shapes = []
-    by_file: dict[Path, list[str]] = {}
-    for name in mine:
-        if name in where:
-            by_file.setdefault(where[name], []).append(name)
-    with torch.no_grad():
-        for file, names in by_file.items():
-            with safe_open(str(file), framework="pt", device="cpu") as f:
-                for name in names:
-                    t, dst = f.get_tensor(name), target[mine[name]]
-                    if tuple(t.shape) != tuple(dst.shape):
-                        shapes.append(
-                            f"`{name}`: checkpoint {tuple(t.shape)}, model {tuple(dst.shape)}"
-                        )
-                        continue
-                    dst.copy_(t.to(dst.dtype))
-    if missing or unexpected or shapes:
-        lines = [f"checkpoint `{path}` is not a Whisper checkpoint of its config.json's sizes:"]
-        for title, items in (("missing", missing), ("unexpected", unexpected), ("shapes", shapes)):
-            if items:
-                more = f" and {len(items) - 6} more" if len(items) > 6 else ""
-                lines.append(f"  {title} ({len(items)}): {', '.join(items[:6])}{more}")
-        raise CheckpointError("\n".join(lines))

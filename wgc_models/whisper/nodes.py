@@ -28,7 +28,7 @@ headers when given, else at the sizes.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -43,50 +43,26 @@ from wgc_models._shared.speech import (
     prompt_text,
     speech_seed,
 )
-from wgc_models._shared.weights import part
 from wgc_models.layers.random_init import init_seeded
 from wgc_models.layers.sampling import choose
 from wgc_models.layers.tokenizer import TextCodec
 from wgc_models.whisper import config as tiny
+from wgc_models.whisper.checkpoint import load_part, whisper_config, whisper_parts
 from wgc_models.whisper.model import (
     CROSS,
     MAIN,
-    WhisperConfig,
     WhisperEncoder,
     WhisperTextDecoder,
     backends,
-    load_part,
     sinusoids,
     window_features,
 )
 from wgc_models.whisper.text import WhisperTokens
 from wgc_runtime.contract.node import Node, NodeContext, NodeError, NodeInputError, Work
-from wgc_runtime.contract.weights import WeightParts
 
 GAIN = 2.0  # random weights at twice fan-in scale: a tiny random decoder's tokens then vary
 WINDOW_STATE = ("prompt", "task", "text_ids", "done", "limit", "generated", "streamed")
 TIMESTAMP = re.compile(rb"<\|\d+\.\d+\|>")
-
-
-def whisper_config(node: str, config: Mapping[str, Any]) -> WhisperConfig:
-    """The checkpoint's sizes (checked against the ``.walk``), else the ``.walk``'s."""
-    path = str(config.get("checkpoint") or "")
-    walk = {k: int(config[k]) for k in ("n_mels", "audio_ctx", "d_model", "ffn", "vocab")}
-    if path:
-        cfg = WhisperConfig.from_pretrained(path)
-        have = dict(n_mels=cfg.num_mel_bins, audio_ctx=cfg.max_source_positions,
-                    d_model=cfg.d_model, ffn=cfg.decoder_ffn_dim, vocab=cfg.vocab_size)  # fmt: skip
-        check_sizes(node, f"checkpoint `{path}`", walk, have)
-        return cfg
-    enc_layers = int(config.get("encoder_layers", config["layers"]))
-    dec_layers = int(config.get("decoder_layers", config["layers"]))
-    heads = int(config.get("kv_heads", config.get("heads", 1)))
-    return WhisperConfig.from_dict({
-        **tiny.TINY, "num_mel_bins": walk["n_mels"], "max_source_positions": walk["audio_ctx"],
-        "d_model": walk["d_model"], "encoder_ffn_dim": walk["ffn"], "decoder_ffn_dim": walk["ffn"],
-        "vocab_size": walk["vocab"], "encoder_layers": enc_layers, "decoder_layers": dec_layers,
-        "encoder_attention_heads": heads, "decoder_attention_heads": heads,
-    })  # fmt: skip
 
 
 def text_codec(checkpoint: str) -> TextCodec:
@@ -108,21 +84,6 @@ class Frontend(Node):
                 f"{frames * 160 // 16000} s window: send it as one audio segment per window"
             )
         return {"mel": window_features(audio, mels, frames)}
-
-
-def whisper_parts(node: str, config: Mapping[str, Any]) -> list[WeightParts]:
-    """What the encoder or the decoder (``node``) will hold (`Node.weights`): the model at the
-    checkpoint's sizes (else the ``.walk``'s) in the node's dtype, counted from the checkpoint's
-    headers when given (the decoder's ``proj_out`` shares the token embedding's tensor when
-    tied, so a stored copy is not counted twice)."""
-    cfg = whisper_config(node, config)
-    if node == "encoder":
-        build, names = (lambda: WhisperEncoder(cfg)), ("model.encoder.",)
-    else:
-        build, names = (lambda: WhisperTextDecoder(cfg)), ("model.decoder.",)
-        if not cfg.tie_word_embeddings:
-            names += ("proj_out.",)
-    return [part("whisper", node, config, build, names=names)]
 
 
 class Encoder(Node):

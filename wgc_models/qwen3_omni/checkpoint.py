@@ -1,5 +1,5 @@
-"""Qwen3-Omni's models for the example's nodes: its config, each part's weights (a checkpoint's,
-or seeded random ones), and the chat prompt its Thinker reads.
+"""Qwen3-Omni's checkpoint for the example's nodes: its config and each part's weights (a
+checkpoint's, its names converted on the way, or seeded random ones).
 
 * **Config** (`omni_config`): the checkpoint's ``config.json`` (``config checkpoint``: a
   Hugging Face Qwen3-Omni folder, e.g. Qwen/Qwen3-Omni-30B-A3B-Instruct), else the tiny config
@@ -11,10 +11,6 @@ or seeded random ones), and the chat prompt its Thinker reads.
   the Talker, on whatever rank, reads the same three TTS rows of it (`thinker_embedding`).
   Code2Wav's are at fan-in scale, its decoder blocks a little below it, so that a random
   vocoder makes a signal that is neither silent nor clipped.
-* **Prompt** (`ChatPrompt`): Qwen's chat template, a segment at a time: the first segment
-  opens the user turn (``<|im_start|>user\\n``), text is tokenized, audio is
-  ``<|audio_start|>``, one ``<|audio_pad|>`` per encoder frame, ``<|audio_end|>``; the reply
-  closes it and opens the assistant's (``<|im_end|>\\n<|im_start|>assistant\\n``).
 """
 
 from __future__ import annotations
@@ -32,7 +28,7 @@ from wgc_models.layers.tokenizer import TextCodec
 from wgc_models.qwen3_omni.code2wav import CausalConv, Code2Wav
 from wgc_models.qwen3_omni.config import TINY
 from wgc_models.qwen3_omni.omni_audio import AudioEncoder
-from wgc_models.qwen3_omni.omni_config import OmniConfig, OmniTokens
+from wgc_models.qwen3_omni.omni_config import OmniConfig
 from wgc_models.qwen3_omni.omni_talker import Talker
 from wgc_models.qwen3_omni.omni_thinker import RENAMES, Thinker
 from wgc_runtime.contract.node import NodeError
@@ -148,45 +144,6 @@ def code2wav(config: Mapping[str, Any], cfg: OmniConfig, device: torch.device) -
     last = cast(CausalConv, model.decoder[-1])
     last.conv.weight.mul_(0.2)
     return model.to(device)
-
-
-class ChatPrompt:
-    """The Thinker's ids for one request's passes (see the module docstring)."""
-
-    def __init__(self, codec: TextCodec, tokens: OmniTokens, audio_ids: tuple[int, int, int]):
-        self.codec, self.tokens = codec, tokens
-        self.audio_start, self.audio_pad, self.audio_end = audio_ids
-        newline = codec.encode("\n")
-        if len(newline) != 1:
-            raise NodeError(f"tokenizer `{codec.path}`: a newline is not one token")
-        self.newline = newline[0]
-
-    def _open(self, opened: bool) -> list[int]:
-        return [] if opened else [self.tokens.im_start, self.tokens.user, self.newline]
-
-    def text(self, text: str, opened: bool) -> list[int]:
-        return [*self._open(opened), *self.codec.encode(text)]
-
-    def audio(self, frames: int, opened: bool) -> list[int]:
-        return [*self._open(opened), self.audio_start, *[self.audio_pad] * frames, self.audio_end]
-
-    def reply(self, opened: bool) -> list[int]:
-        t = self.tokens
-        return [*self._open(opened), t.im_end, self.newline, t.im_start, t.assistant, self.newline]
-
-    def whole(self, text: str) -> list[int]:
-        """One text segment's whole prompt, as the reference pipelines take it."""
-        return self.text(text, False) + self.reply(True)
-
-
-def audio_ids(codec: TextCodec, cfg: OmniConfig) -> tuple[int, int, int]:
-    """``<|audio_start|>``, ``<|audio_pad|>`` (the config's ``audio_token_id``) and
-    ``<|audio_end|>``."""
-    return (
-        codec.token_id("<|audio_start|>"),
-        cfg.thinker.audio_token_id,
-        codec.token_id("<|audio_end|>"),
-    )
 
 
 def parts(config: Mapping[str, Any], which: str) -> list[WeightParts]:

@@ -1,9 +1,12 @@
-"""A Llama/Qwen2-style decoder over the paged KV pool, loadable from a Hugging Face checkpoint.
+"""Llama's architecture: a Llama/Qwen2-style decoder over the paged KV pool, built from the shared
+layers; Orpheus's LM and the speculative draft are this decoder too.
 
 The module tree mirrors Hugging Face's ``LlamaForCausalLM`` / ``Qwen2ForCausalLM`` name for name
 (``model.embed_tokens``, ``model.layers.{i}.self_attn.q_proj``, ..., ``model.norm``,
-``lm_head``), so `wgc_models.layers.loading.load_checkpoint` fills it from a checkpoint by
-parameter name. Pieces: `RMSNorm` (`norm`), rotary embeddings (`rope`: ``rope_theta`` and
+``lm_head``), so `wgc_models.llama.checkpoint` fills it from a checkpoint by parameter name.
+`lm_config` sizes it from a node's ``.walk`` config, `lm_parts` says what it will hold.
+
+Pieces: `RMSNorm` (`norm`), rotary embeddings (`rope`: ``rope_theta`` and
 scaling from the config), grouped-query `Attention` through an `AttentionBackend` over a
 `PagedKVPool` (`attention`), a SwiGLU `MLP` (`mlp`), a tied or untied ``lm_head``, and Qwen2's
 q/k/v biases.
@@ -17,18 +20,20 @@ q and k together, RMSNorm is ``F.rms_norm``, and the residual adds ride on ``add
 
 from __future__ import annotations
 
-from pathlib import Path
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 from torch import nn
 
+from wgc_models._shared.weights import part
 from wgc_models.layers.attention import Attention, AttnStep
 from wgc_models.layers.config import DecoderConfig
 from wgc_models.layers.linear import linear_add
-from wgc_models.layers.loading import load_checkpoint
 from wgc_models.layers.mlp import MLP
 from wgc_models.layers.norm import RMSNorm
 from wgc_models.layers.rope import RopeTable, inv_freq
+from wgc_runtime.contract.weights import WeightParts
 
 Rope = tuple[torch.Tensor, torch.Tensor]  # cos, signed sin of each token (`RopeTable.lookup`)
 
@@ -76,21 +81,6 @@ class LlamaDecoder(nn.Module):
         self.register_buffer("inv_freq", inv_freq(cfg), persistent=False)
         self._rope: RopeTable | None = None
 
-    @classmethod
-    def from_pretrained(
-        cls,
-        path: str | Path,
-        *,
-        dtype: torch.dtype = torch.float32,
-        device: str | torch.device = "cpu",
-    ) -> LlamaDecoder:
-        """Build from ``config.json`` and load the safetensors weights, strictly."""
-        cfg = DecoderConfig.from_pretrained(path)
-        model = cls(cfg)
-        optional = ("lm_head.weight",) if cfg.tie_word_embeddings else ()
-        load_checkpoint(model, path, optional=optional)
-        return model.to(device=device, dtype=dtype).eval()
-
     def rope_table(self, size: int, dtype: torch.dtype) -> RopeTable:
         """A `RopeTable` covering at least ``size`` positions (grown by doubling, kept)."""
         t = self._rope
@@ -111,3 +101,22 @@ class LlamaDecoder(nn.Module):
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.lm_head(hidden).float()
+
+
+def lm_config(config: Mapping[str, Any], *, tied: bool) -> DecoderConfig:
+    return DecoderConfig(
+        vocab_size=int(config["vocab"]),
+        hidden_size=int(config["hidden"]),
+        intermediate_size=int(config["intermediate"]),
+        num_layers=int(config["layers"]),
+        num_heads=int(config["heads"]),
+        num_kv_heads=int(config["kv_heads"]),
+        head_dim=int(config["head_dim"]),
+        tie_word_embeddings=tied,
+    )
+
+
+def lm_parts(family: str, config: Mapping[str, Any], *, tied: bool) -> list[WeightParts]:
+    """A Llama decoder's weights (Orpheus's LM ties its embeddings; the Llama example's not)."""
+    cfg = lm_config(config, tied=tied)
+    return [part(family, "lm", config, lambda: LlamaDecoder(cfg))]

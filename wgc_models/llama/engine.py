@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Literal, overload
 import torch
 
 from wgc_models.layers.attention import CAPTURABLE_DECODE, AttnStep, StaticDecode, static_meta
-from wgc_models.layers.decoder import LlamaDecoder
+from wgc_models.llama.model import LlamaDecoder
 from wgc_runtime.engines.attention.base import AttentionBackend, prepare_step
 from wgc_runtime.engines.batching import Seq, StepEngine
 from wgc_runtime.engines.capture import StaticBuffer, UnitFn
