@@ -89,7 +89,7 @@ class Direct:
     """The same weights in this process, stepped by a `DecodeRunner` (module docstring)."""
 
     def __init__(self, config: dict, pages: int) -> None:
-        from wgc_models.layers.decode_engine import DecoderEngine
+        from wgc_models.llama.engine import DecoderEngine
         from wgc_models.llama.nodes import build_model
         from wgc_runtime.engines.decode_runner import DecodeRunner
 
