@@ -46,6 +46,12 @@ def replies(c: LocalCluster, prompts: tuple[bytes, ...]) -> list[list[int]]:
     return [ids(h) for h in hs]
 
 
+def captured(c: LocalCluster):
+    """The captured steps of the rank that holds the target."""
+    (rank,) = (r for r in c.ranks.values() if "Target" in r.nodes)
+    return rank.captured
+
+
 def ids(h: Handle) -> list[int]:
     assert h.error is None, h.error
     return [int(t) for o in h.outputs for t in o.tensor.reshape(-1)]
@@ -61,6 +67,8 @@ def test_speculative_replies_equal_plain_greedy(tmp_path: Path, placement: str, 
     where = LLAMA / "placements" / f"{placement}.yaml"
     spec = cluster(tmp_path / "spec", SPEC, where, {**sets, "speculative_tokens": str(k)})
     assert replies(spec, PROMPTS) == want
+    verified = captured(spec)
+    assert verified.runs > 0 and verified.fallbacks == 0  # the verify step ran captured
     alone = cluster(tmp_path / "alone", SPEC, where, {**sets, "speculative_tokens": str(k)})
     assert replies(alone, PROMPTS[:1]) == want[:1]
 
@@ -99,12 +107,10 @@ def test_the_reference_interpreter_gives_the_same_replies() -> None:
 
 def test_the_draft_is_the_targets_first_layers_and_head(tmp_path: Path) -> None:
     c = cluster(tmp_path, SPEC, LLAMA / "placements/spec-cpu.yaml", {})
-    # the loop's calls read or bind bounded ports: planned at the bound, run by `forward`
-    skipped = dict(c.ranks[0].captured.report.skipped)
-    assert skipped == {
-        "decode:0 Draft": "a bounded port (`<=N`) runs `forward`",
-        "decode:1 Target": "a bounded port (`<=N`) runs `forward`",
-    }
+    # the verify step is captured at the bound; the draft's guesses are host-driven steps
+    report = c.ranks[0].captured.report
+    assert dict(report.skipped) == {"decode:0 Draft": "the node offers no static step"}
+    assert [label for label, _, _ in report.units] == ["decode:1 Target"]
     nodes = c.ranks[0].nodes
     target, draft = nodes["Target"].model, nodes["Draft"].model  # type: ignore[attr-defined]
     assert len(draft.model.layers) == 1 and len(target.model.layers) == 2

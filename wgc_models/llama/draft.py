@@ -38,6 +38,7 @@ from wgc_models.layers.decode_engine import DecoderEngine
 from wgc_models.layers.decoder import LlamaDecoder
 from wgc_models.llama.nodes import Decoder, build_model
 from wgc_models.llama.text import prompt_format, prompt_ids
+from wgc_models.llama.verify import agreed, verify_step
 from wgc_runtime.contract.capture import CapturedCall, StaticStep
 from wgc_runtime.contract.node import KvCache, Node, NodeContext, NodeError, Work
 
@@ -164,40 +165,51 @@ class Target(Decoder):
         results: list[dict[str, torch.Tensor] | None] = [None] * len(batch)
         rows, seqs, feeds, guesses = [], [], [], []
         for i, w in enumerate(batch):
-            st = w.ctx.state
-            new = _ids(w, "token")
-            st["emitted"] = st.get("emitted", 0) + len(new)
-            if st.get("done") or st["emitted"] >= self.max_new or new[-1] == self.eos:
-                results[i] = self._out(w, new[-1:], stop=True)  # the reply is complete
+            step = self.begin(w)
+            if step is None:  # the reply is complete
+                results[i] = self._out(w, _ids(w, "token")[-1:], stop=True)
                 continue
-            kv = _kv(w)
-            guess = _ids(w, "proposal")
-            feed = rewind(kv, st, new)
-            _room(self.name, kv, len(feed) + len(guess), self.kv_tokens)
             rows.append(i)
-            seqs.append((kv.request, kv.labels[0]))
-            feeds.append(torch.tensor(feed + guess, dtype=torch.long))
-            guesses.append(guess)
+            seqs.append(step[0])
+            feeds.append(step[1])
+            guesses.append(_ids(w, "proposal"))
         if rows:
             logits = self.engine(_kv(batch[rows[0]])).forward(seqs, feeds, all_logits=True)
             for i, lg, guess in zip(rows, logits, guesses, strict=True):
                 results[i] = self._verify(batch[i], lg[-len(guess) - 1 :].argmax(-1), guess)
         return [r for r in results if r is not None]
 
+    def begin(self, w: Work) -> tuple[tuple[Any, str], torch.Tensor] | None:
+        """A verify call's host half for one request: None when the reply is complete, else
+        its KV sequence and the tokens to feed (the committed tail, then the ``k`` guesses);
+        the accepted tokens join the committed ones and the rejected guesses leave the KV."""
+        st = w.ctx.state
+        new = _ids(w, "token")
+        st["emitted"] = st.get("emitted", 0) + len(new)
+        if st.get("done") or st["emitted"] >= self.max_new or new[-1] == self.eos:
+            return None
+        kv = _kv(w)
+        guess = _ids(w, "proposal")
+        feed = rewind(kv, st, new)
+        _room(self.name, kv, len(feed) + len(guess), self.kv_tokens)
+        return (kv.request, kv.labels[0]), torch.tensor(feed + guess, dtype=torch.long)
+
+    def count(self, proposed: int, accepted: int) -> None:
+        """One verify step's guesses into `counts`."""
+        self.counts["steps"] += 1
+        self.counts["proposed"] += proposed
+        self.counts["accepted"] += accepted
+
     def _verify(self, w: Work, choice: torch.Tensor, guess: list[int]) -> dict[str, torch.Tensor]:
         """``choice[i]``: the target's greedy token after guess ``i - 1`` (``choice[0]``: after
         the last committed token). Accept the guesses it agrees with, then its own choice."""
         chosen = [int(t) for t in choice.cpu()]
-        n = 0
-        while n < len(guess) and guess[n] == chosen[n]:
-            n += 1
+        n = agreed(chosen, guess)
         st = w.ctx.state
         kv = _kv(w)
         kv.truncate(len(st["seq"]) + n)  # keep the accepted guesses, drop the rejected ones
         st["ids"] = st["seq"] + guess[:n]
-        self.counts["steps"] += 1
-        self.counts["proposed"] += len(guess)
-        self.counts["accepted"] += n
+        self.count(len(guess), n)
         out = chosen[: n + 1]
         if self.eos in out:  # the plain walk stops before a chosen end-of-sequence token
             out = out[: out.index(self.eos)]
@@ -212,5 +224,6 @@ class Target(Decoder):
         return out
 
     def static_step(self, call: CapturedCall) -> StaticStep | None:
-        del call
-        return None  # the verify step's `accepted` is bounded: it runs `forward`
+        if set(call.inputs) != {"token", "proposal"}:
+            return None  # the prefill runs `forward`
+        return verify_step(self)  # `accepted` is bounded: padded to k + 1, cut by the runtime

@@ -65,6 +65,11 @@ PrepareBatch = Callable[
 ]
 
 
+def length_key(port: str) -> str:
+    """The name a bounded port's true lengths go by, beside the port, in a step's buffers."""
+    return f"{port}:len"
+
+
 @dataclass(frozen=True, slots=True)
 class StaticPort:
     """One extra static input of a step: per-row ``dims``, a contract dtype name (``i64``,

@@ -15,7 +15,8 @@ port values, let the step fill its extra buffers (`StaticStep.prepare_batch`, e.
 runner's one call for the batch, or `StaticStep.prepare` per row), run at the smallest
 bucket that holds the batch, and split the outputs back per request. Values that do not have
 the declared static shapes (or a bare signal) make the batch run the node's `forward`
-(counted in ``fallbacks``).
+(counted in ``fallbacks``). A bounded port (`CaptureSpec.padded`) goes in padded to its bound
+with its lengths and comes out cut back to them (`wgc_runtime.engines.capture.bounded`).
 """
 
 from __future__ import annotations
@@ -28,11 +29,12 @@ from typing import Any
 
 import torch
 
-from wgc_runtime.contract.capture import CapturedCall, StaticStep
+from wgc_runtime.contract.capture import CapturedCall, StaticStep, length_key
 from wgc_runtime.contract.kinds import CaptureBackend
 from wgc_runtime.contract.node import DTYPES, Node, NodeError, Work
 from wgc_runtime.contract.spec import CallSpec, CaptureSpec, PieceSpec, RankSpec, TypeSpec
 from wgc_runtime.engines.capture import GraphRunner, StaticBuffer, body_unit
+from wgc_runtime.engines.capture.bounded import cut_rows, pad_rows
 from wgc_runtime.engines.kv_pool import PAD_REQUEST
 from wgc_runtime.engines.kv_pools import KvPools
 
@@ -51,6 +53,7 @@ class CapturedUnit:
     out_types: dict[str, TypeSpec]
     seconds: float = 0.0  # what capturing it took
     label: str = ""  # ``walk:call node`` and the form's label, for reports
+    padded: frozenset[str] = frozenset()  # bounded ports: padded to their bound, with lengths
 
     @property
     def outputs(self) -> tuple[str, ...]:
@@ -135,10 +138,6 @@ class CapturedSteps:
                 label = f"{cap.walk}:{call_id} {call.node}"
                 if cap.shape:
                     label += " at " + ", ".join(f"{k}={v}" for k, v in cap.shape)
-                if any(p.startswith(f"{call_id}#") for p in cap.padded):
-                    # planned at its bound; the runner does not pad and cut values back yet
-                    skipped.append((label, "a bounded port (`<=N`) runs `forward`"))
-                    continue
                 try:
                     units = self._units(cap, piece, call, label, progress)
                 except Exception as exc:  # a step that cannot be captured runs `forward`
@@ -193,12 +192,15 @@ class CapturedSteps:
         prefix = f"{call.id}#"
         ports = tuple(p for p in cap.ports if p[0].startswith(prefix))
         sub = replace(cap, calls=(call.id,), ports=ports)
+        padded = frozenset(p[len(prefix) :] for p in cap.padded if p.startswith(prefix))
         units: list[CapturedUnit] = []
         for i, step in enumerate(forms):
             extra = {
                 name: StaticBuffer(tuple(sp.dims), DTYPES[sp.dtype], sp.pad)
                 for name, sp in step.extra.items()
             }
+            for port in padded & set(ins):  # a bounded input's lengths
+                extra[length_key(port)] = StaticBuffer((), torch.int64, 0)
             fn = step.fn
             body = body_unit(sub, piece, lambda _call, ports, fn=fn: fn(ports), extra)
             # no carries: the executor passes every input of every run (rows join and leave)
@@ -225,6 +227,7 @@ class CapturedSteps:
                     out_types={k: v for k, v in outs.items() if v is not None},
                     seconds=time.perf_counter() - t0,
                     label=named,
+                    padded=padded,
                 )
             )
         return units
@@ -254,6 +257,13 @@ class CapturedSteps:
         values: dict[str, list[torch.Tensor]] = {}
         for port, t in unit.inputs.items():
             dims, dtype = tuple(t.dims), DTYPES[t.dtype]
+            if port in unit.padded:
+                got = pad_rows([w.inputs.get(port) for w in works], dims, dtype)
+                if got is None:
+                    self.fallbacks += 1
+                    return None
+                values[port], values[length_key(port)] = list(got[0]), list(got[1])
+                continue
             column = values[port] = []
             for w in works:
                 v = w.inputs.get(port)
@@ -266,7 +276,7 @@ class CapturedSteps:
         if not rows:
             return results
         inputs = {
-            unit.key(port): torch.stack([column[i] for i in rows])
+            unit.key(port) if port in unit.inputs else port: torch.stack([column[i] for i in rows])
             for port, column in values.items()
         }
         inputs.update(extra)
@@ -280,13 +290,31 @@ class CapturedSteps:
         self.batch_sizes[len(rows)] += 1
         # one copy of each output (the runner's buffers are reused), split into row views
         ports = unit.outputs
-        columns = [got[port].clone().unbind(0) for port in ports]
+        columns = [self._rows(unit, outs, got, port) for port in ports]
         rows_of = zip(*columns, strict=True) if columns else iter([()] * len(rows))
         if len(rows) == len(works):  # no row failed: one dict per row, straight
             return [dict(zip(ports, row, strict=True)) for row in rows_of]
         for i, row in zip(rows, rows_of, strict=True):
             results[i] = dict(zip(ports, row, strict=True))
         return results
+
+    @staticmethod
+    def _rows(
+        unit: CapturedUnit,
+        outs: Mapping[str, torch.Tensor],
+        got: Mapping[str, torch.Tensor],
+        port: str,
+    ) -> Sequence[torch.Tensor]:
+        """One output's rows: copies of the batch's rows, a bounded one cut to its lengths."""
+        if port not in unit.padded:
+            return got[port].clone().unbind(0)
+        lengths = outs.get(unit.key(length_key(port)))
+        if lengths is None:
+            raise NodeError(
+                f"node `{unit.call.node}`'s captured step returned no lengths for its bounded "
+                f"output `{port}` (`{length_key(port)}`)"
+            )
+        return cut_rows(got[port], lengths)
 
     @staticmethod
     def _prepare(

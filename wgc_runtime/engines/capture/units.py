@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from wgc_runtime.contract.capture import length_key
 from wgc_runtime.contract.spec import CallSpec, CaptureSpec, PieceSpec
 from wgc_runtime.engines.capture.runner import GraphError, GraphRunner, StaticBuffer, UnitFn
 
@@ -97,8 +98,9 @@ def body_unit(
                 ports[p.port] = values[wiring[key]] if key in wiring else bufs[key]
             result = call_fn(call.id, ports)
             for p in call.outputs:
-                if p.port in result:
-                    values[f"{call.id}#{p.port}"] = result[p.port]
+                for name in (p.port, length_key(p.port)):  # a bounded output's lengths too
+                    if name in result:
+                        values[f"{call.id}#{name}"] = result[name]
         return values
 
     return BodyUnit(fn, inputs, outputs, carry)
