@@ -87,8 +87,10 @@ def test_an_end_of_sequence_token_ends_the_reply_where_plain_decoding_does(tmp_p
         want = replies(
             cluster(tmp_path / f"p{n}", llama, LLAMA / "placements/cpu.yaml", sets), PROMPTS
         )
-        got = replies(cluster(tmp_path / f"s{n}", SPEC, where, sets), PROMPTS)
+        spec = cluster(tmp_path / f"s{n}", SPEC, where, sets)
+        got = replies(spec, PROMPTS)
         assert got == want and len(want[1]) <= 32
+        assert captured(spec).runs > 0 and captured(spec).fallbacks == 0
 
 
 def test_the_reference_interpreter_gives_the_same_replies() -> None:
