@@ -71,9 +71,10 @@ def verify_step(target: Target) -> StaticStep:
             kv = works[rows[0]].ctx.kv
             assert kv is not None  # `begin` checked it
             logits = target.engine(kv).forward(seqs, feeds, all_logits=True)
-            for i, lg in zip(rows, logits, strict=True):
+            for i, lg, feed in zip(rows, logits, feeds, strict=True):
                 choice[i] = lg[-k - 1 :].argmax(-1).cpu()
-                works[i].ctx.state["choice"] = [int(t) for t in choice[i]]
+                guess = [int(t) for t in feed[-k:]]  # the feed ends with the guesses
+                works[i].ctx.state["verify"] = ([int(t) for t in choice[i]], guess)
         pick = torch.tensor(live, dtype=torch.int64)
         extra = {"choice": choice[pick], "budget": budget[pick], "done": done[pick]}
         return extra, failed
@@ -100,10 +101,10 @@ def verify_step(target: Target) -> StaticStep:
         del outputs
         for w in works:
             st = w.ctx.state
-            chosen = st.pop("choice", None)
-            if chosen is None:  # complete: no step ran
+            verified = st.pop("verify", None)
+            if verified is None:  # complete: no step ran
                 continue
-            guess = [int(t) for t in w.inputs["proposal"].reshape(-1)]
+            chosen, guess = verified
             n = agreed(chosen, guess)
             target.count(len(guess), n)
             st["ids"] = st["seq"] + guess  # what the KV holds; the next `rewind` cuts it back

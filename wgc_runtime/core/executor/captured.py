@@ -258,7 +258,8 @@ class CapturedSteps:
         for port, t in unit.inputs.items():
             dims, dtype = tuple(t.dims), DTYPES[t.dtype]
             if port in unit.padded:
-                got = pad_rows([w.inputs.get(port) for w in works], dims, dtype)
+                bound = tuple(int(d) for d in t.dims)  # the plan's dims are static here
+                got = pad_rows([w.inputs.get(port) for w in works], bound, dtype)
                 if got is None:
                     self.fallbacks += 1
                     return None
