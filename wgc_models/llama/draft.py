@@ -23,7 +23,8 @@ many target steps it takes.
   (1 to k + 1 tokens: ``i64[<=k + 1]``). It keeps the plain walk's ends: the reply holds
   ``max_new_tokens`` tokens at most and stops before a chosen end-of-sequence token (or at the
   prefill's own, which the reply keeps), so ``accepted`` is cut there and ``stop`` says so.
-  Counters over every request (`Target.counts`): verify steps, guesses proposed and accepted.
+  Counters over every request (`Target.counts`): verify steps, guesses proposed and accepted,
+  and the steps run captured (`wgc_models.llama.verify`: padded to the bound, cut back).
 """
 
 from __future__ import annotations
@@ -150,7 +151,8 @@ class Target(Decoder):
         super().__init__(ctx)
         self.k = int(self.config["k"])
         self.max_new = int(self.config["max_new_tokens"])
-        self.counts = {"steps": 0, "proposed": 0, "accepted": 0}  # every request's, summed
+        # every request's, summed; ``captured``: the steps run as the captured verify step
+        self.counts = {"steps": 0, "proposed": 0, "accepted": 0, "captured": 0}
 
     @torch.inference_mode()
     def forward(self, batch: Sequence[Work]) -> list[dict[str, torch.Tensor]]:
@@ -184,19 +186,27 @@ class Target(Decoder):
         its KV sequence and the tokens to feed (the committed tail, then the ``k`` guesses);
         the accepted tokens join the committed ones and the rejected guesses leave the KV."""
         st = w.ctx.state
-        new = _ids(w, "token")
-        st["emitted"] = st.get("emitted", 0) + len(new)
-        if st.get("done") or st["emitted"] >= self.max_new or new[-1] == self.eos:
+        st["emitted"] = st.get("emitted", 0) + len(_ids(w, "token"))
+        if self.complete(w, counted=True):
             return None
+        new = _ids(w, "token")
         kv = _kv(w)
         guess = _ids(w, "proposal")
         feed = rewind(kv, st, new)
         _room(self.name, kv, len(feed) + len(guess), self.kv_tokens)
         return (kv.request, kv.labels[0]), torch.tensor(feed + guess, dtype=torch.long)
 
-    def count(self, proposed: int, accepted: int) -> None:
+    def complete(self, w: Work, counted: bool = False) -> bool:
+        """Whether the reply is complete at this call (its tokens ``counted`` in ``emitted``
+        already, or not yet): an end chosen, ``max_new_tokens`` taken, or the prefill's eos."""
+        st, new = w.ctx.state, _ids(w, "token")
+        emitted = st.get("emitted", 0) + (0 if counted else len(new))
+        return bool(st.get("done")) or emitted >= self.max_new or new[-1] == self.eos
+
+    def count(self, proposed: int, accepted: int, captured: bool = False) -> None:
         """One verify step's guesses into `counts`."""
         self.counts["steps"] += 1
+        self.counts["captured"] += captured
         self.counts["proposed"] += proposed
         self.counts["accepted"] += accepted
 
@@ -226,4 +236,4 @@ class Target(Decoder):
     def static_step(self, call: CapturedCall) -> StaticStep | None:
         if set(call.inputs) != {"token", "proposal"}:
             return None  # the prefill runs `forward`
-        return verify_step(self)  # `accepted` is bounded: padded to k + 1, cut by the runtime
+        return verify_step(self, call)  # `accepted` is bounded: padded to k + 1, cut back

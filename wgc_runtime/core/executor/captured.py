@@ -284,8 +284,9 @@ class CapturedSteps:
         outs = unit.runner.run(inputs, len(rows))
         got = {port: outs[unit.key(port)] for port in unit.outputs}
         self._check(unit, got, len(rows))
-        if unit.step.finish is not None:
-            unit.step.finish([works[i] for i in rows], got)
+        if unit.step.finish is not None:  # the ports and what the step returned beside them
+            beside = {k.split("#", 1)[1]: v for k, v in outs.items() if k.startswith(unit.key(""))}
+            unit.step.finish([works[i] for i in rows], beside)
         self.runs += 1
         self.rows += len(rows)
         self.batch_sizes[len(rows)] += 1

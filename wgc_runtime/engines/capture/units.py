@@ -15,7 +15,6 @@ from typing import Any
 
 import torch
 
-from wgc_runtime.contract.capture import length_key
 from wgc_runtime.contract.spec import CallSpec, CaptureSpec, PieceSpec
 from wgc_runtime.engines.capture.runner import GraphError, GraphRunner, StaticBuffer, UnitFn
 
@@ -97,10 +96,10 @@ def body_unit(
                 key = f"{call.id}#{p.port}"
                 ports[p.port] = values[wiring[key]] if key in wiring else bufs[key]
             result = call_fn(call.id, ports)
-            for p in call.outputs:
-                for name in (p.port, length_key(p.port)):  # a bounded output's lengths too
-                    if name in result:
-                        values[f"{call.id}#{name}"] = result[name]
+            outs = {p.port for p in call.outputs}
+            for name, value in result.items():  # a port's, or one beside it (`port:len`)
+                if name in outs or name.split(":", 1)[0] in outs:
+                    values[f"{call.id}#{name}"] = value
         return values
 
     return BodyUnit(fn, inputs, outputs, carry)
