@@ -2,15 +2,19 @@
 plain greedy decoding of `wgc_models/llama/llama.walk`, on each of its placements (one rank, and the
 draft on a rank of its own), for several prompts, lengths, draft lengths and ends (an
 end-of-sequence token chosen mid-step), one request at a time and several batched; in process
-(`LocalCluster`) and in the reference interpreter here, through `wgc run` in the slow test at the
+(`LocalCluster`, where every verify step runs captured: its bounded ports padded and cut back)
+and in the reference interpreter here, through `wgc run` and `wgc serve` in the slow tests at the
 end."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+from base64 import b64decode
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -156,3 +160,39 @@ def test_an_mstar_config_sets_k_and_the_bound(tmp_path: Path) -> None:
     assert {n.name: dict(n.config)["k"] for n in rank.nodes} == {"Target": 2, "Draft": 2}
     (cap,) = rank.captures
     assert dict(cap.ports)["1#accepted"].dims == (3,) and "1#accepted" in cap.padded
+
+
+@pytest.mark.slow
+def test_wgc_serve_speculative_equals_plain_greedy(tmp_path: Path) -> None:
+    """`wgc serve` (processes; the draft on a rank of its own): the native route's replies, one
+    at a time and several at once (their verify steps batch, captured), equal the plain walk's
+    served the same way."""
+    pytest.importorskip("fastapi")
+    from tests.e2e.serve_support import served
+
+    sets = {"max_new_tokens": "24", "eos": "-1"}
+    got = {}
+    for name, walk, where in (
+        ("plain", LLAMA / "llama.walk", LLAMA / "placements/cpu.yaml"),
+        ("spec", SPEC, LLAMA / "placements/spec-cpu-split.yaml"),
+    ):
+        result = Driver().compile(str(walk), str(where), sets)
+        assert result.ok, [d.message for d in result.errors]
+        folder = tmp_path / name
+        folder.mkdir()
+        for file, text in result.files.items():
+            (folder / file).write_text(text)
+        with served(str(folder)) as s:
+
+            def ask(prompt: bytes, s=s) -> list[int]:
+                body = {"inputs": [{"modality": "text", "data": list(prompt), "dtype": "i64"}]}
+                status, out = s.post("/v1/requests", {**body, "want": ["text"]})
+                assert status == 200, out
+                values = [o["value"] for o in out["outputs"]]
+                return [t for v in values for t in np.frombuffer(b64decode(v["b64"]), np.int64)]
+
+            with ThreadPoolExecutor(len(PROMPTS)) as pool:
+                together = list(pool.map(ask, PROMPTS))
+            got[name] = ([ask(p) for p in PROMPTS], together)
+    assert got["spec"] == got["plain"]
+    assert got["plain"][0] == got["plain"][1] and all(len(r) == 24 for r in got["plain"][0])

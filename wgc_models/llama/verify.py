@@ -63,7 +63,7 @@ def verify_step(target: Target, call: CapturedCall) -> StaticStep | None:
         return None
     k, eos = target.k, target.eos
     engine = target.engine(call.kv)
-    width = engine.width_for(target.kv_tokens + k)
+    width = engine.width_for(target.kv_tokens)  # `_room` keeps every sequence within it
     engine.decode_buffers(width)  # the padding page and the rope tables, before any capture
     pad_slot, pad_page = engine.pad_slot, engine.pad_slot // engine.pool.page_size
     unit = engine.unit_for(call.backend)
