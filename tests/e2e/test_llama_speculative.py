@@ -51,12 +51,15 @@ def replies(c: LocalCluster, prompts: tuple[bytes, ...]) -> list[list[int]]:
 
 
 def all_captured(c: LocalCluster) -> bool:
-    """Whether every verify step of the target ran as its captured step (bounded ports padded
-    to their bound and cut back), and some did."""
-    (rank,) = (r for r in c.ranks.values() if "Target" in r.nodes)
-    counts = rank.nodes["Target"].counts  # type: ignore[attr-defined]
-    steps = rank.captured
-    return 0 < counts["captured"] == counts["steps"] and steps.runs > 0 and not steps.fallbacks
+    """Whether every verify step of the target and every decode call of the draft ran as its
+    captured step (bounded ports padded to their bound and cut back), and some did."""
+    for node, total in (("Target", "steps"), ("Draft", "calls")):
+        (rank,) = (r for r in c.ranks.values() if node in r.nodes)
+        counts = rank.nodes[node].counts  # type: ignore[attr-defined]
+        steps = rank.captured
+        if not 0 < counts["captured"] == counts[total] or steps.fallbacks:
+            return False
+    return True
 
 
 def ids(h: Handle) -> list[int]:
@@ -99,6 +102,25 @@ def test_an_end_of_sequence_token_ends_the_reply_where_plain_decoding_does(tmp_p
         assert all_captured(spec)
 
 
+@pytest.mark.parametrize("k", [1, 2, 4])
+def test_the_captured_steps_accept_what_forward_accepts(tmp_path: Path, k: int) -> None:
+    """The same placement without capture buckets runs every call's `forward`: the same
+    replies, and the same guesses proposed and accepted (the captured draft guesses what the
+    forward one does, and the captured verify step agrees with the same ones)."""
+    sets = {"max_new_tokens": "32", "eos": "-1", "speculative_tokens": str(k)}
+    where = LLAMA / "placements/spec-cpu.yaml"
+    eager = tmp_path / "eager.yaml"
+    eager.write_text(where.read_text().replace("capture: [1, 2, 4, 8, 16]", "capture: []"))
+    counts, got = [], []
+    for name, placement in (("captured", where), ("forward", eager)):
+        c = cluster(tmp_path / name, SPEC, placement, sets)
+        got.append(replies(c, PROMPTS))
+        target = c.ranks[0].nodes["Target"]
+        counts.append({n: target.counts[n] for n in ("steps", "proposed", "accepted")})  # type: ignore[attr-defined]
+        assert all_captured(c) == (name == "captured")
+    assert got[0] == got[1] and counts[0] == counts[1] and counts[0]["accepted"] > 0
+
+
 def test_the_reference_interpreter_gives_the_same_replies() -> None:
     from wgc.interp import load_model, make_request, run_request, segment
 
@@ -115,10 +137,10 @@ def test_the_reference_interpreter_gives_the_same_replies() -> None:
 
 def test_the_draft_is_the_targets_first_layers_and_head(tmp_path: Path) -> None:
     c = cluster(tmp_path, SPEC, LLAMA / "placements/spec-cpu.yaml", {})
-    # the verify step is captured at the bound; the draft's guesses are host-driven steps
+    # the loop's calls are captured at the bound (the prefill's run `forward`)
     report = c.ranks[0].captured.report
-    assert dict(report.skipped) == {"decode:0 Draft": "the node offers no static step"}
-    assert [label for label, _, _ in report.units] == ["decode:1 Target"]
+    assert not report.skipped
+    assert [label for label, _, _ in report.units] == ["decode:0 Draft", "decode:1 Target"]
     nodes = c.ranks[0].nodes
     target, draft = nodes["Target"].model, nodes["Draft"].model  # type: ignore[attr-defined]
     assert len(draft.model.layers) == 1 and len(target.model.layers) == 2

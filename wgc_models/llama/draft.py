@@ -37,6 +37,7 @@ import torch
 from wgc_models._shared.weights import lm_config
 from wgc_models.layers.decode_engine import DecoderEngine
 from wgc_models.layers.decoder import LlamaDecoder
+from wgc_models.llama.draft_step import draft_step
 from wgc_models.llama.nodes import Decoder, build_model
 from wgc_models.llama.text import prompt_format, prompt_ids
 from wgc_models.llama.verify import agreed, verify_step
@@ -109,6 +110,8 @@ class Draft(Node):
         self.k = int(self.config["k"])
         self.kv_tokens = int(self.config["kv_tokens"])
         self._engine: DecoderEngine | None = None
+        # decode calls (every request's), and those run as the captured step (`draft_step`)
+        self.counts = {"calls": 0, "captured": 0}
 
     def engine(self, kv: KvCache) -> DecoderEngine:
         if self._engine is None or self._engine.pool is not kv.pool:
@@ -135,6 +138,7 @@ class Draft(Node):
         guess = engine.forward(seqs, feeds).argmax(-1).cpu()
         if batch[0].inputs.get("prompt") is not None:
             return [{} for _ in batch]  # the prefill binds nothing: its sequence is the point
+        self.counts["calls"] += len(batch)
         out = [guess]
         for _ in range(self.k - 1):  # each guess fed back, one token per sequence
             out.append(engine.decode(seqs, out[-1]).argmax(-1).cpu())
@@ -142,6 +146,9 @@ class Draft(Node):
             w.ctx.state["ids"].extend(int(g[i]) for g in out[:-1])
         proposals = torch.stack(out, dim=1)
         return [{"proposal": p.clone()} for p in proposals]
+
+    def static_step(self, call: CapturedCall) -> StaticStep | None:
+        return draft_step(self, call)  # the decode call: `token` is bounded, padded to k + 1
 
 
 class Target(Decoder):
