@@ -23,8 +23,12 @@ many target steps it takes.
   (1 to k + 1 tokens: ``i64[<=k + 1]``). It keeps the plain walk's ends: the reply holds
   ``max_new_tokens`` tokens at most and stops before a chosen end-of-sequence token (or at the
   prefill's own, which the reply keeps), so ``accepted`` is cut there and ``stop`` says so.
-  Counters over every request (`Target.counts`): verify steps, guesses proposed and accepted,
-  and the steps run captured (`wgc_models.llama.verify`: padded to the bound, cut back).
+- **Captured.** In the decode loop both calls run as captured steps when the plan captures
+  them (`draft_step`, `verify`): their bounded ports padded to ``k + 1`` with their lengths
+  and cut back by the runtime, the model steps the engine's static decode unit ``k + 1`` times.
+  (A batch they do not admit, or a plan without capture buckets, runs `forward`.)
+- **Counters** over every request: `Target.counts` (verify steps, guesses proposed and
+  accepted, the steps run captured), `Draft.counts` (decode calls, those run captured).
 """
 
 from __future__ import annotations

@@ -73,11 +73,11 @@ def draft_step(draft: Draft, call: CapturedCall) -> StaticStep | None:
         failed: dict[int, BaseException] = {}
         live: list[int] = []
         for i, w in enumerate(works):
-            kv = w.ctx.kv
+            kv, token = w.ctx.kv, w.inputs.get("token")
             try:
-                if kv is None:
-                    raise NodeError("a speculative node is a kv_cache node but got no KV cache")
-                feed = rewind(kv, w.ctx.state, [int(t) for t in w.inputs["token"].reshape(-1)])
+                if kv is None or token is None:  # `admits` saw the token
+                    raise NodeError(f"node `{draft.name}`'s decode call has no KV cache or token")
+                feed = rewind(kv, w.ctx.state, [int(t) for t in token.reshape(-1)])
                 _room(draft.name, kv, len(feed) + k, draft.kv_tokens)
             except NodeError as exc:  # fails its request only
                 failed[i] = exc
