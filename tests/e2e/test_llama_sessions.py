@@ -26,14 +26,16 @@ TURN1 = b"hello there, how are you? "
 TURN2 = b"and what about tomorrow? "
 
 
-def compiled(tmp: Path, sessions: str = "sessions: {max_sessions: 2}\n") -> Path:
+def compiled(
+    tmp: Path, sessions: str = "sessions: {max_sessions: 2}\n", sets: dict[str, str] | None = None
+) -> Path:
     p = tmp / "placement.yaml"
     p.write_text(
         "devices: [cpu]\nplace:\n  - nodes: [LLM]\n    ranks: [0]\n"
         "kv_cache: {page_size: 16, pages: 256, dtype: f32}\n"
         "batching: {max_batch: 4, backend: eager}\nmax_concurrent_requests: 4\n" + sessions
     )
-    result = Driver().compile(str(WALK), str(p), None)
+    result = Driver().compile(str(WALK), str(p), sets)
     assert result.ok, [d.message for d in result.errors]
     for name, text in result.files.items():
         (tmp / name).write_text(text)

@@ -2,15 +2,19 @@
 plain greedy decoding of `wgc_models/llama/llama.walk`, on each of its placements (one rank, and the
 draft on a rank of its own), for several prompts, lengths, draft lengths and ends (an
 end-of-sequence token chosen mid-step), one request at a time and several batched; in process
-(`LocalCluster`) and in the reference interpreter here, through `wgc run` in the slow test at the
+(`LocalCluster`, where every verify step runs captured: its bounded ports padded and cut back)
+and in the reference interpreter here, through `wgc run` and `wgc serve` in the slow tests at the
 end."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+from base64 import b64decode
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -46,6 +50,18 @@ def replies(c: LocalCluster, prompts: tuple[bytes, ...]) -> list[list[int]]:
     return [ids(h) for h in hs]
 
 
+def all_captured(c: LocalCluster) -> bool:
+    """Whether every verify step of the target and every decode call of the draft ran as its
+    captured step (bounded ports padded to their bound and cut back), and some did."""
+    for node, total in (("Target", "steps"), ("Draft", "calls")):
+        (rank,) = (r for r in c.ranks.values() if node in r.nodes)
+        counts = rank.nodes[node].counts  # type: ignore[attr-defined]
+        steps = rank.captured
+        if not 0 < counts["captured"] == counts[total] or steps.fallbacks:
+            return False
+    return True
+
+
 def ids(h: Handle) -> list[int]:
     assert h.error is None, h.error
     return [int(t) for o in h.outputs for t in o.tensor.reshape(-1)]
@@ -61,6 +77,7 @@ def test_speculative_replies_equal_plain_greedy(tmp_path: Path, placement: str, 
     where = LLAMA / "placements" / f"{placement}.yaml"
     spec = cluster(tmp_path / "spec", SPEC, where, {**sets, "speculative_tokens": str(k)})
     assert replies(spec, PROMPTS) == want
+    assert all_captured(spec)
     alone = cluster(tmp_path / "alone", SPEC, where, {**sets, "speculative_tokens": str(k)})
     assert replies(alone, PROMPTS[:1]) == want[:1]
 
@@ -79,8 +96,29 @@ def test_an_end_of_sequence_token_ends_the_reply_where_plain_decoding_does(tmp_p
         want = replies(
             cluster(tmp_path / f"p{n}", llama, LLAMA / "placements/cpu.yaml", sets), PROMPTS
         )
-        got = replies(cluster(tmp_path / f"s{n}", SPEC, where, sets), PROMPTS)
+        spec = cluster(tmp_path / f"s{n}", SPEC, where, sets)
+        got = replies(spec, PROMPTS)
         assert got == want and len(want[1]) <= 32
+        assert all_captured(spec)
+
+
+@pytest.mark.parametrize("k", [1, 2, 4])
+def test_the_captured_steps_accept_what_forward_accepts(tmp_path: Path, k: int) -> None:
+    """The same placement without capture buckets runs every call's `forward`: the same
+    replies, and the same guesses proposed and accepted (the captured draft guesses what the
+    forward one does, and the captured verify step agrees with the same ones)."""
+    sets = {"max_new_tokens": "32", "eos": "-1", "speculative_tokens": str(k)}
+    where = LLAMA / "placements/spec-cpu.yaml"
+    eager = tmp_path / "eager.yaml"
+    eager.write_text(where.read_text().replace("capture: [1, 2, 4, 8, 16]", "capture: []"))
+    counts, got = [], []
+    for name, placement in (("captured", where), ("forward", eager)):
+        c = cluster(tmp_path / name, SPEC, placement, sets)
+        got.append(replies(c, PROMPTS))
+        target = c.ranks[0].nodes["Target"]
+        counts.append({n: target.counts[n] for n in ("steps", "proposed", "accepted")})  # type: ignore[attr-defined]
+        assert all_captured(c) == (name == "captured")
+    assert got[0] == got[1] and counts[0] == counts[1] and counts[0]["accepted"] > 0
 
 
 def test_the_reference_interpreter_gives_the_same_replies() -> None:
@@ -99,12 +137,10 @@ def test_the_reference_interpreter_gives_the_same_replies() -> None:
 
 def test_the_draft_is_the_targets_first_layers_and_head(tmp_path: Path) -> None:
     c = cluster(tmp_path, SPEC, LLAMA / "placements/spec-cpu.yaml", {})
-    # the loop's calls read or bind bounded ports: planned at the bound, run by `forward`
-    skipped = dict(c.ranks[0].captured.report.skipped)
-    assert skipped == {
-        "decode:0 Draft": "a bounded port (`<=N`) runs `forward`",
-        "decode:1 Target": "a bounded port (`<=N`) runs `forward`",
-    }
+    # the loop's calls are captured at the bound (the prefill's run `forward`)
+    report = c.ranks[0].captured.report
+    assert not report.skipped
+    assert [label for label, _, _ in report.units] == ["decode:0 Draft", "decode:1 Target"]
     nodes = c.ranks[0].nodes
     target, draft = nodes["Target"].model, nodes["Draft"].model  # type: ignore[attr-defined]
     assert len(draft.model.layers) == 1 and len(target.model.layers) == 2
@@ -146,3 +182,39 @@ def test_an_mstar_config_sets_k_and_the_bound(tmp_path: Path) -> None:
     assert {n.name: dict(n.config)["k"] for n in rank.nodes} == {"Target": 2, "Draft": 2}
     (cap,) = rank.captures
     assert dict(cap.ports)["1#accepted"].dims == (3,) and "1#accepted" in cap.padded
+
+
+@pytest.mark.slow
+def test_wgc_serve_speculative_equals_plain_greedy(tmp_path: Path) -> None:
+    """`wgc serve` (processes; the draft on a rank of its own): the native route's replies, one
+    at a time and several at once (their verify steps batch, captured), equal the plain walk's
+    served the same way."""
+    pytest.importorskip("fastapi")
+    from tests.e2e.serve_support import served
+
+    sets = {"max_new_tokens": "24", "eos": "-1"}
+    got = {}
+    for name, walk, where in (
+        ("plain", LLAMA / "llama.walk", LLAMA / "placements/cpu.yaml"),
+        ("spec", SPEC, LLAMA / "placements/spec-cpu-split.yaml"),
+    ):
+        result = Driver().compile(str(walk), str(where), sets)
+        assert result.ok, [d.message for d in result.errors]
+        folder = tmp_path / name
+        folder.mkdir()
+        for file, text in result.files.items():
+            (folder / file).write_text(text)
+        with served(str(folder)) as s:
+
+            def ask(prompt: bytes, s=s) -> list[int]:
+                body = {"inputs": [{"modality": "text", "data": list(prompt), "dtype": "i64"}]}
+                status, out = s.post("/v1/requests", {**body, "want": ["text"]})
+                assert status == 200, out
+                values = [o["value"] for o in out["outputs"]]
+                return [t for v in values for t in np.frombuffer(b64decode(v["b64"]), np.int64)]
+
+            with ThreadPoolExecutor(len(PROMPTS)) as pool:
+                together = list(pool.map(ask, PROMPTS))
+            got[name] = ([ask(p) for p in PROMPTS], together)
+    assert got["spec"] == got["plain"]
+    assert got["plain"][0] == got["plain"][1] and all(len(r) == 24 for r in got["plain"][0])

@@ -1,13 +1,16 @@
 """Sessions through `wgc serve` on the Llama example: the native route's ``session`` field, a
 second turn equal to the conversation sent whole without one, the chat route and the ZeroMQ
 client naming sessions, ``GET``/``DELETE
-/v1/sessions`` (API keys apply). (A second request of a running session: `FailKind.BUSY`,
-HTTP 429, tested on `LocalCluster` in `test_llama_sessions`.)"""
+/v1/sessions`` (API keys apply); a full session budget answered 429 (``Retry-After``, code
+``busy``) until a session is freed."""
 
 from __future__ import annotations
 
 import base64
+import json
 import sys
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -84,3 +87,35 @@ def test_a_two_turn_chat_through_wgc_serve(tmp_path) -> None:
         bad = {"inputs": [{"modality": "text", "data": "hi"}], "want": ["text"], "session": "a b"}
         status, got = s.post(NATIVE, bad)
         assert status == 400 and "session" in str(got)
+
+
+def test_a_full_session_budget_is_429_until_a_session_is_freed(tmp_path) -> None:
+    """`sessions: {max_sessions: 1}`: while session `a` has a (long) request running, a request
+    of a new session `b` is HTTP 429 with ``Retry-After`` and the code ``busy``; once `a`'s
+    request is done and `a` is deleted, `b` runs."""
+    folder = compiled(
+        tmp_path,
+        sessions="sessions: {max_sessions: 1}\n",
+        sets={"max_new_tokens": "1500", "kv_tokens": "1600", "eos": "-1"},
+    )
+    with served(str(folder)) as s:
+        long: dict[str, list[int]] = {}
+        running = threading.Thread(target=lambda: long.update(a=ask(s, list(TURN1), "a")))
+        running.start()
+        deadline = time.monotonic() + 60
+        while not any(d["running"] for d in s.get_json("/v1/sessions")["data"]):
+            assert running.is_alive() and time.monotonic() < deadline, "`a` never ran"
+            time.sleep(0.02)
+        body = {"inputs": [{"modality": "text", "data": list(TURN2), "dtype": "i64"}]}
+        status, headers, raw = s.request("POST", NATIVE, {**body, "want": ["text"], "session": "b"})
+        assert running.is_alive(), "`a` ended before `b` was asked: make it longer"
+        assert status == 429, raw
+        assert int(headers["retry-after"]) >= 1
+        assert json.loads(raw)["error"]["code"] == "busy"
+        running.join(timeout=120)
+        assert len(long["a"]) == 1500
+        assert [d["id"] for d in s.get_json("/v1/sessions")["data"]] == ["a"]
+        status, _, _ = s.request("DELETE", "/v1/sessions/a")
+        assert status == 200
+        assert ask(s, list(TURN2), "b")
+        assert [d["id"] for d in s.get_json("/v1/sessions")["data"]] == ["b"]

@@ -23,7 +23,12 @@ many target steps it takes.
   (1 to k + 1 tokens: ``i64[<=k + 1]``). It keeps the plain walk's ends: the reply holds
   ``max_new_tokens`` tokens at most and stops before a chosen end-of-sequence token (or at the
   prefill's own, which the reply keeps), so ``accepted`` is cut there and ``stop`` says so.
-  Counters over every request (`Target.counts`): verify steps, guesses proposed and accepted.
+- **Captured.** In the decode loop both calls run as captured steps when the plan captures
+  them (`draft_step`, `verify`): their bounded ports padded to ``k + 1`` with their lengths
+  and cut back by the runtime, the model steps the engine's static decode unit ``k + 1`` times.
+  (A batch they do not admit, or a plan without capture buckets, runs `forward`.)
+- **Counters** over every request: `Target.counts` (verify steps, guesses proposed and
+  accepted, the steps run captured), `Draft.counts` (decode calls, those run captured).
 """
 
 from __future__ import annotations
@@ -33,10 +38,12 @@ from typing import Any
 
 import torch
 
+from wgc_models.llama.draft_step import draft_step
 from wgc_models.llama.engine import DecoderEngine
 from wgc_models.llama.model import LlamaDecoder, lm_config
 from wgc_models.llama.nodes import Decoder, build_model
 from wgc_models.llama.text import prompt_format, prompt_ids
+from wgc_models.llama.verify import agreed, verify_step
 from wgc_runtime.contract.capture import CapturedCall, StaticStep
 from wgc_runtime.contract.node import KvCache, Node, NodeContext, NodeError, Work
 
@@ -106,6 +113,8 @@ class Draft(Node):
         self.k = int(self.config["k"])
         self.kv_tokens = int(self.config["kv_tokens"])
         self._engine: DecoderEngine | None = None
+        # decode calls (every request's), and those run as the captured step (`draft_step`)
+        self.counts = {"calls": 0, "captured": 0}
 
     def engine(self, kv: KvCache) -> DecoderEngine:
         if self._engine is None or self._engine.pool is not kv.pool:
@@ -132,6 +141,7 @@ class Draft(Node):
         guess = engine.forward(seqs, feeds).argmax(-1).cpu()
         if batch[0].inputs.get("prompt") is not None:
             return [{} for _ in batch]  # the prefill binds nothing: its sequence is the point
+        self.counts["calls"] += len(batch)
         out = [guess]
         for _ in range(self.k - 1):  # each guess fed back, one token per sequence
             out.append(engine.decode(seqs, out[-1]).argmax(-1).cpu())
@@ -139,6 +149,9 @@ class Draft(Node):
             w.ctx.state["ids"].extend(int(g[i]) for g in out[:-1])
         proposals = torch.stack(out, dim=1)
         return [{"proposal": p.clone()} for p in proposals]
+
+    def static_step(self, call: CapturedCall) -> StaticStep | None:
+        return draft_step(self, call)  # the decode call: `token` is bounded, padded to k + 1
 
 
 class Target(Decoder):
@@ -148,7 +161,8 @@ class Target(Decoder):
         super().__init__(ctx)
         self.k = int(self.config["k"])
         self.max_new = int(self.config["max_new_tokens"])
-        self.counts = {"steps": 0, "proposed": 0, "accepted": 0}  # every request's, summed
+        # every request's, summed; ``captured``: the steps run as the captured verify step
+        self.counts = {"steps": 0, "proposed": 0, "accepted": 0, "captured": 0}
 
     @torch.inference_mode()
     def forward(self, batch: Sequence[Work]) -> list[dict[str, torch.Tensor]]:
@@ -163,40 +177,59 @@ class Target(Decoder):
         results: list[dict[str, torch.Tensor] | None] = [None] * len(batch)
         rows, seqs, feeds, guesses = [], [], [], []
         for i, w in enumerate(batch):
-            st = w.ctx.state
-            new = _ids(w, "token")
-            st["emitted"] = st.get("emitted", 0) + len(new)
-            if st.get("done") or st["emitted"] >= self.max_new or new[-1] == self.eos:
-                results[i] = self._out(w, new[-1:], stop=True)  # the reply is complete
+            step = self.begin(w)
+            if step is None:  # the reply is complete
+                results[i] = self._out(w, _ids(w, "token")[-1:], stop=True)
                 continue
-            kv = _kv(w)
-            guess = _ids(w, "proposal")
-            feed = rewind(kv, st, new)
-            _room(self.name, kv, len(feed) + len(guess), self.kv_tokens)
             rows.append(i)
-            seqs.append((kv.request, kv.labels[0]))
-            feeds.append(torch.tensor(feed + guess, dtype=torch.long))
-            guesses.append(guess)
+            seqs.append(step[0])
+            feeds.append(step[1])
+            guesses.append(_ids(w, "proposal"))
         if rows:
             logits = self.engine(_kv(batch[rows[0]])).forward(seqs, feeds, all_logits=True)
             for i, lg, guess in zip(rows, logits, guesses, strict=True):
                 results[i] = self._verify(batch[i], lg[-len(guess) - 1 :].argmax(-1), guess)
         return [r for r in results if r is not None]
 
+    def begin(self, w: Work) -> tuple[tuple[Any, str], torch.Tensor] | None:
+        """A verify call's host half for one request: None when the reply is complete, else
+        its KV sequence and the tokens to feed (the committed tail, then the ``k`` guesses);
+        the accepted tokens join the committed ones and the rejected guesses leave the KV."""
+        st = w.ctx.state
+        st["emitted"] = st.get("emitted", 0) + len(_ids(w, "token"))
+        if self.complete(w, counted=True):
+            return None
+        new = _ids(w, "token")
+        kv = _kv(w)
+        guess = _ids(w, "proposal")
+        feed = rewind(kv, st, new)
+        _room(self.name, kv, len(feed) + len(guess), self.kv_tokens)
+        return (kv.request, kv.labels[0]), torch.tensor(feed + guess, dtype=torch.long)
+
+    def complete(self, w: Work, counted: bool = False) -> bool:
+        """Whether the reply is complete at this call (its tokens ``counted`` in ``emitted``
+        already, or not yet): an end chosen, ``max_new_tokens`` taken, or the prefill's eos."""
+        st, new = w.ctx.state, _ids(w, "token")
+        emitted = st.get("emitted", 0) + (0 if counted else len(new))
+        return bool(st.get("done")) or emitted >= self.max_new or new[-1] == self.eos
+
+    def count(self, proposed: int, accepted: int, captured: bool = False) -> None:
+        """One verify step's guesses into `counts`."""
+        self.counts["steps"] += 1
+        self.counts["captured"] += captured
+        self.counts["proposed"] += proposed
+        self.counts["accepted"] += accepted
+
     def _verify(self, w: Work, choice: torch.Tensor, guess: list[int]) -> dict[str, torch.Tensor]:
         """``choice[i]``: the target's greedy token after guess ``i - 1`` (``choice[0]``: after
         the last committed token). Accept the guesses it agrees with, then its own choice."""
         chosen = [int(t) for t in choice.cpu()]
-        n = 0
-        while n < len(guess) and guess[n] == chosen[n]:
-            n += 1
+        n = agreed(chosen, guess)
         st = w.ctx.state
         kv = _kv(w)
         kv.truncate(len(st["seq"]) + n)  # keep the accepted guesses, drop the rejected ones
         st["ids"] = st["seq"] + guess[:n]
-        self.counts["steps"] += 1
-        self.counts["proposed"] += len(guess)
-        self.counts["accepted"] += n
+        self.count(len(guess), n)
         out = chosen[: n + 1]
         if self.eos in out:  # the plain walk stops before a chosen end-of-sequence token
             out = out[: out.index(self.eos)]
@@ -211,5 +244,6 @@ class Target(Decoder):
         return out
 
     def static_step(self, call: CapturedCall) -> StaticStep | None:
-        del call
-        return None  # the verify step's `accepted` is bounded: it runs `forward`
+        if set(call.inputs) != {"token", "proposal"}:
+            return None  # the prefill runs `forward`
+        return verify_step(self, call)  # `accepted` is bounded: padded to k + 1, cut back

@@ -29,7 +29,8 @@ A `StaticStep` is
   rows that failed (they fail their requests only). A step has ``prepare`` or
   ``prepare_batch``, not both.
 * ``finish(works, outputs)``: called after each run with the batch's rows of every output
-  (per-request bookkeeping the graph cannot do).
+  (per-request bookkeeping the graph cannot do), and of the values ``fn`` returned beside an
+  output port under ``port:NAME`` (e.g. `length_key`; values only ``finish`` reads).
 * ``admits(works)``: for a step offered in several *forms* (below), whether this form can run
   the batch (read before ``prepare``); None: every batch.
 * ``label``: what tells this form from the call's others in start-up reports (e.g. ``page tables of
@@ -63,6 +64,11 @@ StepFn = Callable[[Mapping[str, torch.Tensor]], Mapping[str, torch.Tensor]]
 PrepareBatch = Callable[
     [Sequence["Work"]], tuple[Mapping[str, torch.Tensor], Mapping[int, BaseException]]
 ]
+
+
+def length_key(port: str) -> str:
+    """The name a bounded port's true lengths go by, beside the port, in a step's buffers."""
+    return f"{port}:len"
 
 
 @dataclass(frozen=True, slots=True)

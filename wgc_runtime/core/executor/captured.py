@@ -15,7 +15,8 @@ port values, let the step fill its extra buffers (`StaticStep.prepare_batch`, e.
 runner's one call for the batch, or `StaticStep.prepare` per row), run at the smallest
 bucket that holds the batch, and split the outputs back per request. Values that do not have
 the declared static shapes (or a bare signal) make the batch run the node's `forward`
-(counted in ``fallbacks``).
+(counted in ``fallbacks``). A bounded port (`CaptureSpec.padded`) goes in padded to its bound
+with its lengths and comes out cut back to them (`wgc_runtime.engines.capture.bounded`).
 """
 
 from __future__ import annotations
@@ -28,12 +29,13 @@ from typing import Any, cast
 
 import torch
 
-from wgc_runtime.contract.capture import CapturedCall, StaticStep
+from wgc_runtime.contract.capture import CapturedCall, StaticStep, length_key
 from wgc_runtime.contract.kinds import CaptureBackend, DestKind
 from wgc_runtime.contract.node import DTYPES, Node, NodeError, Work
 from wgc_runtime.contract.spec import CallSpec, CaptureSpec, PieceSpec, RankSpec, TypeSpec
 from wgc_runtime.core.executor.state import STOP_FALSE, STOP_TRUE
 from wgc_runtime.engines.capture import GraphRunner, StaticBuffer, body_unit
+from wgc_runtime.engines.capture.bounded import cut_rows, pad_rows
 from wgc_runtime.engines.kv_pool import PAD_REQUEST
 from wgc_runtime.engines.kv_pools import KvPools
 
@@ -55,6 +57,7 @@ class CapturedUnit:
     # scalar bool outputs read only by loops' stop conditions: their rows are `STOP_TRUE` /
     # `STOP_FALSE` (one list of Python bools from the batch, no view per row)
     stops: frozenset[str] = frozenset()
+    padded: frozenset[str] = frozenset()  # bounded ports: padded to their bound, with lengths
 
     @property
     def outputs(self) -> tuple[str, ...]:
@@ -152,10 +155,6 @@ class CapturedSteps:
                 label = f"{cap.walk}:{call_id} {call.node}"
                 if cap.shape:
                     label += " at " + ", ".join(f"{k}={v}" for k, v in cap.shape)
-                if any(p.startswith(f"{call_id}#") for p in cap.padded):
-                    # planned at its bound; the runner does not pad and cut values back yet
-                    skipped.append((label, "a bounded port (`<=N`) runs `forward`"))
-                    continue
                 try:
                     units = self._units(cap, piece, call, label, progress)
                 except Exception as exc:  # a step that cannot be captured runs `forward`
@@ -210,12 +209,15 @@ class CapturedSteps:
         prefix = f"{call.id}#"
         ports = tuple(p for p in cap.ports if p[0].startswith(prefix))
         sub = replace(cap, calls=(call.id,), ports=ports)
+        padded = frozenset(p[len(prefix) :] for p in cap.padded if p.startswith(prefix))
         units: list[CapturedUnit] = []
         for i, step in enumerate(forms):
             extra = {
                 name: StaticBuffer(tuple(sp.dims), DTYPES[sp.dtype], sp.pad)
                 for name, sp in step.extra.items()
             }
+            for port in padded & set(ins):  # a bounded input's lengths
+                extra[length_key(port)] = StaticBuffer((), torch.int64, 0)
             fn = step.fn
             body = body_unit(sub, piece, lambda _call, ports, fn=fn: fn(ports), extra)
             # no carries: the executor passes every input of every run (rows join and leave)
@@ -243,6 +245,7 @@ class CapturedSteps:
                     seconds=time.perf_counter() - t0,
                     label=named,
                     stops=_stops_only(call, outs),
+                    padded=padded,
                 )
             )
         return units
@@ -272,6 +275,14 @@ class CapturedSteps:
         values: dict[str, list[torch.Tensor]] = {}
         for port, t in unit.inputs.items():
             dims, dtype = tuple(t.dims), DTYPES[t.dtype]
+            if port in unit.padded:
+                bound = tuple(int(d) for d in t.dims)  # the plan's dims are static here
+                got = pad_rows([w.inputs.get(port) for w in works], bound, dtype)
+                if got is None:
+                    self.fallbacks += 1
+                    return None
+                values[port], values[length_key(port)] = list(got[0]), list(got[1])
+                continue
             column = values[port] = []
             for w in works:
                 v = w.inputs.get(port)
@@ -284,35 +295,51 @@ class CapturedSteps:
         if not rows:
             return results
         inputs = {
-            unit.key(port): torch.stack([column[i] for i in rows])
+            unit.key(port) if port in unit.inputs else port: torch.stack([column[i] for i in rows])
             for port, column in values.items()
         }
         inputs.update(extra)
         outs = unit.runner.run(inputs, len(rows))
         got = {port: outs[unit.key(port)] for port in unit.outputs}
         self._check(unit, got, len(rows))
-        if unit.step.finish is not None:
-            unit.step.finish([works[i] for i in rows], got)
+        if unit.step.finish is not None:  # the ports and what the step returned beside them
+            beside = {k.split("#", 1)[1]: v for k, v in outs.items() if k.startswith(unit.key(""))}
+            unit.step.finish([works[i] for i in rows], beside)
         self.runs += 1
         self.rows += len(rows)
         self.batch_sizes[len(rows)] += 1
         # one copy of each output (the runner's buffers are reused), split into row views; a
         # stop only loops read, into the shared stop values
         ports = unit.outputs
-        stops = unit.stops
-        columns: list[Sequence[torch.Tensor]] = []
-        for port in ports:
-            if port in stops:
-                flags = cast(list[bool], got[port].tolist())  # pyright: ignore[reportUnknownMemberType]
-                columns.append([STOP_TRUE if b else STOP_FALSE for b in flags])
-            else:
-                columns.append(got[port].clone().unbind(0))
+        columns = [self._rows(unit, outs, got, port) for port in ports]
         rows_of = zip(*columns, strict=True) if columns else iter([()] * len(rows))
         if len(rows) == len(works):  # no row failed: one dict per row, straight
             return [dict(zip(ports, row, strict=True)) for row in rows_of]
         for i, row in zip(rows, rows_of, strict=True):
             results[i] = dict(zip(ports, row, strict=True))
         return results
+
+    @staticmethod
+    def _rows(
+        unit: CapturedUnit,
+        outs: Mapping[str, torch.Tensor],
+        got: Mapping[str, torch.Tensor],
+        port: str,
+    ) -> Sequence[torch.Tensor]:
+        """One output's rows: copies of the batch's rows, a bounded one cut to its lengths, a
+        stop only loops read as the shared stop values."""
+        if port in unit.stops:
+            flags = cast(list[bool], got[port].tolist())  # pyright: ignore[reportUnknownMemberType]
+            return [STOP_TRUE if b else STOP_FALSE for b in flags]
+        if port not in unit.padded:
+            return got[port].clone().unbind(0)
+        lengths = outs.get(unit.key(length_key(port)))
+        if lengths is None:
+            raise NodeError(
+                f"node `{unit.call.node}`'s captured step returned no lengths for its bounded "
+                f"output `{port}` (`{length_key(port)}`)"
+            )
+        return cut_rows(got[port], lengths)
 
     @staticmethod
     def _prepare(

@@ -96,9 +96,10 @@ def body_unit(
                 key = f"{call.id}#{p.port}"
                 ports[p.port] = values[wiring[key]] if key in wiring else bufs[key]
             result = call_fn(call.id, ports)
-            for p in call.outputs:
-                if p.port in result:
-                    values[f"{call.id}#{p.port}"] = result[p.port]
+            outs = {p.port for p in call.outputs}
+            for name, value in result.items():  # a port's, or one beside it (`port:len`)
+                if name in outs or name.split(":", 1)[0] in outs:
+                    values[f"{call.id}#{name}"] = value
         return values
 
     return BodyUnit(fn, inputs, outputs, carry)

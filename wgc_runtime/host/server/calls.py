@@ -227,7 +227,13 @@ class Call:
                         raise HttpError(400, msg.message or "bad value", code="invalid_value")
                     self._close(str(kind))
                     status = STATUS.get(kind, 500)
-                    raise HttpError(status, msg.message or "request failed", code=str(kind))
+                    # busy: the session's running request (or every kept session's) ends in
+                    # about a request's time
+                    wait = max(1, min(60, math.ceil(self.server.mean_s)))
+                    headers = {"Retry-After": str(wait)} if kind is FailKind.BUSY else None
+                    raise HttpError(
+                        status, msg.message or "request failed", code=str(kind), headers=headers
+                    )
                 if isinstance(msg, m.Output):
                     self._count(msg)
                     yield msg
