@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import copy
 import io
 import json
 import wave
@@ -112,6 +113,24 @@ def test_transcriptions_equal_transformers_generate(whisper) -> None:
     with pytest.raises(openai.BadRequestError) as info:  # not one of large-v3's languages
         c.audio.transcriptions.create(file=file, model="whisper", language="xx")
     assert info.value.body["param"] == "language"  # type: ignore[index]
+
+
+def test_verbose_json_reports_the_language_whisper_detected(whisper) -> None:
+    """No ``language`` in the request: the transcript is `generate`'s with the language it
+    detects, and ``verbose_json`` names that language (`detect_language`'s token, as a code)."""
+    s, hf = whisper
+    samples = pcm16(clip(seed=7))
+    fe = transformers.WhisperFeatureExtractor(feature_size=80)
+    audio = samples.astype(np.float32) / 32768.0
+    feats = fe(audio, sampling_rate=RATE, return_tensors="pt").input_features
+    gc = copy.deepcopy(hf.generation_config)
+    token = int(hf.detect_language(input_features=feats, generation_config=gc)[0])
+    code = hf_tokenizer().convert_ids_to_tokens(token).strip("<|>")
+    verbose = client(s.url).audio.transcriptions.create(
+        file=("speech.wav", wav(samples)), model="whisper", response_format="verbose_json"
+    )
+    assert f"<|{code}|>" in hf.generation_config.lang_to_id and verbose.language == code
+    assert verbose.text == expected(hf, samples, task="transcribe")  # as generate, detecting
 
 
 def test_a_clip_past_30_s_is_cut_into_windows_by_the_route(whisper) -> None:

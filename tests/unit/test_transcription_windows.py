@@ -11,7 +11,7 @@ import torch
 pytest.importorskip("fastapi")
 
 from wgc_runtime.contract.messages import Output
-from wgc_runtime.host.server.transcriptions import _text, window_counts
+from wgc_runtime.host.server.transcriptions import _text, detected_language, window_counts
 
 
 def text(piece: bytes) -> Output:
@@ -61,3 +61,28 @@ def test_other_tensors_and_channels_are_not_records() -> None:
     assert window_counts(outs, 1) is None
     odd = Output("r", "main", "decode", "tensor", "window", (), torch.tensor([0.0, 2.0]))
     assert window_counts([text(b"a"), text(b"b"), odd], 1) is None
+
+
+def detected(code: bytes, channel: str = "detected") -> Output:
+    data = torch.tensor(list(code), dtype=torch.uint8)
+    return Output("r", "main", "report", "tensor", channel, (), data)
+
+
+def test_the_language_is_the_first_windows_detected_record() -> None:
+    outs = [text(b"hi"), window(0, 1), detected(b"de"), detected(b"fr"), window(1, 0)]
+    assert detected_language(outs) == "de"
+    assert detected_language([detected(b"yue")]) == "yue"
+
+
+@pytest.mark.parametrize(
+    "outs",
+    [
+        [text(b"hi"), window(0, 1)],  # a model that says nothing about it
+        [detected(b"")],  # the node knew no code for the language token
+        [detected(b"e n")],  # not a code
+        [detected(b"de", channel="other")],
+        [Output("r", "main", "report", "tensor", "detected", (), torch.tensor([100, 101]))],
+    ],
+)
+def test_no_detected_code_leaves_the_language_unknown(outs: list[Output]) -> None:
+    assert detected_language(outs) is None

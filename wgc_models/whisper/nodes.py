@@ -12,7 +12,9 @@ decoding rules of ``WhisperForConditionalGeneration.generate``):
   appends its token and chooses the next. ``stop`` at end of text or at the length limit;
   a call after that (the loop's one speculative step) runs nothing and says end of text again.
   Each call also gives ``window``: the window's index among the request's audio segments and
-  how many tokens (text items) it streamed so far (``report`` emits the window's last).
+  how many tokens (text items) it streamed so far (``report`` emits the window's last); the
+  ``start`` call gives ``detected``, the window's language code (the request's, or the one
+  detected) as UTF-8 bytes, which ``report`` emits for verbose transcripts.
 - `Detokenizer`: one token → the UTF-8 bytes it stands for (none for special and timestamp
   tokens), emitted as text.
 
@@ -180,6 +182,7 @@ class Decoder(Node):
             )
             with torch.no_grad():  # else a random model speaks in timestamps (no text)
                 model.model.decoder.embed_tokens.weight[self.tokens.no_timestamps + 1 :] = 0
+        self._codes = {i: code for code, i in self.tokens.languages.items()}  # <|en|> -> "en"
         self.model = cast_weights(model.eval(), weights_dtype(self.config, self.name))
         self.model.to(self.device)
         self._backends: tuple | None = None  # self- and cross-attention, for `_pool`
@@ -212,6 +215,7 @@ class Decoder(Node):
             for (i, _), row in zip(detect, logits, strict=True):
                 w = batch[i]
                 lang = int(self.tokens.language_scores(row).argmax())
+                w.ctx.state["language"] = self._codes.get(lang, "")
                 rows.append((i, self._prompt(w, lang, detected=True)))
         if rows:
             logits = self._step(batch, rows)
@@ -259,6 +263,7 @@ class Decoder(Node):
             raise NodeInputError(
                 f"node `{self.name}`: this checkpoint has no language `{language}`"
             )
+        st["language"] = language
         st["prompt"] = self._prompt(w, self.tokens.languages[language], detected=False)
         return False
 
@@ -331,6 +336,9 @@ class Decoder(Node):
             out["stop"] = torch.tensor(stop)
         if "window" in w.ctx.writes:
             out["window"] = torch.tensor([st.get("window", 0), st["streamed"]])
+        if "detected" in w.ctx.writes:  # the start call: the window's language
+            code = str(st.get("language", "")).encode("utf-8")
+            out["detected"] = torch.tensor(list(code), dtype=torch.uint8)
         return out
 
 

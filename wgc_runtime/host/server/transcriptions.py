@@ -13,7 +13,8 @@ transcript. ``response_format``: ``json`` (``{"text", "usage"}``), ``text`` (the
 ``text/plain``) or ``verbose_json`` (``task``, ``language``, ``duration`` and ``segments`` with
 ``start`` / ``end`` seconds: one per window when the model says how many of its text outputs
 each window emitted (a ``window`` record per window, `window_counts`), else one for the whole
-clip). ``stream: true`` sends
+clip; ``language`` is the request's, else the one the model says it detected (a ``detected``
+record, `detected_language`), else ``auto``). ``stream: true`` sends
 ``transcript.text.delta`` events as the text comes, then ``transcript.text.done``.
 ``language`` and ``temperature`` set the model's options of those names (400 naming the field
 when it has none: `openai_params`); ``timestamp_granularities`` takes ``segment`` only.
@@ -42,6 +43,7 @@ from wgc_runtime.host.server.openai_params import NEVER, bad, check_model, optio
 
 WINDOW_S = 30.0
 WINDOW = "window"  # the channel of a model's per-window record (`window_counts`)
+DETECTED = "detected"  # the channel of a window's language code (`detected_language`)
 FORMATS = ("json", "text", "verbose_json")
 FIELDS = {"file", "model", "prompt", "response_format", "stream", "language", "temperature"}
 FIELDS |= {"timestamp_granularities", "timestamp_granularities[]", "include", "include[]"}
@@ -138,7 +140,8 @@ def router(server: Server) -> APIRouter:
         usage = {"type": "duration", "seconds": round(audio.numel() / rate, 3)}
         if fmt == "json":
             return JSONResponse({"text": text, "usage": usage})
-        return JSONResponse(_verbose(text, pieces, cuts, fields.get("language"), options))
+        language = fields.get("language") or detected_language(outs)
+        return JSONResponse(_verbose(text, pieces, cuts, language, options))
 
     return api
 
@@ -186,6 +189,21 @@ def window_counts(outs: list[m.Output], n: int) -> list[int] | None:
             return None
         by[index] = count
     return [by[i] for i in range(n)] if sorted(by) == list(range(n)) else None
+
+
+def detected_language(outs: list[m.Output]) -> str | None:
+    """The language the model says it heard: the first window's `DETECTED` record (a
+    ``tensor`` emit of channel ``detected``: the language's code as UTF-8 bytes, e.g. Whisper's
+    language token ``<|en|>`` as ``en``); None when it sends none or one that is no code."""
+    for o in outs:
+        if o.modality != "tensor" or o.channel != DETECTED:
+            continue
+        data = torch.as_tensor(o.data).reshape(-1)
+        if data.dtype != torch.uint8 or not 0 < data.numel() <= 16:
+            return None
+        code = bytes(data.tolist()).decode("ascii", errors="replace")
+        return code if code.replace("-", "").isalnum() else None
+    return None
 
 
 def _verbose(
