@@ -62,11 +62,12 @@ from wgc_models.whisper.model import (
     window_features,
 )
 from wgc_models.whisper.text import WhisperTokens
+from wgc_models.whisper.timestamps import timestamp_rules
 from wgc_runtime.contract.node import Node, NodeContext, NodeError, NodeInputError, Work
 from wgc_runtime.contract.weights import WeightParts
 
 GAIN = 2.0  # random weights at twice fan-in scale: a tiny random decoder's tokens then vary
-WINDOW_STATE = ("prompt", "task", "text_ids", "done", "limit", "generated", "streamed")
+WINDOW_STATE = ("prompt", "task", "text_ids", "done", "limit", "generated", "streamed", "ids")
 TIMESTAMP = re.compile(rb"<\|\d+\.\d+\|>")
 
 
@@ -240,8 +241,7 @@ class Decoder(Node):
     def _open(self, w: Work) -> bool:
         """Sets the request's prompt; whether its language is still to be detected."""
         o, st = w.ctx.options, w.ctx.state
-        if o.get("timestamps"):
-            raise NodeInputError(f"node `{self.name}`: timestamps are not supported yet")
+        st["timestamps"] = bool(o.get("timestamps"))
         task = prompt_text(w.inputs["task"], self.name)
         if task not in self.tokens.tasks:
             raise NodeInputError(f"node `{self.name}`: this checkpoint has no task `{task}`")
@@ -273,10 +273,12 @@ class Decoder(Node):
         come before it)."""
         st, kv = w.ctx.state, w.ctx.kv
         assert kv is not None
-        prompt = self.tokens.prompt(language, st["task"], st["text_ids"])
+        prompt = self.tokens.prompt(
+            language, st["task"], st["text_ids"], timestamps=st["timestamps"]
+        )
         limit = self.tokens.limit(len(prompt))
         most = int(w.ctx.options.get("max_tokens") or 0)
-        st.update(limit=min(limit, len(prompt) + most) if most > 0 else limit, generated=0)
+        st.update(limit=min(limit, len(prompt) + most) if most > 0 else limit, generated=0, ids=[])
         if not detected:
             return prompt
         if st["text_ids"]:
@@ -311,12 +313,22 @@ class Decoder(Node):
         if temperature < 0:
             raise NodeInputError(f"node `{self.name}`: temperature {temperature} is negative")
         params = self.tokens.sampling(first, temperature)
+        if st.get("timestamps"):  # after the suppressed tokens, as generate orders them
+            t = self.tokens
+            logits = logits.index_fill(
+                -1,
+                torch.tensor(params.suppress, dtype=torch.long, device=logits.device),
+                float("-inf"),
+            )
+            logits = timestamp_rules(logits, st["ids"], no_timestamps=t.no_timestamps, eos=t.eos,
+                                     max_initial=t.max_initial_timestamp)  # fmt: skip
         if params.do_sample:
             with RequestGenerator(st, "generator", speech_seed(w.ctx)) as g:
                 token = int(choose(logits[None], params, (), g)[0])
         else:
             token = int(choose(logits[None], params)[0])
         st["generated"] += 1
+        st["ids"].append(token)
         st["done"] = token == self.tokens.eos or kv.length(MAIN) + 1 >= st["limit"]
         return self._result(w, token, st["done"])
 
