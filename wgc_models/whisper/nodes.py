@@ -242,6 +242,7 @@ class Decoder(Node):
         """Sets the request's prompt; whether its language is still to be detected."""
         o, st = w.ctx.options, w.ctx.state
         st["timestamps"] = bool(o.get("timestamps"))
+        st["no_timestamps"] = self.tokens.no_timestamps  # for `_result`'s stamps
         task = prompt_text(w.inputs["task"], self.name)
         if task not in self.tokens.tasks:
             raise NodeInputError(f"node `{self.name}`: this checkpoint has no task `{task}`")
@@ -348,6 +349,10 @@ class Decoder(Node):
             out["stop"] = torch.tensor(stop)
         if "window" in w.ctx.writes:
             out["window"] = torch.tensor([st.get("window", 0), st["streamed"]])
+        if "stamps" in w.ctx.writes:  # the window's index, then (item, centiseconds) pairs
+            first, ids = st.get("no_timestamps", 0) + 1, st.get("ids", [])
+            pairs = [x for j, t in enumerate(ids) if t >= first for x in (j, 2 * (t - first))]
+            out["stamps"] = torch.tensor([st.get("window", 0), *pairs], dtype=torch.int64)
         if "detected" in w.ctx.writes:  # the start call: the window's language
             code = str(st.get("language", "")).encode("utf-8")
             out["detected"] = torch.tensor(list(code), dtype=torch.uint8)
