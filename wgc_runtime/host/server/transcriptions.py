@@ -18,8 +18,8 @@ record, `detected_language`), else ``auto``). ``stream: true`` sends
 ``transcript.text.delta`` events as the text comes, then ``transcript.text.done``.
 ``language`` and ``temperature`` set the model's options of those names (400 naming the field
 when it has none: `openai_params`); ``timestamp_granularities`` takes ``segment`` only: with it,
-a model that declares a ``timestamps`` option (Whisper) decodes its timestamp tokens and the
-segments are where they fall (a ``stamps`` record per window, `timed_segments`).
+a model that declares a ``timestamps`` option (a speech recogniser's) decodes its timestamp
+tokens and the segments are where they fall (a ``stamps`` record per window, `timed_segments`).
 """
 
 from __future__ import annotations
@@ -203,7 +203,7 @@ def window_counts(outs: list[m.Output], n: int) -> list[int] | None:
 
 def detected_language(outs: list[m.Output]) -> str | None:
     """The language the model says it heard: the first window's `DETECTED` record (a
-    ``tensor`` emit of channel ``detected``: the language's code as UTF-8 bytes, e.g. Whisper's
+    ``tensor`` emit of channel ``detected``: the language's code as UTF-8 bytes, e.g. a
     language token ``<|en|>`` as ``en``); None when it sends none or one that is no code."""
     for o in outs:
         if o.modality != "tensor" or o.channel != DETECTED:
