@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import copy
 import io
 import json
 import wave
@@ -99,10 +100,9 @@ def test_transcriptions_equal_transformers_generate(whisper) -> None:
         file=file, model="whisper", language="en", response_format="text"
     )
     assert plain == want
-    verbose = c.audio.transcriptions.create(
-        file=file, model="whisper", language="en", response_format="verbose_json",
-        timestamp_granularities=["segment"],
-    )  # fmt: skip
+    verbose = c.audio.transcriptions.create(  # no granularity: one segment per window
+        file=file, model="whisper", language="en", response_format="verbose_json"
+    )
     assert verbose.text == want and verbose.language == "en" and verbose.duration == 1.5
     assert [(g.start, g.end, g.text) for g in verbose.segments or []] == [(0.0, 1.5, want)]
     with pytest.raises(openai.AuthenticationError):
@@ -112,6 +112,49 @@ def test_transcriptions_equal_transformers_generate(whisper) -> None:
     with pytest.raises(openai.BadRequestError) as info:  # not one of large-v3's languages
         c.audio.transcriptions.create(file=file, model="whisper", language="xx")
     assert info.value.body["param"] == "language"  # type: ignore[index]
+
+
+def test_verbose_json_reports_the_language_whisper_detected(whisper) -> None:
+    """No ``language`` in the request: the transcript is `generate`'s with the language it
+    detects, and ``verbose_json`` names that language (`detect_language`'s token, as a code)."""
+    s, hf = whisper
+    samples = pcm16(clip(seed=7))
+    fe = transformers.WhisperFeatureExtractor(feature_size=80)
+    audio = samples.astype(np.float32) / 32768.0
+    feats = fe(audio, sampling_rate=RATE, return_tensors="pt").input_features
+    gc = copy.deepcopy(hf.generation_config)
+    token = int(hf.detect_language(input_features=feats, generation_config=gc)[0])
+    code = hf_tokenizer().convert_ids_to_tokens(token).strip("<|>")
+    verbose = client(s.url).audio.transcriptions.create(
+        file=("speech.wav", wav(samples)), model="whisper", response_format="verbose_json"
+    )
+    assert f"<|{code}|>" in hf.generation_config.lang_to_id and verbose.language == code
+    assert verbose.text == expected(hf, samples, task="transcribe")  # as generate, detecting
+
+
+def test_segment_timestamps_are_generates_segments(whisper) -> None:
+    """``verbose_json`` with ``timestamp_granularities=["segment"]``: the model's timestamp
+    tokens cut the transcript, as `generate(return_timestamps=True)` cuts it into segments."""
+    s, hf = whisper
+    samples = pcm16(clip(2.0, seed=9))
+    fe = transformers.WhisperFeatureExtractor(feature_size=80)
+    feats = fe(samples.astype(np.float32) / 32768.0, sampling_rate=RATE, return_tensors="pt")
+    gc = copy.deepcopy(hf.generation_config)
+    out = hf.generate(feats.input_features, generation_config=gc, language="en",
+                      return_timestamps=True, return_dict_in_generate=True)  # fmt: skip
+    tok = hf_tokenizer()
+    want = [
+        (round(float(g["start"]), 3), round(float(g["end"]), 3), said)
+        for g in out["segments"][0]
+        if (said := tok.decode(g["tokens"], skip_special_tokens=True)).strip()
+    ]
+    assert len(want) > 1
+    verbose = client(s.url).audio.transcriptions.create(
+        file=("speech.wav", wav(samples)), model="whisper", language="en",
+        response_format="verbose_json", timestamp_granularities=["segment"],
+    )  # fmt: skip
+    got = [(g.start, g.end, g.text) for g in verbose.segments or []]
+    assert got == want
 
 
 def test_a_clip_past_30_s_is_cut_into_windows_by_the_route(whisper) -> None:

@@ -120,6 +120,10 @@ def test_each_window_reports_its_index_and_its_text_items() -> None:
     records = [e.value.tolist() for e in out.emitted if e.channel == "window"]
     assert [i for i, _ in records] == [0, 1, 2] and all(n == 3 for _, n in records)
     assert sum(n for _, n in records) == len(out.of("text"))
+    # and each window's language, as a code (the request's here; `auto`: the one detected)
+    codes = [bytes(v.tolist()).decode() for e in out.emitted
+             if e.channel == "detected" and (v := e.value) is not None]  # fmt: skip
+    assert codes == ["en"] * 3
 
 
 def test_whisper_options_change_the_transcript_and_english_translation_fails() -> None:

@@ -9,6 +9,7 @@ refused with their reasons."""
 
 from __future__ import annotations
 
+import copy
 import subprocess
 import wave
 
@@ -186,13 +187,32 @@ def test_concurrent_requests_decode_as_one_batch_with_their_own_results(served, 
     assert max(sizes) > 1
 
 
+def test_timestamps_are_the_tokens_generate_chooses_with_return_timestamps(served) -> None:
+    """``timestamps``: the prompt ends at the task and the decoder chooses generate's tokens
+    (timestamp pairs among the text, one text item each: a timestamp's is empty)."""
+    hf, _, plans = served
+    for i, audio in enumerate((clip(), clip(2.0, seed=9))):
+        gc = copy.deepcopy(hf.generation_config)
+        out = hf.generate(features(audio)[None], generation_config=gc, language="en",
+                          return_timestamps=True, return_dict_in_generate=True)  # fmt: skip
+        # the window's one pass, prompt (<|startoftranscript|><|en|><|transcribe|>) and all
+        new = out["segments"][0][0]["result"]["sequences"].tolist()[3:]
+        assert any(t > tiny.NO_TIMESTAMPS for t in new)  # it does speak in timestamps
+        options = {"language": "en", "timestamps": True}
+        got = run_local(plans["cpu"], [segment("audio", audio)], ["text"], options, rid=f"t{i}")
+        pieces = [bytes(o.tolist()) for o in got[TEXT]]
+        assert len(pieces) == len(new)
+        assert all(p == b"" for p, t in zip(pieces, new, strict=True) if t > tiny.NO_TIMESTAMPS)
+        text = hf_tokenizer().decode(new, skip_special_tokens=True)
+        assert text and b"".join(pieces).decode(errors="replace") == text
+
+
 def test_requests_the_decoder_cannot_serve_fail_with_their_reason(served) -> None:
     from wgc_runtime.host.local import LocalCluster
 
     _, _, plans = served
     c = LocalCluster(plans["cpu"], strict=True)
     for inputs, options, reason in (
-        ([segment("audio", clip())], {"timestamps": True}, "timestamps are not supported"),
         ([segment("audio", clip(31.0))], {}, "longer than the 30 s window"),
         ([segment("text", "x " * 300), segment("audio", clip())], {}, "Whisper takes at most 223"),
     ):

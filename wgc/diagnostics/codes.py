@@ -160,6 +160,9 @@ _TABLE: tuple[tuple[str, Severity, str], ...] = (
     # a range handed out with the placement's, but their stages are their own (`_OWN_STAGE`)
     ("WG863", E, "bounded dim's bound is not a positive integer"),
     ("WG864", E, "node returned more values than a bounded dim allows"),
+    # a checkpoint's text files, found as its nodes are built (`_OWN_STAGE`: "run")
+    ("WG879", E, "checkpoint without the tokenizer its vocabulary needs"),
+    ("WG880", E, "checkpoint's chat template does not render part by part"),
     # -- lints (WG9xx): warnings for declarations nothing uses
     ("WG901", W, "unused node"),
     ("WG902", W, "unused param"),
@@ -181,9 +184,10 @@ LAUNCH = frozenset({"WG825", "WG826", "WG827"})
 # (tests/unit/test_targets.py runs them)
 COMMAND = frozenset({"WG840", "WG841"})
 
-# codes whose stage is not their number's: WG863 is a type error; WG864 is found while a request
-# runs (the runtime's check of a node's outputs), so its explanation shows no failing check
-_OWN_STAGE = {"WG863": "types", "WG864": "run"}
+# codes whose stage is not their number's: WG863 is a type error; WG864, WG879 and WG880 are
+# found while a plan runs (a node's outputs; a checkpoint's text files as its node is built), so
+# their explanations show no failing check
+_OWN_STAGE = {"WG863": "types", "WG864": "run", "WG879": "run", "WG880": "run"}
 
 
 def stage_of(code: str) -> str:

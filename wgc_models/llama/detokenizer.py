@@ -11,29 +11,30 @@ With a checkpoint folder that has a ``tokenizer.json`` the text is what transfor
 token (`wgc_models.layers.incremental_text`; its state in `CallContext.state`, so it moves
 with the request between ranks). The reply's last id sends what is pending.
 
-Without a checkpoint, or with a folder that has no tokenizer, a token is one byte (the tiny
-model's 256-token vocabulary) and is emitted as that byte, as before.
+Without a checkpoint, or with a byte-vocabulary folder that has no tokenizer, a token is one
+byte (the tiny model's 256-token vocabulary) and is emitted as that byte; a real checkpoint
+without its ``tokenizer.json`` is refused (``WG879``, `wgc_models.llama.text.tokenizer_file`).
 """
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import torch
 from tokenizers import Tokenizer
 
 from wgc_models.layers.incremental_text import IncrementalText
+from wgc_models.llama.text import tokenizer_file
 from wgc_runtime.contract.node import CallContext, Node, NodeContext, NodeError
 
 __all__ = ["Detokenizer", "IncrementalText", "load_tokenizer"]
 
 
-def load_tokenizer(path: str) -> Tokenizer | None:
-    """The checkpoint's tokenizer, or None without a checkpoint or a ``tokenizer.json``."""
-    if not path or not (Path(path) / "tokenizer.json").is_file():
+def load_tokenizer(path: str, node: str) -> Tokenizer | None:
+    """The checkpoint's tokenizer; None where a token is one byte (`text.tokenizer_file`)."""
+    file = tokenizer_file(path, node)
+    if file is None:
         return None
     try:
-        return Tokenizer.from_file(str(Path(path) / "tokenizer.json"))
+        return Tokenizer.from_file(str(file))
     except Exception as exc:  # the tokenizers package's own parse error
         raise NodeError(f"checkpoint `{path}`: `tokenizer.json` does not load: {exc}") from exc
 
@@ -43,7 +44,7 @@ class Detokenizer(Node):
 
     def __init__(self, ctx: NodeContext) -> None:
         super().__init__(ctx)
-        self.tokenizer = load_tokenizer(str(self.config.get("checkpoint") or ""))
+        self.tokenizer = load_tokenizer(str(self.config.get("checkpoint") or ""), self.name)
         self.eos = int(self.config.get("eos", -1))
         self.max_new_tokens = int(self.config.get("max_new_tokens", 0))
 

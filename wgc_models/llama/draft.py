@@ -108,8 +108,8 @@ class Draft(Node):
 
     def __init__(self, ctx: NodeContext) -> None:
         super().__init__(ctx)
+        self.text = prompt_format(self.config, self.name)  # before the weights (WG879)
         self.model = draft_model(self.config, self.device)
-        self.text = prompt_format(self.config)
         self.k = int(self.config["k"])
         self.kv_tokens = int(self.config["kv_tokens"])
         self._engine: DecoderEngine | None = None

@@ -100,8 +100,8 @@ class Decoder(Node):
 
     def __init__(self, ctx: NodeContext) -> None:
         super().__init__(ctx)
-        self.model = build_model(self.config, self.device)
-        self.text = prompt_format(self.config)  # the checkpoint's tokenizer and chat template
+        self.text = prompt_format(self.config, self.name)  # its tokenizer and chat template
+        self.model = build_model(self.config, self.device)  # (after it: WG879 builds nothing)
         self.eos = int(self.config.get("eos", -1))
         self.kv_tokens = int(self.config["kv_tokens"])
         self._engine: DecoderEngine | None = None

@@ -45,8 +45,9 @@ from wgc_models.layers.sampling import choose
 from wgc_models.layers.whisper_mel import log_mel
 from wgc_models.qwen3_omni import checkpoint
 from wgc_models.qwen3_omni.omni_thinker import ThinkerEngine, ThinkerPass
-from wgc_models.qwen3_omni.prompt import ChatPrompt, audio_ids
+from wgc_models.qwen3_omni.prompt import audio_ids
 from wgc_models.qwen3_omni.stack_engine import StackEngine
+from wgc_models.qwen3_omni.template import chat_prompt
 from wgc_runtime.contract.node import KvCache, Node, NodeContext, NodeError, Work
 
 
@@ -90,7 +91,8 @@ class Thinker(Node):
         self.codec = load_codec(str(self.config.get("checkpoint") or ""), "qwen3_omni")
         model = checkpoint.thinker(self.config, cfg, self.codec, self.device)
         self.model = cast_weights(model, weights_dtype(self.config, self.name))
-        self.prompt = ChatPrompt(self.codec, cfg.tokens, audio_ids(self.codec, cfg))
+        audio = audio_ids(self.codec, cfg)
+        self.prompt = chat_prompt(self.config, self.codec, cfg.tokens, audio)  # its template
         self.accept = cfg.talker.accept_hidden_layer
         self.kv_tokens = int(self.config["kv_tokens"])
         self.rows, dim = self.out_shape("thinker_states")

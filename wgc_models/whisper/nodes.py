@@ -12,7 +12,9 @@ decoding rules of ``WhisperForConditionalGeneration.generate``):
   appends its token and chooses the next. ``stop`` at end of text or at the length limit;
   a call after that (the loop's one speculative step) runs nothing and says end of text again.
   Each call also gives ``window``: the window's index among the request's audio segments and
-  how many tokens (text items) it streamed so far (``report`` emits the window's last).
+  how many tokens (text items) it streamed so far (``report`` emits the window's last); the
+  ``start`` call gives ``detected``, the window's language code (the request's, or the one
+  detected) as UTF-8 bytes, which ``report`` emits for verbose transcripts.
 - `Detokenizer`: one token → the UTF-8 bytes it stands for (none for special and timestamp
   tokens), emitted as text.
 
@@ -58,10 +60,11 @@ from wgc_models.whisper.model import (
     window_features,
 )
 from wgc_models.whisper.text import WhisperTokens
+from wgc_models.whisper.timestamps import timestamp_rules
 from wgc_runtime.contract.node import Node, NodeContext, NodeError, NodeInputError, Work
 
 GAIN = 2.0  # random weights at twice fan-in scale: a tiny random decoder's tokens then vary
-WINDOW_STATE = ("prompt", "task", "text_ids", "done", "limit", "generated", "streamed")
+WINDOW_STATE = ("prompt", "task", "text_ids", "done", "limit", "generated", "streamed", "ids")
 TIMESTAMP = re.compile(rb"<\|\d+\.\d+\|>")
 
 
@@ -141,6 +144,7 @@ class Decoder(Node):
             )
             with torch.no_grad():  # else a random model speaks in timestamps (no text)
                 model.model.decoder.embed_tokens.weight[self.tokens.no_timestamps + 1 :] = 0
+        self._codes = {i: code for code, i in self.tokens.languages.items()}  # <|en|> -> "en"
         self.model = cast_weights(model.eval(), weights_dtype(self.config, self.name))
         self.model.to(self.device)
         self._backends: tuple | None = None  # self- and cross-attention, for `_pool`
@@ -173,6 +177,7 @@ class Decoder(Node):
             for (i, _), row in zip(detect, logits, strict=True):
                 w = batch[i]
                 lang = int(self.tokens.language_scores(row).argmax())
+                w.ctx.state["language"] = self._codes.get(lang, "")
                 rows.append((i, self._prompt(w, lang, detected=True)))
         if rows:
             logits = self._step(batch, rows)
@@ -197,8 +202,8 @@ class Decoder(Node):
     def _open(self, w: Work) -> bool:
         """Sets the request's prompt; whether its language is still to be detected."""
         o, st = w.ctx.options, w.ctx.state
-        if o.get("timestamps"):
-            raise NodeInputError(f"node `{self.name}`: timestamps are not supported yet")
+        st["timestamps"] = bool(o.get("timestamps"))
+        st["no_timestamps"] = self.tokens.no_timestamps  # for `_result`'s stamps
         task = prompt_text(w.inputs["task"], self.name)
         if task not in self.tokens.tasks:
             raise NodeInputError(f"node `{self.name}`: this checkpoint has no task `{task}`")
@@ -220,6 +225,7 @@ class Decoder(Node):
             raise NodeInputError(
                 f"node `{self.name}`: this checkpoint has no language `{language}`"
             )
+        st["language"] = language
         st["prompt"] = self._prompt(w, self.tokens.languages[language], detected=False)
         return False
 
@@ -229,10 +235,12 @@ class Decoder(Node):
         come before it)."""
         st, kv = w.ctx.state, w.ctx.kv
         assert kv is not None
-        prompt = self.tokens.prompt(language, st["task"], st["text_ids"])
+        prompt = self.tokens.prompt(
+            language, st["task"], st["text_ids"], timestamps=st["timestamps"]
+        )
         limit = self.tokens.limit(len(prompt))
         most = int(w.ctx.options.get("max_tokens") or 0)
-        st.update(limit=min(limit, len(prompt) + most) if most > 0 else limit, generated=0)
+        st.update(limit=min(limit, len(prompt) + most) if most > 0 else limit, generated=0, ids=[])
         if not detected:
             return prompt
         if st["text_ids"]:
@@ -267,12 +275,22 @@ class Decoder(Node):
         if temperature < 0:
             raise NodeInputError(f"node `{self.name}`: temperature {temperature} is negative")
         params = self.tokens.sampling(first, temperature)
+        if st.get("timestamps"):  # after the suppressed tokens, as generate orders them
+            t = self.tokens
+            logits = logits.index_fill(
+                -1,
+                torch.tensor(params.suppress, dtype=torch.long, device=logits.device),
+                float("-inf"),
+            )
+            logits = timestamp_rules(logits, st["ids"], no_timestamps=t.no_timestamps, eos=t.eos,
+                                     max_initial=t.max_initial_timestamp)  # fmt: skip
         if params.do_sample:
             with RequestGenerator(st, "generator", speech_seed(w.ctx)) as g:
                 token = int(choose(logits[None], params, (), g)[0])
         else:
             token = int(choose(logits[None], params)[0])
         st["generated"] += 1
+        st["ids"].append(token)
         st["done"] = token == self.tokens.eos or kv.length(MAIN) + 1 >= st["limit"]
         return self._result(w, token, st["done"])
 
@@ -292,6 +310,13 @@ class Decoder(Node):
             out["stop"] = torch.tensor(stop)
         if "window" in w.ctx.writes:
             out["window"] = torch.tensor([st.get("window", 0), st["streamed"]])
+        if "stamps" in w.ctx.writes:  # the window's index, then (item, centiseconds) pairs
+            first, ids = st.get("no_timestamps", 0) + 1, st.get("ids", [])
+            pairs = [x for j, t in enumerate(ids) if t >= first for x in (j, 2 * (t - first))]
+            out["stamps"] = torch.tensor([st.get("window", 0), *pairs], dtype=torch.int64)
+        if "detected" in w.ctx.writes:  # the start call: the window's language
+            code = str(st.get("language", "")).encode("utf-8")
+            out["detected"] = torch.tensor(list(code), dtype=torch.uint8)
         return out
 
 

@@ -1,5 +1,5 @@
 """Whisper's decoding rules, as ``WhisperForConditionalGeneration.generate`` applies them to one
-window of at most 30 s with timestamps off (its short-form path).
+window of at most 30 s (its short-form path; timestamps: `wgc_models.whisper.timestamps`).
 
 * **The prompt** (`WhisperTokens.prompt`): ``<|startoftranscript|> <|lang|> <|task|>
   <|notimestamps|>``, after ``<|startofprev|>`` and the text prompt's ids when the request has
@@ -33,6 +33,10 @@ from wgc_models.layers.sampling import Sampling
 TASKS = ("transcribe", "translate")
 
 
+def _int_or_none(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
 class GenerationConfigError(ValueError):
     """``generation_config.json`` lacks what Whisper's decoding needs."""
 
@@ -49,6 +53,7 @@ class WhisperTokens:
     begin_suppress: tuple[int, ...]
     max_length: int
     max_target_positions: int
+    max_initial_timestamp: int | None = None  # timestamp steps the first may be in, at most
 
     @classmethod
     def from_dict(
@@ -73,6 +78,7 @@ class WhisperTokens:
             begin_suppress=tuple(int(i) for i in raw.get("begin_suppress_tokens") or ()),
             max_length=int(raw.get("max_length") or max_target_positions),
             max_target_positions=max_target_positions,
+            max_initial_timestamp=_int_or_none(raw.get("max_initial_timestamp_index")),
         )
 
     @classmethod
@@ -93,10 +99,14 @@ class WhisperTokens:
         """Text-prompt ids that may precede the start of transcript (Whisper's half context)."""
         return self.max_target_positions // 2 - 1
 
-    def prompt(self, language: int, task: str, text_ids: Sequence[int] = ()) -> list[int]:
-        """The decoder's prompt (module docstring); ``text_ids`` the text prompt's ids."""
+    def prompt(
+        self, language: int, task: str, text_ids: Sequence[int] = (), *, timestamps: bool = False
+    ) -> list[int]:
+        """The decoder's prompt (module docstring); ``text_ids`` the text prompt's ids; with
+        ``timestamps`` it ends at the task (`wgc_models.whisper.timestamps`)."""
         head = [self.previous, *text_ids] if text_ids else []
-        return [*head, self.start, language, self.tasks[task], self.no_timestamps]
+        tail = [] if timestamps else [self.no_timestamps]
+        return [*head, self.start, language, self.tasks[task], *tail]
 
     def limit(self, prompt: int) -> int:
         """The longest the sequence may grow (prompt and generated tokens, with EOS)."""

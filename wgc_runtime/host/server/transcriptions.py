@@ -13,10 +13,13 @@ transcript. ``response_format``: ``json`` (``{"text", "usage"}``), ``text`` (the
 ``text/plain``) or ``verbose_json`` (``task``, ``language``, ``duration`` and ``segments`` with
 ``start`` / ``end`` seconds: one per window when the model says how many of its text outputs
 each window emitted (a ``window`` record per window, `window_counts`), else one for the whole
-clip). ``stream: true`` sends
+clip; ``language`` is the request's, else the one the model says it detected (a ``detected``
+record, `detected_language`), else ``auto``). ``stream: true`` sends
 ``transcript.text.delta`` events as the text comes, then ``transcript.text.done``.
 ``language`` and ``temperature`` set the model's options of those names (400 naming the field
-when it has none: `openai_params`); ``timestamp_granularities`` takes ``segment`` only.
+when it has none: `openai_params`); ``timestamp_granularities`` takes ``segment`` only: with it,
+a model that declares a ``timestamps`` option (a speech recogniser's) decodes its timestamp
+tokens and the segments are where they fall (a ``stamps`` record per window, `timed_segments`).
 """
 
 from __future__ import annotations
@@ -42,6 +45,8 @@ from wgc_runtime.host.server.openai_params import NEVER, bad, check_model, optio
 
 WINDOW_S = 30.0
 WINDOW = "window"  # the channel of a model's per-window record (`window_counts`)
+DETECTED = "detected"  # the channel of a window's language code (`detected_language`)
+STAMPS = "stamps"  # the channel of a window's timestamp tokens (`timed_segments`)
 FORMATS = ("json", "text", "verbose_json")
 FIELDS = {"file", "model", "prompt", "response_format", "stream", "language", "temperature"}
 FIELDS |= {"timestamp_granularities", "timestamp_granularities[]", "include", "include[]"}
@@ -105,6 +110,12 @@ def router(server: Server) -> APIRouter:
                 except ValueError:
                     raise bad(name, f"`{value}` is not a {kind.__name__}") from None
         options = options_of(server, fields, {})
+        if (
+            fmt == "verbose_json"
+            and grains
+            and "timestamps" in {o.name for o in server.spec.options}
+        ):
+            options["timestamps"] = True  # segments where the model's timestamp tokens put them
         try:
             raw = await upload.read()  # decoded in a thread: an upload may be 64 MiB
             audio, extra = await asyncio.to_thread(decode_wav, raw, "file", server.limits)
@@ -138,7 +149,9 @@ def router(server: Server) -> APIRouter:
         usage = {"type": "duration", "seconds": round(audio.numel() / rate, 3)}
         if fmt == "json":
             return JSONResponse({"text": text, "usage": usage})
-        return JSONResponse(_verbose(text, pieces, cuts, fields.get("language"), options))
+        language = fields.get("language") or detected_language(outs)
+        timed = timed_segments(outs, cuts) if options.get("timestamps") else None
+        return JSONResponse(_verbose(text, pieces, cuts, language, options, timed))
 
     return api
 
@@ -188,15 +201,69 @@ def window_counts(outs: list[m.Output], n: int) -> list[int] | None:
     return [by[i] for i in range(n)] if sorted(by) == list(range(n)) else None
 
 
+def detected_language(outs: list[m.Output]) -> str | None:
+    """The language the model says it heard: the first window's `DETECTED` record (a
+    ``tensor`` emit of channel ``detected``: the language's code as UTF-8 bytes, e.g. a
+    language token ``<|en|>`` as ``en``); None when it sends none or one that is no code."""
+    for o in outs:
+        if o.modality != "tensor" or o.channel != DETECTED:
+            continue
+        data = torch.as_tensor(o.data).reshape(-1)
+        if data.dtype != torch.uint8 or not 0 < data.numel() <= 16:
+            return None
+        code = bytes(data.tolist()).decode("ascii", errors="replace")
+        return code if code.replace("-", "").isalnum() else None
+    return None
+
+
+def timed_segments(
+    outs: list[m.Output], cuts: list[tuple[float, float, torch.Tensor]]
+) -> list[tuple[float, float, str]] | None:
+    """Segments (start s, end s, text) where the model's timestamp tokens put them: each
+    window's `STAMPS` record (its index, then (text item, centiseconds into the window) per
+    timestamp token) cuts the window's text items; text after a window's last timestamp ends
+    at the window's end. None without one record per window (`window_counts`)."""
+    texts = [bytes(torch.as_tensor(o.data).tolist()) for o in outs if o.modality == "text"]
+    counts = window_counts(outs, len(cuts))
+    stamps: dict[int, dict[int, int]] = {}
+    for o in outs:
+        if o.modality == "tensor" and o.channel == STAMPS:
+            data = [int(x) for x in torch.as_tensor(o.data).reshape(-1).tolist()]
+            if not data or len(data) % 2 != 1 or data[0] in stamps:
+                return None
+            stamps[data[0]] = dict(zip(data[1::2], data[2::2], strict=True))
+    if counts is None or sum(counts) != len(texts) or sorted(stamps) != list(range(len(cuts))):
+        return None
+    out: list[tuple[float, float, str]] = []
+    at = 0
+    for w, ((begin, end, _), count) in enumerate(zip(cuts, counts, strict=True)):
+        start, run = begin, b""
+        for j, piece in enumerate(texts[at : at + count]):
+            if j not in stamps[w]:
+                run += piece
+                continue
+            time = round(begin + stamps[w][j] / 100, 3)
+            if run.strip():
+                out.append((start, time, run.decode("utf-8", errors="replace")))
+            start, run = time, b""
+        if run.strip():
+            out.append((start, round(end, 3), run.decode("utf-8", errors="replace")))
+        at += count
+    return out
+
+
 def _verbose(
     text: str,
     pieces: list[str] | None,
     cuts: list[tuple[float, float, torch.Tensor]],
     language: str | None,
     options: dict[str, Any],
+    timed: list[tuple[float, float, str]] | None = None,
 ) -> dict[str, Any]:
     spans = [(s, e) for s, e, _ in cuts] if pieces else [(0.0, cuts[-1][1])]
     texts = pieces or [text]
+    if timed is not None:
+        spans, texts = [(s, e) for s, e, _ in timed], [t for _, _, t in timed]
     segments = [
         {
             "id": i,
