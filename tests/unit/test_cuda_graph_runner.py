@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.narrow import present
 from wgc_runtime.contract.kinds import CaptureScope, DestKind, Edge, InputMode, SourceKind
 from wgc_runtime.contract.spec import (
     CallSpec,
@@ -206,8 +205,9 @@ def test_runner_from_a_generated_capture_list():
     if not path.is_file():
         pytest.skip("generated orpheus module not present")
     mod_spec = importlib.util.spec_from_file_location("_orpheus_rank0", path)
-    mod = importlib.util.module_from_spec(present(mod_spec))
-    present(mod_spec.loader).exec_module(mod)
+    assert mod_spec is not None and mod_spec.loader is not None
+    mod = importlib.util.module_from_spec(mod_spec)
+    mod_spec.loader.exec_module(mod)
     rank = mod.RANK
     spec = next(c for c in rank.captures if c.scope == "loop")
     piece = rank.piece(spec.walk)

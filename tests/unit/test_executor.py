@@ -49,7 +49,7 @@ def _samples() -> list[M.Message]:
         M.ClientOut("r", 1, "w", "main", "text", "token", (3,), None),
         M.Failed("r", FailKind.NODE, "boom", "main", "w", "LLM", 0),
         M.Output("r", "main", "w", "text", "token", (1,), 5),
-        M.Finished("r", False, "timeout", "late", None, None, None),
+        M.Finished("r", False, FailKind.TIMEOUT, "late", None, None, None),
     ]
 
 
@@ -280,8 +280,9 @@ def test_loader_hands_each_node_its_capture_units():
 
     path = Path(__file__).resolve().parents[2] / "generated" / "orpheus" / "cpu" / "rank_0.py"
     spec = importlib.util.spec_from_file_location("orpheus_cpu_rank_0", path)
-    module = importlib.util.module_from_spec(present(spec))
-    present(spec.loader).exec_module(module)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
     rank = module.RANK
     llm = node_captures(rank, "LLM")
     assert [c.loop for c in llm] == ["decode_loop"] and llm[0].buckets

@@ -195,7 +195,7 @@ def _extern_main(req):
 
 def test_escape_hatch_flow_protocol(monkeypatch):
     mod = types.ModuleType("wgc_test_extern_flows")
-    mod.main = _extern_main
+    mod.main = _extern_main  # pyright: ignore[reportAttributeAccessIssue] (a made-up module)
     monkeypatch.setitem(sys.modules, "wgc_test_extern_flows", mod)
     m = compile_text(EXTERN)
     nodes = instances(m, {"inc": Inc})

@@ -22,7 +22,7 @@ from wgc.lower.plan import Plan
 from wgc.lower.summary import cross_rank_summary
 from wgc.placement.model import Batching, Group, KvCache, Named, ParamOverride, Placement
 from wgc.placement.params import apply_overrides
-from wgc_runtime.contract.kinds import DestKind, Edge
+from wgc_runtime.contract.kinds import CaptureScope, DestKind, Edge
 from wgc_runtime.contract.spec import SPEC_VERSION, Dest, KvCacheSpec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -95,7 +95,7 @@ def test_bagel_cpu_captures_the_whole_denoise_body() -> None:
     model = front(example("bagel"))
     plan = lower(model, cpu(model, IDS))
     caps = {(c.walk, c.scope, c.loop): c for c in plan.ranks[0].captures}
-    cfg = caps[("image_gen_cfg", "loop", "denoise")]
+    cfg = caps[("image_gen_cfg", CaptureScope.LOOP, "denoise")]
     assert cfg.calls == (0, 1, 2, 3) and cfg.buckets == (1, 2, 4)
     assert ("3#latents", cfg.ports[-2][1]) == cfg.ports[-2]  # outputs come after inputs
     assert ("decode", "loop", "decode_loop") in caps
