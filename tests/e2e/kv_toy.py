@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from tests.narrow import present
 from wgc.driver import Driver
 from wgc.interp import Emitted, Outputs, RequestError
 from wgc_runtime.contract.node import Node
@@ -156,16 +157,16 @@ class LLM(Node):
 
     def forward_one(self, inputs, ctx):
         _fail(self.name, ctx)
-        kv = ctx.kv
+        kv = present(ctx.kv, "kv cache")
         if "prompt" in inputs:
-            rows = inputs["prompt"]
+            rows = present(inputs["prompt"])
             if ctx.options.get("overflow"):
                 rows = rows.new_zeros(100, 4)
             kv.append(*_kv(rows, kv.layers), "main")
             kv.fork("main", "cfg")
             return {"new_token": _token(kv.attend(_kv(rows[-1:], 1)[0][0]))}
         if "token" in inputs:
-            row = inputs["token"].float().reshape(1, 1).expand(1, 4) / 97
+            row = present(inputs["token"]).float().reshape(1, 1).expand(1, 4) / 97
             kv.append(*_kv(row, kv.layers), "main")
             ctx.state["n"] = n = ctx.state.get("n", 0) + 1
             stop = n >= int(ctx.options.get("eos_after", 3))
@@ -180,7 +181,7 @@ class LLM(Node):
 class Combine(Node):
     def forward_one(self, inputs, ctx):
         _fail(self.name, ctx)
-        v = (2 * inputs["v_main"] - inputs["v_cfg"]) / 3
+        v = (2 * present(inputs["v_main"]) - present(inputs["v_cfg"])) / 3
         latents = inputs.get("latents")
         if latents is None:
             latents = torch.randn(4, 4, generator=ctx.generator("noise", per_call=False))

@@ -19,6 +19,7 @@ import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from tests.e2e.runtime_support import TWO_RANKS, compile_faults, listening, start, stop
+from tests.narrow import present
 from wgc_runtime.contract import control as c
 from wgc_runtime.host.client import Client, RequestFailed
 from wgc_runtime.host.transport.control_codec import ControlCodec
@@ -62,7 +63,9 @@ def attack(address: str, key: ClientKey | None, frames: list) -> int:
 
 
 def served(client: Client) -> list[list[float]]:
-    return [o.value.tolist() for o in client.run(X, ["tensor"], {"steps": 3}, deadline=120)]
+    return [
+        present(o.value).tolist() for o in client.run(X, ["tensor"], {"steps": 3}, deadline=120)
+    ]
 
 
 def refused(client: Client) -> str:
@@ -123,7 +126,7 @@ def test_loopback_without_hosts_and_every_interface_only_when_asked(tmp_path) ->
         ports = {who: listening(pid) for who, pid in cluster.pids.items()}
         assert {h for p in ports.values() for h, _ in p} == {"127.0.0.1"}, ports
         assert len(ports["conductor"]) == 1 and not ports["rank 0"] and not ports["rank 1"]
-        with Client(cluster.client_address) as client:
+        with Client(present(cluster.client_address)) as client:
             assert served(client) == EXPECTED
     finally:
         stop(cluster)
@@ -132,7 +135,7 @@ def test_loopback_without_hosts_and_every_interface_only_when_asked(tmp_path) ->
         assert cluster.client_key is not None
         ports = {who: listening(pid) for who, pid in cluster.pids.items()}
         assert {h for p in ports.values() for h, _ in p} == {"0.0.0.0"}, ports
-        with Client(cluster.client_address, key=cluster.client_key) as client:
+        with Client(present(cluster.client_address), key=cluster.client_key) as client:
             assert served(client) == EXPECTED
     finally:
         stop(cluster)

@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from tests.e2e.runtime_support import ROOT, TWO_RANKS, compile_faults, start, stop
+from tests.narrow import present
 from wgc.interp import segment
 from wgc_runtime.host.client import Client
 from wgc_runtime.host.local import LocalCluster
@@ -156,7 +157,9 @@ def test_a_rank_started_again_by_its_launcher_rejoins(plan, tmp_path) -> None:
 def outputs(address: str, key) -> list[list[float]]:
     with Client(address, key=key, idle_timeout=120) as client:
         x = [segment("x", torch.arange(4, dtype=torch.float32))]
-        return [o.value.tolist() for o in client.run(x, ["tensor"], {"steps": 5}, deadline=120)]
+        return [
+            present(o.value).tolist() for o in client.run(x, ["tensor"], {"steps": 5}, deadline=120)
+        ]
 
 
 def test_the_join_file_is_private_and_checked(plan, tmp_path) -> None:

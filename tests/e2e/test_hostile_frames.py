@@ -21,6 +21,7 @@ import pytest
 import torch
 
 from tests.e2e.runtime_support import ROOT, compile_faults, start, stop
+from tests.narrow import present
 from wgc_runtime.host.client import Client
 
 FRAMES = int(os.environ.get("WGC_FUZZ_FRAMES", "10000"))
@@ -49,11 +50,11 @@ def test_malformed_frames_at_every_endpoint_kill_nothing(tmp_path) -> None:
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
         )  # fmt: skip
         done = 0
-        with Client(cluster.client_address, idle_timeout=120) as client:
+        with Client(present(cluster.client_address), idle_timeout=120) as client:
 
             def real(i: int) -> list[list[float]]:
                 outs = client.run(X, ["tensor"], {"steps": 3}, deadline=120)
-                return [o.value.tolist() for o in outs]
+                return [present(o.value).tolist() for o in outs]
 
             while fuzzer.poll() is None or done < 20:
                 with ThreadPoolExecutor(1) as pool:  # one Client is used by one thread
@@ -79,9 +80,11 @@ def test_malformed_frames_at_every_endpoint_kill_nothing(tmp_path) -> None:
             + f", launcher {cluster.mesh.guard.dropped}"
         )
         # and it still serves
-        with Client(cluster.client_address) as client:
+        with Client(present(cluster.client_address)) as client:
             t0 = time.monotonic()
-            assert [o.value.tolist() for o in client.run(X, ["tensor"], {"steps": 3})] == EXPECTED
+            assert [
+                present(o.value).tolist() for o in client.run(X, ["tensor"], {"steps": 3})
+            ] == EXPECTED
             assert time.monotonic() - t0 < 30
     finally:
         stop(cluster)

@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.narrow import all_present, present
+
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:  # the node modules import as `wgc_models.<family>`
     sys.path.insert(0, str(ROOT))
@@ -24,12 +26,13 @@ from wgc.interp import (  # noqa: E402
     same_outputs,
     segment,
 )
+from wgc.ir.model import Model  # noqa: E402
 from wgc_runtime.contract.node import Node  # noqa: E402
 
-MODELS: dict[str, object] = {}
+MODELS: dict[str, Model] = {}
 
 
-def model(family: str):
+def model(family: str) -> Model:
     if family not in MODELS:
         MODELS[family] = load_model(str(ROOT / "wgc_models" / family / f"{family}.walk"))
     return MODELS[family]
@@ -50,7 +53,7 @@ def bagel_ids() -> frozenset[str]:
 
 
 def shapes(out) -> Counter:
-    return Counter((e.flow, e.walk, e.modality, tuple(e.value.shape)) for e in out.emitted)
+    return Counter((e.flow, e.walk, e.modality, tuple(present(e.value).shape)) for e in out.emitted)
 
 
 class Recorder(Node):
@@ -76,7 +79,7 @@ def test_bagel_text_to_image_cfg_parallel():
     out = run("bagel", [segment("text", "a red cube")], ["image"])
     assert out.ok, out.error
     assert shapes(out) == {("main", "image_gen_cfg", "image", (64, 64, 3)): 1}
-    assert out.of("image")[0].dtype == torch.uint8
+    assert present(out.of("image")[0]).dtype == torch.uint8
 
 
 def test_bagel_text_to_image_without_cfg_nodes_placed():
@@ -89,7 +92,9 @@ def test_bagel_image_editing():
     assert out.ok, out.error
     assert shapes(out) == {("main", "image_gen_cfg", "image", (64, 64, 3)): 1}
     plain = run("bagel", [segment("text", "make it blue")], ["image"])
-    assert not torch.equal(out.of("image")[0], plain.of("image")[0])  # the image conditions it
+    assert not torch.equal(
+        present(out.of("image")[0]), present(plain.of("image")[0])
+    )  # the image conditions it
 
 
 def test_bagel_image_understanding_decodes_until_eos():
@@ -100,8 +105,10 @@ def test_bagel_image_understanding_decodes_until_eos():
     # (EOS, or the one after `max_tokens`) is not emitted
     assert shapes(out) == {("main", "decode", "text", (1,)): 6}
     assert [e.iteration for e in out.emitted] == [(i,) for i in range(6)]
-    assert int(out.of("text")[0]) == 256  # the tiny vocabulary's <|im_start|>
-    assert all(int(t) != 257 for t in out.of("text"))  # <|im_end|> ends it, never emitted
+    assert int(present(out.of("text")[0])) == 256  # the tiny vocabulary's <|im_start|>
+    assert all(
+        int(t) != 257 for t in all_present(out.of("text"))
+    )  # <|im_end|> ends it, never emitted
 
 
 def test_bagel_think_then_generate():
@@ -118,8 +125,12 @@ def test_bagel_with_its_detokenizer_replies_in_text():
     out = run("bagel", inputs, ["text"], {"max_tokens": 6})
     assert out.ok, out.error
     assert {(e.flow, e.walk) for e in out.emitted} == {("text", "detokenize")}
-    text = b"".join(bytes(e.value.tolist()) for e in out.emitted)
-    assert text == bytes(int(e.value) for e in ids.emitted if int(e.value) < 256) != b""
+    text = b"".join(bytes(present(e.value).tolist()) for e in out.emitted)
+    assert (
+        text
+        == bytes(int(present(e.value)) for e in ids.emitted if int(present(e.value)) < 256)
+        != b""
+    )
 
 
 def test_bagel_rejects_audio_input():
@@ -147,8 +158,8 @@ def test_qwen3_omni_text_and_audio_three_flows_side_by_side():
     # new frames, then the padded residual [0, 30), the final one): 1920 samples a frame,
     # less 555 per chunk (the decoder's trim), the second chunk only its 5 new frames
     texts = [e for e in out.emitted if e.modality == "text"]
-    assert len(texts) == 6 and all(e.value.dtype == torch.uint8 for e in texts)
-    audio = Counter(tuple(e.value.shape) for e in out.emitted if e.modality == "audio")
+    assert len(texts) == 6 and all(present(e.value).dtype == torch.uint8 for e in texts)
+    audio = Counter(tuple(present(e.value).shape) for e in out.emitted if e.modality == "audio")
     assert audio == {(25 * 1920 - 555,): 1, (30 * 1920 - 555 - 25 * 1920,): 1}
     infos = [c["codes"] for c in code2wav.chunks[: len(code2wav.chunks) // 2]]  # first run
     assert [(i.index, i.start, i.items, i.valid, i.size, i.final) for i in infos] == [
@@ -240,9 +251,11 @@ def test_vjepa_rollout_until_horizon(horizon):
         ["tensor"],
         {"rollout": True, "stream_rollout": True, "horizon": horizon},
     )
-    frames = streamed.of("tensor")
+    frames = all_present(streamed.of("tensor"))
     assert len(frames) == horizon
-    assert torch.equal(torch.stack(frames), out.of("tensor")[0])  # yield all = the emitted frames
+    assert torch.equal(
+        torch.stack(frames), present(out.of("tensor")[0])
+    )  # yield all = the emitted frames
 
 
 def test_vjepa_mpc_planning():
@@ -254,7 +267,7 @@ def test_vjepa_mpc_planning():
         ("main", "prefill_video_mpc", "action", ()): 1,
         ("main", "prefill_video_mpc", "tensor", (4,)): 1,
     }
-    best, costs = out.of("action")[0], out.of("tensor")[0]
+    best, costs = present(out.of("action")[0]), present(out.of("tensor")[0])
     assert best.dtype == torch.int64 and int(best) == int(costs.argmin())
 
 
@@ -268,7 +281,9 @@ def test_pi05_action_chunk():
     other = run_request(
         model("pi05"), make_request(model("pi05"), [seg], ["action"]), request_id="b"
     )
-    assert not torch.equal(other.of("action")[0], out.of("action")[0])  # noise is per request
+    assert not torch.equal(
+        present(other.of("action")[0]), present(out.of("action")[0])
+    )  # noise is per request
 
 
 # ---------------------------------------------------------------------------------- failures

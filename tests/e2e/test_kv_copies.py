@@ -56,6 +56,7 @@ def test_a_copy_reads_its_owners_label_on_every_placement(tmp_path, name) -> Non
     copy_spec = next(n.kv for r in c.ranks.values() for n in r.spec.nodes if n.name == "LLM_cfg")
     gen = next(w for w in c.spec.walks if w.name == "gen")
     copies = tuple((k.owner, k.label, k.node, k.to_ranks) for k in gen.kv_copies)
+    assert copy_spec is not None
     assert (copy_spec.shared, copies) == PLANNED[name]
 
     model = load_model(str(tmp_path / "kvtoy.walk"))

@@ -65,7 +65,8 @@ class Prefilled:
         self.counts: list[int] = []
 
     def __enter__(self) -> Prefilled:
-        engine = self.node._engine
+        # the llama node's private engine: this test counts the tokens its forward is given
+        engine = self.node._engine  # pyright: ignore[reportAttributeAccessIssue]
         forward = engine.forward
 
         def counted(seqs, toks):
@@ -76,7 +77,7 @@ class Prefilled:
         return self
 
     def __exit__(self, *exc) -> None:
-        del self.node._engine.forward
+        del self.node._engine.forward  # pyright: ignore[reportAttributeAccessIssue]
 
 
 def test_second_turn_equals_the_whole_conversation_and_prefills_only_its_tokens(tmp_path):

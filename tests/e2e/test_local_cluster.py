@@ -28,16 +28,17 @@ from wgc.interp import (  # noqa: E402
     same_outputs,
     segment,
 )
+from wgc.ir.model import Model  # noqa: E402
 from wgc_runtime.contract import messages as M  # noqa: E402
 from wgc_runtime.contract.node import Node, decode_state, encode_state  # noqa: E402
 from wgc_runtime.host.loading import load_plan  # noqa: E402
 from wgc_runtime.host.local import Handle, LocalCluster  # noqa: E402
 
 PLACEMENTS = ("cpu", "cpu-2rank", "cpu-3rank")
-MODELS: dict[str, object] = {}
+MODELS: dict[str, Model] = {}
 
 
-def model(family: str):
+def model(family: str) -> Model:
     if family not in MODELS:
         MODELS[family] = load_model(str(ROOT / "wgc_models" / family / f"{family}.walk"))
     return MODELS[family]

@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.narrow import all_present, present
+
 ROOT = Path(__file__).resolve().parents[2]
 if (
     str(ROOT) not in sys.path
@@ -113,12 +115,12 @@ def check_against_reference(client: Client, family: str, inputs, want, options, 
     assert ref.ok, ref.error
     got: dict[tuple[str, str, str], list] = {}
     for o in outs:
-        got.setdefault((o.flow, o.walk, o.modality), []).append(o.value)
+        got.setdefault((o.flow, o.walk, o.modality), []).append(present(o.value))
     want_by_key = ref.by_key()
     assert got.keys() == want_by_key.keys()
     for key, values in want_by_key.items():
         assert len(got[key]) == len(values), key
-        for a, b in zip(got[key], values, strict=True):
+        for a, b in zip(got[key], all_present(values), strict=True):
             assert a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b), key
     return outs
 
@@ -131,7 +133,7 @@ ORPHEUS = ([segment("text", "hello")], ["audio"])
 def test_orpheus_matches_the_reference_on_1_and_2_ranks(placement) -> None:
     cluster = start(ROOT / "generated" / "orpheus" / placement)
     try:
-        with Client(cluster.client_address) as client:
+        with Client(present(cluster.client_address)) as client:
             for n in (35, 5):
                 outs = check_against_reference(
                     client, "orpheus", *ORPHEUS, {"max_tokens": n}, f"orpheus-{n}"
@@ -157,7 +159,7 @@ def test_orpheus_matches_the_reference_on_1_and_2_ranks(placement) -> None:
 def test_three_ranks_match_the_reference() -> None:
     cluster = start(ROOT / "generated" / "qwen3_omni" / "cpu-3rank")
     try:
-        with Client(cluster.client_address) as client:
+        with Client(present(cluster.client_address)) as client:
             inputs = [segment("text", "hello"), segment("audio", torch.linspace(-1, 1, 1600))]
             outs = check_against_reference(
                 client,
@@ -178,7 +180,7 @@ def test_three_ranks_match_the_reference() -> None:
 @pytest.fixture(scope="module")
 def faults(faults_dir):
     cluster = start(faults_dir)
-    client = Client(cluster.client_address)
+    client = Client(present(cluster.client_address))
     yield cluster, client
     client.close()
     stop(cluster)
@@ -250,7 +252,7 @@ def test_overload_queues_behind_the_admission_cap(faults) -> None:
 def test_a_killed_worker_fails_in_flight_requests_within_5_s(faults_dir) -> None:
     cluster = start(faults_dir)
     try:
-        with Client(cluster.client_address) as client:
+        with Client(present(cluster.client_address)) as client:
             stream = client.submit(X, ["tensor"], {"steps": 1000, "delay_ms": 20}, deadline=30)
             it = iter(stream)
             next(it)
@@ -261,7 +263,7 @@ def test_a_killed_worker_fails_in_flight_requests_within_5_s(faults_dir) -> None
             assert time.monotonic() - t0 < 5
             assert "rank 1 died" in info.value.error.message
             assert "SIGKILL" in info.value.error.message
-            assert cluster.wait(5) is not None and cluster.failure.who == "rank 1"
+            assert cluster.wait(5) is not None and present(cluster.failure).who == "rank 1"
             # later requests are refused at once, not left hanging
             with pytest.raises(RequestFailed):
                 client.run(X, ["tensor"], deadline=10)
@@ -273,7 +275,7 @@ def test_a_killed_worker_fails_in_flight_requests_within_5_s(faults_dir) -> None
 def test_a_killed_conductor_fails_in_flight_requests_within_a_second(faults_dir) -> None:
     cluster = start(faults_dir)
     try:
-        with Client(cluster.client_address, idle_timeout=60) as client:
+        with Client(present(cluster.client_address), idle_timeout=60) as client:
             stream = client.submit(X, ["tensor"], {"steps": 1000, "delay_ms": 20}, deadline=60)
             it = iter(stream)
             next(it)
@@ -311,7 +313,7 @@ def test_a_stranger_cannot_stop_the_deployment(faults_dir) -> None:
             sock.send_multipart([b"\0" * 32, *frames])
         sock.close()
         time.sleep(0.5)
-        with Client(cluster.client_address) as client:
+        with Client(present(cluster.client_address)) as client:
             assert client.run(X, ["tensor"], {"steps": 2}, deadline=30)
         assert cluster.failure is None
     finally:

@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from tests.e2e.runtime_support import ROOT, TWO_RANKS, compile_faults, compile_model, start, stop
+from tests.narrow import present
 from wgc.interp import segment
 from wgc_runtime.host.client import Client
 from wgc_runtime.host.local import LocalCluster
@@ -51,7 +52,7 @@ def parent_of(pid: int) -> int:
 
 def outputs(address: str, key, options: dict) -> list[list[float]]:
     with Client(address, key=key, idle_timeout=120) as client:
-        return [o.value.tolist() for o in client.run(X, ["tensor"], options, deadline=120)]
+        return [present(o.value).tolist() for o in client.run(X, ["tensor"], options, deadline=120)]
 
 
 @pytest.mark.slow
@@ -140,7 +141,7 @@ def speech(address: str, key) -> list[list[float]]:
             [segment("text", "hello")], ["audio"], {"max_tokens": 70}, deadline=300,
             request_id="ray-orpheus", seed=7,
         )  # fmt: skip
-        return [o.value.flatten().tolist() for o in stream.collect()]
+        return [present(o.value).flatten().tolist() for o in stream.collect()]
 
 
 @pytest.mark.slow

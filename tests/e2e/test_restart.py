@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from tests.e2e.runtime_support import compile_faults, start, stop
+from tests.narrow import present
 from wgc_runtime.host.client import Client, RequestFailed
 
 X = [("x", torch.arange(4, dtype=torch.float32))]
@@ -22,7 +23,7 @@ SLOW = {"steps": 1000, "delay_ms": 20}
 def test_a_killed_rank_is_restarted_and_serves_again(tmp_path) -> None:
     cluster = start(compile_faults(tmp_path), restarts=1)
     try:
-        with Client(cluster.client_address, idle_timeout=120) as client:
+        with Client(present(cluster.client_address), idle_timeout=120) as client:
             assert len(client.run(X, ["tensor"], {"steps": 2}, deadline=60)) == 2
             running = [client.submit(X, ["tensor"], SLOW, deadline=180) for _ in range(2)]
             its = [iter(s) for s in running]
@@ -45,7 +46,7 @@ def test_a_killed_rank_is_restarted_and_serves_again(tmp_path) -> None:
             assert len(waiting.collect()) == 3
             outs = client.run(X, ["tensor"], {"steps": 3}, deadline=60)
             expected = (torch.arange(4.0) + 1) * 2
-            assert [o.value.tolist() for o in outs] == [
+            assert [present(o.value).tolist() for o in outs] == [
                 (expected * 2**i).tolist() for i in range(3)
             ]
             assert cluster.failure is None

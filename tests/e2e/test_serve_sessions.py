@@ -17,6 +17,8 @@ import numpy as np
 import pytest
 import torch
 
+from tests.narrow import present
+
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
@@ -61,7 +63,7 @@ def test_a_two_turn_chat_through_wgc_serve(tmp_path) -> None:
         with Client(s.client_address) as client:  # the ZeroMQ client names sessions too
             inputs = [("text", torch.tensor(conversation, dtype=torch.int64))]
             got = client.submit(inputs, ["text"], session="chat", deadline=120).collect()
-        assert [int(o.value.reshape(-1)[0]) for o in got] == second
+        assert [int(present(o.value).reshape(-1)[0]) for o in got] == second
         listed = s.get_json("/v1/sessions")
         assert listed["max_sessions"] == 2
         assert [(d["id"], d["running"]) for d in listed["data"]] == [("chat", False)]

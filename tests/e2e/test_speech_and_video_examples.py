@@ -12,6 +12,8 @@ import numpy as np
 import pytest
 import torch
 
+from tests.narrow import all_present, present
+
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:  # the node modules import as `wgc_models.<family>`
     sys.path.insert(0, str(ROOT))
@@ -25,15 +27,16 @@ from wgc.interp import (  # noqa: E402
     segment,
 )
 from wgc.interp.request import Emitted, Outputs  # noqa: E402
+from wgc.ir.model import Model  # noqa: E402
 from wgc_runtime.core.conductor.door import check  # noqa: E402
 from wgc_runtime.host.local import LocalCluster  # noqa: E402
 
-MODELS: dict[str, object] = {}
+MODELS: dict[str, Model] = {}
 CLIP = torch.sin(torch.linspace(0, 200, 16000)) * 0.5
 FRAME = torch.arange(128 * 112 * 3).reshape(128, 112, 3).remainder(251).to(torch.uint8)
 
 
-def model(family: str):
+def model(family: str) -> Model:
     if family not in MODELS:
         MODELS[family] = load_model(str(ROOT / "wgc_models" / family / f"{family}.walk"))
     return MODELS[family]
@@ -101,13 +104,15 @@ def test_whisper_transcribes_each_window_until_end_of_text() -> None:
     inputs, want, options = SCENARIOS["whisper"]["two_windows_translated"]
     out = run_request(model("whisper"), make_request(model("whisper"), inputs, want, options))
     assert out.ok, out.error
-    pieces = out.of("text")
+    pieces = all_present(out.of("text"))
     assert 2 <= len(pieces) <= 2 * 4 and all(t.dtype == torch.uint8 for t in pieces)
     first = run_request(
         model("whisper"), make_request(model("whisper"), *SCENARIOS["whisper"]["transcribe"])
     )
     assert 1 <= len(first.of("text")) <= 24
-    assert b"".join(bytes(t.tolist()) for t in first.of("text"))  # the random model speaks
+    assert b"".join(
+        bytes(t.tolist()) for t in all_present(first.of("text"))
+    )  # the random model speaks
     assert not first.of("tensor")  # windows are reported only to a client that wants tensors
 
 
@@ -117,7 +122,7 @@ def test_each_window_reports_its_index_and_its_text_items() -> None:
     out = run_request(model("whisper"), make_request(model("whisper"), *SCENARIOS["whisper"][
         "windows_reported"]))  # fmt: skip
     assert out.ok, out.error
-    records = [e.value.tolist() for e in out.emitted if e.channel == "window"]
+    records = [present(e.value).tolist() for e in out.emitted if e.channel == "window"]
     assert [i for i, _ in records] == [0, 1, 2] and all(n == 3 for _, n in records)
     assert sum(n for _, n in records) == len(out.of("text"))
     # and each window's language, as a code (the request's here; `auto`: the one detected)
@@ -137,9 +142,9 @@ def test_whisper_options_change_the_transcript_and_english_translation_fails() -
             m, [segment("audio", CLIP)], ["text"], {"task": "translate", "language": "en"}
         ),
     )
-    assert not bad.ok and "translation is into English" in bad.error.message
+    assert not bad.ok and "translation is into English" in present(bad.error).message
     none = run_request(m, make_request(m, [segment("text", "hi")], ["text"], {}))
-    assert not none.ok and "send the audio" in none.error.message
+    assert not none.ok and "send the audio" in present(none.error).message
 
 
 def test_wan22_video_has_the_bucket_shape_and_per_mode_defaults() -> None:
@@ -148,14 +153,14 @@ def test_wan22_video_has_the_bucket_shape_and_per_mode_defaults() -> None:
         inputs, want, options = SCENARIOS["wan22"][name]
         out = run_request(m, make_request(m, inputs, want, options))
         assert out.ok, out.error
-        (video,) = out.of("video")
+        (video,) = all_present(out.of("video"))
         assert video.shape == shape and video.dtype == torch.uint8
     i2v = make_request(m, *SCENARIOS["wan22"]["i2v"])
     assert i2v.option("guidance") == 3.5 and i2v.option("shift") == 5.0
     t2v = make_request(m, *SCENARIOS["wan22"]["t2v"])
     assert t2v.option("guidance") == 4.0 and t2v.option("shift") == 12.0
     no_frame = run_request(m, make_request(m, [segment("text", "x")], ["video"], {"mode": "i2v"}))
-    assert not no_frame.ok and "one image" in no_frame.error.message
+    assert not no_frame.ok and "one image" in present(no_frame.error).message
 
 
 @pytest.mark.parametrize(("family", "placement", "name"), CASES)

@@ -68,6 +68,7 @@ def compare(names, dtype, heads, kv_heads, head_dim, page_size=16):
         q = torch.randn(n, heads, head_dim, generator=gen, device="cuda", dtype=dtype)
         k = torch.randn(n, kv_heads, head_dim, generator=gen, device="cuda", dtype=dtype)
         v = torch.randn(n, kv_heads, head_dim, generator=gen, device="cuda", dtype=dtype)
+        assert meta.slot_mapping is not None
         backends[names[0]].write_kv(layer, k, v, meta.slot_mapping)
         outs = {}
         for name, be in backends.items():

@@ -36,5 +36,6 @@ def test_gpu_windows_together_are_each_what_they_are_alone() -> None:
     together = gpu.windows(cuda_ws, [noise(i) for i in range(16)])
     for i, w in enumerate(cuda_ws):
         (alone,) = gpu.windows([w], [noise(i)])
-        assert alone is not None and together[i] is not None
-        assert torch.equal(together[i], alone), i
+        want = together[i]
+        assert alone is not None and want is not None
+        assert torch.equal(want, alone), i

@@ -126,7 +126,7 @@ class Client:
         params = lsp.ReferenceParams(
             **self.pos(uri, line, col), context=lsp.ReferenceContext(include_declaration=True)
         )
-        return self.run(self.lc.text_document_references_async(params)) or []
+        return list(self.run(self.lc.text_document_references_async(params)) or [])
 
     def rename(self, uri: str, line: int, col: int, new: str) -> lsp.WorkspaceEdit | None:
         params = lsp.RenameParams(**self.pos(uri, line, col), new_name=new)
@@ -142,7 +142,8 @@ class Client:
         params = lsp.DocumentFormattingParams(
             lsp.TextDocumentIdentifier(uri), lsp.FormattingOptions(tab_size=2, insert_spaces=True)
         )
-        return self.run(self.lc.text_document_formatting_async(params))
+        edits = self.run(self.lc.text_document_formatting_async(params))
+        return None if edits is None else list(edits)
 
     def semantic_tokens(self, uri: str) -> list[int]:
         params = lsp.SemanticTokensParams(lsp.TextDocumentIdentifier(uri))
@@ -154,11 +155,13 @@ class Client:
         params = lsp.CodeActionParams(
             lsp.TextDocumentIdentifier(uri), rng, lsp.CodeActionContext(diagnostics=diags)
         )
-        return list(self.run(self.lc.text_document_code_action_async(params)) or [])
+        actions = self.run(self.lc.text_document_code_action_async(params)) or []
+        return [a for a in actions if isinstance(a, lsp.CodeAction)]
 
     def outline(self, uri: str) -> list[lsp.DocumentSymbol]:
         params = lsp.DocumentSymbolParams(lsp.TextDocumentIdentifier(uri))
-        return list(self.run(self.lc.text_document_document_symbol_async(params)) or [])
+        symbols = self.run(self.lc.text_document_document_symbol_async(params)) or []
+        return [s for s in symbols if isinstance(s, lsp.DocumentSymbol)]
 
     def save(self, uri: str) -> None:
         self.lc.text_document_did_save(

@@ -145,6 +145,7 @@ def test_rename_every_kind_keeps_the_model_checking(client, path):
         front = Driver().front_end(str(path), renamed)
         assert not front.errors, (sym, [d.message for d in front.errors])
         m = front.model
+        assert m is not None and base is not None
         assert (len(m.nodes), len(m.walks), len(m.streams), len(m.flows)) == (
             len(base.nodes), len(base.walks), len(base.streams), len(base.flows)
         ), sym  # fmt: skip
@@ -169,6 +170,7 @@ def test_formatting_semantic_tokens_completion(client, path):
     data = client.semantic_tokens(uri)
     assert data and len(data) % 5 == 0
     model = Driver().front_end(str(path)).model
+    assert model is not None
     # decode the relative encoding; every declared node, walk and stream is coloured as one
     tokens, line, col = {}, 0, 0
     for i in range(0, len(data), 5):
@@ -181,6 +183,7 @@ def test_formatting_semantic_tokens_completion(client, path):
         (model.streams, "event"),
     ):
         for d in decls:
+            assert d.name_span is not None, d.name
             at = (d.name_span.line - 1, d.name_span.col - 1)
             assert tokens[at] == (len(d.name), kind, 1), (d.name, tokens.get(at))  # 1: declaration
     symbols = client.outline(uri)
@@ -191,6 +194,7 @@ def test_formatting_semantic_tokens_completion(client, path):
     for s in symbols:
         if s.kind == lsp.SymbolKind.Class:
             n = model.node(s.name)
+            assert n is not None, s.name
             assert [c.name for c in s.children or []] == [p.name for p in (*n.inputs, *n.outputs)]
     node = model.nodes[0]
     labels = client.completion(uri, 0, 0)

@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from wgc.driver import Driver
+from wgc_runtime.contract.conductor import ConductorSpec
 from wgc_runtime.contract.flow import Fail, Segment
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -91,8 +92,11 @@ def test_no_user_text_becomes_code(walk_name, placement_name, message, impl) -> 
         conductor = {"__name__": "hostile_conductor_again"}
         exec(compile(result.files["conductor.py"], "conductor.py", "exec"), conductor)
         spec = conductor["CONDUCTOR"]
+        assert isinstance(spec, ConductorSpec)
         req = spec.request([Segment("audio")], [])
-        (step,) = spec.flows[0].body(req)  # not a tensor: the `fail` arm, message intact
+        body = spec.flows[0].body
+        assert body is not None
+        (step,) = body(req)  # not a tensor: the `fail` arm, message intact
         assert isinstance(step, Fail) and step.message == message
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

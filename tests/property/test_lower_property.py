@@ -232,7 +232,9 @@ def test_generator_makes_valid_models() -> None:
     """Most generated programs must be error-free, or the property above tests little."""
     ok = 0
 
-    @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=60, deadline=None, suppress_health_check=list(HealthCheck.__members__.values())
+    )
     @given(valid_models())
     def count(text: str) -> None:
         nonlocal ok

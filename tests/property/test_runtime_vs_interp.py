@@ -153,6 +153,7 @@ def check(text: str, yaml: str, reqs: list) -> None:
             Path(out, name).write_text(content)
         cluster = LocalCluster(out)  # nodes from the generated NodeSpecs (`generic_nodes`)
         model = res.model
+        assert model is not None
         made = [make_request(model, inputs, want, options) for inputs, want, options in reqs]
         handles = {f"r{i}": cluster.submit(req, f"r{i}") for i, req in enumerate(made)}
         cluster.run()
@@ -237,6 +238,7 @@ def test_emitted_channel_name() -> None:
         res = DRIVER.compile(str(Path(tmp, "m.walk")), str(Path(tmp, "p.yaml")))
         for name, content in res.files.items():
             Path(tmp, name).write_text(content)
+        assert res.model is not None
         h = LocalCluster(tmp).submit(make_request(res.model, [], ["tensor"])).result()
     assert [o.channel for o in h.outputs] == ["c"]
 

@@ -140,6 +140,7 @@ def test_credit_streams_match_the_interpreter_and_stay_bounded(data) -> None:
         assume(cross_rank_streams(out))
         cluster = SlowAcks(out, data.draw(st.integers(0, 12), "ack delay"))
         cluster.log = []
+        assert res.model is not None
         made = [make_request(res.model, inputs, want, options) for inputs, want, options in reqs]
         handles = {f"r{i}": cluster.submit(req, f"r{i}") for i, req in enumerate(made)}
         cluster.run()

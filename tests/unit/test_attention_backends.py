@@ -104,14 +104,14 @@ def test_torch_decode_shared_and_padded_layouts_agree():
     cfg = [("r", "main", 1), ("r", "cfg_text", 1), ("r", "cfg_img", 1)]
     meta = prepare_step(pool, cfg)
     be.plan(meta)
-    assert be._plan[0] == "shared"
+    assert be._plan[0] == "shared"  # pyright: ignore[reportAttributeAccessIssue] (a private plan)
     assert run_steps(be, pool, [cfg] * 5, heads=4, seed=1) < 1e-5
     # disjoint long sequences: padded layout
     for i in range(4):
         pool.append(f"d{i}", "main", 9)
     disjoint = [(f"d{i}", "main", 1) for i in range(4)]
     be.plan(prepare_step(pool, disjoint))
-    assert be._plan[0] == "padded"
+    assert be._plan[0] == "padded"  # pyright: ignore[reportAttributeAccessIssue] (a private plan)
     assert run_steps(be, pool, [disjoint] * 3, heads=4, seed=2) < 1e-5
 
 

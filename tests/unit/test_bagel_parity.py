@@ -24,7 +24,7 @@ import torch
 from wgc_models.bagel.autoencoder_kl import AutoencoderKL, VaeConfig
 from wgc_models.bagel.config import TINY
 from wgc_models.bagel.model import Bagel, Guidance, Schedule, euler, guide
-from wgc_models.bagel.qwen2_navit import MoTConfig, Qwen2MoT
+from wgc_models.bagel.qwen2_navit import MoTConfig, Qwen2MoT, Qwen2MoTDecoderLayer
 from wgc_models.layers.block_attention import Block, DenseBlocks, DenseKV, PagedBlocks
 from wgc_models.layers.convert import load_converted
 from wgc_models.layers.loading import CheckpointError
@@ -94,7 +94,9 @@ def test_the_generation_expert_takes_the_latent_tokens_only() -> None:
 
     with torch.no_grad():
         before = run()
-        mot.model.layers[1].mlp_moe_gen.down_proj.weight.add_(0.5)
+        layer = mot.model.layers[1]
+        assert isinstance(layer, Qwen2MoTDecoderLayer)
+        layer.mlp_moe_gen.down_proj.weight.add_(0.5)
         after = run()
     # the expert's MLP changes the latent rows; the text rows never read it (their attention
     # reads the latents' keys and values, which the second layer's MLP does not touch)
@@ -189,7 +191,7 @@ def context_rope(context: list) -> int:
 
 def test_cfg_over_three_labels_equals_three_dense_passes() -> None:
     node, pools = _llm_node()
-    model = node.model
+    model = node.model  # pyright: ignore[reportAttributeAccessIssue] (the BAGEL LLM node's model)
     state: dict = {}
     with torch.no_grad():
         for text in (b"a red", b" cube"):  # two segments: cfg_text drops only the second

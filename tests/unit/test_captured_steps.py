@@ -10,6 +10,7 @@ from pathlib import Path
 
 import torch
 
+from tests.narrow import present
 from wgc.driver import Driver
 from wgc_runtime.contract.capture import CapturedCall, StaticPort, StaticStep
 from wgc_runtime.contract.flow import Segment
@@ -53,7 +54,7 @@ class Step(Node):
     broken = False  # the step's `fn` returns the wrong shape
 
     def forward_one(self, inputs, ctx):
-        y = inputs["x"] * 2 + float(ctx.options.get("offset", 0))
+        y = present(inputs["x"]) * 2 + float(ctx.options.get("offset", 0))
         return {"y": y, "stop": y.sum() > 40}
 
     def static_step(self, call: CapturedCall) -> StaticStep | None:

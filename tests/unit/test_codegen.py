@@ -12,11 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.narrow import present
 from wgc.cli import main
 from wgc.codegen import pyfmt
 from wgc.codegen.flows import cond_py
 from wgc.diagnostics.diagnostic import Span
-from wgc.driver import Driver
+from wgc.driver import CompileResult, Driver
 from wgc.ir import flow as F
 from wgc.lower.flowplan import fold
 from wgc.lower.plan import plain
@@ -54,7 +55,7 @@ def _at_root(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(ROOT)
 
 
-def _compile(tmp_path: Path, yaml_text: str, name: str = "p") -> tuple[Path, object]:
+def _compile(tmp_path: Path, yaml_text: str, name: str = "p") -> tuple[Path, CompileResult]:
     placement = tmp_path / f"{name}.yaml"
     placement.write_text(yaml_text, encoding="utf-8")
     result = Driver().compile(BAGEL, str(placement))
@@ -127,7 +128,7 @@ def test_conditions_keep_reader_parentheses() -> None:
 
 def test_the_plan_is_made_of_the_contract_records(tmp_path: Path) -> None:
     out, result = _compile(tmp_path, CFG_BAGEL, "cfg")
-    plan = result.plan
+    plan = present(result.plan, "plan")
     assert all(type(r) is C.RankSpec for r in plan.ranks)
     assert all(type(w) is CC.WalkSpec for w in plan.walks)
     assert type(plan.kv_cache) is C.KvCacheSpec and type(plan.attention) is C.AttentionSpec

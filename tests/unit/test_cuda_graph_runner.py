@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from wgc_runtime.contract.kinds import CaptureScope, DestKind, Edge, InputMode, SourceKind
 from wgc_runtime.contract.spec import (
     CallSpec,
     CaptureSpec,
@@ -125,21 +126,23 @@ def _two_call_body():
             PortIn(
                 port="h",
                 channel="h",
-                mode="carried",
-                src=Source(kind="call", rank=0, call=1, port="h2"),
-                init=Source(kind="input", name="h0"),
+                mode=InputMode.CARRIED,
+                src=Source(kind=SourceKind.CALL, rank=0, call=1, port="h2"),
+                init=Source(kind=SourceKind.INPUT, name="h0"),
                 type=f3,
             ),
             PortIn(
                 port="ctx",
                 channel="ctx",
-                mode="once",
-                src=Source(kind="input", name="ctx"),
+                mode=InputMode.ONCE,
+                src=Source(kind=SourceKind.INPUT, name="ctx"),
                 type=f3,
             ),
         ),
         outputs=(
-            PortOut(port="mid", type=f3, dests=(Dest(kind="call", edge="internal", call=1),)),
+            PortOut(
+                port="mid", type=f3, dests=(Dest(kind=DestKind.CALL, edge=Edge.INTERNAL, call=1),)
+            ),
         ),
     )
     c1 = CallSpec(
@@ -151,8 +154,8 @@ def _two_call_body():
             PortIn(
                 port="m",
                 channel="mid",
-                mode="per_iteration",
-                src=Source(kind="call", rank=0, call=0, port="mid"),
+                mode=InputMode.PER_ITERATION,
+                src=Source(kind=SourceKind.CALL, rank=0, call=0, port="mid"),
                 type=f3,
             ),
         ),
@@ -162,7 +165,13 @@ def _two_call_body():
     ports = (("0#h", f3), ("0#ctx", f3), ("0#mid", f3), ("1#m", f3), ("1#h2", f3))
     ports += (("1#stop", TypeSpec("bool", ())),)
     spec = CaptureSpec(
-        walk="w", rank=0, scope="loop", loop="L", calls=(0, 1), ports=ports, buckets=(2, 4)
+        walk="w",
+        rank=0,
+        scope=CaptureScope.LOOP,
+        loop="L",
+        calls=(0, 1),
+        ports=ports,
+        buckets=(2, 4),
     )
     return spec, piece
 
@@ -196,6 +205,7 @@ def test_runner_from_a_generated_capture_list():
     if not path.is_file():
         pytest.skip("generated orpheus module not present")
     mod_spec = importlib.util.spec_from_file_location("_orpheus_rank0", path)
+    assert mod_spec is not None and mod_spec.loader is not None
     mod = importlib.util.module_from_spec(mod_spec)
     mod_spec.loader.exec_module(mod)
     rank = mod.RANK

@@ -9,6 +9,7 @@ import types
 
 import torch
 
+from tests.narrow import present
 from wgc.driver import Driver
 from wgc.interp import make_request, node_context, run_request, segment
 from wgc_runtime.contract.flow import Fail, Persisted, RunWalk
@@ -27,12 +28,12 @@ def instances(model, classes: dict[str, type]) -> dict[str, Node]:
 
 class Inc(Node):
     def forward_one(self, inputs, ctx):
-        return {"x": inputs["x"] + inputs["k"], "y": inputs["x"] * 10}
+        return {"x": present(inputs["x"]) + present(inputs["k"]), "y": present(inputs["x"]) * 10}
 
 
 class Dbl(Node):
     def forward_one(self, inputs, ctx):
-        return {"y": inputs["y"] * 2}
+        return {"y": present(inputs["y"]) * 2}
 
 
 LOOPS = """
@@ -75,7 +76,7 @@ def test_dataflow_order_loops_and_yields():
     req = make_request(m, [segment("tensor", torch.tensor(1.0), k=torch.tensor(2.0))], ["tensor"])
     out = run_request(m, req, nodes=instances(m, {"inc": Inc, "dbl": Dbl}))
     assert out.ok, out.error
-    values = [e.value.tolist() for e in out.emitted]
+    values = [present(e.value).tolist() for e in out.emitted]
     # the loop runs first (the forward reference waits for it), emitting x every iteration
     assert values == [3.0, 5.0, 7.0, 28.0, [10.0, 30.0, 50.0]]
     assert [e.iteration for e in out.emitted] == [(0,), (1,), (2,), (), ()]
@@ -83,13 +84,13 @@ def test_dataflow_order_loops_and_yields():
 
 class Produce(Node):
     def forward_one(self, inputs, ctx):
-        return {"v": inputs["x"].float()}
+        return {"v": present(inputs["x"]).float()}
 
 
 class Consume(Node):
     def forward_one(self, inputs, ctx):
         info = ctx.chunks["v"]
-        return {"s": inputs["v"].sum() + 1000 * info.final}
+        return {"s": present(inputs["v"]).sum() + 1000 * info.final}
 
 
 STREAMS = """
@@ -139,7 +140,7 @@ def test_stream_across_flows_with_final_chunk():
     out = _stream_run(5)
     assert out.ok, out.error
     # chunks [0,2) [2,4) [4,5): the last is final (+1000)
-    assert [e.value.item() for e in out.emitted] == [1.0, 5.0, 1004.0]
+    assert [present(e.value).item() for e in out.emitted] == [1.0, 5.0, 1004.0]
 
 
 def test_exact_multiple_ends_with_an_empty_final_chunk():
@@ -147,7 +148,7 @@ def test_exact_multiple_ends_with_an_empty_final_chunk():
     four_calls = STREAMS.replace("  cons()\n}", "  cons()\n  cons()\n}")
     out = _stream_run(6, four_calls)
     assert out.ok, out.error
-    assert [e.value.item() for e in out.emitted] == [1.0, 5.0, 9.0, 1000.0]
+    assert [present(e.value).item() for e in out.emitted] == [1.0, 5.0, 9.0, 1000.0]
 
 
 def test_consuming_past_the_final_chunk_fails():
@@ -194,14 +195,14 @@ def _extern_main(req):
 
 def test_escape_hatch_flow_protocol(monkeypatch):
     mod = types.ModuleType("wgc_test_extern_flows")
-    mod.main = _extern_main
+    mod.main = _extern_main  # pyright: ignore[reportAttributeAccessIssue] (a made-up module)
     monkeypatch.setitem(sys.modules, "wgc_test_extern_flows", mod)
     m = compile_text(EXTERN)
     nodes = instances(m, {"inc": Inc})
     seg = [segment("tensor", torch.tensor(1.0))]
     out = run_request(m, make_request(m, seg, ["tensor"], {"fail": False}), nodes=nodes)
     assert out.ok, out.error
-    assert [e.value.item() for e in out.emitted] == [2.0, 2.5]
+    assert [present(e.value).item() for e in out.emitted] == [2.0, 2.5]
     failed = run_request(m, make_request(m, seg, ["tensor"], {"fail": True}), nodes=nodes)
     assert failed.error is not None and failed.error.message == "stopped on purpose"
     assert len(failed.emitted) == 2

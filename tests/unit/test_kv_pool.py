@@ -9,6 +9,7 @@ import time
 import pytest
 import torch
 
+from tests.narrow import present
 from wgc_runtime.engines import PagedKVPool, PoolFull
 from wgc_runtime.engines.kv_pool import SequenceFull
 
@@ -199,7 +200,8 @@ class CountingList(list):
     def _scan(self, *a, **k):
         raise AssertionError("the allocator scanned the free list")
 
-    __iter__ = __contains__ = index = remove = count = sort = _scan
+    # deliberately not list's signatures: any call at all fails the test
+    __iter__ = __contains__ = index = remove = count = sort = _scan  # pyright: ignore[reportAssignmentType]
 
 
 @pytest.mark.parametrize("pages", [64, 200_000])
@@ -274,4 +276,4 @@ def test_a_pool_larger_than_its_device_is_refused_before_allocating() -> None:
     assert "more than the cpu has" in str(info.value)
     # no bound on the meta device (the KV memory tests size real placements there)
     assert device_bytes(torch.device("meta")) is None
-    assert device_bytes(torch.device("cpu")) > 2**20
+    assert present(device_bytes(torch.device("cpu"))) > 2**20

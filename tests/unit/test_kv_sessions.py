@@ -13,6 +13,7 @@ from wgc_runtime.core.conductor.admission import parked_pages
 from wgc_runtime.core.conductor.sessions import SessionTable
 from wgc_runtime.core.executor.sessions import SessionBusy, SessionKey, Sessions
 from wgc_runtime.engines.kv_pool import PagedKVPool
+from wgc_runtime.engines.kv_pools import KvPools
 
 
 def pool() -> PagedKVPool:
@@ -26,9 +27,14 @@ def turn(s: Sessions, p: PagedKVPool, session: str, request: str, tokens: int) -
     return state
 
 
+def fake_pools(p: PagedKVPool) -> KvPools:
+    """A stand-in for the rank's pools: `Sessions` reads only `.pools`."""
+    return SimpleNamespace(pools={"LLM": p})  # pyright: ignore[reportReturnType]
+
+
 def test_parking_and_adopting_move_the_pages_without_copying() -> None:
     p = pool()
-    s = Sessions(SimpleNamespace(pools={"LLM": p}), max_sessions=2)
+    s = Sessions(fake_pools(p), max_sessions=2)
     assert turn(s, p, "chat", "r1", 6) == {}
     table = p.page_table(SessionKey("chat"))
     assert not p.has("r1") and len(table) == 2
@@ -43,7 +49,7 @@ def test_parking_and_adopting_move_the_pages_without_copying() -> None:
 
 def test_the_budget_evicts_the_least_recently_used() -> None:
     p = pool()
-    s = Sessions(SimpleNamespace(pools={"LLM": p}), max_sessions=3, max_pages=4)
+    s = Sessions(fake_pools(p), max_sessions=3, max_pages=4)
     turn(s, p, "a", "r1", 8)  # 2 pages
     turn(s, p, "b", "r2", 4)  # 1 page
     turn(s, p, "a", "r3", 1)  # a: 3 pages, now the most recent
@@ -55,7 +61,7 @@ def test_the_budget_evicts_the_least_recently_used() -> None:
 
 def test_one_request_per_session_and_a_forgotten_running_session_keeps_nothing() -> None:
     p = pool()
-    s = Sessions(SimpleNamespace(pools={"LLM": p}), max_sessions=1)
+    s = Sessions(fake_pools(p), max_sessions=1)
     s.adopt("chat", "r1")
     with pytest.raises(SessionBusy, match="has request `r1` running"):
         s.adopt("chat", "r2")

@@ -9,6 +9,7 @@ no cache): for one request, a ragged batch of 8, and 3 labels of one request for
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 import torch
@@ -26,7 +27,7 @@ from wgc_models.llama.model import LlamaDecoder  # noqa: E402
 TOL = 1e-4
 STEPS = 20
 VOCAB = 128
-TINY = dict(
+TINY: dict[str, Any] = dict(
     vocab_size=VOCAB,
     hidden_size=64,
     intermediate_size=128,

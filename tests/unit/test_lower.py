@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.narrow import present
 from wgc.diagnostics.diagnostic import Span
 from wgc.driver import Driver
 from wgc.lower.kv import pool_spec
@@ -21,6 +22,7 @@ from wgc.lower.plan import Plan
 from wgc.lower.summary import cross_rank_summary
 from wgc.placement.model import Batching, Group, KvCache, Named, ParamOverride, Placement
 from wgc.placement.params import apply_overrides
+from wgc_runtime.contract.kinds import CaptureScope, DestKind, Edge
 from wgc_runtime.contract.spec import SPEC_VERSION, Dest, KvCacheSpec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -93,7 +95,7 @@ def test_bagel_cpu_captures_the_whole_denoise_body() -> None:
     model = front(example("bagel"))
     plan = lower(model, cpu(model, IDS))
     caps = {(c.walk, c.scope, c.loop): c for c in plan.ranks[0].captures}
-    cfg = caps[("image_gen_cfg", "loop", "denoise")]
+    cfg = caps[("image_gen_cfg", CaptureScope.LOOP, "denoise")]
     assert cfg.calls == (0, 1, 2, 3) and cfg.buckets == (1, 2, 4)
     assert ("3#latents", cfg.ports[-2][1]) == cfg.ports[-2]  # outputs come after inputs
     assert ("decode", "loop", "decode_loop") in caps
@@ -108,19 +110,19 @@ def test_until_reaches_every_rank_of_the_loop_and_carried_emit() -> None:
     rows = {(r.port, r.channel): r for r in plan.routes if r.walk == "decode"}
     (stop,) = rows[("stop", "stop")].dests
     assert stop == Dest(
-        kind="until", edge="until", name="decode_loop", loop="decode_loop", ranks=(0,)
+        kind=DestKind.UNTIL, edge=Edge.UNTIL, name="decode_loop", loop="decode_loop", ranks=(0,)
     )
     (piece,) = [p for p in plan.ranks[0].pieces if p.walk == "decode"]
     # `emit token` before `-> token = new_token`: a sink unit of the loop, fed like a carried
     # port (iteration 0: the walk input; i+1: iteration i's new token, so EOS never is)
     (unit,) = piece.sinks
     assert unit.loops == ("decode_loop",) and unit.input.mode == "carried"
-    assert unit.dest == Dest(kind="client", edge="emitted", name="text", channel="token")
+    assert unit.dest == Dest(kind=DestKind.CLIENT, edge=Edge.EMITTED, name="text", channel="token")
     emit = next(d for d in rows[("new_token", "token")].dests if d.call == unit.id)
     assert emit.carried and emit.edge == "loop_carried"
     (loop,) = piece.loops
     assert loop.until is not None and (loop.until.call, loop.until.port) == (0, "stop")
-    token = plan.walk("decode").inputs[0]
+    token = present(plan.walk("decode")).inputs[0]
     assert [(d.call, d.edge) for d in token.dests] == [(unit.id, "loop_init"), (0, "loop_init")]
 
 
@@ -205,14 +207,14 @@ def test_per_walk_groups_split_prefill_and_decode() -> None:
     plan = lower(model, placement("pd", 2, groups))
     assert [p.walk for p in plan.ranks[1].pieces] == ["decode"]
     assert plan.ranks[1].nodes[0].walks == ("decode",)
-    assert plan.walk("prefill_text").persists == (("new_token", 0), ("context", 0))
+    assert present(plan.walk("prefill_text")).persists == (("new_token", 0), ("context", 0))
 
 
 def test_mstar_default_ranks_run_unnamed_nodes() -> None:
     model = front(example("bagel"))
     groups = [group(["LLM_cfg_text"], [1], ["image_gen_cfg"]), group(["LLM_cfg_img"], [2])]
     plan = lower(model, placement("mstar", 3, groups, default_ranks=(0,)))
-    assert plan.walk("image_gen_cfg").ranks == (0, 1, 2)
+    assert present(plan.walk("image_gen_cfg")).ranks == (0, 1, 2)
     assert "LLM" in [n.name for n in plan.ranks[0].nodes]
     assert plan.placed == ("LLM_cfg_text", "LLM_cfg_img")  # defaults do not count as placed
 

@@ -15,6 +15,7 @@ from wgc.lower.lower import lower
 from wgc.lower.plan import Plan, Route
 from wgc.lower.summary import cross_rank_summary
 from wgc.placement.model import Batching, Group, KvCache, Named, Placement
+from wgc_runtime.contract.kinds import SourceKind
 from wgc_runtime.contract.spec import Dest, Source
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -106,8 +107,8 @@ def test_each_rank_has_its_own_copy_of_the_denoise_loop(plan) -> None:
     (call,) = rank1.calls
     latents = next(p for p in call.inputs if p.port == "latents")
     assert latents.mode == "carried"
-    assert latents.src == Source(kind="call", rank=0, call=COMBINE, port="latents")
-    assert latents.init == Source(kind="input", name="latents")
+    assert latents.src == Source(kind=SourceKind.CALL, rank=0, call=COMBINE, port="latents")
+    assert latents.init == Source(kind=SourceKind.INPUT, name="latents")
     assert latents.optional  # `latents?`: may arrive as a bare signal
     assert rank1.inputs == ("context", "latents", "time_index")
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.narrow import present
 from wgc.driver import Driver
 from wgc.lower.lower import lower
 from wgc.lower.plan import Plan
@@ -66,10 +67,10 @@ def test_cpu_3rank_pd_splits_hand_the_llm_state_to_the_decoding_group(
     family, prefill, decode
 ) -> None:
     plan = plan_of(family, "cpu-3rank")
-    a, b = plan.walk(prefill).kv_groups[0][1], plan.walk(decode).kv_groups[0][1]
+    a, b = present(plan.walk(prefill)).kv_groups[0][1], present(plan.walk(decode)).kv_groups[0][1]
     assert a != b
-    assert plan.walk(decode).handoffs == (Handoff(node="LLM", from_ranks=a, to_ranks=b),)
-    assert plan.walk(prefill).handoffs == (Handoff(node="LLM", from_ranks=b, to_ranks=a),)
+    assert present(plan.walk(decode)).handoffs == (Handoff(node="LLM", from_ranks=a, to_ranks=b),)
+    assert present(plan.walk(prefill)).handoffs == (Handoff(node="LLM", from_ranks=b, to_ranks=a),)
 
 
 def test_plan_json_carries_the_handoffs(pd_split) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tests.narrow import present
 from wgc_runtime.contract.node import (
     CallContext,
     Node,
@@ -49,7 +50,7 @@ def test_bad_outputs_name_node_port_and_types(outputs, required, fragment):
 def test_forward_defaults_to_forward_one_per_request():
     class Echo(Node):
         def forward_one(self, inputs, ctx):
-            return {"y": inputs["x"] + ctx.iteration[0]}
+            return {"y": present(inputs["x"]) + ctx.iteration[0]}
 
     node = Echo(NodeContext(name="echo", outputs={"y": ("f32", ())}))
     batch = [
@@ -69,6 +70,8 @@ def test_seeds_are_deterministic_and_scoped():
 
 
 def test_to_tensor():
-    assert to_tensor("hi").tolist() == [104, 105]
-    assert to_tensor(3).dtype == torch.int64 and to_tensor(True).dtype == torch.bool
-    assert to_tensor(0.5).dtype == torch.float32 and to_tensor(None) is None
+    assert present(to_tensor("hi")).tolist() == [104, 105]
+    assert (
+        present(to_tensor(3)).dtype == torch.int64 and present(to_tensor(True)).dtype == torch.bool
+    )
+    assert present(to_tensor(0.5)).dtype == torch.float32 and to_tensor(None) is None

@@ -7,6 +7,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 
+from tests.narrow import present
 from wgc_runtime.contract import control as c
 from wgc_runtime.core.executor.stats import BATCH_BUCKETS, CALL_BUCKETS, FILL_BUCKETS, NodeStats
 from wgc_runtime.host.transport.codec import Codec
@@ -118,11 +119,11 @@ def test_a_consumer_that_outpaces_its_producer_is_an_underrun_once_per_chunk(tmp
 
     class Produce(Node):
         def forward_one(self, inputs, ctx):
-            return {"v": inputs["x"].float()}
+            return {"v": present(inputs["x"]).float()}
 
     class Consume(Node):
         def forward_one(self, inputs, ctx):
-            return {"s": inputs["v"].sum()}
+            return {"s": present(inputs["v"]).sum()}
 
     (tmp_path / "s.walk").write_text(STREAMS, encoding="utf-8")
     two = (

@@ -9,6 +9,7 @@ from pathlib import Path
 import networkx as nx
 import pytest
 
+from tests.narrow import present
 from wgc.driver import Driver
 from wgc.passes import dataflow
 
@@ -43,11 +44,11 @@ def result(src: str):
 
 
 def findings(src: str) -> list:
-    return dataflow.run(result(src).model)
+    return dataflow.run(present(result(src).model))
 
 
 def the_walk(src: str):
-    return result(src).model.walk("w")
+    return present(present(result(src).model).walk("w"))
 
 
 # ------------------------------------------------------------------------- call graph

@@ -272,7 +272,7 @@ def test_option_bound_suggests_a_param_and_until():
     src = "option n: int = 3\n" + NODES
     src += "walk w(s?: f32[4]) { loop l max option.n { fixed(s) -> s } yield last s }"
     (d,) = _run(src)
-    assert "param" in d.help and "until" in d.help
+    assert d.help is not None and "param" in d.help and "until" in d.help
 
 
 def test_unknown_names_and_broken_params_in_bounds_are_reported_elsewhere():

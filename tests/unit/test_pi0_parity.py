@@ -25,6 +25,7 @@ from wgc_models.layers.block_attention import Block, PagedBlocks
 from wgc_models.layers.convert import load_converted
 from wgc_models.layers.random_init import init_seeded
 from wgc_models.pi05.config import TINY
+from wgc_models.pi05.gemma import GemmaLayer
 from wgc_models.pi05.model import Pi0, Pi0Config, sincos
 from wgc_runtime.engines.kv_pool import PagedKVPool
 
@@ -201,6 +202,7 @@ def _dense_pi05_velocity(m: Pi0, prefix: torch.Tensor, x: torch.Tensor, t: float
     h, prefix_kv = prefix, []
     tt = cfg.text
     for layer in lm.layers:  # the prefix: plain Gemma norms, full attention
+        assert isinstance(layer, GemmaLayer)
         a = rms(h) * (1 + layer.input_layernorm.weight)
         q, k, v = qkv(layer.self_attn, a, pre_pos, tt.num_attention_heads, tt.num_key_value_heads)
         prefix_kv.append((k, v))
@@ -210,6 +212,7 @@ def _dense_pi05_velocity(m: Pi0, prefix: torch.Tensor, x: torch.Tensor, t: float
     y = m.action_in_proj(x[0])  # the action tokens alone: no state token
     xe = cfg.expert
     for layer, (pk, pv) in zip(ex.layers, prefix_kv, strict=True):
+        assert isinstance(layer, GemmaLayer)
         a, gate = ada(layer.input_layernorm, y)
         q, k, v = qkv(layer.self_attn, a, suf_pos, xe.num_attention_heads, xe.num_key_value_heads)
         y = y + gate * layer.self_attn.o_proj(attend(q, torch.cat((pk, k)), torch.cat((pv, v))))

@@ -6,9 +6,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.narrow import present
 from wgc.cli.targets import family_pairs
 from wgc.driver import Driver
 from wgc.ir.flow import BoolOp, Const, Not, OptionCond, Placed
+from wgc.ir.model import Model
 from wgc.placement.check import check_placement
 from wgc.placement.load import load
 from wgc.placement.params import apply_overrides, parse_value
@@ -21,15 +23,15 @@ PLACEMENTS = sorted(EXAMPLES.glob("*/placements/*.yaml"))
 # a placement's model: its family's, or the family's other model its name says (`wgc compile --all`)
 MODEL_OF = {Path(p).resolve(): Path(w).resolve() for w, p in family_pairs(ROOT)}
 _driver = Driver()
-_models: dict[str, object] = {}
+_models: dict[str, Model] = {}
 
 
-def model(family: str, path: Path | None = None):
+def model(family: str, path: Path | None = None) -> Model:
     walk = EXAMPLES / family / f"{family}.walk" if path is None else path
     if str(walk) not in _models:
         result = _driver.front_end(str(walk))
         assert not result.errors
-        _models[str(walk)] = result.model
+        _models[str(walk)] = present(result.model, "model")
     return _models[str(walk)]
 
 
@@ -77,7 +79,7 @@ def test_mstar_config_loads_as_is():
 
 
 def test_3xh100_assignment():
-    p, _ = load(str(EXAMPLES / "bagel" / "placements" / "3xh100.yaml"))
+    p = present(load(str(EXAMPLES / "bagel" / "placements" / "3xh100.yaml"))[0])
     where = {(w, n): g.ranks for (w, n), g in assignment(model("bagel"), p).items()}
     assert where == {
         **{(w, "LLM"): (0,) for w in ("prefill_text", "prefill_vit", "prefill_vae", "decode")},
@@ -93,8 +95,8 @@ def test_3xh100_assignment():
 
 def test_placed_decides_which_image_walk_runs():
     bagel = model("bagel")
-    pd, _ = load(str(EXAMPLES / "bagel" / "placements" / "pd-split.yaml"))
-    cpu, _ = load(str(EXAMPLES / "bagel" / "placements" / "cpu.yaml"))
+    pd = present(load(str(EXAMPLES / "bagel" / "placements" / "pd-split.yaml"))[0])
+    cpu = present(load(str(EXAMPLES / "bagel" / "placements" / "cpu.yaml"))[0])
     assert "image_gen" in reachable_walks(bagel, pd)
     assert "image_gen_cfg" not in reachable_walks(bagel, pd)
     assert "image_gen_cfg" in reachable_walks(bagel, cpu)
@@ -103,6 +105,7 @@ def test_placed_decides_which_image_walk_runs():
 
 def test_truth_is_three_valued():
     p, _ = loaded("place: [{nodes: [A], ranks: [0]}]")
+    assert p is not None
     span = p.span
     a, b, opt = Placed("A", span), Placed("B", span), OptionCond("x", span)
     assert truth(a, p) is True and truth(b, p) is False and truth(opt, p) is None
@@ -119,6 +122,7 @@ def test_extern_flow_reaches_every_walk():
     result = _driver.front_end("orpheus_extern.walk", text)
     assert result.model is not None
     p, _ = load(str(EXAMPLES / "orpheus" / "placements" / "cpu.yaml"))
+    assert p is not None
     assert reachable_walks(result.model, p) == {w.name for w in result.model.walks}
 
 
@@ -134,8 +138,10 @@ def test_defaults_and_derived_devices():
 
 def test_batching_defaults_follow_what_is_given():
     p, _ = loaded("batching: {max_batch: 6}")
+    assert p is not None
     assert p.batching.capture == (1, 2, 4, 6)
     p, _ = loaded("batching: {capture: [1, 3, 32]}")
+    assert p is not None
     assert p.batching.max_batch == 32 and p.batching.capture == (1, 3, 32)
 
 
@@ -149,6 +155,7 @@ resources:
   attn: {backend: triton}
 """
     p, c = loaded(text)
+    assert p is not None
     assert c == [] and p.format == "mstar"
     assert (p.kv_cache.page_size, p.kv_cache.pages, p.attention) == (32, 100, "triton")
     assert p.groups[0].tp == 2 and "resources.kv.max_seq_len" in p.ignored_keys
@@ -190,6 +197,7 @@ def test_unreadable_file():
 
 def test_yaml_spans_are_one_based():
     p, _ = loaded("devices: [cpu]\nplace:\n  - nodes: [A, B]\n    ranks: [0]\n")
+    assert p is not None
     b = p.groups[0].nodes[1]
     assert (b.span.line, b.span.col, b.span.end_col) == (3, 16, 17)
 

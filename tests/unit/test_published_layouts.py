@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -173,7 +174,7 @@ def test_bagels_ae_safetensors_loads_under_flux_names(tmp_path: Path) -> None:
     assert len(set(ldm)) == len(ours.state_dict())
     save_file(ldm, tmp_path / AE)
     mine = dict(ae_tensors(tmp_path, blocks))
-    config = {"layers_per_block": TINY.vae.layers_per_block}
+    config: dict[str, Any] = {"layers_per_block": TINY.vae.layers_per_block}
     config["down_block_types"] = ["DownEncoderBlock2D"] * blocks
     config["up_block_types"] = ["UpDecoderBlock2D"] * blocks
     theirs = convert_ldm_vae_checkpoint(dict(ldm), config)

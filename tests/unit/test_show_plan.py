@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from tests.narrow import present
 from wgc.cli import main
 from wgc.cli.show import build_plan
 from wgc.config import Env
@@ -183,9 +184,9 @@ def test_drawing_model_puts_calls_in_their_ranks() -> None:
     by_id = {c.id: c for c in g.clusters}
 
     def rank_of(node_id: str) -> str:
-        cid = g.node(node_id).cluster
-        while by_id[cid].parent is not None:
-            cid = by_id[cid].parent
+        cid = present(g.node(node_id).cluster, "cluster")
+        while (parent := by_id[cid].parent) is not None:
+            cid = parent
         return cid
 
     calls = {n.label: rank_of(n.id) for n in g.nodes if n.kind == "call" and "cfg" in n.id}

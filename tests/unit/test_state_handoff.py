@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from wgc_runtime.contract import messages as M
+from wgc_runtime.contract.kinds import Engine
 from wgc_runtime.contract.node import Node, NodeContext, NodeError, decode_state, encode_state
 from wgc_runtime.contract.spec import NodeSpec, RankSpec
 from wgc_runtime.core.executor import RankExecutor
@@ -68,7 +69,7 @@ class Counter(Node):
 
 
 def _rank(r: int) -> RankSpec:
-    node = NodeSpec(name="LLM", impl="x:Counter", engine="kv_cache", ranks=(r,))
+    node = NodeSpec(name="LLM", impl="x:Counter", engine=Engine.KV_CACHE, ranks=(r,))
     return RankSpec(rank=r, device="cpu", host="127.0.0.1", nodes=(node,))
 
 

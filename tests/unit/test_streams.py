@@ -9,6 +9,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.narrow import present
 from wgc_runtime.core.streams import (
     Policy,
     StreamBuffer,
@@ -204,7 +205,7 @@ def test_left_context_pad_pads_the_first_chunk():
     buf = _buffer(Policy.of("left_context", chunk=3, left=2), "pad")
     for i in range(4):
         buf.push(torch.tensor(i))
-    c = buf.take()
+    c = present(buf.take())
     assert (c.info.valid, c.info.size, c.data.tolist()) == (3, 5, [0, 1, 2, 0, 0])
     assert not c.info.final
 
@@ -214,10 +215,10 @@ def test_a_full_chunk_is_delivered_as_soon_as_its_last_item_exists():
     buf.push(torch.tensor(0))
     assert buf.take() is None
     buf.push(torch.tensor(1))
-    first = buf.take()  # no later item needed: a full chunk is never the final one
+    first = present(buf.take())  # no later item needed: a full chunk is never the final one
     assert (first.data.tolist(), first.info.final) == ([0, 1], False)
     buf.done()
-    last = buf.take()
+    last = present(buf.take())
     assert (last.info.start, last.info.valid, last.info.final, last.data.shape) == (
         2,
         0,
@@ -231,11 +232,11 @@ def test_drop_delivers_each_window_at_once_and_ends_with_an_empty_final_chunk():
     buf = _buffer(Policy.of("sliding", window=4, stride=2), "drop")
     for i in range(4):
         buf.push(torch.tensor(i))
-    assert buf.take().data.tolist() == [0, 1, 2, 3]
+    assert present(buf.take()).data.tolist() == [0, 1, 2, 3]
     buf.push(torch.tensor(4))
     assert not buf.ready()  # window [2, 6) still needs item 5
     buf.done()  # item 4 is a dropped residual
-    last = buf.take()
+    last = present(buf.take())
     assert (last.info.valid, last.info.size, last.info.final) == (0, 4, True)
     assert last.data.tolist() == [0, 0, 0, 0]
 
@@ -244,10 +245,13 @@ def test_pad_without_a_residual_ends_with_a_full_size_empty_chunk():
     buf = _buffer(Policy.of("left_context", chunk=2, left=1), "pad")
     for i in range(4):
         buf.push(torch.tensor(i))
-    assert [c.data.tolist() for c in (buf.take(), buf.take())] == [[0, 1, 0], [1, 2, 3]]
+    assert [c.data.tolist() for c in (present(buf.take()), present(buf.take()))] == [
+        [0, 1, 0],
+        [1, 2, 3],
+    ]
     assert buf.take() is None
     buf.done()
-    last = buf.take()
+    last = present(buf.take())
     assert (last.info.start, last.info.valid, last.info.size, last.info.final) == (4, 0, 3, True)
     assert last.data.tolist() == [0, 0, 0]
 
@@ -256,10 +260,10 @@ def test_the_residual_is_the_final_chunk():
     buf = _buffer(Policy.of("fixed", k=3), "pad")
     for i in range(4):
         buf.push(torch.tensor(i))
-    assert buf.take().info.final is False
+    assert present(buf.take()).info.final is False
     assert buf.take() is None  # item 3 may still be followed by others
     buf.done()
-    last = buf.take()
+    last = present(buf.take())
     assert (last.data.tolist(), last.info.valid, last.info.final) == ([3, 0, 0], 1, True)
 
 
@@ -267,13 +271,13 @@ def test_after_done_continue_offers_empty_chunks():
     buf = _buffer(Policy.of("fixed", k=1), "pad", after_done=True)
     buf.push(torch.tensor(7))
     buf.done()
-    first = buf.take()
+    first = present(buf.take())
     assert (first.data.tolist(), first.info.final) == ([7], False)
-    final = buf.take()  # no residual: an empty final chunk, full size under pad
+    final = present(buf.take())  # no residual: an empty final chunk, full size under pad
     assert (final.info.valid, final.info.size, final.info.final) == (0, 1, True)
     assert not final.info.after_done and final.data.tolist() == [0]
     for j in (2, 3, 4):
-        c = buf.take()
+        c = present(buf.take())
         assert (c.info.index, c.info.valid, c.info.size, c.info.final) == (j, 0, 1, False)
         assert c.info.after_done and c.data.tolist() == [0]
     assert not buf.ended
@@ -282,14 +286,14 @@ def test_after_done_continue_offers_empty_chunks():
 def test_after_done_continue_partial_offers_zero_rows():
     buf = _buffer(Policy.of("fixed", k=2), "partial", after_done=True)
     buf.done()
-    assert buf.take().info.final
-    assert buf.take().data.shape == (0,)
+    assert present(buf.take()).info.final
+    assert present(buf.take()).data.shape == (0,)
 
 
 def test_take_after_the_end_raises():
     buf = _buffer(Policy.of("fixed", k=1), "partial")
     buf.done()
-    assert buf.take().info.final
+    assert present(buf.take()).info.final
     with pytest.raises(StreamEnded):
         buf.take()
 
@@ -303,7 +307,7 @@ def test_push_when_full_raises_and_after_done_raises():
     assert not buf.can_push()
     with pytest.raises(StreamFull):
         buf.push(torch.tensor(2))
-    assert buf.take().data.tolist() == [0, 1]
+    assert present(buf.take()).data.tolist() == [0, 1]
     assert buf.can_push()
     buf.done()
     with pytest.raises(StreamError):
@@ -319,7 +323,7 @@ def test_items_with_a_leading_dim_concatenate_on_dim_0():
     buf = StreamBuffer(Policy.of("fixed", k=2), "pad", item_shape=(1, 3), dtype=torch.float32)
     buf.push(torch.ones(1, 3))
     buf.done()
-    c = buf.take()
+    c = present(buf.take())
     assert c.data.shape == (2, 3) and (c.info.valid, c.info.size) == (1, 2)
 
 
@@ -435,4 +439,4 @@ def test_full_chunks_have_no_latency(policy, final, n):
         assert len(taken) == policy.full_chunks(i + 1)
         assert not any(c.info.final for c in taken)
     buf.done()
-    assert buf.ready() and buf.take().info.final
+    assert buf.ready() and present(buf.take()).info.final

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from tests.narrow import present
 from wgc.cli import main
 from wgc.cli.targets import family_pairs, is_name, model_file, placement_file
 from wgc.config import Env
@@ -78,7 +79,7 @@ def test_names_and_paths() -> None:
     assert model_file("orpheus").endswith("wgc_models/orpheus/orpheus.walk")
     assert model_file("no/such.walk") == "no/such.walk"  # a path: the command's own error
     walk = model_file("orpheus")
-    assert placement_file("cpu-2rank", walk).endswith("orpheus/placements/cpu-2rank.yaml")
+    assert present(placement_file("cpu-2rank", walk)).endswith("orpheus/placements/cpu-2rank.yaml")
     assert placement_file(None, walk) is None
     assert placement_file("x.yaml", walk) == "x.yaml"
 

@@ -51,7 +51,8 @@ def hf_tokenizer() -> Any:
     import transformers
 
     special = "<|endoftext|>"
-    return transformers.WhisperTokenizerFast(
+    # transformers exports its classes lazily, out of its stubs' sight
+    return transformers.WhisperTokenizerFast(  # pyright: ignore[reportAttributeAccessIssue]
         tokenizer_object=Tokenizer.from_file(str(tiny.path_of())),
         bos_token=special,
         eos_token=special,

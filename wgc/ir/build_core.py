@@ -6,6 +6,8 @@ and `FlowBuilder` (flows and subflows), both built on `BuilderCore`.
 
 from __future__ import annotations
 
+from typing import Any
+
 from lark import Token, Tree
 
 from wgc.diagnostics.diagnostic import Diagnostic, Label, Span, diag
@@ -44,7 +46,7 @@ class BuilderCore:
             return Span(self.file, 0, 0, 0, 0)
         return Span(self.file, m.line, m.column, m.end_line, m.end_column)
 
-    def error(self, code: str, message: str, at, **kw) -> None:
+    def error(self, code: str, message: str, at: Span | Tree[Token] | Token, **kw: Any) -> None:
         self.diags.append(
             diag(code, message, self.span(at) if not isinstance(at, Span) else at, **kw)
         )

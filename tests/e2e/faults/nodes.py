@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from tests.narrow import present
 from wgc_runtime.contract.node import Node, NodeInputError
 
 
@@ -43,7 +44,7 @@ class Source(_Marking):
             raise NodeInputError("the source was told to fail")
         if ctx.options.get("crash"):
             raise ValueError("the source was told to crash")  # a plain one: not the request's fault
-        return {"y": inputs["x"].float() + 1}
+        return {"y": present(inputs["x"]).float() + 1}
 
 
 class Step(_Marking):
@@ -55,8 +56,8 @@ class Step(_Marking):
         if delay:
             time.sleep(delay / 1000)
         if ctx.kv is not None:
-            k = inputs["y"].reshape(1, 1, 1, 4)
+            k = present(inputs["y"]).reshape(1, 1, 1, 4)
             ctx.kv.append(k, k)
         n = ctx.state["n"] = ctx.state.get("n", 0) + 1
         stop = n >= int(ctx.options.get("steps", 3))
-        return {"y": inputs["y"] * 2, "stop": torch.tensor(stop)}
+        return {"y": present(inputs["y"]) * 2, "stop": torch.tensor(stop)}

@@ -12,7 +12,9 @@ class Encoder(Node):
     OUTPUTS = ("y",)
 
     def forward_one(self, inputs, ctx):
-        return {"y": inputs["x"] * 2}
+        x = inputs["x"]
+        assert x is not None
+        return {"y": x * 2}
 
 
 class Lazy(Node):
