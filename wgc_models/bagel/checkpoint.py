@@ -156,7 +156,7 @@ def ae_tensors(path: str | Path, blocks: int) -> Iterator[tuple[str, torch.Tenso
 
 _LLM_PARTS = ("language_model.", "time_embedder.", "vae2llm.", "llm2vae.", "latent_pos_embed.")
 _VIT_PARTS = ("vit_model.", "connector.", "vit_pos_embed.")
-_WEIGHTS: dict[tuple, Any] = {}
+_WEIGHTS: dict[tuple[object, ...], Any] = {}
 
 
 def bagel_config(node: str, config: Mapping[str, Any]) -> BagelConfig:
@@ -171,7 +171,7 @@ def bagel_config(node: str, config: Mapping[str, Any]) -> BagelConfig:
     return CONFIGS[name]
 
 
-def _weights(key: tuple, build: Callable[[], Any]) -> Any:
+def _weights(key: tuple[object, ...], build: Callable[[], Any]) -> Any:
     """One copy per process of the weights ``key`` names (model, checkpoint, seed, part,
     device): LLM and its CFG copies on one rank hold the backbone once."""
     if key not in _WEIGHTS:
