@@ -109,10 +109,10 @@ def _same_under_all_seeds(commands: list[list[str]], cwd: Path) -> dict[str, tup
 @pytest.mark.slow
 def test_examples_output_is_hash_seed_independent() -> None:
     assert EXAMPLES, "no examples found"
-    commands = [["check", "--format", "json", "examples/"]]
+    commands = [["check", "--format", "json", "wgc_models/"]]
     commands += [["show", "--format", fmt, ex] for ex in EXAMPLES for fmt in ("json", "text")]
     results = _same_under_all_seeds(commands, ROOT)
-    code, out, _ = results["check --format json examples/"]
+    code, out, _ = results["check --format json wgc_models/"]
     assert code == 0 and json.loads(out)["errors"] == 0
     for ex in EXAMPLES:
         code, out, err = results[f"show --format json {ex}"]

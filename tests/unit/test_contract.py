@@ -48,8 +48,8 @@ def test_the_contract_records_import_with_the_standard_library_only() -> None:
 @pytest.mark.parametrize(
     "args",
     [
-        ["check", "examples/"],
-        ["fmt", "--check", "examples/"],
+        ["check", "wgc_models/"],
+        ["fmt", "--check", "wgc_models/"],
         ["compile", "--all", "--check"],
         [
             "show",
