@@ -122,10 +122,15 @@ def placement_file(arg: str | None, walk: str) -> str | None:
     )
 
 
-def _placement_names(folder: Path) -> list[str]:
+def _placements(folder: Path) -> list[Path]:
+    """The placement files in ``folder``, sorted (none when it is not a folder)."""
     if not folder.is_dir():
         return []
-    return sorted(p.stem for p in folder.iterdir() if p.suffix in _PLACEMENT_SUFFIXES)
+    return sorted(p for p in folder.iterdir() if p.suffix in _PLACEMENT_SUFFIXES)
+
+
+def _placement_names(folder: Path) -> list[str]:
+    return [p.stem for p in _placements(folder)]
 
 
 def family_pairs(root: Path | None = None) -> list[tuple[str, str]]:
@@ -134,14 +139,12 @@ def family_pairs(root: Path | None = None) -> list[tuple[str, str]]:
     placement whose name's first word (before a ``-``) starts another model's name is that
     model's (llama's ``spec-cpu.yaml``: ``speculative.walk``), any other the family's own."""
     pairs = []
-    for name in sorted(families()):
-        walk = families()[name].walk()
+    for _, fam in sorted(families().items()):
+        walk = fam.walk()
         if walk is None:
             continue
-        folder = walk.parent / "placements"
         others = sorted(w for w in walk.parent.glob("*.walk") if w != walk)
-        placements = sorted(p for p in folder.glob("*") if p.suffix in _PLACEMENT_SUFFIXES)
-        for p in placements:
+        for p in _placements(walk.parent / "placements"):
             word = p.stem.split("-")[0]
             model = next((w for w in others if w.stem.startswith(word)), walk)
             pairs.append((shown(model, root), shown(p, root)))
