@@ -387,6 +387,46 @@ def test_inner_yield_feeds_the_outer_carry(placement: str) -> None:
     check(NESTED_YIELD, placement, reqs)
 
 
+NESTED_YIELD_EMIT = (
+    HEAD
+    + """node N2: stateless { impl "generic_nodes:Generic" in a: f32[4] out x: f32[4] }
+walk w(i?: f32[4]) {
+  N0(a = i) -> h = x
+  loop outer max 3 {
+    loop side max 2 {
+      emit h as tensor
+      N2(a = i) -> g = x
+    } yield last g
+    N0(a = i) -> c = x
+    loop inner max 2 {
+      N0(a = c) -> c = x
+      N1(a = c) -> h = x
+    } yield last h, c
+  } yield last h
+  emit h as text
+}
+flow main { w() }
+"""
+)
+
+
+@pytest.mark.parametrize(
+    "placement",
+    [
+        "devices: [cpu]\nplace:\n  - {nodes: [N0, N1, N2], ranks: [0]}\n",
+        "devices: [cpu, cpu]\nplace:\n  - {nodes: [N0, N1], ranks: [0]}\n"
+        "  - {nodes: [N2], ranks: [1]}\n",
+    ],
+    ids=["one_rank", "two_ranks"],
+)
+def test_an_emit_of_the_outer_carry_waits_for_the_inner_loops_last_value(placement: str) -> None:
+    # found by WGC_PROPERTY_NESTED=1000: an `emit` in a sibling loop of the outer loop's carried
+    # `h`, which a nested loop's `yield last` rebinds, took the nested loop's *first* value on
+    # two ranks (the sink's destination dropped the yield: every inner iteration's `h` went out
+    # as the outer loop's next value, and the first to arrive was emitted)
+    check(NESTED_YIELD_EMIT, placement, REQUEST)
+
+
 PARAM_FLOW = (
     HEAD
     + """param draft_tokens = 1
