@@ -22,7 +22,7 @@ from wgc.ir.build_decls import DeclBuilder
 from wgc.ir.build_flow import FlowBuilder
 from wgc.ir.decls import Node, Stream, TypeAlias
 from wgc.ir.model import Model
-from wgc.ir.parse_tree import ParseTree, branch, opt_sub, opt_tok, sub, subs, text, tok
+from wgc.ir.parse_tree import ParseTree, branch, opt_sub, opt_tok, sub, subs, text, tok, toks
 from wgc.ir.resolve import resolve_walk
 from wgc.ir.subflows import expand
 from wgc.ir.walk import Bind, Block, Call, Emit, Loop, Named, Par, Persist, Stmt, Walk, WalkInput
@@ -100,7 +100,7 @@ class _Builder(DeclBuilder, FlowBuilder):
         name = text(t, 0)
         te = sub(t, 1)
         ref = text(te, 0) if te.data == "type_ref" else None
-        return TypeAlias(name, self.alias_type(name), ref, self.span(t), self.span(t.children[0]))
+        return TypeAlias(name, self.alias_type(name), ref, self.span(t), self.span(tok(t, 0)))
 
     # ------------------------------------------------------------------ walks
     def walk(self, t: ParseTree, nodes: dict[str, Node], streams: list[Stream]) -> Walk:
@@ -126,7 +126,7 @@ class _Builder(DeclBuilder, FlowBuilder):
             edges,
             issues,
             self.span(t),
-            self.span(t.children[0]),
+            self.span(tok(t, 0)),
         )
 
     def block(self, t: ParseTree, loops: tuple[str, ...]) -> Block:
@@ -154,7 +154,7 @@ class _Builder(DeclBuilder, FlowBuilder):
             self.check_modality(mod_tok)
             return [Emit(text(t, 0), str(mod_tok), self.span(t))]
         if d == "persist":
-            return [Persist(str(c), self.span(c)) for c in t.children]
+            return [Persist(str(c), self.span(c)) for c in toks(t)]
         if d == "block":  # a braced group outside `par` is just its statements
             return list(self.block(t, loops).stmts)
         raise AssertionError(f"unexpected statement {d}")
@@ -206,9 +206,9 @@ class _Builder(DeclBuilder, FlowBuilder):
             elif c.data == "block":
                 body = self.block(c, (*loops, name))
             elif c.data == "yield_last":
-                yl.extend(Named(str(x), self.span(x)) for x in c.children)
+                yl.extend(Named(str(x), self.span(x)) for x in toks(c))
             elif c.data == "yield_all":
-                ya.extend(Named(str(x), self.span(x)) for x in c.children)
+                ya.extend(Named(str(x), self.span(x)) for x in toks(c))
         assert body is not None, "the grammar gives every loop a block"
         mx = None
         if E.is_static(max_expr, self.params):

@@ -15,7 +15,7 @@ from wgc.diagnostics.suggest import did_you_mean
 from wgc.ir import expr as E
 from wgc.ir.decls import OptionDecl
 from wgc.ir.flow import MODALITIES
-from wgc.ir.parse_tree import Branch, ParseTree, text
+from wgc.ir.parse_tree import Branch, ParseTree, branch, text
 from wgc.ir.types import TensorType
 
 
@@ -73,9 +73,9 @@ class BuilderCore:
         if d == "option_ref":
             return E.OptionRef(text(t, 0), sp)
         if d == "neg":
-            return E.Neg(self.expr(t.children[0]), sp)
+            return E.Neg(self.expr(branch(t, 0)), sp)
         op = {"add": "+", "sub": "-", "mul": "*", "div": "/"}[d]
-        return E.BinOp(op, self.expr(t.children[0]), self.expr(t.children[1]), sp)
+        return E.BinOp(op, self.expr(branch(t, 0)), self.expr(branch(t, 1)), sp)
 
     def uses_failed_param(self, ex: E.Expr) -> bool:
         """Whether ``ex`` names a param whose own value failed (and was reported there)."""

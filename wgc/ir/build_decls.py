@@ -22,7 +22,7 @@ from wgc.ir.decls import (
     PortRef,
     Stream,
 )
-from wgc.ir.parse_tree import ParseTree, child, kids, opt_tok, sub, subs, text
+from wgc.ir.parse_tree import ParseTree, branch, child, kids, opt_tok, sub, subs, text, tok, toks
 
 
 class DeclBuilder(TypeBuilder):
@@ -30,11 +30,11 @@ class DeclBuilder(TypeBuilder):
     def nodes(self, trees: list[ParseTree]) -> list[Node]:
         by_name: dict[str, ParseTree] = {}
         for t in trees:
-            by_name.setdefault(str(t.children[0]), t)
+            by_name.setdefault(text(t, 0), t)
         done: dict[str, Node] = {}
 
         def make(t: ParseTree, seen: frozenset[str]) -> Node:
-            name = str(t.children[0])
+            name = text(t, 0)
             if t is by_name.get(name) and name in done:
                 return done[name]
             engine_t = sub(t, 1)
@@ -75,7 +75,7 @@ class DeclBuilder(TypeBuilder):
                     label_span = self.span(it)
                     writable = len(it.children) > 1 and child(it, 1) is not None
                 elif it.data == "config":
-                    key, ex = text(it, 0), self.expr(it.children[1])
+                    key, ex = text(it, 0), self.expr(branch(it, 1))
                     value = self.static_value(ex)
                     if value is None:  # reported; a broken value is no value (nor the base's)
                         config.pop(key, None)
@@ -83,7 +83,7 @@ class DeclBuilder(TypeBuilder):
                         config[key] = value
                     config_exprs[key] = ex
                 elif it.data == "reads":
-                    for name_tok in it.children:
+                    for name_tok in toks(it):
                         reads.setdefault(str(name_tok), self.span(name_tok))
             if like is not None:
                 for p in own_inputs:
@@ -109,7 +109,7 @@ class DeclBuilder(TypeBuilder):
                 span=self.span(t),
                 label_span=label_span,
                 impl_span=impl_span,
-                name_span=self.span(t.children[0]),
+                name_span=self.span(tok(t, 0)),
                 config_exprs=tuple(config_exprs.items()),
                 reads=tuple(reads),
                 read_spans=tuple(reads.values()),
@@ -128,7 +128,7 @@ class DeclBuilder(TypeBuilder):
                 self.error(
                     "WG011",
                     f"unknown `kv_cache` argument `{key}`",
-                    arg.children[0],
+                    tok(arg, 0),
                     label="unknown argument",
                     help="`kv_cache` takes `labels = [a, b, ...]`",
                 )
@@ -143,7 +143,7 @@ class DeclBuilder(TypeBuilder):
 
     # ------------------------------------------------------------------ streams
     def stream(self, t: ParseTree) -> Stream:
-        name = str(t.children[0])
+        name = text(t, 0)
         prod = self.port_ref(sub(t, 1))
         cons = self.port_ref(sub(t, 2))
         policy = None
@@ -155,7 +155,7 @@ class DeclBuilder(TypeBuilder):
             if opt.data == "chunk":
                 policy = self.policy(opt)
             elif opt.data == "final":
-                word = str(opt.children[0])
+                word = text(opt, 0)
                 final_span = self.span(opt)
                 try:
                     final = FinalMode(word)
@@ -165,13 +165,13 @@ class DeclBuilder(TypeBuilder):
                     self.error(
                         "WG005",
                         f"unknown final mode `{word}`",
-                        opt.children[0],
+                        tok(opt, 0),
                         label="not a final mode",
                         help=f"{did_you_mean(word, modes, end=' ')}write `final partial`, "
                         "`final pad` or `final drop`",
                     )
             else:
-                word = str(opt.children[0])
+                word = text(opt, 0)
                 after_span = self.span(opt)
                 if word == "continue":
                     after = True
@@ -179,7 +179,7 @@ class DeclBuilder(TypeBuilder):
                     self.error(
                         "WG005",
                         f"unknown `after_done` mode `{word}`",
-                        opt.children[0],
+                        tok(opt, 0),
                         label="expected `continue` or `stop`",
                         help="`after_done continue` keeps offering empty chunks after the "
                         "producer is done; `after_done stop` (the default) ends the stream",
@@ -202,7 +202,7 @@ class DeclBuilder(TypeBuilder):
             self.span(t),
             final_span,
             after_span,
-            self.span(t.children[0]),
+            self.span(tok(t, 0)),
             policy_valid,
         )
 
@@ -210,7 +210,7 @@ class DeclBuilder(TypeBuilder):
         return PortRef(text(t, 0), text(t, 1), self.span(t))
 
     def policy(self, t: ParseTree) -> ChunkPolicy | None:
-        word = str(t.children[0])
+        word = text(t, 0)
         try:
             kind = PolicyKind(word)
         except ValueError:
@@ -218,7 +218,7 @@ class DeclBuilder(TypeBuilder):
             self.error(
                 "WG006",
                 f"unknown chunk policy `{word}`",
-                t.children[0],
+                tok(t, 0),
                 label="not a chunk policy",
                 help=f"{did_you_mean(word, kinds, end=' ')}policies are `fixed(k)`, "
                 "`sliding(window = W, stride = S)`, `left_context(chunk = C, left = L)`",
@@ -228,7 +228,7 @@ class DeclBuilder(TypeBuilder):
         for a in subs(t, 1):
             key_tok = opt_tok(a, 0)
             key = str(key_tok) if key_tok is not None else None
-            ex = self.expr(a.children[1])
+            ex = self.expr(branch(a, 1))
             v = None
             if E.is_static(ex, self.params):
                 val = self.static_value(ex)

@@ -83,7 +83,7 @@ class FlowBuilder(BuilderCore):
                 None,
                 self.span(t),
                 trig_span,
-                self.span(t.children[0]),
+                self.span(tok(t, 0)),
             )
         return Flow(
             name,
@@ -94,7 +94,7 @@ class FlowBuilder(BuilderCore):
             self.fblock(body_t),
             self.span(t),
             trig_span,
-            self.span(t.children[0]),
+            self.span(tok(t, 0)),
         )
 
     def subflow(self, t: ParseTree) -> Subflow:
@@ -166,7 +166,7 @@ class FlowBuilder(BuilderCore):
                     "`m`; other values are a `for` variable, `VAR.FIELD`, `option.NAME` or a "
                     "persisted channel",
                 )
-            self.check_modality(v.children[2])
+            self.check_modality(tok(v, 2))
             return FArg(pname, ArgKind.FIRST, arg, None, sp)
         return FArg(pname, ArgKind.SEGMENT_FIELD, text(v, 0), text(v, 1), sp)
 
@@ -256,7 +256,7 @@ class FlowBuilder(BuilderCore):
                 else _CONDITIONS,
             )
             return Const(False, sp)
-        self.check_modality(t.children[2])
+        self.check_modality(tok(t, 2))
         return RequestPred(pred, arg, sp)
 
     def option_cmp(self, t: ParseTree, sp: Span) -> OptionCmp:

@@ -31,14 +31,14 @@ MAX_CASES = 64
 class TypeBuilder(BuilderCore):
     # ------------------------------------------------------------------ params
     def param(self, t: ParseTree) -> Param:
-        name = str(t.children[0])
-        ex = self.expr(t.children[1])
+        name = text(t, 0)
+        ex = self.expr(branch(t, 1))
         value = self.overrides[name] if name in self.overrides else self.static_value(ex)
         if value is None:
             self.failed_params.add(name)
         elif name not in self.params:
             self.params[name] = value
-        return Param(name, ex, value, self.span(t), self.span(t.children[0]))
+        return Param(name, ex, value, self.span(t), self.span(tok(t, 0)))
 
     # ------------------------------------------------------------------ options
     def option(self, t: ParseTree) -> OptionDecl:
@@ -274,7 +274,7 @@ class TypeBuilder(BuilderCore):
 
     def dim(self, t: Branch) -> Dim | None:
         if isinstance(t, Tree) and t.data in ("any_dim", "bounded_dim"):
-            return Dim.any_() if t.data == "any_dim" else bounded(self, self.expr(t.children[0]))
+            return Dim.any_() if t.data == "any_dim" else bounded(self, self.expr(branch(t, 0)))
         ex = self.expr(t)
         if isinstance(ex, E.Ref) and ex.name not in self.params:
             return Dim.sym(ex.name)

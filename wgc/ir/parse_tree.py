@@ -68,6 +68,11 @@ def subs(t: ParseTree, start: int = 0) -> list[ParseTree]:
     return [as_tree(c) for c in kids(t, start) if c is not None]
 
 
+def toks(t: ParseTree, start: int = 0) -> list[Token]:
+    """The tokens among the children from ``start`` on (absent optional items skipped)."""
+    return [as_token(c) for c in kids(t, start) if c is not None]
+
+
 def as_tree(c: Child) -> ParseTree:
     """``c``, which the grammar makes a tree."""
     assert isinstance(c, Tree), f"expected a tree, found {c!r}"
