@@ -7,7 +7,8 @@ expanding subflow calls (`wgc.ir.subflows`). It reports only what it must decide
 (codes WG004-WG011, WG105/WG202/WG203/WG205/WG206 for params, dims and option values,
 WG112/WG116/WG117 and WG705/WG007 while expanding subflows); every other rule belongs to a pass
 in `wgc.passes`. The parts live in `build_core` (spans, expressions), `build_types` (params,
-options, types), `build_decls` (nodes, streams) and `build_flow` (flows, subflows).
+options, types; `build_buckets` and `build_bounded` for two kinds of dim), `build_decls` (nodes,
+streams) and `build_flow` (flows, subflows); they read the parse tree through `parse_tree`.
 """
 
 from __future__ import annotations

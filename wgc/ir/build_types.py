@@ -1,15 +1,14 @@
 """Building params, options and tensor types (with their dims, shape buckets included).
 
 Options are built before any type, so a dim that reads `option.NAME` (a shape bucket) can
-evaluate itself for every value the option may take. Codes reported here: WG009 (an option's
-kind, values or default), WG105/WG203 (params, values not evaluating), WG202 (a dim not a
-non-negative integer; `<=K` is `build_bounded`'s), WG205 (a dim reading an option that is not a
-shape bucket), WG206 (a default arm naming a value its selector cannot take), WG004 (dtypes).
+evaluate itself for every value the option may take (`build_buckets`; `<=K` is `build_bounded`).
+Codes reported here: WG009 (an option's kind, values or default), WG105/WG203 (params, values not
+evaluating), WG202 (a dim not a non-negative integer), WG206 (a default arm naming a value its
+selector cannot take), WG004 (dtypes).
 """
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterable
 
 from lark import Tree
@@ -18,14 +17,13 @@ from wgc.diagnostics.diagnostic import Label
 from wgc.diagnostics.suggest import did_you_mean
 from wgc.ir import expr as E
 from wgc.ir.build_bounded import bounded
-from wgc.ir.build_core import BuilderCore, a_type, fits, literal
+from wgc.ir.build_buckets import bucket_dim, is_size
+from wgc.ir.build_core import BuilderCore, fits, literal
 from wgc.ir.decls import OPTION_TYPES, OptionDecl, Param
 from wgc.ir.parse_tree import Branch, ParseTree, branch, kids, opt_sub, sub, subs, text, tok
-from wgc.ir.types import DTYPE_NAMES, Case, Dim, DType, TensorType
+from wgc.ir.types import DTYPE_NAMES, Dim, DType, TensorType
 
 _EXAMPLE = {"bool": "false", "int": "1", "float": "1.0", "str": '"x"'}
-# option-value combinations one bucket dim may have (3 options of 10 values: 1,000 graphs)
-MAX_CASES = 64
 
 
 class TypeBuilder(BuilderCore):
@@ -281,7 +279,7 @@ class TypeBuilder(BuilderCore):
         if self.uses_failed_param(ex):
             return None
         if E.option_refs(ex):
-            return self.bucket_dim(ex)
+            return bucket_dim(self, ex)
         if not E.is_static(ex, self.params):
             bad = next((r for r in E.refs(ex) if r.name not in self.params), None)
             self.error(
@@ -295,7 +293,7 @@ class TypeBuilder(BuilderCore):
         v = self.static_value(ex)
         if v is None:
             return None
-        if not _size(v):
+        if not is_size(v):
             self.error(
                 "WG202",
                 f"a dim must be a non-negative integer, found `{v!r}`",
@@ -308,112 +306,6 @@ class TypeBuilder(BuilderCore):
         if isinstance(ex, E.Lit):
             return Dim.int_(int(v))
         return Dim.param(E.render(ex), int(v))
-
-    def bucket_dim(self, ex: E.Expr) -> Dim | None:
-        """A dim over `option.NAME`s: one size per combination of the options' values."""
-        names = sorted({o.name for o in E.option_refs(ex)})
-        self.dim_options.update(names)
-        decls: list[OptionDecl] = []
-        for o in E.option_refs(ex):
-            decl = self.options.get(o.name)
-            if decl is None:
-                self.error(
-                    "WG108",
-                    f"unknown option `{o.name}`",
-                    o.span,
-                    label="not a declared option",
-                    help=did_you_mean(o.name, list(self.options))
-                    or f"declare it with `option {o.name}: int in [...] = ...`",
-                )
-                return None
-            if decl.type != "int" or not decl.choices:
-                self.not_a_bucket(o, decl)
-                return None
-            if decl not in decls:
-                decls.append(decl)
-        bad = next((r for r in E.refs(ex) if r.name not in self.params), None)
-        if bad is not None:
-            self.error(
-                "WG202",
-                "a dim expression may only use integers, `param`s and shape-bucket options",
-                bad.span,
-                label=f"`{bad.name}` is not a param",
-                help="declare it as a `param`, or write a symbolic dim on its own",
-            )
-            return None
-        decls.sort(key=lambda d: d.name)
-        combos = list(itertools.product(*(d.choices for d in decls)))
-        if len(combos) > MAX_CASES:
-            self.error(
-                "WG205",
-                f"`{E.render(ex)}` has {len(combos)} shape buckets, more than {MAX_CASES}",
-                ex.span,
-                label="too many buckets",
-                help="list fewer values for its options: each bucket is captured separately",
-            )
-            return None
-        cases: list[Case] = []
-        for combo in combos:
-            values = dict(zip(names, combo, strict=True))
-            size = self.bucket_size(ex, values)
-            if size is None:
-                return None
-            cases.append((tuple(sorted(values.items())), size))
-        return Dim.bucket(E.render(ex), tuple(cases))
-
-    def bucket_size(self, ex: E.Expr, values: dict[str, E.Value]) -> int | None:
-        bound = _bind_options(ex, values)
-        try:
-            v = E.evaluate(bound, self.params)
-        except E.EvalError as err:
-            where = ", ".join(f"`{k}` = {literal(v)}" for k, v in values.items())
-            self.error(err.code, f"{err.message} (for {where})", ex.span, help=err.help)
-            return None
-        if not _size(v):
-            where = ", ".join(f"`{k}` = {literal(x)}" for k, x in values.items())
-            self.error(
-                "WG202",
-                f"a dim must be a non-negative integer, but `{E.render(ex)}` is `{v!r}` "
-                f"for {where}",
-                ex.span,
-                label="invalid dim for this bucket",
-                help="choose option values for which every dim is a whole size",
-            )
-            return None
-        return int(v)
-
-    def not_a_bucket(self, o: E.OptionRef, decl: OptionDecl) -> None:
-        why = (
-            f"`{o.name}` is {a_type(decl.type)} option"
-            if decl.type != "int"
-            else f"`{o.name}` may take any integer"
-        )
-        self.error(
-            "WG205",
-            f"option `{o.name}` in a dim is not a shape bucket: {why}",
-            o.span,
-            label="not a shape bucket",
-            labels=[Label(decl.span, "declared here")],
-            help=f"declare it with its sizes, e.g. `option {o.name}: int in [16, 32] = 16`, "
-            "so every request falls into one of a few captured shapes",
-        )
-
-
-def _bind_options(ex: E.Expr, values: dict[str, E.Value]) -> E.Expr:
-    """``ex`` with every `option.NAME` replaced by its value in ``values``."""
-    if isinstance(ex, E.OptionRef):
-        return E.Lit(values[ex.name], ex.span)
-    if isinstance(ex, E.BinOp):
-        return E.BinOp(
-            ex.op, _bind_options(ex.left, values), _bind_options(ex.right, values), ex.span
-        )
-    if isinstance(ex, E.Neg):
-        return E.Neg(_bind_options(ex.operand, values), ex.span)
-    return ex
-
-
-def _size(v: E.Value) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
 
 
 def _values(choices: Iterable[E.Value]) -> str:
