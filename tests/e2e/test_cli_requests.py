@@ -21,7 +21,7 @@ import torch
 
 from tests.e2e.real_support import compile_to
 from wgc.cli.request_input import split_fields
-from wgc.cli.run import video_frames
+from wgc.cli.run_outputs import video_frames
 from wgc.interp import segment
 from wgc_runtime.host.local import LocalCluster
 

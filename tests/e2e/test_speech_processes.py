@@ -28,7 +28,7 @@ pytestmark = [
 ]
 
 from tests.e2e.speech_support import PLACEMENTS, orpheus, qwen3_omni, reference  # noqa: E402
-from wgc.cli.run import pcm16  # noqa: E402
+from wgc.cli.run_outputs import pcm16  # noqa: E402
 from wgc_models._shared.speech import text_codec  # noqa: E402
 
 SEED = 5

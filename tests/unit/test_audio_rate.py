@@ -18,7 +18,8 @@ import torch
 
 from wgc.cli.errors import UserError
 from wgc.cli.request_input import read_request_file
-from wgc.cli.run import at_input_rate, read_file
+from wgc.cli.run_inputs import read_file
+from wgc.cli.run_plan import at_input_rate
 from wgc_runtime.contract.flow import Segment
 from wgc_runtime.host.audio import RateError, at_rate, input_rate, to_rate
 from wgc_runtime.host.inputs import Limits

@@ -1,7 +1,7 @@
 """What `wgc run` tells a user about a speech request: per audio output its length, rate,
 chunks, first-audio latency, real-time factor and clipped samples (`wgc.cli.speech_stats`);
 the start-up progress (`wgc.cli.progress`); text outputs of UTF-8 bytes split anywhere
-(`wgc.cli.run.OutputWriter`)."""
+(`wgc.cli.run_outputs.OutputWriter`)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from wgc.cli.progress import StartupProgress
-from wgc.cli.run import OutputWriter
+from wgc.cli.run_outputs import OutputWriter
 from wgc.cli.speech_stats import RequestStats
 
 

@@ -16,7 +16,7 @@ from safetensors.torch import save_file
 
 from wgc.cli import main
 from wgc.cli.preflight import Refused, check_deployment
-from wgc.cli.run import prepare
+from wgc.cli.run_plan import prepare
 from wgc.config import Env
 from wgc_models.pi05.config import TINY
 from wgc_models.pi05.model import Pi0

@@ -1,12 +1,12 @@
 """The request `wgc run` sends, checked at the door before any process starts.
 
-``--option`` values are parsed as JSON-ish scalars (`wgc.cli.run.parse_value`), then read as the
-option's declared type where that is what they mean (``1`` / ``0`` for a bool, ``3`` for a float,
-any value for a str); with no ``--want``, every modality the model emits is wanted. The request
-is then checked exactly as the conductor will check it (`wgc_runtime.core.conductor.door`,
-strict, within the ``--limit``s: segment count, text length, array size), with the door's
-bounds (token limits within ``kv_tokens``, sampling values, token ids within the vocabulary): a
-request that cannot run is a user error (exit 1) listing every problem.
+``--option`` values are parsed as JSON-ish scalars (`wgc.cli.run_inputs.parse_value`), then read as
+the option's declared type where that is what they mean (``1`` / ``0`` for a bool, ``3`` for a
+float, any value for a str); with no ``--want``, every modality the model emits is wanted. The
+request is then checked exactly as the conductor will check it (`wgc_runtime.core.conductor.door`,
+strict, within the ``--limit``s: segment count, text length, array size), with the door's bounds
+(token limits within ``kv_tokens``, sampling values, token ids within the vocabulary): a request
+that cannot run is a user error (exit 1) listing every problem.
 """
 
 from __future__ import annotations

@@ -34,14 +34,9 @@ import click
 
 from wgc.cli.errors import UserError
 from wgc.cli.preflight import random_weights_option
-from wgc.cli.run import (
-    _check_plan,
-    deployment_errors,
-    input_limits,
-    limit_option,
-    prepare,
-    require_runtime,
-)
+from wgc.cli.run import require_runtime
+from wgc.cli.run_inputs import input_limits, limit_option
+from wgc.cli.run_plan import check_plan, deployment_errors, prepare
 from wgc.cli.seconds import SECONDS
 from wgc.cli.targets import model_file, placement_file
 from wgc.cli.workers import Workers, worker_options
@@ -273,7 +268,7 @@ def run_server(
     plan = prepare(target, placement, sets, Path(plan_dir) if plan_dir else None)
     temporary = plan != target and not plan_dir
     try:
-        _check_plan(plan, random_weights)
+        check_plan(plan, random_weights)
         ensure_import_root()
         html = plan_drawing(target, placement, sets, plan)
         try:

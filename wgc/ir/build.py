@@ -7,7 +7,8 @@ expanding subflow calls (`wgc.ir.subflows`). It reports only what it must decide
 (codes WG004-WG011, WG105/WG202/WG203/WG205/WG206 for params, dims and option values,
 WG112/WG116/WG117 and WG705/WG007 while expanding subflows); every other rule belongs to a pass
 in `wgc.passes`. The parts live in `build_core` (spans, expressions), `build_types` (params,
-options, types), `build_decls` (nodes, streams) and `build_flow` (flows, subflows).
+options, types; `build_buckets` and `build_bounded` for two kinds of dim), `build_decls` (nodes,
+streams) and `build_flow` (flows, subflows); they read the parse tree through `parse_tree`.
 """
 
 from __future__ import annotations
@@ -22,13 +23,14 @@ from wgc.ir.build_decls import DeclBuilder
 from wgc.ir.build_flow import FlowBuilder
 from wgc.ir.decls import Node, Stream, TypeAlias
 from wgc.ir.model import Model
+from wgc.ir.parse_tree import ParseTree, branch, opt_sub, opt_tok, sub, subs, text, tok, toks
 from wgc.ir.resolve import resolve_walk
 from wgc.ir.subflows import expand
-from wgc.ir.walk import Bind, Block, Call, Emit, Loop, Named, Par, Persist, Walk, WalkInput
+from wgc.ir.walk import Bind, Block, Call, Emit, Loop, Named, Par, Persist, Stmt, Walk, WalkInput
 
 
 def build(
-    tree: Tree, file: str, overrides: dict[str, E.Value] | None = None
+    tree: ParseTree, file: str, overrides: dict[str, E.Value] | None = None
 ) -> tuple[Model, list[Diagnostic]]:
     """The IR of one parsed file, and the diagnostics found while building it.
 
@@ -40,27 +42,24 @@ def build(
 
 class _Builder(DeclBuilder, FlowBuilder):
     # ------------------------------------------------------------------ model
-    def model(self, tree: Tree) -> tuple[Model, list[Diagnostic]]:
-        items = tree.children
+    def model(self, tree: ParseTree) -> tuple[Model, list[Diagnostic]]:
+        items = subs(tree)
         name = Path(self.file).stem
-        by_kind: dict[str, list[Tree]] = {}
+        by_kind: dict[str, list[ParseTree]] = {}
         for it in items:
             by_kind.setdefault(it.data, []).append(it)
             if it.data == "type_decl":
-                self.aliases.setdefault(str(it.children[0]), it.children[1])
+                self.aliases.setdefault(text(it, 0), sub(it, 1))
         for it in by_kind.get("model_decl", ()):
-            name = str(it.children[0])
+            name = text(it, 0)
         # params first (each sees the params before it), then options (their values use
         # params; types use options), then everything else
         params = [self.param(it) for it in by_kind.get("param_decl", ())]
         option_trees = by_kind.get("option_decl", [])
         per_mode = [
-            isinstance(t.children[3], Tree) and t.children[3].data == "default_match"
-            for t in option_trees
+            isinstance(c := branch(t, 3), Tree) and c.data == "default_match" for t in option_trees
         ]
-        self.per_mode_names = {
-            str(t.children[0]) for t, m in zip(option_trees, per_mode, strict=True) if m
-        }
+        self.per_mode_names = {text(t, 0) for t, m in zip(option_trees, per_mode, strict=True) if m}
         options = [self.option(it) for it in option_trees]
         # by the declaration's own default, not its name: a duplicate (WG1xx) may differ
         options = [
@@ -98,26 +97,24 @@ class _Builder(DeclBuilder, FlowBuilder):
         return model, self.diags
 
     # ------------------------------------------------------------------ types
-    def type_decl(self, t: Tree) -> TypeAlias:
-        name = str(t.children[0])
-        te = t.children[1]
-        ref = str(te.children[0]) if te.data == "type_ref" else None
-        return TypeAlias(name, self.alias_type(name), ref, self.span(t), self.span(t.children[0]))
+    def type_decl(self, t: ParseTree) -> TypeAlias:
+        name = text(t, 0)
+        te = sub(t, 1)
+        ref = text(te, 0) if te.data == "type_ref" else None
+        return TypeAlias(name, self.alias_type(name), ref, self.span(t), self.span(tok(t, 0)))
 
     # ------------------------------------------------------------------ walks
-    def walk(self, t: Tree, nodes: dict[str, Node], streams: list[Stream]) -> Walk:
-        name = str(t.children[0])
-        inputs = []
-        for p in t.children[1:-1]:
-            if p is None:
-                continue
-            pname, q, te = p.children
+    def walk(self, t: ParseTree, nodes: dict[str, Node], streams: list[Stream]) -> Walk:
+        name = text(t, 0)
+        inputs: list[WalkInput] = []
+        for p in subs(t, 1)[:-1]:
+            pname, q, te = tok(p, 0), opt_tok(p, 1), opt_sub(p, 2)
             typ, ref = self.type_expr(te) if te is not None else (None, None)
             inputs.append(WalkInput(str(pname), q is not None, typ, ref, self.span(p)))
         self._call_id = 0
         self._calls: list[Call] = []
         self._loops: list[Loop] = []
-        body = self.block(t.children[-1], ())
+        body = self.block(sub(t, -1), ())
         calls = tuple(sorted(self._calls, key=lambda c: c.id))
         loops = tuple(self._loops)
         edges, issues = resolve_walk(body, tuple(inputs), nodes, streams, self.params)
@@ -130,22 +127,22 @@ class _Builder(DeclBuilder, FlowBuilder):
             edges,
             issues,
             self.span(t),
-            self.span(t.children[0]),
+            self.span(tok(t, 0)),
         )
 
-    def block(self, t: Tree, loops: tuple[str, ...]) -> Block:
-        stmts = []
-        for s in t.children:
+    def block(self, t: ParseTree, loops: tuple[str, ...]) -> Block:
+        stmts: list[Stmt] = []
+        for s in subs(t):
             stmts.extend(self.stmt(s, loops))
         return Block(tuple(stmts), self.span(t))
 
-    def stmt(self, t: Tree, loops: tuple[str, ...]) -> list:
+    def stmt(self, t: ParseTree, loops: tuple[str, ...]) -> list[Stmt]:
         d = t.data
         if d == "call":
             return [self.call(t, loops)]
         if d == "par":
-            branches = []
-            for b in t.children:
+            branches: list[Block] = []
+            for b in subs(t):
                 if b.data == "block":
                     branches.append(self.block(b, loops))
                 else:
@@ -154,22 +151,21 @@ class _Builder(DeclBuilder, FlowBuilder):
         if d == "loop":
             return [self.loop(t, loops)]
         if d == "emit":
-            mod_tok = t.children[1]
+            mod_tok = tok(t, 1)
             self.check_modality(mod_tok)
-            return [Emit(str(t.children[0]), str(mod_tok), self.span(t))]
+            return [Emit(text(t, 0), str(mod_tok), self.span(t))]
         if d == "persist":
-            return [Persist(str(c), self.span(c)) for c in t.children]
+            return [Persist(str(c), self.span(c)) for c in toks(t)]
         if d == "block":  # a braced group outside `par` is just its statements
             return list(self.block(t, loops).stmts)
         raise AssertionError(f"unexpected statement {d}")
 
-    def call(self, t: Tree, loops: tuple[str, ...]) -> Call:
-        node_tok = t.children[0]
-        reads, writes = [], []
-        for c in t.children[1:]:
-            if c is None:
-                continue
-            a, b = c.children
+    def call(self, t: ParseTree, loops: tuple[str, ...]) -> Call:
+        node_tok = tok(t, 0)
+        reads: list[Bind] = []
+        writes: list[Bind] = []
+        for c in subs(t, 1):
+            a, b = tok(c, 0), opt_tok(c, 1)
             if c.data == "arg":
                 reads.append(Bind(str(a), str(b) if b is not None else str(a), self.span(c)))
             else:
@@ -187,9 +183,9 @@ class _Builder(DeclBuilder, FlowBuilder):
         self._calls.append(call)
         return call
 
-    def loop(self, t: Tree, loops: tuple[str, ...]) -> Loop:
-        name = str(t.children[0])
-        max_expr = self.expr(t.children[1])
+    def loop(self, t: ParseTree, loops: tuple[str, ...]) -> Loop:
+        name = text(t, 0)
+        max_expr = self.expr(branch(t, 1))
         until = None
         eager = False
         speculate = True
@@ -201,9 +197,9 @@ class _Builder(DeclBuilder, FlowBuilder):
         )
         self._loops.append(placeholder)
         index = len(self._loops) - 1
-        for c in t.children[2:]:
+        for c in subs(t, 2):
             if c.data == "until":
-                until = Named(str(c.children[0]), self.span(c.children[0]))
+                until = Named(text(c, 0), self.span(tok(c, 0)))
             elif c.data == "eager":
                 eager = True
             elif c.data == "nospeculate":
@@ -211,9 +207,9 @@ class _Builder(DeclBuilder, FlowBuilder):
             elif c.data == "block":
                 body = self.block(c, (*loops, name))
             elif c.data == "yield_last":
-                yl.extend(Named(str(x), self.span(x)) for x in c.children)
+                yl.extend(Named(str(x), self.span(x)) for x in toks(c))
             elif c.data == "yield_all":
-                ya.extend(Named(str(x), self.span(x)) for x in c.children)
+                ya.extend(Named(str(x), self.span(x)) for x in toks(c))
         assert body is not None, "the grammar gives every loop a block"
         mx = None
         if E.is_static(max_expr, self.params):

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from lark import Token, Tree
+from lark import Token
 
 from wgc.diagnostics.diagnostic import Diagnostic, Label, Span, diag
 from wgc.diagnostics.suggest import did_you_mean
 from wgc.ir import expr as E
 from wgc.ir.decls import OptionDecl
 from wgc.ir.flow import MODALITIES
+from wgc.ir.parse_tree import Branch, ParseTree, branch, text
 from wgc.ir.types import TensorType
 
 
@@ -25,14 +26,14 @@ class BuilderCore:
         self.diags: list[Diagnostic] = []
         self.params: dict[str, E.Value] = {}
         self.failed_params: set[str] = set()  # declared, but their value was an error
-        self.aliases: dict[str, Tree] = {}
+        self.aliases: dict[str, ParseTree] = {}
         self.resolved_aliases: dict[str, TensorType | None] = {}
         self.options: dict[str, OptionDecl] = {}  # the first declaration of each option
         self.per_mode_names: set[str] = set()  # options whose default is `match option.X`
         self.dim_options: set[str] = set()  # options some dim reads
 
     # ------------------------------------------------------------------ spans
-    def span(self, node: Tree | Token) -> Span:
+    def span(self, node: Branch) -> Span:
         if isinstance(node, Token):
             return Span(
                 self.file,
@@ -46,35 +47,35 @@ class BuilderCore:
             return Span(self.file, 0, 0, 0, 0)
         return Span(self.file, m.line, m.column, m.end_line, m.end_column)
 
-    def error(self, code: str, message: str, at: Span | Tree[Token] | Token, **kw: Any) -> None:
+    def error(self, code: str, message: str, at: Span | Branch, **kw: Any) -> None:
         self.diags.append(
             diag(code, message, self.span(at) if not isinstance(at, Span) else at, **kw)
         )
 
     # ------------------------------------------------------------------ expressions
-    def expr(self, t) -> E.Expr:
+    def expr(self, t: Branch) -> E.Expr:
         if isinstance(t, Token):  # bare NAME in some positions
             return E.Ref(str(t), self.span(t))
         d = t.data
         sp = self.span(t)
         if d == "int":
-            return E.Lit(E.int_literal(str(t.children[0])), sp)
+            return E.Lit(E.int_literal(text(t, 0)), sp)
         if d == "float":
-            return E.Lit(float(t.children[0]), sp)
+            return E.Lit(float(text(t, 0)), sp)
         if d == "string":
-            return E.Lit(unquote(str(t.children[0])), sp)
+            return E.Lit(unquote(text(t, 0)), sp)
         if d == "true":
             return E.Lit(True, sp)
         if d == "false":
             return E.Lit(False, sp)
         if d == "ref":
-            return E.Ref(str(t.children[0]), sp)
+            return E.Ref(text(t, 0), sp)
         if d == "option_ref":
-            return E.OptionRef(str(t.children[0]), sp)
+            return E.OptionRef(text(t, 0), sp)
         if d == "neg":
-            return E.Neg(self.expr(t.children[0]), sp)
+            return E.Neg(self.expr(branch(t, 0)), sp)
         op = {"add": "+", "sub": "-", "mul": "*", "div": "/"}[d]
-        return E.BinOp(op, self.expr(t.children[0]), self.expr(t.children[1]), sp)
+        return E.BinOp(op, self.expr(branch(t, 0)), self.expr(branch(t, 1)), sp)
 
     def uses_failed_param(self, ex: E.Expr) -> bool:
         """Whether ``ex`` names a param whose own value failed (and was reported there)."""
@@ -89,7 +90,7 @@ class BuilderCore:
             self.error(err.code, err.message, err.span, help=err.help)
             return None
 
-    def check_modality(self, tok: Tree | Token) -> bool:
+    def check_modality(self, tok: Branch) -> bool:
         m = str(tok)
         if m in MODALITIES:
             return True
@@ -103,7 +104,7 @@ class BuilderCore:
         )
         return False
 
-    def pattern_value(self, p: Tree, decl: OptionDecl) -> E.Value | None:
+    def pattern_value(self, p: ParseTree, decl: OptionDecl) -> E.Value | None:
         """The value a pattern of `match option.NAME` (or a per-mode default) names, checked
         against option ``decl``: its kind and, when it lists them, its values (WG206)."""
         d = p.data
@@ -130,9 +131,9 @@ class BuilderCore:
                 "WG206",
                 f"{literal(v)} is not a value of `{decl.type}` option `{decl.name}`",
                 p,
-                label=f"{_a(kind_of(v))}, not {_a(decl.type)}",
+                label=f"{a_type(kind_of(v))}, not {a_type(decl.type)}",
                 labels=[Label(decl.span, "declared here")],
-                help=f"compare `{decl.name}` with {_a(decl.type)} value",
+                help=f"compare `{decl.name}` with {a_type(decl.type)} value",
             )
             return None
         v = float(v) if decl.type == "float" else v
@@ -150,7 +151,7 @@ class BuilderCore:
         return v
 
 
-def _a(type_name: str) -> str:
+def a_type(type_name: str) -> str:
     """`a `bool``, `an `int``: the type name with its article, for messages."""
     return f"{'an' if type_name[0] in 'aeiou' else 'a'} `{type_name}`"
 
@@ -158,7 +159,7 @@ def _a(type_name: str) -> str:
 def unquote(s: str) -> str:
     """The value of a STRING token (``wgc.fmt.exprs`` decodes exactly like this)."""
     body = s[1:-1]
-    out = []
+    out: list[str] = []
     i = 0
     while i < len(body):
         ch = body[i]

@@ -6,8 +6,6 @@ Codes reported here: WG011 (an unknown `kv_cache` argument), WG005/WG006 (stream
 
 from __future__ import annotations
 
-from lark import Tree
-
 from wgc.diagnostics.suggest import did_you_mean
 from wgc.ir import expr as E
 from wgc.ir.build_core import unquote
@@ -24,26 +22,27 @@ from wgc.ir.decls import (
     PortRef,
     Stream,
 )
+from wgc.ir.parse_tree import ParseTree, branch, child, kids, opt_tok, sub, subs, text, tok, toks
 
 
 class DeclBuilder(TypeBuilder):
     # ------------------------------------------------------------------ nodes
-    def nodes(self, trees: list[Tree]) -> list[Node]:
-        by_name: dict[str, Tree] = {}
+    def nodes(self, trees: list[ParseTree]) -> list[Node]:
+        by_name: dict[str, ParseTree] = {}
         for t in trees:
-            by_name.setdefault(str(t.children[0]), t)
+            by_name.setdefault(text(t, 0), t)
         done: dict[str, Node] = {}
 
-        def make(t: Tree, seen: frozenset) -> Node:
-            name = str(t.children[0])
+        def make(t: ParseTree, seen: frozenset[str]) -> Node:
+            name = text(t, 0)
             if t is by_name.get(name) and name in done:
                 return done[name]
-            engine_t = t.children[1]
-            items = t.children[2:]
+            engine_t = sub(t, 1)
+            items = subs(t, 2)
             base: Node | None = None
             like = None
             if engine_t.data == "like":
-                like = str(engine_t.children[0])
+                like = text(engine_t, 0)
                 bt = by_name.get(like)
                 if bt is not None and like not in seen:
                     base = make(bt, seen | {name})
@@ -66,17 +65,17 @@ class DeclBuilder(TypeBuilder):
             own_outputs: list[Port] = []
             for it in items:
                 if it.data == "impl":
-                    impl = unquote(str(it.children[0]))
+                    impl = unquote(text(it, 0))
                     impl_span = self.span(it)
                 elif it.data in ("in_port", "out_port"):
                     p = self.port(it)
                     (own_inputs if p.direction is PortDir.IN else own_outputs).append(p)
                 elif it.data == "label":
-                    label = str(it.children[0])
+                    label = text(it, 0)
                     label_span = self.span(it)
-                    writable = len(it.children) > 1 and it.children[1] is not None
+                    writable = len(it.children) > 1 and child(it, 1) is not None
                 elif it.data == "config":
-                    key, ex = str(it.children[0]), self.expr(it.children[1])
+                    key, ex = text(it, 0), self.expr(branch(it, 1))
                     value = self.static_value(ex)
                     if value is None:  # reported; a broken value is no value (nor the base's)
                         config.pop(key, None)
@@ -84,8 +83,8 @@ class DeclBuilder(TypeBuilder):
                         config[key] = value
                     config_exprs[key] = ex
                 elif it.data == "reads":
-                    for tok in it.children:
-                        reads.setdefault(str(tok), self.span(tok))
+                    for name_tok in toks(it):
+                        reads.setdefault(str(name_tok), self.span(name_tok))
             if like is not None:
                 for p in own_inputs:
                     inputs[p.name] = p
@@ -110,7 +109,7 @@ class DeclBuilder(TypeBuilder):
                 span=self.span(t),
                 label_span=label_span,
                 impl_span=impl_span,
-                name_span=self.span(t.children[0]),
+                name_span=self.span(tok(t, 0)),
                 config_exprs=tuple(config_exprs.items()),
                 reads=tuple(reads),
                 read_spans=tuple(reads.values()),
@@ -121,44 +120,42 @@ class DeclBuilder(TypeBuilder):
 
         return [make(t, frozenset()) for t in trees]
 
-    def kv_labels(self, engine_t: Tree) -> tuple[str, ...]:
+    def kv_labels(self, engine_t: ParseTree) -> tuple[str, ...]:
         labels: list[str] = []
-        for arg in engine_t.children:
-            if arg is None:
-                continue
-            key = str(arg.children[0])
+        for arg in subs(engine_t):
+            key = text(arg, 0)
             if key != "labels":
                 self.error(
                     "WG011",
                     f"unknown `kv_cache` argument `{key}`",
-                    arg.children[0],
+                    tok(arg, 0),
                     label="unknown argument",
                     help="`kv_cache` takes `labels = [a, b, ...]`",
                 )
                 continue
-            labels.extend(str(x) for x in arg.children[1:] if x is not None)
+            labels.extend(str(x) for x in kids(arg, 1) if x is not None)
         return tuple(labels) or ("main",)
 
-    def port(self, t: Tree) -> Port:
+    def port(self, t: ParseTree) -> Port:
         direction = PortDir.IN if t.data == "in_port" else PortDir.OUT
-        typ, ref = self.type_expr(t.children[1])
-        return Port(str(t.children[0]), direction, typ, ref, self.span(t))
+        typ, ref = self.type_expr(sub(t, 1))
+        return Port(text(t, 0), direction, typ, ref, self.span(t))
 
     # ------------------------------------------------------------------ streams
-    def stream(self, t: Tree) -> Stream:
-        name = str(t.children[0])
-        prod = self.port_ref(t.children[1])
-        cons = self.port_ref(t.children[2])
+    def stream(self, t: ParseTree) -> Stream:
+        name = text(t, 0)
+        prod = self.port_ref(sub(t, 1))
+        cons = self.port_ref(sub(t, 2))
         policy = None
         final = FinalMode.PARTIAL
         bad_final = False
         final_span = after_span = None
         after = False
-        for opt in t.children[3:]:
+        for opt in subs(t, 3):
             if opt.data == "chunk":
                 policy = self.policy(opt)
             elif opt.data == "final":
-                word = str(opt.children[0])
+                word = text(opt, 0)
                 final_span = self.span(opt)
                 try:
                     final = FinalMode(word)
@@ -168,13 +165,13 @@ class DeclBuilder(TypeBuilder):
                     self.error(
                         "WG005",
                         f"unknown final mode `{word}`",
-                        opt.children[0],
+                        tok(opt, 0),
                         label="not a final mode",
                         help=f"{did_you_mean(word, modes, end=' ')}write `final partial`, "
                         "`final pad` or `final drop`",
                     )
             else:
-                word = str(opt.children[0])
+                word = text(opt, 0)
                 after_span = self.span(opt)
                 if word == "continue":
                     after = True
@@ -182,12 +179,12 @@ class DeclBuilder(TypeBuilder):
                     self.error(
                         "WG005",
                         f"unknown `after_done` mode `{word}`",
-                        opt.children[0],
+                        tok(opt, 0),
                         label="expected `continue` or `stop`",
                         help="`after_done continue` keeps offering empty chunks after the "
                         "producer is done; `after_done stop` (the default) ends the stream",
                     )
-        written = any(o.data == "chunk" for o in t.children[3:])
+        written = any(o.data == "chunk" for o in subs(t, 3))
         policy_valid = (policy is not None or not written) and not bad_final
         if policy is None:  # no `chunk` line: the default `fixed(k = 1)`
             policy = ChunkPolicy(
@@ -205,15 +202,15 @@ class DeclBuilder(TypeBuilder):
             self.span(t),
             final_span,
             after_span,
-            self.span(t.children[0]),
+            self.span(tok(t, 0)),
             policy_valid,
         )
 
-    def port_ref(self, t: Tree) -> PortRef:
-        return PortRef(str(t.children[0]), str(t.children[1]), self.span(t))
+    def port_ref(self, t: ParseTree) -> PortRef:
+        return PortRef(text(t, 0), text(t, 1), self.span(t))
 
-    def policy(self, t: Tree) -> ChunkPolicy | None:
-        word = str(t.children[0])
+    def policy(self, t: ParseTree) -> ChunkPolicy | None:
+        word = text(t, 0)
         try:
             kind = PolicyKind(word)
         except ValueError:
@@ -221,18 +218,17 @@ class DeclBuilder(TypeBuilder):
             self.error(
                 "WG006",
                 f"unknown chunk policy `{word}`",
-                t.children[0],
+                tok(t, 0),
                 label="not a chunk policy",
                 help=f"{did_you_mean(word, kinds, end=' ')}policies are `fixed(k)`, "
                 "`sliding(window = W, stride = S)`, `left_context(chunk = C, left = L)`",
             )
             return None
-        args = []
-        for a in t.children[1:]:
-            if a is None:
-                continue
-            key = str(a.children[0]) if a.children[0] is not None else None
-            ex = self.expr(a.children[1])
+        args: list[PolicyArg] = []
+        for a in subs(t, 1):
+            key_tok = opt_tok(a, 0)
+            key = str(key_tok) if key_tok is not None else None
+            ex = self.expr(branch(a, 1))
             v = None
             if E.is_static(ex, self.params):
                 val = self.static_value(ex)

@@ -9,15 +9,15 @@ WG206 (a `match option.NAME` pattern or comparison value the option cannot take)
 
 from __future__ import annotations
 
-from lark import Tree
-
 from wgc.diagnostics.diagnostic import Label, Span
 from wgc.ir import expr as E
 from wgc.ir.build_core import BuilderCore, fits, join, kind_of, literal, unquote
+from wgc.ir.decls import OptionDecl
 from wgc.ir.flow import (
     ArgKind,
     Arm,
     BoolOp,
+    Cond,
     Const,
     CountCmp,
     Fail,
@@ -41,6 +41,7 @@ from wgc.ir.flow import (
     Subflow,
     WalkCall,
 )
+from wgc.ir.parse_tree import ParseTree, branch, kids, opt_sub, sub, subs, text, tok
 
 _CONDITIONS = (
     "conditions are `request.wants(m)`, `request.has(m)`, `request.count(m) == N`, a bool "
@@ -50,9 +51,9 @@ _CONDITIONS = (
 
 
 class FlowBuilder(BuilderCore):
-    def flow(self, t: Tree) -> Flow:
-        name = str(t.children[0])
-        trig, body_t = t.children[1], t.children[2]
+    def flow(self, t: ParseTree) -> Flow:
+        name = text(t, 0)
+        trig, body_t = opt_sub(t, 1), sub(t, 2)
         kind = FlowKind.ALWAYS
         when = None
         on = None
@@ -60,11 +61,11 @@ class FlowBuilder(BuilderCore):
         if trig is not None:
             trig_span = self.span(trig)
             if trig.data == "when":
-                kind, when = FlowKind.WHEN, self.cond(trig.children[0])
+                kind, when = FlowKind.WHEN, self.cond(sub(trig, 0))
             else:
-                kind, on = FlowKind.ON_STREAM, str(trig.children[0])
+                kind, on = FlowKind.ON_STREAM, text(trig, 0)
         if body_t.data == "flow_extern":
-            target = unquote(str(body_t.children[0]))
+            target = unquote(text(body_t, 0))
             if ":" not in target:
                 self.error(
                     "WG007",
@@ -82,7 +83,7 @@ class FlowBuilder(BuilderCore):
                 None,
                 self.span(t),
                 trig_span,
-                self.span(t.children[0]),
+                self.span(tok(t, 0)),
             )
         return Flow(
             name,
@@ -93,31 +94,31 @@ class FlowBuilder(BuilderCore):
             self.fblock(body_t),
             self.span(t),
             trig_span,
-            self.span(t.children[0]),
+            self.span(tok(t, 0)),
         )
 
-    def subflow(self, t: Tree) -> Subflow:
-        name, *params, body = t.children
-        names = tuple(str(p) for p in params if p is not None)
+    def subflow(self, t: ParseTree) -> Subflow:
+        name, body = tok(t, 0), sub(t, -1)
+        names = tuple(str(p) for p in kids(t, 1)[:-1] if p is not None)
         return Subflow(str(name), names, self.fblock(body), self.span(t), self.span(name))
 
-    def fblock(self, t: Tree) -> FBlock:
-        return FBlock(tuple(self.fstmt(s) for s in t.children), self.span(t))
+    def fblock(self, t: ParseTree) -> FBlock:
+        return FBlock(tuple(self.fstmt(s) for s in subs(t)), self.span(t))
 
-    def body(self, t: Tree) -> FBlock:
+    def body(self, t: ParseTree) -> FBlock:
         """An arm's or `else`'s body: a block, or one statement."""
         return self.fblock(t) if t.data == "fblock" else FBlock((self.fstmt(t),), self.span(t))
 
-    def fstmt(self, t: Tree) -> FStmt:
+    def fstmt(self, t: ParseTree) -> FStmt:
         """One statement of a flow body (braced arm and `else` bodies are `fblock`s, built by
         their callers)."""
         d = t.data
         sp = self.span(t)
         if d == "walk_call":
-            args = [self.farg(a) for a in t.children[1:] if a is not None]
-            return WalkCall(str(t.children[0]), tuple(args), sp)
+            args = [self.farg(a) for a in subs(t, 1)]
+            return WalkCall(text(t, 0), tuple(args), sp)
         if d == "for_stmt":
-            var, obj, attr, body = t.children
+            var, obj, attr, body = tok(t, 0), tok(t, 1), tok(t, 2), sub(t, 3)
             if (str(obj), str(attr)) != ("request", "inputs"):
                 self.error(
                     "WG007",
@@ -128,31 +129,31 @@ class FlowBuilder(BuilderCore):
                 )
             return For(str(var), self.fblock(body), sp)
         if d == "match_stmt":
-            subject, *arms = t.children
+            subject, arms = sub(t, 0), subs(t, 1)
             if subject.data == "match_option":
-                return self.option_match(str(subject.children[0]), arms, sp)
+                return self.option_match(text(subject, 0), arms, sp)
             return self.modality_match(subject, arms, sp)
         if d == "if_stmt":
-            cond_t, then_t, *rest = t.children
-            else_t = rest[0] if rest else None
+            cond_t, then_t = sub(t, 0), sub(t, 1)
+            else_t = opt_sub(t, 2) if len(t.children) > 2 else None
             else_block = self.body(else_t) if else_t is not None else None
             return If(self.cond(cond_t), self.fblock(then_t), else_block, sp)
         if d == "repeat_stmt":
-            return Repeat(self.expr(t.children[0]), self.fblock(t.children[1]), sp)
+            return Repeat(self.expr(branch(t, 0)), self.fblock(sub(t, 1)), sp)
         if d == "fail_stmt":
-            return Fail(unquote(str(t.children[0])), sp)
+            return Fail(unquote(text(t, 0)), sp)
         raise AssertionError(f"unexpected flow statement {d}")
 
-    def farg(self, a: Tree) -> FArg:
-        pname = str(a.children[0])
-        v = a.children[1]
+    def farg(self, a: ParseTree) -> FArg:
+        pname = text(a, 0)
+        v = opt_sub(a, 1)
         sp = self.span(a)
         if v is None:
             return FArg(pname, ArgKind.NAME, pname, None, sp)
         if v.data == "fvalue_name":
-            return FArg(pname, ArgKind.NAME, str(v.children[0]), None, sp)
+            return FArg(pname, ArgKind.NAME, text(v, 0), None, sp)
         if v.data == "fvalue_option":
-            return FArg(pname, ArgKind.OPTION, str(v.children[0]), None, sp)
+            return FArg(pname, ArgKind.OPTION, text(v, 0), None, sp)
         if v.data == "fvalue_select":
             obj, fn, arg = (str(c) for c in v.children)
             if (obj, fn) != ("request", "first"):
@@ -165,12 +166,12 @@ class FlowBuilder(BuilderCore):
                     "`m`; other values are a `for` variable, `VAR.FIELD`, `option.NAME` or a "
                     "persisted channel",
                 )
-            self.check_modality(v.children[2])
+            self.check_modality(tok(v, 2))
             return FArg(pname, ArgKind.FIRST, arg, None, sp)
-        return FArg(pname, ArgKind.SEGMENT_FIELD, str(v.children[0]), str(v.children[1]), sp)
+        return FArg(pname, ArgKind.SEGMENT_FIELD, text(v, 0), text(v, 1), sp)
 
-    def modality_match(self, subject: Tree, arms_t: list, sp: Span) -> Match:
-        var, attr = subject.children
+    def modality_match(self, subject: ParseTree, arms_t: list[ParseTree], sp: Span) -> Match:
+        var, attr = tok(subject, 0), tok(subject, 1)
         if str(attr) != "modality":
             self.error(
                 "WG007",
@@ -179,10 +180,10 @@ class FlowBuilder(BuilderCore):
                 label="expected `modality`",
                 help=f"write `match {var}.modality {{ text => ..., _ => ... }}`",
             )
-        arms = []
+        arms: list[Arm] = []
         for arm in arms_t:
             pats: list[str] = []
-            for p in arm.children[0].children:
+            for p in subs(sub(arm, 0)):
                 if p.data != "pat_name":
                     self.error(
                         "WG007",
@@ -193,52 +194,50 @@ class FlowBuilder(BuilderCore):
                         "matched with `match option.NAME`",
                     )
                     continue
-                tok = p.children[0]
-                if str(tok) == "_" or self.check_modality(tok):
-                    pats.append(str(tok))
-            arms.append(Arm(tuple(pats), self.body(arm.children[1]), self.span(arm)))
+                pat = branch(p, 0)
+                if str(pat) == "_" or self.check_modality(pat):
+                    pats.append(str(pat))
+            arms.append(Arm(tuple(pats), self.body(sub(arm, 1)), self.span(arm)))
         return Match(str(var), tuple(arms), sp)
 
-    def option_match(self, name: str, arms_t: list, sp: Span) -> OptionMatch:
+    def option_match(self, name: str, arms_t: list[ParseTree], sp: Span) -> OptionMatch:
         decl = self.options.get(name)
-        arms = []
+        arms: list[OptionArm] = []
         for arm in arms_t:
             values: list[E.Value] = []
             default = False
-            for p in arm.children[0].children:
-                if p.data == "pat_name" and str(p.children[0]) == "_":
+            for p in subs(sub(arm, 0)):
+                if p.data == "pat_name" and text(p, 0) == "_":
                     default = True
                 elif decl is not None:
                     v = self.pattern_value(p, decl)
                     if v is not None:
                         values.append(v)
-            arms.append(
-                OptionArm(tuple(values), default, self.body(arm.children[1]), self.span(arm))
-            )
+            arms.append(OptionArm(tuple(values), default, self.body(sub(arm, 1)), self.span(arm)))
         return OptionMatch(name, tuple(arms), sp)
 
     # ------------------------------------------------------------------ conditions
-    def cond(self, t):
+    def cond(self, t: ParseTree) -> Cond:
         d = t.data
         sp = self.span(t)
         if d == "or_":
-            return BoolOp("or", self.cond(t.children[0]), self.cond(t.children[1]), sp)
+            return BoolOp("or", self.cond(sub(t, 0)), self.cond(sub(t, 1)), sp)
         if d == "and_":
-            return BoolOp("and", self.cond(t.children[0]), self.cond(t.children[1]), sp)
+            return BoolOp("and", self.cond(sub(t, 0)), self.cond(sub(t, 1)), sp)
         if d == "not_":
-            return Not(self.cond(t.children[0]), sp)
+            return Not(self.cond(sub(t, 0)), sp)
         if d == "true":
             return Const(True, sp)
         if d == "false":
             return Const(False, sp)
         if d == "placed":
-            return Placed(str(t.children[0]), sp)
+            return Placed(text(t, 0), sp)
         if d == "option_cond":
-            return OptionCond(str(t.children[0]), sp)
+            return OptionCond(text(t, 0), sp)
         if d == "param_cond":
-            return ParamCmp(str(t.children[0]), None, None, sp)
+            return ParamCmp(text(t, 0), None, None, sp)
         if d == "param_cmp":
-            name_t, op_t, value_t = t.children
+            name_t, op_t, value_t = tok(t, 0), tok(t, 1), branch(t, 2)
             value = self.static_value(self.expr(value_t))
             return ParamCmp(str(name_t), str(op_t), value, sp, self.span(value_t))
         if d == "option_cmp":
@@ -257,11 +256,11 @@ class FlowBuilder(BuilderCore):
                 else _CONDITIONS,
             )
             return Const(False, sp)
-        self.check_modality(t.children[2])
+        self.check_modality(tok(t, 2))
         return RequestPred(pred, arg, sp)
 
-    def option_cmp(self, t: Tree, sp: Span) -> OptionCmp:
-        name_t, op_t, value_t = t.children
+    def option_cmp(self, t: ParseTree, sp: Span) -> OptionCmp:
+        name_t, op_t, value_t = tok(t, 0), tok(t, 1), branch(t, 2)
         name, op = str(name_t), str(op_t)
         value = self.static_value(self.expr(value_t))
         vspan = self.span(value_t)
@@ -270,7 +269,7 @@ class FlowBuilder(BuilderCore):
             value = self.compared(decl, op, value, vspan)
         return OptionCmp(name, op, value, sp, vspan)
 
-    def compared(self, decl, op: str, value: E.Value, at: Span) -> E.Value | None:
+    def compared(self, decl: OptionDecl, op: str, value: E.Value, at: Span) -> E.Value | None:
         """``value`` as compared with option ``decl`` by ``op``: WG204 for an ordering of a
         `bool` or `str` option, WG206 for a value the option cannot take."""
         if op not in ("==", "!=") and decl.type in ("bool", "str"):
@@ -309,8 +308,9 @@ class FlowBuilder(BuilderCore):
             return None
         return value
 
-    def count_cmp(self, t: Tree, sp: Span) -> CountCmp:
-        obj, pred, arg, op_t, value_t = t.children
+    def count_cmp(self, t: ParseTree, sp: Span) -> CountCmp:
+        obj, pred, arg, op_t = tok(t, 0), tok(t, 1), tok(t, 2), tok(t, 3)
+        value_t = branch(t, 4)
         if (str(obj), str(pred)) != ("request", "count"):
             self.error(
                 "WG007",

@@ -1,15 +1,15 @@
 """Building params, options and tensor types (with their dims, shape buckets included).
 
 Options are built before any type, so a dim that reads `option.NAME` (a shape bucket) can
-evaluate itself for every value the option may take. Codes reported here: WG009 (an option's
-kind, values or default), WG105/WG203 (params, values not evaluating), WG202 (a dim not a
-non-negative integer; `<=K` is `build_bounded`'s), WG205 (a dim reading an option that is not a
-shape bucket), WG206 (a default arm naming a value its selector cannot take), WG004 (dtypes).
+evaluate itself for every value the option may take (`build_buckets`; `<=K` is `build_bounded`).
+Codes reported here: WG009 (an option's kind, values or default), WG105/WG203 (params, values not
+evaluating), WG202 (a dim not a non-negative integer), WG206 (a default arm naming a value its
+selector cannot take), WG004 (dtypes).
 """
 
 from __future__ import annotations
 
-import itertools
+from collections.abc import Iterable
 
 from lark import Tree
 
@@ -17,30 +17,30 @@ from wgc.diagnostics.diagnostic import Label
 from wgc.diagnostics.suggest import did_you_mean
 from wgc.ir import expr as E
 from wgc.ir.build_bounded import bounded
+from wgc.ir.build_buckets import bucket_dim, is_size
 from wgc.ir.build_core import BuilderCore, fits, literal
 from wgc.ir.decls import OPTION_TYPES, OptionDecl, Param
-from wgc.ir.types import DTYPE_NAMES, Case, Dim, DType, TensorType
+from wgc.ir.parse_tree import Branch, ParseTree, branch, kids, opt_sub, sub, subs, text, tok
+from wgc.ir.types import DTYPE_NAMES, Dim, DType, TensorType
 
 _EXAMPLE = {"bool": "false", "int": "1", "float": "1.0", "str": '"x"'}
-# option-value combinations one bucket dim may have (3 options of 10 values: 1,000 graphs)
-MAX_CASES = 64
 
 
 class TypeBuilder(BuilderCore):
     # ------------------------------------------------------------------ params
-    def param(self, t: Tree) -> Param:
-        name = str(t.children[0])
-        ex = self.expr(t.children[1])
+    def param(self, t: ParseTree) -> Param:
+        name = text(t, 0)
+        ex = self.expr(branch(t, 1))
         value = self.overrides[name] if name in self.overrides else self.static_value(ex)
         if value is None:
             self.failed_params.add(name)
         elif name not in self.params:
             self.params[name] = value
-        return Param(name, ex, value, self.span(t), self.span(t.children[0]))
+        return Param(name, ex, value, self.span(t), self.span(tok(t, 0)))
 
     # ------------------------------------------------------------------ options
-    def option(self, t: Tree) -> OptionDecl:
-        name_t, typ_t, choices_t, default_t = t.children
+    def option(self, t: ParseTree) -> OptionDecl:
+        name_t, typ_t, choices_t, default_t = tok(t, 0), tok(t, 1), opt_sub(t, 2), branch(t, 3)
         name, typ = str(name_t), str(typ_t)
         per_mode = isinstance(default_t, Tree) and default_t.data == "default_match"
         ex = None if per_mode else self.expr(default_t)
@@ -75,7 +75,7 @@ class TypeBuilder(BuilderCore):
         self.options.setdefault(name, decl)
         return decl
 
-    def choices(self, name: str, typ: str, t: Tree) -> tuple[E.Value, ...]:
+    def choices(self, name: str, typ: str, t: ParseTree) -> tuple[E.Value, ...]:
         if typ == "bool":
             self.error(
                 "WG009",
@@ -86,7 +86,7 @@ class TypeBuilder(BuilderCore):
             )
             return ()
         out: list[E.Value] = []
-        seen: dict[E.Value, Tree] = {}
+        seen: dict[E.Value, Branch] = {}
         for c in t.children:
             v = self.option_value(name, typ, (), self.expr(c), c, "value")
             if v is None:
@@ -106,7 +106,7 @@ class TypeBuilder(BuilderCore):
         return tuple(out)
 
     def option_value(
-        self, name: str, typ: str, choices: tuple, ex: E.Expr, at, what: str
+        self, name: str, typ: str, choices: tuple[E.Value, ...], ex: E.Expr, at: Branch, what: str
     ) -> E.Value | None:
         """A default, listed value or per-mode default of option ``name``, checked: of kind
         ``typ`` (an int is a float), and one of ``choices`` when there are any."""
@@ -137,10 +137,10 @@ class TypeBuilder(BuilderCore):
             return None
         return v
 
-    def per_mode(self, t: Tree, decl: OptionDecl) -> OptionDecl:
+    def per_mode(self, t: ParseTree, decl: OptionDecl) -> OptionDecl:
         """``decl`` with its per-mode default (`= match option.MODE { ... }`) resolved; run once
         every option is built, so the selector may be declared anywhere."""
-        sel_t, *arms = t.children[3].children
+        sel_t, arms = tok(sub(t, 3), 0), subs(sub(t, 3), 1)
         sel = self.options.get(str(sel_t))
         if sel is None:
             self.error(
@@ -170,24 +170,24 @@ class TypeBuilder(BuilderCore):
         by: list[tuple[E.Value, E.Value]] = []
         fallback: E.Value | None = None
         exprs: list[E.Expr] = []
-        for arm in (a for a in arms if a is not None):
-            pattern_t, value_t = arm.children
+        for arm in arms:
+            pattern_t, value_t = sub(arm, 0), branch(arm, 1)
             ex = self.expr(value_t)
             exprs.append(ex)
             value = self.option_value(decl.name, decl.type, decl.choices, ex, value_t, "default")
-            for p in pattern_t.children:
-                if p.data == "pat_name" and str(p.children[0]) == "_":
+            for p in subs(pattern_t):
+                if p.data == "pat_name" and text(p, 0) == "_":
                     fallback = value if value is not None else fallback
                     continue
                 key = self.pattern_value(p, sel)
                 if key is not None and value is not None and key not in dict(by):
                     by.append((key, value))
         if fallback is None:
-            fallback = self.exhaustive_default(decl, sel, dict(by), t.children[3])
+            fallback = self.exhaustive_default(decl, sel, dict(by), sub(t, 3))
         return OptionDecl(
             decl.name,
             decl.type,
-            fallback if fallback is not None else decl.default,
+            fallback,
             decl.span,
             decl.name_span,
             None,
@@ -198,7 +198,9 @@ class TypeBuilder(BuilderCore):
             choices_span=decl.choices_span,
         )
 
-    def exhaustive_default(self, decl: OptionDecl, sel: OptionDecl, by: dict, at) -> E.Value:
+    def exhaustive_default(
+        self, decl: OptionDecl, sel: OptionDecl, by: dict[E.Value, E.Value], at: ParseTree
+    ) -> E.Value:
         """The default of a per-mode default without a `_` arm: every value of the selector
         must have an arm, and the selector's own default picks it."""
         values = sel.choices or ((True, False) if sel.type == "bool" else ())
@@ -219,22 +221,22 @@ class TypeBuilder(BuilderCore):
         return decl.default
 
     # ------------------------------------------------------------------ types
-    def alias_type(self, name: str, seen: frozenset = frozenset()) -> TensorType | None:
+    def alias_type(self, name: str, seen: frozenset[str] = frozenset()) -> TensorType | None:
         if name in self.resolved_aliases:
             return self.resolved_aliases[name]
         te = self.aliases.get(name)
         if te is None or name in seen:
             return None
         if te.data == "type_ref":
-            result = self.alias_type(str(te.children[0]), seen | {name})
+            result = self.alias_type(text(te, 0), seen | {name})
         else:
             result = self.tensor_type(te)
         self.resolved_aliases[name] = result
         return result
 
-    def type_expr(self, te: Tree) -> tuple[TensorType | None, str | None]:
+    def type_expr(self, te: ParseTree) -> tuple[TensorType | None, str | None]:
         if te.data == "type_ref":
-            ref = str(te.children[0])
+            ref = text(te, 0)
             if ref in DTYPE_NAMES:
                 self.error(
                     "WG202",
@@ -247,10 +249,10 @@ class TypeBuilder(BuilderCore):
             return self.alias_type(ref), ref
         return self.tensor_type(te), None
 
-    def tensor_type(self, te: Tree) -> TensorType | None:
-        dtype_tok = te.children[0]
+    def tensor_type(self, te: ParseTree) -> TensorType | None:
+        dtype_tok = tok(te, 0)
         dname = str(dtype_tok)
-        dims_t = [c for c in te.children[1:] if c is not None]
+        dims_t = [c for c in kids(te, 1) if c is not None]
         dtype = None
         if dname not in DTYPE_NAMES:
             self.error(
@@ -263,26 +265,21 @@ class TypeBuilder(BuilderCore):
             )
         else:
             dtype = DType(dname)
-        dims = []
-        ok = True
-        for dt in dims_t:
-            d = self.dim(dt)
-            ok &= d is not None
-            dims.append(d)
-        if dtype is None or not ok:
+        dims = [self.dim(dt) for dt in dims_t]
+        if dtype is None or None in dims:
             return None
-        return TensorType(dtype, tuple(dims))
+        return TensorType(dtype, tuple(d for d in dims if d is not None))
 
-    def dim(self, t) -> Dim | None:
+    def dim(self, t: Branch) -> Dim | None:
         if isinstance(t, Tree) and t.data in ("any_dim", "bounded_dim"):
-            return Dim.any_() if t.data == "any_dim" else bounded(self, self.expr(t.children[0]))
+            return Dim.any_() if t.data == "any_dim" else bounded(self, self.expr(branch(t, 0)))
         ex = self.expr(t)
         if isinstance(ex, E.Ref) and ex.name not in self.params:
             return Dim.sym(ex.name)
         if self.uses_failed_param(ex):
             return None
         if E.option_refs(ex):
-            return self.bucket_dim(ex)
+            return bucket_dim(self, ex)
         if not E.is_static(ex, self.params):
             bad = next((r for r in E.refs(ex) if r.name not in self.params), None)
             self.error(
@@ -296,7 +293,7 @@ class TypeBuilder(BuilderCore):
         v = self.static_value(ex)
         if v is None:
             return None
-        if not _size(v):
+        if not is_size(v):
             self.error(
                 "WG202",
                 f"a dim must be a non-negative integer, found `{v!r}`",
@@ -310,116 +307,6 @@ class TypeBuilder(BuilderCore):
             return Dim.int_(int(v))
         return Dim.param(E.render(ex), int(v))
 
-    def bucket_dim(self, ex: E.Expr) -> Dim | None:
-        """A dim over `option.NAME`s: one size per combination of the options' values."""
-        names = sorted({o.name for o in E.option_refs(ex)})
-        self.dim_options.update(names)
-        decls = []
-        for o in E.option_refs(ex):
-            decl = self.options.get(o.name)
-            if decl is None:
-                self.error(
-                    "WG108",
-                    f"unknown option `{o.name}`",
-                    o.span,
-                    label="not a declared option",
-                    help=did_you_mean(o.name, list(self.options))
-                    or f"declare it with `option {o.name}: int in [...] = ...`",
-                )
-                return None
-            if decl.type != "int" or not decl.choices:
-                self.not_a_bucket(o, decl)
-                return None
-            if decl not in decls:
-                decls.append(decl)
-        bad = next((r for r in E.refs(ex) if r.name not in self.params), None)
-        if bad is not None:
-            self.error(
-                "WG202",
-                "a dim expression may only use integers, `param`s and shape-bucket options",
-                bad.span,
-                label=f"`{bad.name}` is not a param",
-                help="declare it as a `param`, or write a symbolic dim on its own",
-            )
-            return None
-        decls.sort(key=lambda d: d.name)
-        combos = list(itertools.product(*(d.choices for d in decls)))
-        if len(combos) > MAX_CASES:
-            self.error(
-                "WG205",
-                f"`{E.render(ex)}` has {len(combos)} shape buckets, more than {MAX_CASES}",
-                ex.span,
-                label="too many buckets",
-                help="list fewer values for its options: each bucket is captured separately",
-            )
-            return None
-        cases: list[Case] = []
-        for combo in combos:
-            values = dict(zip(names, combo, strict=True))
-            size = self.bucket_size(ex, values)
-            if size is None:
-                return None
-            cases.append((tuple(sorted(values.items())), size))
-        return Dim.bucket(E.render(ex), tuple(cases))
 
-    def bucket_size(self, ex: E.Expr, values: dict[str, E.Value]) -> int | None:
-        bound = _bind_options(ex, values)
-        try:
-            v = E.evaluate(bound, self.params)
-        except E.EvalError as err:
-            where = ", ".join(f"`{k}` = {literal(v)}" for k, v in values.items())
-            self.error(err.code, f"{err.message} (for {where})", ex.span, help=err.help)
-            return None
-        if not _size(v):
-            where = ", ".join(f"`{k}` = {literal(x)}" for k, x in values.items())
-            self.error(
-                "WG202",
-                f"a dim must be a non-negative integer, but `{E.render(ex)}` is `{v!r}` "
-                f"for {where}",
-                ex.span,
-                label="invalid dim for this bucket",
-                help="choose option values for which every dim is a whole size",
-            )
-            return None
-        return int(v)
-
-    def not_a_bucket(self, o: E.OptionRef, decl: OptionDecl) -> None:
-        why = (
-            f"`{o.name}` is {_a(decl.type)} option"
-            if decl.type != "int"
-            else f"`{o.name}` may take any integer"
-        )
-        self.error(
-            "WG205",
-            f"option `{o.name}` in a dim is not a shape bucket: {why}",
-            o.span,
-            label="not a shape bucket",
-            labels=[Label(decl.span, "declared here")],
-            help=f"declare it with its sizes, e.g. `option {o.name}: int in [16, 32] = 16`, "
-            "so every request falls into one of a few captured shapes",
-        )
-
-
-def _bind_options(ex: E.Expr, values: dict[str, E.Value]) -> E.Expr:
-    """``ex`` with every `option.NAME` replaced by its value in ``values``."""
-    if isinstance(ex, E.OptionRef):
-        return E.Lit(values[ex.name], ex.span)
-    if isinstance(ex, E.BinOp):
-        return E.BinOp(
-            ex.op, _bind_options(ex.left, values), _bind_options(ex.right, values), ex.span
-        )
-    if isinstance(ex, E.Neg):
-        return E.Neg(_bind_options(ex.operand, values), ex.span)
-    return ex
-
-
-def _size(v: E.Value) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
-
-
-def _values(choices) -> str:
+def _values(choices: Iterable[E.Value]) -> str:
     return ", ".join(literal(c) for c in choices)
-
-
-def _a(type_name: str) -> str:
-    return f"{'an' if type_name[0] in 'aeiou' else 'a'} `{type_name}`"

@@ -2,20 +2,45 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Protocol, TypeVar
 
 from wgc.diagnostics.diagnostic import Span
 from wgc.ir.decls import Node, OptionDecl, Param, Stream, TypeAlias
+from wgc.ir.expr import Value
 from wgc.ir.flow import Flow, Subflow
 from wgc.ir.walk import Walk
 
+_N = TypeVar("_N", bound="_Named")
 
-def _first_by_name(items) -> dict:
-    out: dict = {}
+
+class _Named(Protocol):
+    @property
+    def name(self) -> str: ...
+
+
+def _first_by_name(items: Iterable[_N]) -> dict[str, _N]:
+    out: dict[str, _N] = {}
     for it in items:
         out.setdefault(it.name, it)
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class _Index:
+    """A model's declarations by name (the first of each name), and its streams by endpoint."""
+
+    params: dict[str, Param]
+    types: dict[str, TypeAlias]
+    options: dict[str, OptionDecl]
+    nodes: dict[str, Node]
+    streams: dict[str, Stream]
+    walks: dict[str, Walk]
+    flows: dict[str, Flow]
+    subflows: dict[str, Subflow]
+    producers: dict[tuple[str, str], list[Stream]]
+    consumers: dict[tuple[str, str], list[Stream]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,53 +58,53 @@ class Model:
     subflows: tuple[Subflow, ...] = ()  # declared; their calls are already expanded in flows
     # options some dim reads (shape buckets), also where the dim did not build
     dim_options: frozenset[str] = field(default=frozenset(), compare=False)
-    _index: dict = field(init=False, repr=False, compare=False)
+    _index: _Index = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        idx = {
-            "param": _first_by_name(self.params),
-            "type": _first_by_name(self.types),
-            "option": _first_by_name(self.options),
-            "node": _first_by_name(self.nodes),
-            "stream": _first_by_name(self.streams),
-            "walk": _first_by_name(self.walks),
-            "flow": _first_by_name(self.flows),
-            "subflow": _first_by_name(self.subflows),
-        }
-        producers: dict = {}
-        consumers: dict = {}
+        producers: dict[tuple[str, str], list[Stream]] = {}
+        consumers: dict[tuple[str, str], list[Stream]] = {}
         for s in self.streams:
             producers.setdefault((s.producer.node, s.producer.port), []).append(s)
             consumers.setdefault((s.consumer.node, s.consumer.port), []).append(s)
-        idx["producer"] = producers
-        idx["consumer"] = consumers
+        idx = _Index(
+            _first_by_name(self.params),
+            _first_by_name(self.types),
+            _first_by_name(self.options),
+            _first_by_name(self.nodes),
+            _first_by_name(self.streams),
+            _first_by_name(self.walks),
+            _first_by_name(self.flows),
+            _first_by_name(self.subflows),
+            producers,
+            consumers,
+        )
         object.__setattr__(self, "_index", idx)
 
     def param(self, name: str) -> Param | None:
-        return self._index["param"].get(name)
+        return self._index.params.get(name)
 
     def type(self, name: str) -> TypeAlias | None:
-        return self._index["type"].get(name)
+        return self._index.types.get(name)
 
     def option(self, name: str) -> OptionDecl | None:
-        return self._index["option"].get(name)
+        return self._index.options.get(name)
 
     def node(self, name: str) -> Node | None:
-        return self._index["node"].get(name)
+        return self._index.nodes.get(name)
 
     def stream(self, name: str) -> Stream | None:
-        return self._index["stream"].get(name)
+        return self._index.streams.get(name)
 
     def walk(self, name: str) -> Walk | None:
-        return self._index["walk"].get(name)
+        return self._index.walks.get(name)
 
     def flow(self, name: str) -> Flow | None:
-        return self._index["flow"].get(name)
+        return self._index.flows.get(name)
 
     def subflow(self, name: str) -> Subflow | None:
-        return self._index["subflow"].get(name)
+        return self._index.subflows.get(name)
 
-    def option_defaults(self, options: Mapping | None = None) -> dict:
+    def option_defaults(self, options: Mapping[str, Value] | None = None) -> dict[str, Value]:
         """Every option's default for a request that sets ``options``: a per-mode default
         follows its selector's value (the request's, or the selector's own default)."""
         given = dict(options or {})
@@ -89,11 +114,11 @@ class Model:
 
     def streams_from(self, node: str, port: str) -> list[Stream]:
         """Streams whose producer is ``node.port``."""
-        return self._index["producer"].get((node, port), [])
+        return self._index.producers.get((node, port), [])
 
     def streams_into(self, node: str, port: str) -> list[Stream]:
         """Streams whose consumer is ``node.port``."""
-        return self._index["consumer"].get((node, port), [])
+        return self._index.consumers.get((node, port), [])
 
-    def param_values(self) -> dict:
+    def param_values(self) -> dict[str, Value]:
         return {p.name: p.value for p in self.params if p.value is not None}

@@ -23,15 +23,18 @@ and the placement's reachability (`wgc.placement.reach`) build on it.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Mapping
+import operator
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any, TypeAlias
 
+from wgc.ir.expr import Value
 from wgc.ir.flow import (
     MODALITIES,
+    Arm,
     BoolOp,
     Cond,
     Const,
-    CountCmp,
     Fail,
     FBlock,
     For,
@@ -39,6 +42,7 @@ from wgc.ir.flow import (
     If,
     Match,
     Not,
+    OptionArm,
     OptionCmp,
     OptionCond,
     OptionMatch,
@@ -49,8 +53,9 @@ from wgc.ir.flow import (
     WalkCall,
 )
 
-Atom = tuple  # ("has", m) ("wants", m) ("opt", name) ("eq", name, v) ("cmp", name, op, v)
-# ("count", m, op, n) ("placed", node) ("mod", var, m)
+# ("has", m) ("wants", m) ("opt", name) ("eq", name, v) ("cmp", name, op, v) ("count", m, op, n)
+# ("placed", node) ("mod", var, m) ("param", name, op, v): its kind, then parts read by position
+Atom: TypeAlias = tuple[Any, ...]
 Lit = tuple[Atom, bool]
 Term = frozenset[Lit]
 DNF = frozenset[Term]
@@ -59,17 +64,13 @@ TRUE: DNF = frozenset({frozenset()})
 FALSE: DNF = frozenset()
 LIMIT = 64
 
-_OPS = {
-    "==": lambda a, b: a == b,
-    "!=": lambda a, b: a != b,
-    "<": lambda a, b: a < b,
-    "<=": lambda a, b: a <= b,
-    ">": lambda a, b: a > b,
-    ">=": lambda a, b: a >= b,
-}
+_OPS: dict[str, Callable[[Any, Any], object]] = {
+    "==": operator.eq, "!=": operator.ne, "<": operator.lt,
+    "<=": operator.le, ">": operator.gt, ">=": operator.ge,
+}  # fmt: skip
 
 
-def compare(op: str, a, b) -> bool:
+def compare(op: str, a: object, b: object) -> bool:
     try:
         return bool(_OPS[op](a, b))
     except TypeError:
@@ -83,7 +84,7 @@ class Algebra:
 
     def __init__(
         self,
-        choices: Mapping[str, tuple] | None = None,
+        choices: Mapping[str, tuple[Value, ...]] | None = None,
         bools: Iterable[str] = (),
         known: Mapping[Atom, bool] | None = None,
     ) -> None:
@@ -102,7 +103,7 @@ class Algebra:
     def consistent(self, term: Term) -> bool:
         values: dict[str, object] = {}
         mods: dict[str, str] = {}
-        not_eq: dict[str, set] = {}
+        not_eq: dict[str, set[object]] = {}
         for atom, truth in term:
             if (atom, not truth) in term:
                 return False
@@ -174,12 +175,12 @@ class Algebra:
         if len(d) <= limit:
             return d
         if over:
-            return frozenset({frozenset.intersection(*d)})
+            return frozenset({self.common(d)})
         return frozenset(sorted(d, key=lambda t: (len(t), sorted(map(repr, t))))[:limit])
 
     def common(self, d: DNF) -> Term:
         """The literals every term of ``d`` has (what holds on every path)."""
-        return frozenset.intersection(*d) if d else frozenset()
+        return next(iter(d)).intersection(*d) if d else frozenset()
 
     # ---------------------------------------------------------------- conditions
     def cond(self, c: Cond, truth: bool = True) -> DNF | None:
@@ -207,11 +208,9 @@ class Algebra:
             return self.lit(("opt", c.name), truth)
         if isinstance(c, OptionCmp):
             return self.option_cmp(c.name, c.op, c.value, truth)
-        if isinstance(c, CountCmp):
-            return self.count_cmp(c.modality, c.op, c.value, truth)
-        raise AssertionError(f"unexpected condition {c!r}")
+        return self.count_cmp(c.modality, c.op, c.value, truth)  # the last kind: a `CountCmp`
 
-    def option_cmp(self, name: str, op: str, value, truth: bool) -> DNF:
+    def option_cmp(self, name: str, op: str, value: Value | None, truth: bool) -> DNF:
         if value is None:  # did not build (reported): anything may hold
             return self.lit(("cmp", name, op, None), truth)
         if name in self.bools and op in ("==", "!="):
@@ -221,7 +220,7 @@ class Algebra:
         listed = self.choices.get(name)
         if listed:  # an ordering of a listed option: the values it keeps
             kept = [v for v in listed if compare(op, v, value) == truth]
-            return _absorb(frozenset().union(*(self.lit(("eq", name, v)) for v in kept)))
+            return _absorb(FALSE.union(*(self.lit(("eq", name, v)) for v in kept)))
         return self.lit(("cmp", name, op, value), truth)
 
     def count_cmp(self, modality: str, op: str, n: int | None, truth: bool) -> DNF:
@@ -241,7 +240,7 @@ class Algebra:
         """The exact condition of each arm of `match VAR.modality` (first match wins, `_` takes
         the rest), and of no arm matching."""
         left: list[str] = list(MODALITIES)
-        out = []
+        out: list[DNF] = []
         for patterns in arms:
             mine = left if "_" in patterns else [m for m in left if m in patterns]
             out.append(self._segment_is(var, mine))
@@ -255,30 +254,28 @@ class Algebra:
             out = out | (d or FALSE)
         return out
 
-    def option_arms(self, name: str, arms: list[tuple[tuple, bool]]) -> tuple[list[DNF], DNF]:
+    def option_arms(
+        self, name: str, arms: list[tuple[tuple[Value, ...], bool]]
+    ) -> tuple[list[DNF], DNF]:
         """The same for `match option.NAME` (``arms``: each arm's values and whether it is
         `_`)."""
-        named: list = []
-        out = []
+        named: list[Value] = []
+        out: list[DNF] = []
         for values, default in arms:
             if default:  # `_` takes everything left, and later arms never run
                 out.append(self._none_of(name, named))
                 out += [FALSE] * (len(arms) - len(out))
                 return out, FALSE
             mine = [v for v in values if v not in named]
-            out.append(
-                _absorb(frozenset().union(*(self.option_cmp(name, "==", v, True) for v in mine)))
-            )
+            out.append(_absorb(FALSE.union(*(self.option_cmp(name, "==", v, True) for v in mine))))
             named += mine
         return out, self._none_of(name, named)
 
-    def _none_of(self, name: str, named: list) -> DNF:
-        listed = self.choices.get(name)
-        if name in self.bools:
-            listed = (True, False)
+    def _none_of(self, name: str, named: list[Value]) -> DNF:
+        listed = (True, False) if name in self.bools else self.choices.get(name)
         if listed:
             rest = [v for v in listed if v not in named]
-            return _absorb(frozenset().union(*(self.option_cmp(name, "==", v, True) for v in rest)))
+            return _absorb(FALSE.union(*(self.option_cmp(name, "==", v, True) for v in rest)))
         out: DNF | None = TRUE
         for v in named:
             out = self.and_(out, self.option_cmp(name, "==", v, False))
@@ -299,7 +296,7 @@ class Algebra:
     def for_guard(self, guard: DNF, var: str) -> DNF:
         """A guard true at the end of one iteration, as a guard after the loop: a term about the
         segment holds for some iteration when the request has a segment of that modality."""
-        out = set()
+        out: set[Term] = set()
         for t in guard:
             seg = {lit for lit in t if _mentions(lit, var)}
             rest = t - seg
@@ -356,6 +353,11 @@ class State:
     path: DNF
 
 
+Where: TypeAlias = "Arm | OptionArm | FBlock | FStmt"  # a way, or the statement (taking none)
+Way: TypeAlias = "tuple[FBlock, DNF | None, Where]"  # a body, its exact condition, its IR node
+Exit: TypeAlias = "tuple[State | None, DNF | None, Where]"  # the state after it (None: none)
+
+
 class PathWalker:
     """Follows flow statements with their path conditions. Subclasses keep more in their states
     (`State` subclasses) and override `call`, `merge`, `for_exit` and `repeat_exit`."""
@@ -390,19 +392,16 @@ class PathWalker:
             )
         if isinstance(s, If):
             then, other = self.alg.cond(s.cond), self.alg.cond(s.cond, False)
-            ways = [(s.then, then, s.then)]
+            ways: list[Way] = [(s.then, then, s.then)]
             if s.else_ is not None:
                 return self.branches(st, [*ways, (s.else_, other, s.else_)], FALSE, s)
             return self.branches(st, ways, other, s)
-        if isinstance(s, Repeat):
-            body = self.block(s.body, st)
-            return self.repeat_exit(s, st, body)
-        raise AssertionError(f"unexpected flow statement {s!r}")
+        return self.repeat_exit(s, st, self.block(s.body, st))  # the last kind: a `Repeat`
 
-    def branches(self, st: State, ways: list, skip: DNF | None, where) -> State | None:
+    def branches(self, st: State, ways: list[Way], skip: DNF | None, where: Where) -> State | None:
         """Run each way (body, exact condition or None, its IR node) from ``st``; ``skip``: the
         condition of taking none (FALSE when some way is always taken)."""
-        exits = []
+        exits: list[Exit] = []
         for body, cond, node in ways:
             entry = self.restrict(st, cond)
             exits.append((None if entry is None else self.block(body, entry), cond, node))
@@ -421,7 +420,7 @@ class PathWalker:
     def call(self, c: WalkCall, st: State) -> State | None:
         return st
 
-    def merge(self, exits: list) -> State | None:
+    def merge(self, exits: list[Exit]) -> State | None:
         live = [e for e, _, _ in exits if e is not None]
         if not live:
             return None

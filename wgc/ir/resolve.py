@@ -19,11 +19,19 @@ Reads that cannot be resolved become `Issue`s, reported by the passes that own t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from wgc.diagnostics.diagnostic import Span
 from wgc.ir.decls import Node, Stream
 from wgc.ir.expr import Value
+from wgc.ir.resolve_scope import (
+    NESTED,
+    Def,
+    Found,
+    Level,
+    branch_span,
+    enclosing_loop_level,
+    innermost_loop,
+    yield_via,
+)
 from wgc.ir.types import Dim, TensorType
 from wgc.ir.walk import (
     Block,
@@ -37,46 +45,9 @@ from wgc.ir.walk import (
     IssueKind,
     Loop,
     Par,
-    Persist,
+    Stmt,
     WalkInput,
 )
-
-
-@dataclass(frozen=True, slots=True)
-class _Def:
-    kind: str  # "input" | "port" | "last" | "all"
-    end: End  # where the value is produced (for yields: the body's producer)
-    type: TensorType | None
-    loop: str | None = None  # for yields
-
-
-@dataclass
-class _Level:
-    kind: str  # "top" | "loop" | "branch"
-    block: Block
-    parent: _Level | None
-    pos_in_parent: int  # index of the containing statement in the parent level
-    defs: list[list[tuple[str, _Def]]]  # per statement index: what it binds at this level
-    loop: Loop | None = None
-    par_index: int = -1  # for branches: which branch of the par
-    siblings: tuple[dict[str, _Def], ...] = ()  # for branches: every branch's visible writes
-
-    def before(self, channel: str, pos: int) -> _Def | None:
-        for i in range(min(pos, len(self.defs)) - 1, -1, -1):
-            for ch, d in reversed(self.defs[i]):
-                if ch == channel:
-                    return d
-        return None
-
-    def at_or_after(self, channel: str, pos: int) -> _Def | None:
-        for i in range(max(pos, 0), len(self.defs)):
-            for ch, d in self.defs[i]:
-                if ch == channel:
-                    return d
-        return None
-
-    def last(self, channel: str) -> _Def | None:
-        return self.before(channel, len(self.defs))
 
 
 def resolve_walk(
@@ -93,9 +64,11 @@ def resolve_walk(
 
 
 class _Resolver:
-    def __init__(self, inputs, nodes, streams) -> None:
+    def __init__(
+        self, inputs: tuple[WalkInput, ...], nodes: dict[str, Node], streams: list[Stream]
+    ) -> None:
         self.inputs = {
-            i.name: _Def("input", End(EndKind.INPUT, name=i.name), i.type) for i in inputs
+            i.name: Def("input", End(EndKind.INPUT, name=i.name), i.type) for i in inputs
         }
         self.nodes = nodes
         self.producers: dict[tuple[str, str], list[Stream]] = {}
@@ -108,8 +81,17 @@ class _Resolver:
         self.loop_locals: dict[str, Loop] = {}  # bound in an earlier loop's body, not yielded
 
     # ------------------------------------------------------------------ binding tables
-    def level(self, kind, block, parent, pos, loop=None, par_index=-1, siblings=()) -> _Level:
-        lv = _Level(kind, block, parent, pos, [], loop, par_index, siblings)
+    def level(
+        self,
+        kind: str,
+        block: Block,
+        parent: Level | None,
+        pos: int,
+        loop: Loop | None = None,
+        par_index: int = -1,
+        siblings: tuple[dict[str, Def], ...] = (),
+    ) -> Level:
+        lv = Level(kind, block, parent, pos, [], loop, par_index, siblings)
         lv.defs = [self.stmt_defs(s) for s in block.stmts]
         return lv
 
@@ -119,17 +101,17 @@ class _Resolver:
         p = n.output(port) if n else None
         return p.type if p else None
 
-    def stmt_defs(self, s) -> list[tuple[str, _Def]]:
+    def stmt_defs(self, s: Stmt) -> list[tuple[str, Def]]:
         if isinstance(s, Call):
             return [
                 (
                     w.channel,
-                    _Def("port", End(EndKind.CALL, s.id, w.port), self.port_type(s.node, w.port)),
+                    Def("port", End(EndKind.CALL, s.id, w.port), self.port_type(s.node, w.port)),
                 )
                 for w in s.writes
             ]
         if isinstance(s, Par):
-            out: list[tuple[str, _Def]] = []
+            out: list[tuple[str, Def]] = []
             for b in s.branches:
                 for st in b.stmts:
                     out.extend(self.stmt_defs(st))
@@ -151,12 +133,12 @@ class _Resolver:
                         else Dim.int_(s.max)
                     )
                     typ = typ.with_leading(lead)
-                out.append((named.name, _Def(kind, inner.end, typ, s.name)))
+                out.append((named.name, Def(kind, inner.end, typ, s.name)))
             return out
         return []
 
     # ------------------------------------------------------------------ traversal
-    def walk_block(self, lv: _Level) -> None:
+    def walk_block(self, lv: Level) -> None:
         for i, s in enumerate(lv.block.stmts):
             if isinstance(s, Call):
                 self.call(s, lv, i)
@@ -180,7 +162,7 @@ class _Resolver:
                     "emit",
                     EdgeKind.EMITTED,
                 )
-            elif isinstance(s, Persist):
+            else:  # a `Persist`
                 self.read(
                     s.channel,
                     lv,
@@ -191,7 +173,7 @@ class _Resolver:
                     EdgeKind.PERSISTED,
                 )
 
-    def call(self, c: Call, lv: _Level, i: int) -> None:
+    def call(self, c: Call, lv: Level, i: int) -> None:
         for b in c.reads:
             self.read(
                 b.channel,
@@ -232,7 +214,7 @@ class _Resolver:
                     )
                 )
 
-    def loop_end(self, loop: Loop, body: _Level) -> None:
+    def loop_end(self, loop: Loop, body: Level) -> None:
         n = len(body.defs)
         if loop.until is not None:
             d = body.before(loop.until.name, n)
@@ -279,8 +261,17 @@ class _Resolver:
                     self.loop_locals.setdefault(ch, loop)
 
     # ------------------------------------------------------------------ reads
-    def read(self, channel, lv, i, dst, span, reader, kind_override=None) -> None:
-        inner_loop = _innermost_loop(lv)
+    def read(
+        self,
+        channel: str,
+        lv: Level,
+        i: int,
+        dst: End,
+        span: Span,
+        reader: str,
+        kind_override: EdgeKind | None = None,
+    ) -> None:
+        inner_loop = innermost_loop(lv)
         result = self.lookup(channel, lv, i, span, reader)
         if result is None:
             return
@@ -290,14 +281,16 @@ class _Resolver:
                 kind2 = kind_override
                 if kind not in (EdgeKind.LOOP_CARRIED, EdgeKind.TERMINAL, EdgeKind.ACCUMULATED):
                     loop = inner_loop
-            via, via_loop = _via(kind2, d)
+            via, via_loop = yield_via(kind2, d)
             if via is not None and kind2 in (EdgeKind.EMITTED, EdgeKind.PERSISTED):
                 loop = d.loop  # an emit/persist of a yield happens once, when that loop ends
             self.edges.append(Edge(kind2, channel, d.end, dst, loop, d.type, span, via, via_loop))
 
-    def lookup(self, channel, lv, pos, span, reader):
+    def lookup(
+        self, channel: str, lv: Level, pos: int, span: Span, reader: str
+    ) -> list[Found] | None:
         crossed: Loop | None = None
-        level: _Level | None = lv
+        level: Level | None = lv
         while level is not None:
             d = level.before(channel, pos)
             if d is not None:
@@ -310,13 +303,13 @@ class _Resolver:
                 if own is not None:
                     # bound later in this branch: inside a loop that is the next iteration's
                     # value (the branch is part of the body); outside, a forward reference
-                    loop_level = _enclosing_loop_level(level)
+                    loop_level = enclosing_loop_level(level)
                     if loop_level is not None:
                         return self.carried(loop_level, channel, span, reader)
                     return [self.found(own, crossed, level)]
                 for bi, writes in enumerate(level.siblings):
                     if bi != level.par_index and channel in writes:
-                        other = _branch_span(level, bi)
+                        other = branch_span(level, bi)
                         self.issues.append(
                             Issue(IssueKind.SIBLING_READ, channel, span, other, None, reader)
                         )
@@ -336,7 +329,7 @@ class _Resolver:
         self.issues.append(self.unbound(channel, span, reader))
         return None
 
-    def carried(self, level: _Level, channel, span, reader):
+    def carried(self, level: Level, channel: str, span: Span, reader: str) -> list[Found]:
         """Edges of a loop-carried read in loop ``level``'s body: the body's last binding feeds
         the next iteration; the value visible before the loop feeds iteration 0."""
         loop = level.loop
@@ -344,11 +337,11 @@ class _Resolver:
         # callers found a binding of `channel` at or after the read in this body (a `par`
         # branch's bindings are its statement's), so the body's last one exists
         assert loop is not None and last is not None
-        edges = [(EdgeKind.LOOP_CARRIED, last, loop.name)]
+        edges: list[Found] = [(EdgeKind.LOOP_CARRIED, last, loop.name)]
         init = None
         if level.parent is not None:
             init = self.lookup_quiet(channel, level.parent, level.pos_in_parent)
-        if init is _NESTED:
+        if init is NESTED:
             self.issues.append(
                 Issue(IssueKind.NESTED_CARRIED, channel, span, loop.header_span, loop.name, reader)
             )
@@ -360,7 +353,7 @@ class _Resolver:
             edges.append((EdgeKind.LOOP_INIT, init, loop.name))
         return edges
 
-    def lookup_quiet(self, channel, level, pos) -> _Def | None:
+    def lookup_quiet(self, channel: str, level: Level | None, pos: int) -> Def | None:
         """The value of ``channel`` visible at ``pos`` of ``level`` (for a loop's initial value)."""
         while level is not None:
             d = level.before(channel, pos)
@@ -369,7 +362,7 @@ class _Resolver:
             if level.kind == "loop" and level.at_or_after(channel, pos) is not None:
                 # the enclosing loop carries it: the inner loop's start differs per outer
                 # iteration (the value before the outer loop, then the outer body's binding)
-                return _NESTED
+                return NESTED
             if level.kind == "top":
                 return self.inputs.get(channel)
             pos = level.pos_in_parent
@@ -377,10 +370,10 @@ class _Resolver:
         return None
 
     @staticmethod
-    def found(d: _Def, crossed: Loop | None, level: _Level):
+    def found(d: Def, crossed: Loop | None, level: Level) -> Found:
         if crossed is not None:
             return (EdgeKind.LOOP_INVARIANT, d, crossed.name)
-        loop = _innermost_loop(level)
+        loop = innermost_loop(level)
         if d.kind == "input":
             return (EdgeKind.INPUT, d, loop)
         if d.kind == "last":
@@ -394,39 +387,3 @@ class _Resolver:
         if loop is not None:
             return Issue(IssueKind.LOOP_LOCAL, channel, span, loop.header_span, loop.name, reader)
         return Issue(IssueKind.UNBOUND, channel, span, None, None, reader)
-
-
-_NESTED: _Def = _Def("nested", End(EndKind.INPUT, name="<nested>"), None)
-
-
-def _via(kind: EdgeKind, d: _Def) -> tuple[EdgeKind | None, str | None]:
-    """Whether a value read as ``kind`` is really a loop's yield the kind does not announce."""
-    if d.kind not in ("last", "all") or kind in (EdgeKind.TERMINAL, EdgeKind.ACCUMULATED):
-        return None, None
-    return (EdgeKind.TERMINAL if d.kind == "last" else EdgeKind.ACCUMULATED), d.loop
-
-
-def _enclosing_loop_level(lv: _Level | None) -> _Level | None:
-    while lv is not None:
-        if lv.kind == "loop":
-            return lv
-        lv = lv.parent
-    return None
-
-
-def _innermost_loop(lv: _Level | None) -> str | None:
-    while lv is not None:
-        if lv.kind == "loop" and lv.loop is not None:
-            return lv.loop.name
-        lv = lv.parent
-    return None
-
-
-def _branch_span(level: _Level, bi: int) -> Span | None:
-    parent = level.parent
-    if parent is None:
-        return None
-    par = parent.block.stmts[level.pos_in_parent]
-    if isinstance(par, Par) and bi < len(par.branches):
-        return par.branches[bi].span
-    return None
