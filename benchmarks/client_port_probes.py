@@ -34,6 +34,7 @@ from tests.e2e.port_probes import (  # noqa: E402
     Cost,
     conductor_of,
     curve_probes,
+    holder_probes,
     idle_rate,
     measure,
     other_user_probes,
@@ -87,7 +88,9 @@ def curve() -> list[Cost]:
             address, key = cluster.client_address, cluster.client_key
             assert address is not None and key is not None and cluster.keys is None
             pid = cluster.pids["conductor"]
-            return [show(c) for c in run_all(pid, curve_probes(address, key, cap))]
+            costs = [show(c) for c in run_all(pid, curve_probes(address, key, cap))]
+            held = run_all(pid, holder_probes(address, key, cap), settle=5.0)
+            return costs + [show(c) for c in held]
         finally:
             cluster.stop()
 

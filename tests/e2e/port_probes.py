@@ -21,8 +21,8 @@ Probes (`PROBES`: name -> (how many, one probe)):
   all, whatever it would send;
 * for a CURVE port (`curve_probes`): a plain client and one with a wrong key, sending 1 KB to
   4 frames at ``MAXMSGSIZE`` (refused during the handshake, by the ZAP handler, before a frame of
-  the message is read: `stranger_probe` waits for the refusal), and the key holder's frames at
-  and past the port's frame cap (the door's byte limit: `frame_limit`).
+  the message is read: `stranger_probe` waits for the refusal), and (`holder_probes`) the key
+  holder's frames at and past the port's frame cap (the door's byte limit: `frame_limit`).
 """
 
 from __future__ import annotations
@@ -231,7 +231,7 @@ def curve_probes(
 ) -> dict[str, tuple[int, Callable[[], None]]]:
     """A CURVE port's (``key``: the deployment's client key; ``frame_cap``: the port's
     ``MAXMSGSIZE``): strangers without a key and with a key the deployment never made, sending
-    every size; then the key holder's frames at the cap and one past it."""
+    every size."""
     public, secret = (k.decode() for k in zmq.curve_keypair())
     stranger = ClientKey(key.server_public, public, secret)
     table: dict[str, tuple[int, Callable[[], None]]] = {}
@@ -240,12 +240,22 @@ def curve_probes(
         n = 20 if len(frames[0]) < 1 << 20 else 3
         table[f"no key, {size}"] = (n, stranger_probe(address, frames, None))
         table[f"unknown key, {size}"] = (n, stranger_probe(address, frames, stranger))
-    frame = every["a frame at the cap"]
-    table["key holder, a frame at the cap"] = (3, raw_probe(address, frame, key=key))
-    table["key holder, 4 frames at the cap"] = (1, raw_probe(address, frame * 4, key=key))
-    past = [b"\x01" * (frame_cap + 1)]
-    table["key holder, a frame past the cap"] = (3, raw_probe(address, past, key=key))
     return table
+
+
+def holder_probes(
+    address: str, key: ClientKey, frame_cap: int
+) -> dict[str, tuple[int, Callable[[], None]]]:
+    """The key holder's garbage at a CURVE port: a frame at its cap, 4 in one message (received
+    and decrypted whole before the conductor sees them), a frame past it (dropped unread). Sent
+    in the background after the probe returns: measure with a long ``settle``."""
+    frame = [b"\x01" * (frame_cap - 1024)]
+    past = [b"\x01" * (frame_cap + 1)]
+    return {
+        "key holder, a frame at the cap": (3, raw_probe(address, frame, key=key)),
+        "key holder, 4 frames at the cap": (1, raw_probe(address, frame * 4, key=key)),
+        "key holder, a frame past the cap": (3, raw_probe(address, past, key=key)),
+    }
 
 
 def other_user_probe(address: str, size: int, count: int) -> Callable[[], None]:
@@ -288,8 +298,10 @@ def other_user_probes(address: str, frame_cap: int) -> dict[str, tuple[int, Call
     return {f"another user, {k}": (3, other_user_probe(address, *v)) for k, v in shapes.items()}
 
 
-def run_all(pid: int, table: dict[str, tuple[int, Callable[[], None]]]) -> Iterator[Cost]:
+def run_all(
+    pid: int, table: dict[str, tuple[int, Callable[[], None]]], settle: float = 0.5
+) -> Iterator[Cost]:
     """Every probe of ``table`` measured against conductor ``pid``, one after the other."""
     idle = idle_rate(pid)
     for name, (n, probe) in table.items():
-        yield measure(pid, name, n, probe, idle)
+        yield measure(pid, name, n, probe, idle, settle)

@@ -23,7 +23,7 @@ import torch
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
-from tests.e2e.port_probes import curve_probes, run_all
+from tests.e2e.port_probes import curve_probes, holder_probes, run_all
 from tests.e2e.runtime_support import TWO_RANKS, compile_faults, listening, start, stop
 from tests.narrow import present
 from wgc_runtime.contract import control as c
@@ -166,6 +166,7 @@ def test_a_loopback_curve_client_port_refuses_strangers_before_reading(tmp_path)
             assert served(client) == EXPECTED
         pid = cluster.pids["conductor"]
         costs = list(run_all(pid, curve_probes(address, key, frame_limit(door))))
+        costs += run_all(pid, holder_probes(address, key, frame_limit(door)), settle=5.0)
         for cost in costs:
             print(f"  {cost.name:<36} x{cost.probes:<3} {cost.cpu_ms:7.1f} ms CPU")
         strangers = [c for c in costs if not c.name.startswith("key holder")]

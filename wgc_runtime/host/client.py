@@ -176,7 +176,7 @@ class Stream:
 
 
 class Client:
-    """A connection to a conductor's client address (``tcp://host:port``)."""
+    """A connection to a conductor's client address (``ipc://path`` or ``tcp://host:port``)."""
 
     def __init__(
         self,
