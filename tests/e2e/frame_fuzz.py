@@ -173,17 +173,31 @@ def fuzz(target: dict, frames: int, rng: random.Random, secret: bytes | None) ->
     return sent
 
 
-def raw_tcp(address: str, connections: int, rng: random.Random) -> int:
-    """Plain TCP connections to a ``tcp://`` endpoint that send bytes no ZeroMQ peer would: pure
-    noise, or a ZMTP greeting's signature followed by noise (a broken or hostile handshake)."""
-    host, port = address[len("tcp://") :].rsplit(":", 1)
+def raw_stream(address: str, connections: int, rng: random.Random) -> int:
+    """Plain stream connections (TCP, or Unix for an ``ipc://`` endpoint) that send bytes no
+    ZeroMQ peer would: pure noise, or a ZMTP greeting's signature followed by noise (a broken or
+    hostile handshake)."""
     for _ in range(connections):
         noise = rng.randbytes(rng.randrange(1, 512))
         if rng.random() < 0.5:
             noise = b"\xff" + bytes(8) + b"\x7f" + bytes([3, rng.randrange(256)]) + noise
-        with contextlib.suppress(OSError), socket.create_connection((host, int(port)), 5) as s:
+        with contextlib.suppress(OSError), _connect(address) as s:
             s.sendall(noise)
     return connections
+
+
+def _connect(address: str) -> socket.socket:
+    if address.startswith("ipc://"):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(5)
+        try:
+            s.connect(address[len("ipc://") :])
+        except OSError:
+            s.close()
+            raise
+        return s
+    host, port = address[len("tcp://") :].rsplit(":", 1)
+    return socket.create_connection((host, int(port)), 5)
 
 
 def main() -> None:
@@ -194,8 +208,8 @@ def main() -> None:
     t0 = time.monotonic()
     for target in targets:
         print(f"sent {fuzz(target, frames, rng, secret)} to {target['address']}", flush=True)
-        if target["address"].startswith("tcp://"):
-            n = raw_tcp(target["address"], max(1, frames // 20), rng)
+        if target["address"].startswith("tcp://") or target["kind"] == "client":
+            n = raw_stream(target["address"], max(1, frames // 20), rng)
             print(f"raw {n} connections to {target['address']}", flush=True)
     print(f"done in {time.monotonic() - t0:.1f} s", flush=True)
 

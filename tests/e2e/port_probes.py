@@ -5,7 +5,7 @@ The cost is the conductor process's CPU time (``/proc/<pid>/stat``: user + syste
 libzmq's I/O thread and the ZAP handler's included) over ``n`` probes, less what it spends idle
 over the same wall time (its poll loop), per probe. The probe's client work (encoding a body,
 connecting) runs in this process and is not counted. `conductor_of` finds the conductor among
-`wgc serve`'s processes by the port it listens on.
+`wgc serve`'s processes by the port it listens on (TCP, or its ``ipc://`` socket's path).
 
 Probes (`PROBES`: name -> (how many, one probe)):
 
@@ -16,26 +16,39 @@ Probes (`PROBES`: name -> (how many, one probe)):
   fresh connection, 100 from one;
 * a connection that sends nothing, and a frame past the port's ``MAXMSGSIZE`` (libzmq drops
   the connection before reading it);
-* for a CURVE port (`curve_probes`): a plain client and one with a wrong key (refused during
-  the handshake, by the ZAP handler).
+* a loopback deployment's port is an ``ipc://`` socket in its private folder (mode 0700):
+  another user's process (`other_user_probe`, uid 65534: needs root here) cannot connect at
+  all, whatever it would send;
+* for a CURVE port (`curve_probes`): a plain client and one with a wrong key, sending 1 KB to
+  4 frames at ``MAXMSGSIZE`` (refused during the handshake, by the ZAP handler, before a frame of
+  the message is read: `stranger_probe` waits for the refusal), and (`holder_probes`) the key
+  holder's frames at and past the port's frame cap (the door's byte limit: `frame_limit`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
 import zmq
+from zmq.utils.monitor import recv_monitor_message
 
 from tests.e2e.runtime_support import listening
-from wgc_runtime.contract import control as c
 from wgc_runtime.host.client import Client, RequestFailed
-from wgc_runtime.host.transport.codec import Codec
+from wgc_runtime.host.transport.keys import ClientKey
 from wgc_runtime.host.transport.sockets import CLIENT_FRAME_BYTES
+
+NOBODY = 65534  # the other user of `other_user_probe`
+FAILED_HANDSHAKE = (
+    zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
+    | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+    | zmq.EVENT_HANDSHAKE_FAILED_AUTH
+)
 
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -82,13 +95,28 @@ def descendants(pid: int) -> list[int]:
 
 
 def conductor_of(root: int, address: str) -> int:
-    """The process under ``root`` that listens on client ``address`` (``tcp://host:port``)."""
-    port = int(address.rpartition(":")[2])
+    """The process under ``root`` that listens on client ``address`` (``tcp://host:port`` or
+    ``ipc://path``)."""
+    path = address.removeprefix("ipc://")
+    port = int(address.rpartition(":")[2]) if path == address else -1
     for pid in descendants(root):
         with contextlib.suppress(OSError):
-            if any(p == port for _, p in listening(pid)):
+            if any(p == port for _, p in listening(pid)) or path in unix_listening(pid):
                 return pid
     raise LookupError(f"no process under {root} listens on {address}")
+
+
+def unix_listening(pid: int) -> set[str]:
+    """The paths of the Unix sockets process ``pid`` listens on (Linux)."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        with contextlib.suppress(OSError):
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    with open("/proc/net/unix") as f:
+        rows = [line.split() for line in f.readlines()[1:]]
+    return {r[7] for r in rows if len(r) > 7 and r[6] in inodes and r[5] == "01"}  # LISTEN
 
 
 def idle_rate(pid: int, seconds: float = 2.0) -> float:
@@ -138,7 +166,7 @@ def raw_probe(address: str, frames: list[bytes], times: int = 1, key=None) -> Ca
         sock.connect(address)
         for _ in range(times if frames else 0):
             with contextlib.suppress(zmq.Again):
-                sock.send_multipart(frames, zmq.NOBLOCK)
+                sock.send_multipart(frames, zmq.NOBLOCK, copy=False)  # big frames: not copied
         if not frames:
             time.sleep(0.02)  # connected (the handshake done), then gone
         sock.close()
@@ -164,22 +192,116 @@ def probes(address: str) -> dict[str, tuple[int, Callable[[], None]]]:
     }
 
 
-def curve_probes(address: str, server_public: str) -> dict[str, tuple[int, Callable[[], None]]]:
-    """A CURVE port's (``server_public``: its key, which a client must know to even start the
-    handshake): connections without a key, and with a key the deployment never made."""
-    from wgc_runtime.host.transport.keys import ClientKey
+def sizes(frame_cap: int) -> dict[str, list[bytes]]:
+    """What a stranger sends (name -> frames): a request's worth up to 4 frames at the cap."""
+    frame = b"\x01" * (frame_cap - 1024)
+    return {"1 KB": [b"\x01" * 1024], "60 MB": [b"\x01" * 60_000_000], "a frame at the cap":
+            [frame], "4 frames at the cap": [frame] * 4}  # fmt: skip
 
+
+def stranger_probe(address: str, frames: list[bytes], key: ClientKey | None) -> Callable[[], None]:
+    """A CURVE port's stranger (no key, or ``key``, one it never made) sends ``frames``; the
+    probe waits until the handshake is refused (an AssertionError if it is not within 30 s)."""
+
+    def probe() -> None:
+        sock = zmq.Context.instance().socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        if key is not None:
+            key.apply(sock)
+        monitor = sock.get_monitor_socket()
+        sock.connect(address)
+        with contextlib.suppress(zmq.Again):
+            sock.send_multipart(frames, zmq.NOBLOCK, copy=False)
+        event = 0
+        try:
+            while not event & FAILED_HANDSHAKE and monitor.poll(30_000):
+                event = recv_monitor_message(monitor)["event"]
+                assert event != zmq.EVENT_HANDSHAKE_SUCCEEDED, "a stranger was let in"
+        finally:
+            sock.disable_monitor()
+            monitor.close(0)
+            sock.close(0)
+        assert event & FAILED_HANDSHAKE, f"no refusal, last event {event}"
+
+    return probe
+
+
+def curve_probes(
+    address: str, key: ClientKey, frame_cap: int
+) -> dict[str, tuple[int, Callable[[], None]]]:
+    """A CURVE port's (``key``: the deployment's client key; ``frame_cap``: the port's
+    ``MAXMSGSIZE``): strangers without a key and with a key the deployment never made, sending
+    every size."""
     public, secret = (k.decode() for k in zmq.curve_keypair())
-    stranger = ClientKey(server_public, public, secret)
-    submit = Codec(c.CLIENT_IN).encode([c.Submit("probe", (), ("text",))])
+    stranger = ClientKey(key.server_public, public, secret)
+    table: dict[str, tuple[int, Callable[[], None]]] = {}
+    every = sizes(frame_cap)
+    for size, frames in every.items():
+        n = 20 if len(frames[0]) < 1 << 20 else 3
+        table[f"no key, {size}"] = (n, stranger_probe(address, frames, None))
+        table[f"unknown key, {size}"] = (n, stranger_probe(address, frames, stranger))
+    return table
+
+
+def holder_probes(
+    address: str, key: ClientKey, frame_cap: int
+) -> dict[str, tuple[int, Callable[[], None]]]:
+    """The key holder's garbage at a CURVE port: a frame at its cap, 4 in one message (received
+    and decrypted whole before the conductor sees them), a frame past it (dropped unread). Sent
+    in the background after the probe returns: measure with a long ``settle``."""
+    frame = [b"\x01" * (frame_cap - 1024)]
+    past = [b"\x01" * (frame_cap + 1)]
     return {
-        "plain client at a CURVE port": (50, raw_probe(address, submit)),
-        "unknown CURVE key": (50, raw_probe(address, submit, key=stranger)),
+        "key holder, a frame at the cap": (3, raw_probe(address, frame, key=key)),
+        "key holder, 4 frames at the cap": (1, raw_probe(address, frame * 4, key=key)),
+        "key holder, a frame past the cap": (3, raw_probe(address, past, key=key)),
     }
 
 
-def run_all(pid: int, table: dict[str, tuple[int, Callable[[], None]]]) -> Iterator[Cost]:
+def other_user_probe(address: str, size: int, count: int) -> Callable[[], None]:
+    """A process of another user (a child forked here that becomes uid `NOBODY`: this process
+    must be root) connects to ``address`` (an ``ipc://`` port in its owner's private folder) and,
+    were it let in, would send ``count`` frames' worth of ``size`` bytes; an AssertionError if it
+    connects."""
+    path = address.removeprefix("ipc://")
+
+    def probe() -> None:
+        pid = os.fork()
+        if pid == 0:  # the child: only system calls, then `_exit`
+            code = 3
+            try:
+                os.setgroups([])
+                os.setgid(NOBODY)
+                os.setuid(NOBODY)
+                with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+                    sock.settimeout(5)
+                    try:
+                        sock.connect(path)
+                    except PermissionError:
+                        code = 0  # refused by the kernel: nothing reached the conductor
+                    else:
+                        code = 1
+                        sock.sendall(b"\x01" * size * count)
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        code = os.waitstatus_to_exitcode(status)
+        assert code == 0, f"another user's process {'connected' if code == 1 else 'failed'}"
+
+    return probe
+
+
+def other_user_probes(address: str, frame_cap: int) -> dict[str, tuple[int, Callable[[], None]]]:
+    """`other_user_probe` with the sizes of `sizes`."""
+    shapes = {"1 KB": (1024, 1), "60 MB": (60_000_000, 1), "a frame at the cap":
+              (frame_cap - 1024, 1), "4 frames at the cap": (frame_cap - 1024, 4)}  # fmt: skip
+    return {f"another user, {k}": (3, other_user_probe(address, *v)) for k, v in shapes.items()}
+
+
+def run_all(
+    pid: int, table: dict[str, tuple[int, Callable[[], None]]], settle: float = 0.5
+) -> Iterator[Cost]:
     """Every probe of ``table`` measured against conductor ``pid``, one after the other."""
     idle = idle_rate(pid)
     for name, (n, probe) in table.items():
-        yield measure(pid, name, n, probe, idle)
+        yield measure(pid, name, n, probe, idle, settle)

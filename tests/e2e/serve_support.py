@@ -121,7 +121,7 @@ def served(
         raise AssertionError("wgc serve did not start:\n" + "".join(log))
     address = ""
     for _ in range(50):  # the announcing line is written just before the URL
-        found = re.search(r"client address: (tcp://[^)\s]+)", "".join(log))
+        found = re.search(r"client address: ((?:tcp|ipc)://[^)\s]+)", "".join(log))
         if found:
             address = found.group(1)
             break

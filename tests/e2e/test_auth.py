@@ -5,6 +5,11 @@ saying why) and a client with it is served; a process that knows the deployment'
 its keys cannot deliver a single frame to a rank's inbox. Sockets listen on the named hosts only,
 on loopback when no host is named, and on every interface only when asked (``listen``).
 
+A loopback deployment's client port is an ``ipc://`` socket in its private folder, or, asked for
+(``client_port="curve"``), a loopback TCP port with CURVE while the inboxes stay plain ipc
+sockets: strangers of every size are refused in the handshake at ~0 conductor CPU
+(`port_probes.curve_probes`), and a frame past the door's byte limit is dropped unread.
+
 On the failure-test model (a source on rank 0, a loop on rank 1)."""
 
 from __future__ import annotations
@@ -18,10 +23,12 @@ import torch
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
+from tests.e2e.port_probes import curve_probes, holder_probes, run_all
 from tests.e2e.runtime_support import TWO_RANKS, compile_faults, listening, start, stop
 from tests.narrow import present
 from wgc_runtime.contract import control as c
 from wgc_runtime.host.client import Client, RequestFailed
+from wgc_runtime.host.transport.client_port import frame_limit
 from wgc_runtime.host.transport.control_codec import ControlCodec
 from wgc_runtime.host.transport.keys import Authenticator, ClientKey
 
@@ -122,10 +129,12 @@ def test_loopback_without_hosts_and_every_interface_only_when_asked(tmp_path) ->
     cluster = start(plan)
     try:
         assert cluster.keys is None and cluster.client_key is None
-        # the client port is the one TCP port, on loopback; inboxes are ipc sockets
+        # no TCP port at all: inboxes and the client port are ipc sockets in the private folder
         ports = {who: listening(pid) for who, pid in cluster.pids.items()}
-        assert {h for p in ports.values() for h, _ in p} == {"127.0.0.1"}, ports
-        assert len(ports["conductor"]) == 1 and not ports["rank 0"] and not ports["rank 1"]
+        assert not any(ports.values()), ports
+        folder = present(cluster.ipc_dir)
+        assert cluster.client_address == f"ipc://{folder}/client.sock"
+        assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700  # its owner's processes alone
         with Client(present(cluster.client_address)) as client:
             assert served(client) == EXPECTED
     finally:
@@ -137,5 +146,35 @@ def test_loopback_without_hosts_and_every_interface_only_when_asked(tmp_path) ->
         assert {h for p in ports.values() for h, _ in p} == {"0.0.0.0"}, ports
         with Client(present(cluster.client_address), key=cluster.client_key) as client:
             assert served(client) == EXPECTED
+    finally:
+        stop(cluster)
+
+
+@pytest.mark.slow
+def test_a_loopback_curve_client_port_refuses_strangers_before_reading(tmp_path) -> None:
+    door = 16 << 20  # `file_bytes` and `request_bytes`: the port's frame cap is 17 MiB
+    limits = {"file_bytes": door, "request_bytes": door}
+    cluster = start(compile_faults(tmp_path), client_port="curve", config={"limits": limits})
+    try:
+        assert cluster.keys is None  # the inboxes: plain ipc sockets
+        key, address = cluster.client_key, present(cluster.client_address)
+        assert key is not None and address.startswith("tcp://127.0.0.1:")
+        with Client(address, idle_timeout=60) as plain:
+            message = refused(plain)
+            assert message.startswith("WG893: ") and "refused the connection" in message
+        with Client(address, key=key) as client:
+            assert served(client) == EXPECTED
+        pid = cluster.pids["conductor"]
+        costs = list(run_all(pid, curve_probes(address, key, frame_limit(door))))
+        costs += run_all(pid, holder_probes(address, key, frame_limit(door)), settle=5.0)
+        for cost in costs:
+            print(f"  {cost.name:<36} x{cost.probes:<3} {cost.cpu_ms:7.1f} ms CPU")
+        strangers = [c for c in costs if not c.name.startswith("key holder")]
+        assert len(strangers) == 8 and max(c.cpu_ms for c in strangers) < 100, costs
+        past = next(c for c in costs if c.name == "key holder, a frame past the cap")
+        assert past.cpu_ms < 100, past
+        with Client(address, key=key) as client:
+            assert served(client) == EXPECTED  # after all of it
+        assert all(child.exitcode is None for child in cluster.procs.values())
     finally:
         stop(cluster)

@@ -10,8 +10,10 @@ large body is checked), nothing leaked (`served` checks processes and shared mem
 from __future__ import annotations
 
 import json
+import os
 import resource
 import socket
+import stat
 import subprocess
 import sys
 import threading
@@ -27,9 +29,16 @@ if str(ROOT) not in sys.path:
 openai = pytest.importorskip("openai")
 pytest.importorskip("fastapi")
 
-from tests.e2e.port_probes import conductor_of, probes, rss_mb, run_all  # noqa: E402
+from tests.e2e.port_probes import (  # noqa: E402
+    conductor_of,
+    other_user_probes,
+    probes,
+    rss_mb,
+    run_all,
+)
 from tests.e2e.serve_support import served, wgc_exe  # noqa: E402
 from wgc_runtime.host.client import Client, RequestFailed  # noqa: E402
+from wgc_runtime.host.transport.client_port import CLIENT_FRAME_BYTES  # noqa: E402
 
 pytestmark = [
     pytest.mark.slow,
@@ -46,8 +55,6 @@ def _ulimit_1024() -> None:
 
 @pytest.fixture(scope="module")
 def bagel():
-    import os
-
     env = {**os.environ, "WGC_API_KEY": OTHER}
     args = ("--api-key", KEY, "--log-format", "json", "--header-timeout", "1")
     args += ("--body-timeout", "1")
@@ -233,6 +240,22 @@ def test_hostile_client_port_traffic_costs_the_conductor_under_100_ms_a_probe(ba
     print(f"  the conductor's resident memory grew {grew:.1f} MB over them")
     assert max(cost.cpu_ms for cost in costs) < SERVER_TIME_S * 1000, costs
     assert grew < 60, grew  # nothing of the 60 MB bodies is kept
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="needs root")
+def test_another_user_cannot_reach_the_client_port(bagel) -> None:
+    """The port is an ipc socket in the deployment's 0700 folder: another user's process (uid
+    65534) is refused by the kernel whatever it would send, up to 4 frames at ``MAXMSGSIZE``
+    (1 GiB), which cost ~1 s of the conductor's CPU while the port was plain loopback TCP."""
+    address = bagel.client_address
+    assert address.startswith("ipc://"), address
+    folder = os.path.dirname(address.removeprefix("ipc://"))
+    assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700
+    pid = conductor_of(bagel.proc.pid, address)
+    costs = list(run_all(pid, other_user_probes(address, CLIENT_FRAME_BYTES)))
+    for cost in costs:
+        print(f"  {cost.name:<36} x{cost.probes:<3} {cost.cpu_ms:7.1f} ms CPU")
+    assert max(cost.cpu_ms for cost in costs) < SERVER_TIME_S * 1000, costs
 
 
 @pytest.mark.parametrize(

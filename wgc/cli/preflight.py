@@ -46,9 +46,16 @@ def random_weights_option(command: F) -> F:
 def check_deployment(
     plan_dir: str, *, random_weights: bool = False, machine: Machine | None = None
 ) -> None:
-    """Every rank of the compiled plan checked against this machine (module docstring)."""
+    """Every rank of the compiled plan checked against this machine (module docstring); and
+    ``$WGC_CLIENT_PORT``, the kind of the conductor's client port (WG894)."""
     from wgc_runtime.host.loading import load_plan, node_class
     from wgc_runtime.host.preflight import Machine, preflight
+    from wgc_runtime.host.transport.client_port import client_port_kind
+
+    try:
+        client_port_kind(None)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
 
     _, ranks = load_plan(plan_dir)
 

@@ -163,6 +163,9 @@ _TABLE: tuple[tuple[str, Severity, str], ...] = (
     # a checkpoint's text files, found as its nodes are built (`_OWN_STAGE`: "run")
     ("WG879", E, "checkpoint without the tokenizer its vocabulary needs"),
     ("WG880", E, "checkpoint's chat template does not render part by part"),
+    # the conductor's client port (`wgc_runtime.host.transport.client_port`; `_OWN_STAGE`: "run")
+    ("WG893", E, "client not allowed at the client port"),
+    ("WG894", E, "unknown client port kind"),
     # -- lints (WG9xx): warnings for declarations nothing uses
     ("WG901", W, "unused node"),
     ("WG902", W, "unused param"),
@@ -184,10 +187,17 @@ LAUNCH = frozenset({"WG825", "WG826", "WG827"})
 # (tests/unit/test_targets.py runs them)
 COMMAND = frozenset({"WG840", "WG841"})
 
-# codes whose stage is not their number's: WG863 is a type error; WG864, WG879 and WG880 are
-# found while a plan runs (a node's outputs; a checkpoint's text files as its node is built), so
-# their explanations show no failing check
-_OWN_STAGE = {"WG863": "types", "WG864": "run", "WG879": "run", "WG880": "run"}
+# codes whose stage is not their number's: WG863 is a type error; WG864, WG879, WG880, WG893
+# and WG894 are found while a plan runs (a node's outputs; a checkpoint's text files as its node
+# is built; a client at the client port), so their explanations show no failing check
+_OWN_STAGE = {
+    "WG863": "types",
+    "WG864": "run",
+    "WG879": "run",
+    "WG880": "run",
+    "WG893": "run",
+    "WG894": "run",
+}
 
 
 def stage_of(code: str) -> str:

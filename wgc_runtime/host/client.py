@@ -1,7 +1,7 @@
 """A small Python client for a conductor started with ``wgc serve`` (its client address).
 
     from wgc_runtime.host.client import Client
-    with Client("tcp://127.0.0.1:5555") as client:
+    with Client("ipc:///tmp/wgc-abc123/client.sock") as client:  # as `wgc serve` printed
         for out in client.submit([("text", "hello")], want=["audio"]):
             print(out.modality, out.value.shape)
 
@@ -22,9 +22,14 @@ seconds raises `RequestTimeout` (the conductor is wedged, or unreachable), and `
 (seconds, optional) bounds the whole request: when it passes the client cancels the request and
 raises `RequestTimeout`.
 
-**A deployment with CURVE** (hosts named, or ``curve`` asked for) needs its client key:
+**Who may connect.** A loopback deployment's client address is an ``ipc://`` socket in its
+private folder: processes of the user who started it connect with the address alone; another
+user's are refused by the kernel (their requests fail within ``CONNECT_TIMEOUT``, WG893). A
+client port with CURVE (hosts named, ``curve`` or ``client_port="curve"`` asked for,
+``WGC_CLIENT_PORT=curve``) needs the deployment's client key:
 ``Client(address, key=ClientKey.load(path))`` (``wgc serve`` prints the path of the key file; a
-path may be given instead of a `ClientKey`). **A client that goes away** (closed, garbage
+path may be given instead of a `ClientKey`); without it, or with another, the handshake fails and
+so do the requests, at once (WG893). **A client that goes away** (closed, garbage
 collected, its process killed) has its unfinished requests cancelled by the conductor, which sees
 the connection go; `close` also cancels them explicitly.
 
@@ -171,7 +176,7 @@ class Stream:
 
 
 class Client:
-    """A connection to a conductor's client address (``tcp://host:port``)."""
+    """A connection to a conductor's client address (``ipc://path`` or ``tcp://host:port``)."""
 
     def __init__(
         self,
@@ -189,6 +194,7 @@ class Client:
         self.sock.setsockopt(zmq.MAXMSGSIZE, MAX_FRAME_BYTES)  # the conductor's frames
         self.sock.setsockopt(zmq.SNDTIMEO, 5000)
         self.sock.setsockopt(zmq.IDENTITY, f"client-{os.getpid()}-{uuid.uuid4().hex[:8]}".encode())
+        self._keyed = key is not None
         if key is not None:
             (key if isinstance(key, ClientKey) else ClientKey.load(key)).apply(self.sock)
         # connection events: a dropped connection means the conductor is gone; a failed
@@ -283,10 +289,7 @@ class Client:
             if not self._connected:
                 connect_by = waiting.submitted + CONNECT_TIMEOUT
                 if now >= connect_by and self._refused:
-                    self._fail_all(
-                        f"cannot reach the conductor at {self.address}: nothing accepts the "
-                        f"connection there (it stopped or crashed, or the address is wrong)"
-                    )
+                    self._fail_all(unreachable(self.address))
                     return
                 limit = min(limit, max(connect_by, now + 0.05))
             if now >= limit:
@@ -331,8 +334,9 @@ class Client:
             )
         elif event & _WATCHED:
             why = (
-                f"the conductor at {self.address} refused the connection (its deployment uses "
-                "CURVE: give the client key `wgc serve` printed, `Client(address, key=PATH)`)"
+                f"WG893: the conductor at {self.address} refused the connection (its client "
+                "port uses CURVE: give the client key `wgc serve` printed, "
+                f"`Client(address, key=PATH)`{'; this key is not its' if self._keyed else ''})"
             )
         else:
             return
@@ -373,3 +377,20 @@ class Client:
             stream.done = True
         if stream.done:
             self.streams.pop(stream.rid, None)
+
+
+def unreachable(address: str) -> str:
+    """Why nothing accepts a connection to ``address``: an ``ipc://`` port another user's
+    private folder hides (WG893), or no conductor there."""
+    folder = os.path.dirname(address.removeprefix("ipc://"))
+    if address.startswith("ipc://") and os.path.isdir(folder) and not os.access(folder, os.X_OK):
+        return (
+            f"WG893: cannot reach the conductor at {address}: its client port is in the "
+            "deployment's private folder, which only the user who started it may open (run "
+            "the client as that user, or start the deployment with `WGC_CLIENT_PORT=curve` and "
+            "give the client its key)"
+        )
+    return (
+        f"cannot reach the conductor at {address}: nothing accepts the connection there (it "
+        "stopped or crashed, or the address is wrong)"
+    )

@@ -364,7 +364,7 @@ def conductor_main(boot: dict[str, Any]) -> None:
             keys=keys,
         )
         mesh.use_rings(attach_rings(arena, a, int(boot["world"]), mesh.address, boot["ipc_dir"]))
-        port = ClientPort(bind=boot["bind"], keys=keys)
+        port = ClientPort.of_boot(boot)  # ipc or CURVE: the launcher chose
         mesh.connect("launcher", *launcher_address(boot))
         hello = c.Hello("conductor", mesh.address, boot["host"], mesh.ipc_address, port.address)
         mesh.send("launcher", [hello])

@@ -6,7 +6,8 @@
    conductor), the deployment's secret (every message between its processes carries it, see
    `wgc_runtime.host.transport.sockets`), its CURVE keys when the placement names hosts (or
    ``curve=True``; `wgc_runtime.host.transport.keys`) and a private folder (mode 0700) for the
-   processes' ``ipc://`` sockets, and binds the launcher's own inbox;
+   processes' ``ipc://`` sockets, decides the conductor's client port (`client_port`: never open
+   to strangers), and binds the launcher's own inbox;
 2. starts the conductor and every worker (`spawning`; `children`: spawned here with
    multiprocessing's ``spawn`` context; the Ray launcher places workers on other machines); each
    binds its inbox and says hello; the launcher sends everybody the address table;
@@ -57,6 +58,7 @@ from wgc_runtime.host.processes.readiness import handshake, process_age, where_t
 from wgc_runtime.host.processes.spawning import boot_of, spawn_conductor, spawn_worker
 from wgc_runtime.host.processes.supervisor import RestartBudget, Supervisor, UsageQuery
 from wgc_runtime.host.scratch import private_dir
+from wgc_runtime.host.transport.client_port import client_port_kind, ipc_usable
 from wgc_runtime.host.transport.control_codec import ControlCodec
 from wgc_runtime.host.transport.keys import Authenticator, ClientKey, Keys
 from wgc_runtime.host.transport.segment import Segment, region_size
@@ -84,10 +86,14 @@ class Cluster:
 
     ``curve``: CURVE on every socket (None: when the placement names hosts or ``listen`` is not
     loopback); ``listen``: the interface every socket binds (``0.0.0.0`` only when asked; None:
-    `bind_address`'s rule). With CURVE, clients need `client_key`. ``ray``: a Ray cluster's
+    `bind_address`'s rule). ``client_port`` (a deployment without ``curve``; None:
+    ``$WGC_CLIENT_PORT``, else ``ipc``): ``ipc``, the client port is an ``ipc://`` socket in the
+    private folder (this user's processes alone can connect; where ipc sockets are not available,
+    ``curve``), or ``curve``, a loopback TCP port with CURVE. With CURVE everywhere it is a TCP port
+    with the deployment's keys. Clients of a CURVE port need `client_key`. ``ray``: a Ray cluster's
     address (``auto``: the one this machine is in; None: ``$WGC_RAY``, if set): every worker is
-    started on the Ray node of its rank's host (`ray_launcher`). ``external``: start no worker;
-    wait for ranks started elsewhere (``wgc worker``) to join (`external`)."""
+    started on the Ray node of its rank's host (`ray_launcher`). ``external``: start no worker; wait
+    for ranks started elsewhere (``wgc worker``) to join (`external`)."""
 
     def __init__(
         self,
@@ -103,6 +109,7 @@ class Cluster:
         restart_window_s: float = 600.0,
         curve: bool | None = None,
         listen: str | None = None,
+        client_port: str | None = None,
         ray: str | None = None,
         external: ExternalWorkers | None = None,
     ) -> None:
@@ -119,6 +126,9 @@ class Cluster:
         wide = listen is not None and not is_loopback(listen)  # reachable from elsewhere
         self.curve = (named_hosts(self.hosts) or wide) if curve is None else curve
         self.listen = listen
+        self.client_port = client_port_kind(client_port)  # WG894 for a kind it does not know
+        self.client_ipc: str | None = None  # the client port's ipc path (`start`)
+        self.port_keys: Keys | None = None  # its CURVE keys
         # a Ray cluster's address (or "auto"): workers on its nodes (`wgc run`: $WGC_RAY)
         self.ray = ray if ray is not None else (os.environ.get("WGC_RAY") or None)
         self.external = external
@@ -172,6 +182,7 @@ class Cluster:
         self.keys = Keys.generate() if self.curve else None
         # mode 0700: only this user's processes; a SIGKILLed launcher's is swept at the next start
         self.ipc_dir = private_dir("wgc-")
+        self.client_ipc, self.port_keys = self._client_port(self.ipc_dir)
         own = self.conductor_host
         self.mesh = Mesh(
             "launcher",
@@ -210,6 +221,17 @@ class Cluster:
         self._supervisor = Supervisor(self, self.budget)
         self._supervisor.thread.start()  # it owns the mesh from here on
         return self
+
+    def _client_port(self, ipc_dir: str) -> tuple[str | None, Keys | None]:
+        """The client port's ipc path or its CURVE keys (see the class docstring)."""
+        if self.curve:
+            return None, self.keys
+        path = os.path.join(ipc_dir, "client.sock")
+        if self.client_port == "ipc" and ipc_usable(path):
+            return path, None
+        if self.client_port == "ipc":
+            self.progress(f"wgc: no ipc socket at {path}: the client port is TCP with CURVE")
+        return None, Keys.generate()
 
     # ------------------------------------------------------------------ serving
 
@@ -260,8 +282,8 @@ class Cluster:
     @property
     def client_key(self) -> ClientKey | None:
         """What a client needs to connect (`Client(address, key=...)`; `ClientKey.save` writes
-        it for another process); None when the deployment has no CURVE (set by `start`)."""
-        return self.keys.client if self.keys is not None else None
+        it for another process); None when the client port is an ipc socket (set by `start`)."""
+        return self.port_keys.client if self.port_keys is not None else None
 
     def kill(self, who: str, sig: int = signal.SIGKILL) -> None:
         """Send ``sig`` to one child (tests: ``kill("rank 1")``)."""

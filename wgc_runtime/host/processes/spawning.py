@@ -49,6 +49,8 @@ def child_boot(cluster: Cluster, who: str, host: str) -> dict[str, Any]:
 
 def spawn_conductor(cluster: Cluster) -> None:
     boot = child_boot(cluster, "conductor", cluster.conductor_host)
+    keys = cluster.port_keys  # the client port's (`Cluster.start`): the conductor's alone
+    boot["client_port"] = {"ipc": cluster.client_ipc, "keys": keys.boot() if keys else None}
     cluster.procs["conductor"] = LocalChild(entry.conductor, boot, "wgc-conductor")
 
 

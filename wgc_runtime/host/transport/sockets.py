@@ -8,25 +8,26 @@ table (`Mesh.set_peers`). Clients talk to the conductor over a separate ``ROUTER
 (`ClientPort`), so a reply finds the client that asked.
 
 **Where sockets listen** (`bind_address`): on ``127.0.0.1`` when no host is named, and then a
-process's inbox listens *only* on a filesystem ``ipc://`` socket in a private folder (mode 0700:
-the launcher's, removed when the run ends), which no other user can open; the conductor's client
-port is the one TCP port. When the placement names hosts, every socket listens on its own host's
-address (resolved to an interface address; never every interface unless asked with ``listen``),
-peers on the same host still connect over ``ipc://`` (Unix domain sockets skip the TCP stack),
-peers on other hosts over TCP, and the deployment's ZeroMQ CURVE keys
-(`wgc_runtime.host.transport.keys`) encrypt and authenticate every connection: a peer without
-the deployment's keys cannot finish the handshake. `Tuning.ipc` off (``WGC_IPC=0``) makes
-loopback inboxes listen on TCP again.
+process's inbox listens *only* on a filesystem ``ipc://`` socket in a private folder (mode 0700: the
+launcher's, removed when the run ends), which no other user can open, and so does the conductor's
+client port (or, asked for, a TCP port with CURVE: `ClientPort`). When the placement names hosts,
+every socket listens on its own host's address (resolved to an interface address; never every
+interface unless asked with ``listen``), peers on the same host still connect over ``ipc://`` (Unix
+domain sockets skip the TCP stack), peers on other hosts over TCP, and the deployment's ZeroMQ CURVE
+keys (`wgc_runtime.host.transport.keys`) encrypt and authenticate every connection: a peer without
+the deployment's keys cannot finish the handshake. `Tuning.ipc` off (``WGC_IPC=0``) makes loopback
+inboxes listen on TCP again.
 
 **Only the deployment steers the deployment.** Every message a mesh sends starts with the
-deployment's secret (32 random bytes the launcher hands its children when it spawns them, never
-over a socket); an inbox drops, counts and reports any message without it, so a process that can
-reach a TCP port (any local user, anyone on the network when hosts are named) can neither stop
-the run nor inject data. Clients are not part of the deployment: the conductor's client port
-(`ClientPort`) accepts client messages only (`Submit`, `Cancel`, `Ping`, `GetStats`), needs the
-deployment's *client* key when CURVE is on, cuts off a client (by its routing id) that keeps
-sending garbage, and knows when a client has gone (a send to it fails: `ClientPort.send`; ZMTP
-heartbeats find a client whose host vanished), so the conductor can cancel what it left.
+deployment's secret (32 random bytes the launcher hands its children when it spawns them, never over
+a socket); an inbox drops, counts and reports any message without it, so a process that can reach a
+TCP port (any local user, anyone on the network when hosts are named) can neither stop the run nor
+inject data. Clients are not part of the deployment: the conductor's client port (`ClientPort`)
+accepts client messages only (`Submit`, `Cancel`, `Ping`, `GetStats`), from its owner's processes
+(``ipc://``) or holders of the deployment's *client* key (CURVE), cuts off a client (by its routing
+id) that keeps sending garbage, and knows when a client has gone (a send to it fails:
+`ClientPort.send`; ZMTP heartbeats find a client whose host vanished), so the conductor can cancel
+what it left.
 
 **One wire format** (`wgc_runtime.host.transport.codec`): every send is a batch of typed
 messages (`wgc_runtime.contract.messages` and `.control`: core, launcher and transport messages
