@@ -308,9 +308,7 @@ class WalkLowerer:
             kind, loop = "loop_init", e.loop
         elif init is not None:  # the in-loop binding, read by the next iteration
             kind, loop, carried = "loop_carried", init.loop, True
-        if e.via is not None:
-            # a nested loop's yield: it travels once, when that loop ends (carried: as the
-            # carrying loop's next value, as a call's carried port gets it)
+        if e.via is not None:  # a nested loop's yield (carried too): once, when that loop ends
             kind, loop = e.via.value, e.via_loop
         return Dest(
             kind=DestKind.CALL,
