@@ -58,6 +58,7 @@ from wgc_runtime.contract.messages import (
     StatePart,
     StreamAbandon,
     StreamAck,
+    StreamAcks,
     StreamDone,
     StreamItem,
     StreamItems,
@@ -82,6 +83,7 @@ from wgc_runtime.core.executor.state import (
     WalkRun,
 )
 from wgc_runtime.core.executor.stats import NodeStats
+from wgc_runtime.core.executor.lanes import Lanes
 from wgc_runtime.core.executor.stepping import Stepper
 from wgc_runtime.core.executor.streams import Streams
 from wgc_runtime.core.executor.values import Values
@@ -121,6 +123,8 @@ class RankExecutor:
         self.streams = Streams(rank_spec, expecting, self.post, self.stats, self.table, self.values)
         self.loops = Loops(self.values, self.streams)
         self.stepper = Stepper(rank_spec, self.table, self.values)
+        self.lanes = Lanes(self.captured, self.table.live)
+        self.stepper.lanes = self.lanes.lanes
         self.router = Router(
             rank, self.post, self.table, self.values, self.loops, self.streams, self.stepper
         )
@@ -138,6 +142,7 @@ class RankExecutor:
             streams=self.streams,
             router=self.router,
             fail=self._fail,
+            lanes=self.lanes,
         )
         self.handoff = Handoff(rank, self.nodes, self.kv, self.post, self.deliver)
         self.session_runs = RankSessions(self.sessions, engines)
@@ -154,6 +159,7 @@ class RankExecutor:
             StreamItem: lambda m: streams.on_item(table.req(m.request), m),
             StreamItems: self._on_stream_items,
             StreamAck: self._on_stream_ack,
+            StreamAcks: self._on_stream_acks,
             StreamDone: lambda m: streams.on_done(table.req(m.request), m),
             StreamAbandon: lambda m: streams.on_abandon(table.req(m.request), m),
             SkipChunk: lambda m: streams.on_skip(table.req(m.request), m),
@@ -176,7 +182,9 @@ class RankExecutor:
 
     def prepare_captures(self, progress: Progress | None = None) -> CaptureReport:
         """Build and capture the rank's captured steps (`captured`); once, before serving."""
-        return self.captured.build(progress)
+        report = self.captured.build(progress)
+        self.lanes.build(self.stepper.steps, self.batcher)
+        return report
 
     def handles(self, msg: Message) -> bool:
         """Whether ``msg`` is a message this core takes (the host drops the others)."""
@@ -222,7 +230,7 @@ class RankExecutor:
     def pending(self) -> bool:
         """Whether the next `step` may find work: call instances queued, or units whose
         readiness changed and was not looked at yet."""
-        return bool(self.values.ready or self.values.dirty)
+        return bool(self.values.ready or self.values.dirty) or self.lanes.pending()
 
     def release(self, request: str) -> None:
         """The request ended: drop everything kept for it and release it in every node."""
@@ -248,6 +256,11 @@ class RankExecutor:
         req = self.requests.get(m.request)
         if req is not None:
             self.streams.on_ack(req, m)
+
+    def _on_stream_acks(self, m: StreamAcks) -> None:
+        for request, count in zip(m.requests, m.counts, strict=True):
+            if request not in self.table.ended:  # each as if it came alone
+                self.deliver(StreamAck(request, m.stream, count, m.rank))
 
     def _on_start(self, m: StartWalk) -> None:
         w = self.table.walk(m.request, m.walk_id, m.walk)
