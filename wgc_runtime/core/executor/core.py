@@ -72,6 +72,7 @@ from wgc_runtime.contract.spec import RankSpec
 from wgc_runtime.core.executor.batching import Batcher
 from wgc_runtime.core.executor.captured import CapturedSteps, CaptureReport, Progress
 from wgc_runtime.core.executor.handoff import Handoff
+from wgc_runtime.core.executor.lanes import Lanes
 from wgc_runtime.core.executor.loops import Loops
 from wgc_runtime.core.executor.requests import Requests
 from wgc_runtime.core.executor.routing import Router
@@ -83,7 +84,6 @@ from wgc_runtime.core.executor.state import (
     WalkRun,
 )
 from wgc_runtime.core.executor.stats import NodeStats
-from wgc_runtime.core.executor.lanes import Lanes
 from wgc_runtime.core.executor.stepping import Stepper
 from wgc_runtime.core.executor.streams import Streams
 from wgc_runtime.core.executor.values import Values
@@ -236,6 +236,7 @@ class RankExecutor:
         """The request ended: drop everything kept for it and release it in every node."""
         req = self.table.end(request)
         self.handoff.drop(request)
+        self.lanes.drop()
         if req is None:
             return
         for w in req.walks.values():

@@ -12,7 +12,7 @@ loop bookkeeping `Stepper.step_on` makes. Per-row Python beyond that happens whe
 leaves: its stop is true, its loop's last iteration, no credit at hand, a failed row, or its
 request ended (then it is dropped); a leaving row's outputs are routed as the general path
 routes them (`Batcher.route_results`), so stops, failures, cancellation and back-pressure keep
-their one code path. `tests/unit/test_lanes.py` runs the lane against the general path.
+their one code path. `tests/e2e/test_decode_lanes.py` runs the lane against the general path.
 """
 
 from __future__ import annotations
@@ -29,7 +29,14 @@ from wgc_runtime.contract.kinds import DestKind
 from wgc_runtime.contract.messages import StreamItem, StreamItems
 from wgc_runtime.contract.node import CallContext, Work
 from wgc_runtime.contract.spec import Dest, Unit
-from wgc_runtime.core.executor.state import STOP_FALSE, STOP_TRUE, Inst, LoopRun, WalkRun
+from wgc_runtime.core.executor.state import (
+    STOP_FALSE,
+    STOP_TRUE,
+    Inst,
+    LoopRun,
+    Outlet,
+    WalkRun,
+)
 
 if TYPE_CHECKING:
     from wgc_runtime.core.executor.batching import Batch, Batcher
@@ -48,6 +55,7 @@ class Row:
     it: tuple[int, ...]
     lr: LoopRun
     work: Work
+    out: Outlet | None = None  # the request's outlet to the stream's owner, once it has one
 
 
 class Lane:
@@ -62,6 +70,7 @@ class Lane:
         self.rows: list[Row] = []
         self.joined = False  # rows joined since the last step: the token column is rebuilt
         self.column: torch.Tensor | None = None  # the rows' carried input, in row order
+        self.ended = False  # a request ended since the lane's last step (`Lanes.drop`)
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -84,7 +93,8 @@ class Lane:
             writes=w.piece.writes.get(call.id, frozenset()),
             kv=kv,
         )
-        self.rows.append(Row(w, it, lr, Work(inputs, ctx)))
+        out = w.req.outlets.get((self.dest.name or "", self.dest.rank or 0))
+        self.rows.append(Row(w, it, lr, Work(inputs, ctx), out))
         self.joined = True
 
 
@@ -97,6 +107,7 @@ class Lanes:
         self.lanes: dict[tuple[str, int], Lane] = {}
         self.batcher: Batcher | None = None
         self._next = 0  # round robin over the lanes
+        self.steps = self.rows = 0  # lane steps run, and their rows (for tests and reports)
 
     def build(self, steps: dict[tuple[str, int], SelfStep], batcher: Batcher) -> None:
         """A lane for every self-stepping call with a captured unit and one remote push."""
@@ -110,7 +121,8 @@ class Lanes:
                 (o.port, d) for o in call.outputs for d in o.dests if d.kind is DestKind.STREAM
             ]
             out_port, in_port = step.carried[0]
-            if len(pushes) != 1 or pushes[0][0] != out_port or pushes[0][1].rank is None:
+            owner = pushes[0][1].rank if len(pushes) == 1 else None
+            if len(pushes) != 1 or pushes[0][0] != out_port or owner in (None, batcher.rank):
                 continue
             same = all(
                 u.inputs.get(in_port) == u.out_types.get(out_port) and step.stop in u.stops
@@ -118,6 +130,11 @@ class Lanes:
             )
             if same:
                 self.lanes[(walk, cid)] = Lane(walk, call, step, (out_port, in_port), pushes[0][1])
+
+    def drop(self) -> None:
+        """A request ended (`RankExecutor.release`): each lane's next step drops its rows."""
+        for lane in self.lanes.values():
+            lane.ended = True
 
     def pending(self) -> bool:
         return any(lane.rows for lane in self.lanes.values())
@@ -135,11 +152,13 @@ class Lanes:
         batcher = self.batcher
         assert batcher is not None
         rows, live = lane.rows, self.live
-        if not all(live(r.w) for r in rows):  # a request ended: its row is dropped
-            rows = lane.rows = [r for r in rows if live(r.w)]
-            lane.joined = True
-            if not rows:
-                return
+        if lane.ended:  # a request ended: its rows are dropped
+            lane.ended = False
+            if not all(live(r.w) for r in rows):
+                rows = lane.rows = [r for r in rows if live(r.w)]
+                lane.joined = True
+                if not rows:
+                    return
         most = batcher.max_batch
         now, later = rows, []
         if lane.joined or len(rows) > most:  # at most one row per request, `max_batch` rows
@@ -153,8 +172,6 @@ class Lanes:
         column = lane.column
         if lane.joined or later or column is None or column.shape[0] != len(now):
             column = torch.stack([w.inputs[in_port] for w in works])
-        for r in now:
-            r.work.ctx.iteration = r.it
         t0 = perf_counter()
         results: list[Any] = [None] * len(now)
         ran = None
@@ -166,6 +183,7 @@ class Lanes:
         except Exception as exc:  # the step's failure fails its batch
             results = [exc] * len(now)
         batcher.stats.call(lane.call.node, len(now), perf_counter() - t0)
+        self.steps, self.rows = self.steps + 1, self.rows + len(now)
         lane.rows, lane.joined, lane.column = [], False, None
         if unit is None and ran is None and results[0] is None:
             # no form admits the batch: its rows go back to the general path
@@ -211,7 +229,6 @@ class Lanes:
         d, top = lane.dest, lane.step.max
         name, owner = d.name or "", d.rank
         assert owner is not None
-        key = (name, owner)
         keep: list[int] = []
         requests: list[str] = []
         seqs: list[int] = []
@@ -220,7 +237,7 @@ class Lanes:
             r = now[i]
             w, it, lr = r.w, r.it, r.lr
             k = it[-1]
-            out = w.req.outlets.get(key)
+            out = r.out
             if (
                 stops[j]
                 or k + 1 >= top
@@ -249,7 +266,7 @@ class Lanes:
             lr.completed = k
             lr.started = k + 2
             lr.remaining[k + 1] = 1
-            r.it = (*it[:-1], k + 1)
+            r.it = r.work.ctx.iteration = (*it[:-1], k + 1)
             r.work.inputs[in_port] = views[j]
             kept.append(r)
         if not kept:

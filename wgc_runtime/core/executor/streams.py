@@ -13,7 +13,8 @@ that call's downstream push, never drops an item). A producer on another rank ho
 and goes on at once while it has a credit, and waits for one otherwise; the owner gives credits
 back as it accepts items, one message per (stream, producer rank) per turn for every request
 whose items it accepted (`StreamAcks`, `StreamAck` for one: `Streams.end_turn`), so a decode
-step never waits for a round trip. Items in flight to an owner are bounded by the credits, so memory stays bounded. A walk instance reports `WalkDone`
+step never waits for a round trip. Items in flight to an owner are bounded by the credits, so
+memory stays bounded. A walk instance reports `WalkDone`
 only once every item it sent is acknowledged: the conductor's `StreamDone` (which follows the
 producer walks' `WalkDone`) can never overtake an item still on its way, and the final chunk
 is planned after every item.

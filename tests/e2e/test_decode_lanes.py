@@ -1,0 +1,67 @@
+"""Decode lanes (`wgc_runtime.core.executor.lanes`): Orpheus's running decode rows step
+wholesale on the LM rank (the token stream is the vocoder rank's) and give exactly the outputs
+of the general path (the lanes turned off), requests of different lengths at once; a request
+cancelled mid-decode ends alone and leaves no row behind, in the lane or the node's runner."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from tests.e2e.test_local_cluster import cluster, model  # noqa: E402
+from wgc.interp import make_request, segment  # noqa: E402
+from wgc_runtime.host.local import Handle, LocalCluster  # noqa: E402
+
+REQUESTS = {"a": ("hello", 40), "b": ("how are you", 75), "c": ("hi", 61), "d": ("bye", 90)}
+
+
+def serve(lanes: bool, cancel: str | None = None) -> tuple[LocalCluster, dict[str, Handle]]:
+    c = cluster("orpheus", "cpu-2rank")
+    if not lanes:
+        for ex in c.ranks.values():
+            ex.lanes.lanes.clear()  # every running row goes through the general path
+    m = model("orpheus")
+    handles = {
+        rid: c.submit(make_request(m, [segment("text", text)], ["audio"], {"max_tokens": n}), rid)
+        for rid, (text, n) in REQUESTS.items()
+    }
+    if cancel is not None:
+        while len(handles[cancel].outputs) < 2:
+            assert c.step()
+        handles[cancel].cancel()
+    c.run()
+    return c, handles
+
+
+def audio(h: Handle) -> torch.Tensor:
+    return torch.cat([o.tensor for o in h.outputs if o.modality == "audio"])
+
+
+def lm_rank(c: LocalCluster):
+    (ex,) = [ex for ex in c.ranks.values() if ex.captured.units]
+    return ex
+
+
+def test_lanes_give_the_general_paths_outputs_and_cancel_one_row() -> None:
+    plain, want = serve(lanes=False)
+    assert lm_rank(plain).lanes.rows == 0
+    on, got = serve(lanes=True, cancel="c")
+    ex = lm_rank(on)
+    assert ex.lanes.rows > 0 and ex.lanes.steps < ex.lanes.rows  # rows stepped together
+    assert not ex.lanes.pending()
+    for rid in REQUESTS:
+        if rid == "c":
+            assert got[rid].error is not None and got[rid].error.kind == "cancelled"
+            continue
+        assert got[rid].error is None, got[rid].error
+        assert torch.equal(audio(got[rid]), audio(want[rid])), rid
+    assert all(not e.requests for e in on.ranks.values())
+    llm = ex.nodes["LLM"]
+    runner = getattr(llm, "_runner", None)
+    assert runner is None or len(runner) == 0  # every row left the node's running batch
