@@ -287,7 +287,7 @@ class CapturedSteps:
         self,
         unit: CapturedUnit,
         works: Sequence[Work],
-        values: Mapping[str, Any],
+        values: Mapping[str, Any],  # a tensor, or with ``stack`` a list of tensors
         results: list[Any],
         *,
         stack: bool = False,
@@ -301,10 +301,11 @@ class CapturedSteps:
         every = len(rows) == len(works)
         inputs: dict[str, torch.Tensor] = {}
         for port, col in values.items():
-            got = col if every else ([col[i] for i in rows] if stack else col[rows])
-            inputs[unit.key(port) if port in unit.inputs else port] = (
-                torch.stack(got) if stack else got
-            )
+            key = unit.key(port) if port in unit.inputs else port
+            if stack:
+                inputs[key] = torch.stack(col if every else [col[i] for i in rows])
+            else:
+                inputs[key] = col if every else col[rows]
         inputs.update(extra)
         outs = unit.runner.run(inputs, len(rows))
         got = {port: outs[unit.key(port)] for port in unit.outputs}

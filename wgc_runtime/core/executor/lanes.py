@@ -21,7 +21,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from time import perf_counter
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
@@ -160,9 +160,9 @@ class Lanes:
                 if not rows:
                     return
         most = batcher.max_batch
-        now, later = rows, []
+        now, later = rows, list[Row]()
         if lane.joined or len(rows) > most:  # at most one row per request, `max_batch` rows
-            now, seen = [], set()
+            now, seen = list[Row](), set[str]()
             for r in rows:
                 rid = r.w.req.id
                 (later if rid in seen or len(now) >= most else now).append(r)
@@ -171,7 +171,7 @@ class Lanes:
         works = [r.work for r in now]
         column = lane.column
         if lane.joined or later or column is None or column.shape[0] != len(now):
-            column = torch.stack([w.inputs[in_port] for w in works])
+            column = torch.stack([cast(torch.Tensor, w.inputs[in_port]) for w in works])
         t0 = perf_counter()
         results: list[Any] = [None] * len(now)
         ran = None
@@ -223,7 +223,7 @@ class Lanes:
         ports = unit.outputs
         stop_port, out_port, in_port = lane.step.stop, lane.out_port, lane.in_port
         cols = {p: got[p].clone() for p in ports if p != stop_port}
-        stops: list[bool] = got[stop_port].tolist()
+        stops = cast(list[bool], got[stop_port].tolist())  # pyright: ignore[reportUnknownMemberType]
         new = cols[out_port]
         views = new.unbind(0)
         d, top = lane.dest, lane.step.max
