@@ -37,7 +37,7 @@ BEFORE: dict[str, tuple[str, ...]] = {
         "Failed", "Finished", "ForgetSession", "ForwardPersisted", "Iters", "Message", "Output",
         "Release", "SkipChunk", "StartWalk", "StateEnd", "StateImported", "StatePart",
         "StreamAbandon", "StreamAck", "StreamAcks", "StreamDone", "StreamItem", "StreamItems",
-        "Until", "Value", "WalkDone", "pack_items", "unpack_items",
+        "Until", "Value", "WalkDone", "pack_items", "unpack_acks", "unpack_items",
         "Cause", "Dest", "Edge", "FailKind",
     ),
     "wgc_runtime.host.transport.sockets": (

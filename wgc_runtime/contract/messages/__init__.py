@@ -72,6 +72,7 @@ from wgc_runtime.contract.messages.data import (
     Until,
     Value,
     pack_items,
+    unpack_acks,
     unpack_items,
 )
 from wgc_runtime.contract.messages.orders import (
@@ -156,5 +157,6 @@ __all__ = [
     "Value",
     "WalkDone",
     "pack_items",
+    "unpack_acks",
     "unpack_items",
 ]

@@ -175,6 +175,11 @@ class StreamAcks(Message, frozen=True, tag=24):
             )
 
 
+def unpack_acks(m: StreamAcks) -> list[StreamAck]:
+    """A `StreamAcks` as the `StreamAck`s it stands for, in order."""
+    return [StreamAck(r, m.stream, n, m.rank) for r, n in zip(m.requests, m.counts, strict=True)]
+
+
 class StatePart(Message, frozen=True, tag=12):
     """One named tensor (``key``, from `Node.export_state`) of the state of ``node`` that
     ``src_rank`` exports for walk instance ``walk_id``; a data message like `Value`."""

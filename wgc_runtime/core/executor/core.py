@@ -65,6 +65,7 @@ from wgc_runtime.contract.messages import (
     Until,
     Value,
     WalkDone,
+    unpack_acks,
     unpack_items,
 )
 from wgc_runtime.contract.node import Node
@@ -259,9 +260,8 @@ class RankExecutor:
             self.streams.on_ack(req, m)
 
     def _on_stream_acks(self, m: StreamAcks) -> None:
-        for request, count in zip(m.requests, m.counts, strict=True):
-            if request not in self.table.ended:  # each as if it came alone
-                self.deliver(StreamAck(request, m.stream, count, m.rank))
+        for ack in unpack_acks(m):  # each as if it came alone (an ended request's dropped)
+            self.deliver(ack)
 
     def _on_start(self, m: StartWalk) -> None:
         w = self.table.walk(m.request, m.walk_id, m.walk)
