@@ -31,6 +31,7 @@ class FakeEngine(DecoderEngine):
         vocab = model.config.vocab_size
         self.fixed = torch.zeros(1, vocab)
         self.fixed[0, end_of_speech] = -1e4
+        self.fixed_next = self.fixed.argmax(-1)  # the fixed logits' greedy token, once
 
     @torch.inference_mode()
     def forward(
@@ -59,8 +60,10 @@ class FakeEngine(DecoderEngine):
     def decode_unit(
         self, bufs: Mapping[str, torch.Tensor], *, compiled: bool = False
     ) -> dict[str, torch.Tensor]:
-        logits = self.fixed.expand(bufs["tokens"].shape[0], -1)
-        return {"logits": logits, "next_token": logits.argmax(-1)}
+        n = bufs["tokens"].shape[0]
+        # fixed logits and their greedy token, in ~0 time (no argmax over the vocabulary a
+        # step: that is model work, not host overhead; the node's own mask and argmax stay)
+        return {"logits": self.fixed.expand(n, -1), "next_token": self.fixed_next.expand(n)}
 
 
 class FakeLM(LLM):

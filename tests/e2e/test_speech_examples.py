@@ -171,6 +171,10 @@ def test_orpheus_decodes_batched_through_its_captured_step(served) -> None:
         captured = decode[0].captured
         assert captured.fallbacks == 0 and captured.rows > 0
         assert max(captured.batch_sizes) == len(REQUESTS["orpheus"])  # the requests batched
+        # the stream's owner is another rank: running rows step in the decode lane
+        lanes = decode[0].lanes
+        assert (lanes.rows > 0) == (placement != "cpu"), placement
+        assert not lanes.pending()  # nothing left in a lane once the requests ended
 
 
 def test_the_interpreter_gives_the_runtimes_outputs(families, served) -> None:

@@ -40,8 +40,10 @@ from wgc_runtime.contract.kinds import DestKind
 from wgc_runtime.contract.messages import (
     ChunkReady,
     StreamAck,
+    StreamAcks,
     StreamItem,
     StreamItems,
+    unpack_acks,
     unpack_items,
 )
 from wgc_runtime.host.loading import load_plan
@@ -59,10 +61,10 @@ class SlowAcks(LocalCluster):
         super().__init__(folder)
         self.delay = delay
         self.turn = 0
-        self.held: list[tuple[int, int, StreamAck]] = []  # (due turn, to, ack)
+        self.held: list[tuple[int, int, StreamAck | StreamAcks]] = []  # (due turn, to, ack)
 
     def _send(self, to: int, msg) -> None:
-        if isinstance(msg, StreamAck) and self.delay:
+        if isinstance(msg, (StreamAck, StreamAcks)) and self.delay:
             if self.log is not None:
                 self.log.append((to, msg))
             self.held.append((self.turn + self.delay, to, msg))
@@ -93,10 +95,15 @@ def cross_rank_streams(folder: Path) -> bool:
 def check_traffic(log: list, credits: int, ok: set[str]) -> None:
     out: dict[tuple[str, str, int], int] = {}  # (request, stream, producer rank) -> in flight
     chunks: dict[tuple[str, str], list[bool]] = {}
-    # a batch's items for one owner travel as one `StreamItems`: each counts as sent
-    flat = [
-        (to, x) for to, m in log for x in (unpack_items(m) if isinstance(m, StreamItems) else [m])
-    ]
+
+    # a batch's items for one owner travel as one `StreamItems`: each counts as sent; a turn's
+    # credits for one producer as one `StreamAcks`: each request's count as its `StreamAck`
+    def flat_of(m) -> list:
+        if isinstance(m, StreamItems):
+            return list(unpack_items(m))
+        return list(unpack_acks(m)) if isinstance(m, StreamAcks) else [m]
+
+    flat = [(to, x) for to, m in log for x in flat_of(m)]
     for to, msg in flat:
         if isinstance(msg, StreamItem):
             key = (msg.request, msg.stream, msg.src_rank)

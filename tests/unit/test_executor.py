@@ -44,6 +44,7 @@ def _samples() -> list[M.Message]:
         M.StreamItem("r", "s", 7, 0, {"slot": 3, "nbytes": 64}),
         M.StreamItem("r", "s", 1, 0, None, (("seed", 7), ("voice", "leo"))),
         M.StreamAck("r", "s", 7, 1),
+        M.StreamAcks("s", 1, ("r", "q"), (7, 2)),
         M.WalkDone("r", 1, "w", 0),
         M.ChunkReady("r", "s", 2, False, True),
         M.ClientOut("r", 1, "w", "main", "text", "token", (3,), None),

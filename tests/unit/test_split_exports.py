@@ -36,8 +36,8 @@ BEFORE: dict[str, tuple[str, ...]] = {
         "CLIENT", "CONDUCTOR", "CORE", "ChunkReady", "ClientOut", "CopyKv", "ExportState",
         "Failed", "Finished", "ForgetSession", "ForwardPersisted", "Iters", "Message", "Output",
         "Release", "SkipChunk", "StartWalk", "StateEnd", "StateImported", "StatePart",
-        "StreamAbandon", "StreamAck", "StreamDone", "StreamItem", "StreamItems", "Until", "Value",
-        "WalkDone", "pack_items", "unpack_items",
+        "StreamAbandon", "StreamAck", "StreamAcks", "StreamDone", "StreamItem", "StreamItems",
+        "Until", "Value", "WalkDone", "pack_items", "unpack_acks", "unpack_items",
         "Cause", "Dest", "Edge", "FailKind",
     ),
     "wgc_runtime.host.transport.sockets": (

@@ -35,6 +35,7 @@ SAMPLES: list[m.Message] = [
     m.StreamItem("r1", "tokens", 1, 0, "first", (("max_tokens", 70), ("voice", "tara"))),
     m.StreamItems("tokens", 0, ("r1",), (9,), torch.tensor([[7]])),
     m.StreamAck("r1", "tokens", 9, 1),
+    m.StreamAcks("tokens", 1, ("r1", "r2"), (9, 3)),
     m.StatePart("r1", 3, "LLM", "int:x", 0, 5),
     m.StateEnd("r1", 3, "LLM", 0, 2),
     m.WalkDone("r1", 3, "chain", 1),

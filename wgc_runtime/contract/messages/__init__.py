@@ -36,6 +36,7 @@ message                 from -> to          meaning
 `Until`                 rank -> rank        the stop value of iteration i of a loop
 `StreamItem`            rank -> owner rank  one produced stream item
 `StreamAck`             owner -> rank       ``count`` items were accepted: credits back
+`StreamAcks`            owner -> rank       the same for several requests of one stream
 `StreamDone`            conductor -> owner  the stream's producer is done for the request
 `StreamAbandon`         conductor -> owner  no consumer is left: accept and drop items
 `ChunkReady`            owner -> conductor  chunk ``index`` of a stream can be taken
@@ -65,11 +66,13 @@ from wgc_runtime.contract.messages.data import (
     StateEnd,
     StatePart,
     StreamAck,
+    StreamAcks,
     StreamItem,
     StreamItems,
     Until,
     Value,
     pack_items,
+    unpack_acks,
     unpack_items,
 )
 from wgc_runtime.contract.messages.orders import (
@@ -109,6 +112,7 @@ CORE = (
     Until,
     StreamItem,
     StreamAck,
+    StreamAcks,
     StatePart,
     StateEnd,
     WalkDone,
@@ -145,6 +149,7 @@ __all__ = [
     "StatePart",
     "StreamAbandon",
     "StreamAck",
+    "StreamAcks",
     "StreamDone",
     "StreamItem",
     "StreamItems",
@@ -152,5 +157,6 @@ __all__ = [
     "Value",
     "WalkDone",
     "pack_items",
+    "unpack_acks",
     "unpack_items",
 ]

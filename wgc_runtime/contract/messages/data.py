@@ -1,6 +1,6 @@
 """The data between ranks: values for call inputs (`Value`), loop stop values (`Until`), stream
 items and their credits (`StreamItem`, `StreamItems` with `pack_items` / `unpack_items`,
-`StreamAck`) and the parts of a moved node state (`StatePart`, `StateEnd`).
+`StreamAck`, `StreamAcks`) and the parts of a moved node state (`StatePart`, `StateEnd`).
 """
 
 from __future__ import annotations
@@ -155,6 +155,29 @@ class StreamAck(Message, frozen=True, tag=11):
     stream: str
     count: int
     rank: int
+
+
+class StreamAcks(Message, frozen=True, tag=24):
+    """`StreamAck`s of one owner ``rank`` for one stream and one producer, for several
+    requests in one message (one a turn, not one per request): ``counts[i]`` more of the
+    producer's items for ``requests[i]`` were accepted. A message whose lengths disagree does
+    not decode."""
+
+    stream: str
+    rank: int
+    requests: tuple[str, ...]
+    counts: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        if len(self.requests) != len(self.counts):
+            raise ValueError(
+                f"StreamAcks of {len(self.requests)} requests and {len(self.counts)} counts"
+            )
+
+
+def unpack_acks(m: StreamAcks) -> list[StreamAck]:
+    """A `StreamAcks` as the `StreamAck`s it stands for, in order."""
+    return [StreamAck(r, m.stream, n, m.rank) for r, n in zip(m.requests, m.counts, strict=True)]
 
 
 class StatePart(Message, frozen=True, tag=12):

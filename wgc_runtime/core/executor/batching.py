@@ -40,6 +40,7 @@ from wgc_runtime.contract.node import (
 )
 from wgc_runtime.contract.spec import RankSpec
 from wgc_runtime.core.executor.captured import CapturedSteps
+from wgc_runtime.core.executor.lanes import Lanes
 from wgc_runtime.core.executor.merging import Merger
 from wgc_runtime.core.executor.requests import Requests
 from wgc_runtime.core.executor.state import Inst, RequestAbort
@@ -76,6 +77,7 @@ class Batcher:
         streams: Streams,
         router: Router,
         fail: Fail,
+        lanes: Lanes,
     ) -> None:
         self.rank = rank_spec.rank
         self.nodes = nodes
@@ -89,11 +91,18 @@ class Batcher:
         self.live = requests.by_id  # the requests kept here (a dropped one's rows are skipped)
         self.values, self.streams, self.router, self.fail = values, streams, router, fail
         self.ready = values.ready
+        self.lanes = lanes  # running decode calls' rows, stepped wholesale (`lanes`)
+        self._lane_turn = False
         # copies whose calls run in their owner's batches (`merging`)
         self.merger = Merger(rank_spec, nodes, requests.pieces, self)
 
     def run_next(self) -> bool:
         """Run one batch from the ready queues, round robin; False when none was ready."""
+        lanes = self.lanes
+        if lanes.lanes:  # a lane's step and a ready queue's batch take turns
+            self._lane_turn = not self._lane_turn
+            if self._lane_turn and lanes.run_next():
+                return True
         ready = self.ready
         while ready:
             key, insts = next(iter(ready.items()))
@@ -106,7 +115,7 @@ class Batcher:
                     batch = self.merger.take_merged(key, batch)
                 self.run(batch)
                 return True
-        return False
+        return bool(lanes.lanes) and lanes.run_next()
 
     def take(self, insts: deque[Inst]) -> Batch:
         """Up to ``max_batch`` instances from one queue, at most one per request."""

@@ -33,6 +33,7 @@ from wgc_runtime.contract.capture import CapturedCall, StaticStep, length_key
 from wgc_runtime.contract.kinds import CaptureBackend, DestKind
 from wgc_runtime.contract.node import DTYPES, Node, NodeError, Work
 from wgc_runtime.contract.spec import CallSpec, CaptureSpec, PieceSpec, RankSpec, TypeSpec
+from wgc_runtime.core.executor.capture_report import CaptureReport
 from wgc_runtime.core.executor.state import STOP_FALSE, STOP_TRUE
 from wgc_runtime.engines.capture import GraphRunner, StaticBuffer, body_unit
 from wgc_runtime.engines.capture.bounded import cut_rows, pad_rows
@@ -65,30 +66,6 @@ class CapturedUnit:
 
     def key(self, port: str) -> str:
         return f"{self.call.id}#{port}"
-
-
-@dataclass(frozen=True, slots=True)
-class CaptureReport:
-    """What `CapturedSteps.build` did: per unit ``walk:call node`` (and its form's label), its
-    buckets and seconds; the units not captured with why; ``calls``: how many calls the units
-    are forms of."""
-
-    backend: str
-    units: tuple[tuple[str, tuple[int, ...], float], ...] = ()
-    skipped: tuple[tuple[str, str], ...] = ()
-    seconds: float = 0.0
-    calls: int = 0
-
-    def summary(self) -> str:
-        if not self.units:
-            return f"no captured steps ({len(self.skipped)} capturable call(s) run eagerly)"
-        buckets = sum(len(b) for _, b, _ in self.units)
-        calls = self.calls or len(self.units)
-        forms = f" in {len(self.units)} forms" if len(self.units) > calls else ""
-        return (
-            f"captured {calls} step(s){forms} x {buckets // len(self.units)} bucket(s) "
-            f"({self.backend}) in {self.seconds:.2f} s"
-        )
 
 
 def runner_backend(backend: CaptureBackend | str, device: str) -> str:
@@ -291,23 +268,10 @@ class CapturedSteps:
                     return None
                 column.append(v)
         results: list[Any] = [None] * len(works)
-        rows, extra = self._prepare(unit, works, results)
-        if not rows:
+        ran = self.run_columns(unit, works, values, results, stack=True)
+        if ran is None:
             return results
-        inputs = {
-            unit.key(port) if port in unit.inputs else port: torch.stack([column[i] for i in rows])
-            for port, column in values.items()
-        }
-        inputs.update(extra)
-        outs = unit.runner.run(inputs, len(rows))
-        got = {port: outs[unit.key(port)] for port in unit.outputs}
-        self._check(unit, got, len(rows))
-        if unit.step.finish is not None:  # the ports and what the step returned beside them
-            beside = {k.split("#", 1)[1]: v for k, v in outs.items() if k.startswith(unit.key(""))}
-            unit.step.finish([works[i] for i in rows], beside)
-        self.runs += 1
-        self.rows += len(rows)
-        self.batch_sizes[len(rows)] += 1
+        rows, outs, got = ran
         # one copy of each output (the runner's buffers are reused), split into row views; a
         # stop only loops read, into the shared stop values
         ports = unit.outputs
@@ -318,6 +282,40 @@ class CapturedSteps:
         for i, row in zip(rows, rows_of, strict=True):
             results[i] = dict(zip(ports, row, strict=True))
         return results
+
+    def run_columns(
+        self,
+        unit: CapturedUnit,
+        works: Sequence[Work],
+        values: Mapping[str, Any],  # a tensor, or with ``stack`` a list of tensors
+        results: list[Any],
+        *,
+        stack: bool = False,
+    ) -> tuple[list[int], dict[str, torch.Tensor], dict[str, torch.Tensor]] | None:
+        """Run the rows whose preparation succeeded (a failed row's exception to ``results``);
+        ``values``: per input port a column ``[len(works), *dims]`` (``stack``: a list of rows).
+        The rows that ran, the runner's and the ports' outputs (its buffers), or None."""
+        rows, extra = self._prepare(unit, works, results)
+        if not rows:
+            return None
+        every = len(rows) == len(works)
+        inputs: dict[str, torch.Tensor] = {}
+        for port, col in values.items():
+            key = unit.key(port) if port in unit.inputs else port
+            if stack:
+                inputs[key] = torch.stack(col if every else [col[i] for i in rows])
+            else:
+                inputs[key] = col if every else col[rows]
+        inputs.update(extra)
+        outs = unit.runner.run(inputs, len(rows))
+        got = {port: outs[unit.key(port)] for port in unit.outputs}
+        self._check(unit, got, len(rows))
+        if unit.step.finish is not None:  # the ports and what the step returned beside them
+            beside = {k.split("#", 1)[1]: v for k, v in outs.items() if k.startswith(unit.key(""))}
+            unit.step.finish(works if every else [works[i] for i in rows], beside)
+        self.runs, self.rows = self.runs + 1, self.rows + len(rows)
+        self.batch_sizes[len(rows)] += 1
+        return rows, outs, got
 
     @staticmethod
     def _rows(

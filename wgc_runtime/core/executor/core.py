@@ -58,12 +58,14 @@ from wgc_runtime.contract.messages import (
     StatePart,
     StreamAbandon,
     StreamAck,
+    StreamAcks,
     StreamDone,
     StreamItem,
     StreamItems,
     Until,
     Value,
     WalkDone,
+    unpack_acks,
     unpack_items,
 )
 from wgc_runtime.contract.node import Node
@@ -71,6 +73,7 @@ from wgc_runtime.contract.spec import RankSpec
 from wgc_runtime.core.executor.batching import Batcher
 from wgc_runtime.core.executor.captured import CapturedSteps, CaptureReport, Progress
 from wgc_runtime.core.executor.handoff import Handoff
+from wgc_runtime.core.executor.lanes import Lanes
 from wgc_runtime.core.executor.loops import Loops
 from wgc_runtime.core.executor.requests import Requests
 from wgc_runtime.core.executor.routing import Router
@@ -121,6 +124,8 @@ class RankExecutor:
         self.streams = Streams(rank_spec, expecting, self.post, self.stats, self.table, self.values)
         self.loops = Loops(self.values, self.streams)
         self.stepper = Stepper(rank_spec, self.table, self.values)
+        self.lanes = Lanes(self.captured, self.table.live)
+        self.stepper.lanes = self.lanes.lanes
         self.router = Router(
             rank, self.post, self.table, self.values, self.loops, self.streams, self.stepper
         )
@@ -138,6 +143,7 @@ class RankExecutor:
             streams=self.streams,
             router=self.router,
             fail=self._fail,
+            lanes=self.lanes,
         )
         self.handoff = Handoff(rank, self.nodes, self.kv, self.post, self.deliver)
         self.session_runs = RankSessions(self.sessions, engines)
@@ -154,6 +160,7 @@ class RankExecutor:
             StreamItem: lambda m: streams.on_item(table.req(m.request), m),
             StreamItems: self._on_stream_items,
             StreamAck: self._on_stream_ack,
+            StreamAcks: self._on_stream_acks,
             StreamDone: lambda m: streams.on_done(table.req(m.request), m),
             StreamAbandon: lambda m: streams.on_abandon(table.req(m.request), m),
             SkipChunk: lambda m: streams.on_skip(table.req(m.request), m),
@@ -176,7 +183,9 @@ class RankExecutor:
 
     def prepare_captures(self, progress: Progress | None = None) -> CaptureReport:
         """Build and capture the rank's captured steps (`captured`); once, before serving."""
-        return self.captured.build(progress)
+        report = self.captured.build(progress)
+        self.lanes.build(self.stepper.steps, self.batcher)
+        return report
 
     def handles(self, msg: Message) -> bool:
         """Whether ``msg`` is a message this core takes (the host drops the others)."""
@@ -222,12 +231,13 @@ class RankExecutor:
     def pending(self) -> bool:
         """Whether the next `step` may find work: call instances queued, or units whose
         readiness changed and was not looked at yet."""
-        return bool(self.values.ready or self.values.dirty)
+        return bool(self.values.ready or self.values.dirty) or self.lanes.pending()
 
     def release(self, request: str) -> None:
         """The request ended: drop everything kept for it and release it in every node."""
         req = self.table.end(request)
         self.handoff.drop(request)
+        self.lanes.drop()
         if req is None:
             return
         for w in req.walks.values():
@@ -248,6 +258,10 @@ class RankExecutor:
         req = self.requests.get(m.request)
         if req is not None:
             self.streams.on_ack(req, m)
+
+    def _on_stream_acks(self, m: StreamAcks) -> None:
+        for ack in unpack_acks(m):  # each as if it came alone (an ended request's dropped)
+            self.deliver(ack)
 
     def _on_start(self, m: StartWalk) -> None:
         w = self.table.walk(m.request, m.walk_id, m.walk)

@@ -29,6 +29,7 @@ from wgc_runtime.core.executor.requests import Requests
 from wgc_runtime.core.executor.state import MISSING, Inst, WalkRun, lookup, truth, unconfirmed
 
 if TYPE_CHECKING:
+    from wgc_runtime.core.executor.lanes import Lane
     from wgc_runtime.core.executor.values import Values
 
 
@@ -120,6 +121,8 @@ class Stepper:
         self.steps = self_stepping(rank_spec)  # (walk, call) -> its `SelfStep`
         self.requests = requests
         self.ready = values.ready  # the ready queues an instance started here joins
+        # (walk, call) -> its `lanes.Lane`: a running row steps there instead (`Lanes.build`)
+        self.lanes: dict[tuple[str, int], Lane] = {}
 
     def step_on(
         self,
@@ -171,6 +174,10 @@ class Stepper:
         lr.completed = i
         lr.started = i + 2
         lr.remaining[i + 1] = 1
+        lane = self.lanes.get((w.walk, call.id)) if self.lanes else None
+        if lane is not None:
+            lane.join(w, lr, nxt, inputs)
+            return True
         inst = Inst(w, call, nxt, queued=True, inputs=inputs)
         w.waiting.setdefault(call.id, {})[nxt] = inst
         self.ready.setdefault((w.walk, call.id), deque()).append(inst)

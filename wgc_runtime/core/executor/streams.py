@@ -11,9 +11,10 @@ producing call's remaining destinations wait until it is (back-pressure: a full 
 that call's downstream push, never drops an item). A producer on another rank holds credits per
 (request, stream): as many items as the owner's buffer holds (`Dest.credits`). It sends an item
 and goes on at once while it has a credit, and waits for one otherwise; the owner gives credits
-back as it accepts items, in one `StreamAck` per (request, stream, producer rank) per turn
-(`Streams.end_turn`), so a decode step never waits for a round trip. Items in flight to an
-owner are bounded by the credits, so memory stays bounded. A walk instance reports `WalkDone`
+back as it accepts items, one message per (stream, producer rank) per turn for every request
+whose items it accepted (`StreamAcks`, `StreamAck` for one: `Streams.end_turn`), so a decode
+step never waits for a round trip. Items in flight to an owner are bounded by the credits, so
+memory stays bounded. A walk instance reports `WalkDone`
 only once every item it sent is acknowledged: the conductor's `StreamDone` (which follows the
 producer walks' `WalkDone`) can never overtake an item still on its way, and the final chunk
 is planned after every item.
@@ -38,6 +39,7 @@ from wgc_runtime.contract.messages import (
     SkipChunk,
     StreamAbandon,
     StreamAck,
+    StreamAcks,
     StreamDone,
     StreamItem,
 )
@@ -199,13 +201,21 @@ class Streams:
         self.changed(req, m.stream)
 
     def end_turn(self) -> None:
-        """Send the credits this turn gave back: one `StreamAck` per (request, stream,
-        producer)."""
+        """Send the credits this turn gave back: per (stream, producer), one `StreamAck` for
+        one request, one `StreamAcks` for several."""
         acks, self.acks = self.acks, {}
         live = self.requests.by_id
+        by: dict[tuple[str, int], tuple[list[str], list[int]]] = {}
         for (request, stream, src), n in acks.items():
             if request in live:
-                self.post.send(src, StreamAck(request, stream, n, self.rank))
+                rs, ns = by.setdefault((stream, src), ([], []))
+                rs.append(request)
+                ns.append(n)
+        for (stream, src), (rs, ns) in by.items():
+            if len(rs) == 1:
+                self.post.send(src, StreamAck(rs[0], stream, ns[0], self.rank))
+            else:
+                self.post.send(src, StreamAcks(stream, self.rank, tuple(rs), tuple(ns)))
 
     # ---------------------------------------------------------------- producer side
 
