@@ -2,8 +2,10 @@
 segment without special tokens, as BAGEL's inferencer calls ``tokenizer.encode``; the
 component frames it (``<|im_start|> … <|im_end|>``, `wgc_models.bagel.model`). A
 release folder (it has ``llm_config.json``) without its tokenizer is an error; with no
-checkpoint (the tiny random model, a vocabulary of the 256 bytes and BAGEL's four special
-ids) or a bare weights folder, the segment's UTF-8 bytes are its ids.
+checkpoint the ``tiny-text`` model speaks through the shipped tiny BPE (this folder's
+``tokenizer.json``, `wgc_models._shared.tiny_tokenizers`); the ``tiny`` random model (a
+vocabulary of the 256 bytes and BAGEL's four special ids) or a bare weights folder takes the
+segment's UTF-8 bytes as its ids.
 
 Text out (`Detokenizer`, placed by a placement that wants text rather than ids): each decoded
 token's text as that tokenizer decodes the reply."""
@@ -24,10 +26,15 @@ from wgc_models.layers.incremental_text import IncrementalText
 from wgc_runtime.contract.node import CallContext, Node, NodeContext, NodeError
 
 
+TINY_TEXT = "tiny-text"  # the model that speaks through the shipped tiny BPE
+TINY_TOKENIZER = Path(__file__).resolve().parent / "tokenizer.json"
+
+
 def bagel_tokenizer(node: str, config: Mapping[str, Any]) -> Tokenizer | None:
     path = str(config.get("checkpoint") or "")
     if not path:
-        return None
+        tiny = str(config.get("model", "tiny")) == TINY_TEXT
+        return Tokenizer.from_file(str(TINY_TOKENIZER)) if tiny else None
     file = Path(path) / "tokenizer.json"
     if file.is_file():
         return Tokenizer.from_file(str(file))
