@@ -25,7 +25,6 @@ from wgc_models.bagel.config import CONFIGS
 from wgc_models.layers.incremental_text import IncrementalText
 from wgc_runtime.contract.node import CallContext, Node, NodeContext, NodeError
 
-
 TINY_TEXT = "tiny-text"  # the model that speaks through the shipped tiny BPE
 TINY_TOKENIZER = Path(__file__).resolve().parent / "tokenizer.json"
 

@@ -72,8 +72,8 @@ def text_folder(config: Mapping[str, Any], node: str) -> Path | None:
         return TINY_FOLDER
     if name:
         raise NodeError(
-            f"node `{node}`: tokenizer `{name}` is not known: \"\" (the checkpoint's, or bytes) "
-            f"or \"tiny\" (the shipped tiny BPE)"
+            f'node `{node}`: tokenizer `{name}` is not known: "" (the checkpoint\'s, or bytes) '
+            f'or "tiny" (the shipped tiny BPE)'
         )
     return None
 
