@@ -61,7 +61,8 @@ class Detokenizer(Node):
     The tokens come by stream: each prefill's start token (``<|im_start|>``: no text), then the
     decoded ones, including the one LLM stops at. The reply is what the ``decode`` walk emits:
     the decoded tokens before ``<|im_end|>`` and before the ``max_tokens``-th (LLM's ``stop``);
-    a decoded ``<|im_start|>`` is not counted (nothing tells it from a prefill's)."""
+    a decoded ``<|im_start|>`` is not counted (nothing tells it from a prefill's). At the end
+    the bytes of an incomplete character go out as the tokenizer decodes them (U+FFFD)."""
 
     def __init__(self, ctx: NodeContext) -> None:
         super().__init__(ctx)
@@ -80,8 +81,13 @@ class Detokenizer(Node):
         limit = int(ctx.options.get("max_tokens", 500))
         decoded = int(st.get("decoded", 0)) + (tid != self.bos)
         if st.get("ended") or tid == self.eos or decoded >= limit:
+            piece = b""
+            if not st.get("ended") and self.tokenizer is not None:
+                # the reply ends: what is pending goes out as decoded (U+FFFD included); the
+                # end token is special, so it adds nothing itself
+                piece = IncrementalText(self.tokenizer, st).push(self.eos, True).encode("utf-8")
             st["ended"] = True
-            return {"text": torch.zeros(0, dtype=torch.uint8)}
+            return {"text": torch.tensor(list(piece), dtype=torch.uint8)}
         st["decoded"] = decoded
         if self.tokenizer is None:
             piece = bytes([tid]) if 0 <= tid < 256 else b""
