@@ -13,11 +13,17 @@ has text: the families whose checkpoint tests run in-process only.
   tokenizer's text of its ids.
 * Orpheus and Qwen3-Omni (their `wgc run` is `test_speech_processes`): served audio equal to
   the reference pipelines (Qwen3-Omni's text too).
+* π0.5 (openpi's ``model.safetensors``) and V-JEPA 2-AC (the encoder under ``VJEPA2Model``'s
+  names, Meta's ``vjepa2-ac-vitg.pt`` for the predictor): no text; `wgc run` and `wgc serve`
+  give the same outputs for the same request and seed.
+* Wan2.2 (its `wgc run` is `test_wan22_diffusers`): served from a diffusers folder, the video
+  equal to ``WanPipeline``'s.
 """
 
 from __future__ import annotations
 
 import base64
+import json
 import os
 import subprocess
 import sys
@@ -211,3 +217,134 @@ def test_speech_checkpoints_are_served_as_their_references(tmp_path: Path, famil
         said = b"".join(bytes(a.tobytes()) for a in outputs(reply, "text"))
         codec = text_codec("", "qwen3_omni")  # every token's bytes, as the Thinker chose it
         assert said and said == b"".join(codec.piece(t) for t in ref.tokens)
+
+
+# ---------------------------------------------------------------------------- no text
+VIDEO = torch.arange(2 * 16 * 16 * 3).reshape(2, 16, 16, 3).remainder(255).to(torch.uint8)
+ACTIONS = torch.linspace(-1, 1, 16 * 7).reshape(16, 7)
+STATES = torch.linspace(0, 1, 16 * 7).reshape(16, 7)
+CAMERAS = torch.arange(3 * 16 * 16 * 3).reshape(3, 16, 16, 3).remainder(251).to(torch.uint8)
+
+
+def pi05_openpi(folder: Path) -> tuple[dict, str]:
+    """openpi's ``model.safetensors`` (``PI0Pytorch``'s names, pi05)."""
+    from safetensors.torch import save_file
+
+    from tests.unit.test_pi05_openpi import openpi_state_dict
+
+    folder.mkdir(parents=True)
+    save_file(
+        {k: v.clone().contiguous() for k, v in openpi_state_dict().items()},
+        folder / "model.safetensors",
+    )
+    fields = {"prompt": torch.arange(12)}
+    return {"segments": [("image", CAMERAS, fields)], "want": ["action"], "options": {}}, "action"
+
+
+def vjepa2_ac_release(folder: Path) -> tuple[dict, str]:
+    """The encoder under ``VJEPA2Model``'s names (``encoder/``) and Meta's training checkpoint
+    ``vjepa2-ac-vitg.pt`` (the predictor under ``module.backbone.``)."""
+    from tests.e2e.real_support import save_module
+    from wgc_models.layers.random_init import init_seeded
+    from wgc_models.vjepa2_ac.config import CONFIGS
+    from wgc_models.vjepa2_ac.model import ACPredictor
+    from wgc_models.vjepa2_ac.vjepa2 import VJEPA2Encoder
+
+    tiny = CONFIGS["tiny"]
+    encoder = init_seeded(VJEPA2Encoder(tiny.encoder), 21)
+    save_module(encoder, folder / "encoder" / "model.safetensors", prefix="encoder.")
+    predictor = init_seeded(ACPredictor(tiny.predictor), 22)
+    released = {
+        "encoder": {},
+        "predictor": {f"module.backbone.{k}": v for k, v in predictor.state_dict().items()},
+        "epoch": 315,
+    }
+    torch.save(released, folder / "vjepa2-ac-vitg.pt")
+    fields = {"actions": ACTIONS, "states": STATES}
+    options = {"rollout": True, "horizon": 3}
+    return {
+        "segments": [("video", VIDEO, fields)],
+        "want": ["tensor"],
+        "options": options,
+    }, "tensor"
+
+
+WRITERS = {"pi05": pi05_openpi, "vjepa2_ac": vjepa2_ac_release}
+
+
+def request_json(folder: Path, request: dict) -> Path:
+    """``--request`` JSON: each tensor an ``.npy`` file beside it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    inputs = []
+    for i, (modality, data, fields) in enumerate(request["segments"]):
+        np.save(folder / f"in{i}.npy", data.numpy())
+        names = {}
+        for k, v in fields.items():
+            np.save(folder / f"in{i}_{k}.npy", v.numpy())
+            names[k] = f"in{i}_{k}.npy"
+        inputs.append({"modality": modality, "data": f"in{i}.npy", "fields": names})
+    path = folder / "request.json"
+    body_ = {"inputs": inputs, "want": request["want"], "options": request["options"]}
+    path.write_text(json.dumps({**body_, "seed": SEED}))
+    return path
+
+
+@pytest.mark.parametrize("family", sorted(WRITERS))
+def test_published_checkpoints_run_and_serve_the_same_outputs(tmp_path: Path, family: str) -> None:
+    """`wgc run` and `wgc serve` on the published layout: the same outputs for the same request
+    and seed (the nodes load it strictly: a missing or unexpected name is an error)."""
+    request, modality = WRITERS[family](tmp_path / "ckpt")
+    plan = compile_to(tmp_path / "plan", family, "cpu", {"checkpoint": str(tmp_path / "ckpt")})
+    out = tmp_path / "out"
+    r = wgc(
+        "run", str(plan), "--request", str(request_json(tmp_path / "req", request)), "-o", str(out)
+    )
+    assert r.returncode == 0, r.stderr
+    ran = [np.load(p) for p in sorted(out.glob(f"{modality}_*.npy"))]
+    assert ran
+    with served(str(plan), timeout=300) as s:
+        segs = request["segments"]
+        native = {
+            "inputs": [
+                {"modality": m, "data": enc(d), "fields": {k: enc(v) for k, v in f.items()}}
+                for m, d, f in segs
+            ],
+            "want": request["want"],
+            "options": request["options"],
+            "seed": SEED,
+        }
+        status, reply = s.post(NATIVE, native, timeout=300)
+    assert status == 200, reply
+    got = outputs(reply, modality)
+    assert len(got) == len(ran)
+    for a, b in zip(got, ran, strict=True):
+        assert a.shape == b.shape and np.allclose(a, b, atol=1e-6) and np.isfinite(a).all()
+
+
+def test_wan22_diffusers_folder_is_served_as_wan_pipeline(tmp_path: Path) -> None:
+    """`wgc serve` on a diffusers folder the packages wrote (its `wgc run` is
+    `test_wan22_diffusers`): text in, the video equal to ``WanPipeline``'s over the same
+    modules, from the noise the request's seed draws."""
+    pytest.importorskip("diffusers")
+    from tests.e2e.test_wan22_diffusers import (
+        PROMPT,
+        _assert_equal_video,
+        _random_parts,
+        _reference,
+    )
+    from wgc_models.wan22.toy import noise
+    from wgc_runtime.contract.flow import SEED_OPTION
+    from wgc_runtime.contract.node import CallContext
+
+    parts = _random_parts()
+    for sub, part in parts.items():
+        part.save_pretrained(tmp_path / "wan" / sub, safe_serialization=True)
+    plan = compile_to(tmp_path / "plan", "wan22", "cpu", {"checkpoint": str(tmp_path / "wan")})
+    with served(str(plan), timeout=300) as s:
+        request = {**body([("text", f"{PROMPT}  ")], ["video"], {}), "seed": 1}
+        status, reply = s.post(NATIVE, request, timeout=600)
+    assert status == 200, reply
+    (video,) = outputs(reply, "video")
+    ctx = CallContext(request_id="x", walk="generate", call=0, options={SEED_OPTION: 1})
+    start = noise((16, 5, 8, 8), ctx, "wan22-latents")
+    _assert_equal_video(torch.from_numpy(video.copy()), _reference("t2v", parts, start))
