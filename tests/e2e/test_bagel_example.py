@@ -38,6 +38,7 @@ from tests.e2e.real_support import (
     save_module,
     start,
 )
+from tests.unit.test_bagel_image import release_image
 from wgc.interp import segment
 from wgc_models.bagel.config import TINY
 from wgc_models.bagel.image import vit_pixels
@@ -52,7 +53,6 @@ from wgc_models.bagel.model import (
 )
 from wgc_models.layers.block_attention import Block, DenseBlocks, DenseKV
 from wgc_models.layers.random_init import init_seeded
-from wgc_models.layers.siglip import pixels
 
 diffusers = pytest.importorskip("diffusers")
 
@@ -120,15 +120,20 @@ def contexts(model: Bagel, vae, inputs, want) -> dict[str, list]:
                 ctx[label].append(model.text_block(ids, rope(ctx[label])))
             continue
         images = []
+        # the release resizes an input image by its VAE transform's rule first (the test's own
+        # `release_image`): the VAE encodes that image and the ViT resizes it again
+        img = release_image(seg.data, IMAGE_SIDE, IMAGE_SIDE // 2, 16)
         if "image" in want:
-            px = pixels(seg.data, IMAGE_SIDE)
+            px = (img.permute(2, 0, 1).float() / 255.0 * 2.0 - 1.0)[None]
             z = (vae.encode(px).latent_dist.mode() - vae.config.shift_factor) * (
                 vae.config.scaling_factor
             )
-            tokens = model.latent_tokens(patchify(z[0], TINY.latent_patch_size), 0.0)
-            images.append((tokens, True))
+            grid = patchify(z[0], TINY.latent_patch_size).reshape(
+                img.shape[0] // 16, img.shape[1] // 16, -1
+            )  # the image's own grid: 2x3 for PHOTO
+            images.append((model.latent_tokens(grid, 0.0), True))
         # the ViT reads the image at its aspect ratio (`bagel_image`, tested against the release)
-        vit = model.vit_tokens(vit_pixels(seg.data, TINY.vit.image_size, TINY.vit.patch_size))
+        vit = model.vit_tokens(vit_pixels(img, TINY.vit.image_size, TINY.vit.patch_size))
         images.append((vit.to(torch.bfloat16).float(), False))  # the `bf16` port
         for tokens, gen in images:
             ctx["main"].append(model.image_block(tokens, rope(ctx["main"]), gen))
@@ -286,3 +291,24 @@ def test_with_the_detokenizer_placed_the_reply_is_text(weights, tmp_path) -> Non
     text = b"".join(bytes(t.tolist()) for t in got[("text", "detokenize", "text")])
     want = reference(weights, "i2t", "i2t-0").tolist()
     assert len(text) > 0 and text == bytes(t for t in want if t < 256)
+
+
+def test_the_tiny_text_placement_speaks_through_the_shipped_bpe(tmp_path) -> None:
+    """``cpu-text.yaml`` without a checkpoint (model ``tiny-text``): the prompt goes in through
+    the shipped tiny BPE (``bagel/tokenizer.json``) and the reply is that tokenizer's text of the
+    ids the same model decodes (``cpu.yaml`` with model ``tiny-text`` gives the ids)."""
+    from tokenizers import Tokenizer
+
+    from wgc_models.bagel.text import TINY_TOKENIZER
+
+    tok = Tokenizer.from_file(str(TINY_TOKENIZER))
+    request = ([segment("image", PHOTO), segment("text", "what is it?")], ["text"])
+    options = {"max_tokens": 9}
+    ids_plan = compile_to(tmp_path / "ids", "bagel", "cpu", {"model": "tiny-text"})
+    ids = torch.cat(run_local(ids_plan, *request, options, rid="r")[("main", "decode", "text")])
+    assert any(int(t) >= 256 for t in ids[1:])  # BPE ids, not bytes
+    text_plan = compile_to(tmp_path / "text", "bagel", "cpu-text", {})
+    got = run_local(text_plan, *request, options, rid="r")
+    text = b"".join(bytes(t.tolist()) for t in got[("text", "detokenize", "text")])
+    want = tok.decode([int(t) for t in ids], skip_special_tokens=True)
+    assert want and text.decode("utf-8") == want

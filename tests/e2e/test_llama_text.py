@@ -129,12 +129,41 @@ def test_with_the_detokenizer_placed_the_reply_is_the_generated_text(
 
 
 def test_without_a_tokenizer_the_text_is_the_token_bytes(tmp_path: Path) -> None:
-    """The tiny random model with the detokenizer placed: its token ids are the reply's bytes
-    (the end-of-sequence token left out)."""
+    """The tiny random model with the detokenizer placed and no tokenizer (the byte vocabulary,
+    as the plain placements run it): its token ids are the reply's bytes (the end-of-sequence
+    token left out)."""
     (tmp_path / "ids").mkdir()
     _, (ids,) = serve(compiled(tmp_path / "ids", CPU), [PROMPT])
     (tmp_path / "text").mkdir()
-    _, (h,) = serve(compiled(tmp_path / "text", TEXT_CPU), [PROMPT])
+    sets = {"tokenizer": "", "vocab": "256", "eos": "0"}  # cpu-text.yaml's params undone
+    _, (h,) = serve(compiled(tmp_path / "text", TEXT_CPU, sets), [PROMPT])
     assert h.error is None, h.error
     got = b"".join(bytes(o.tensor.tolist()) for o in h.outputs)
     assert got == bytes(t for t in tokens(ids) if t != 0) and len(got) > 0  # eos = 0
+
+
+def test_the_tiny_text_placement_speaks_through_the_shipped_bpe(tmp_path: Path) -> None:
+    """``cpu-text.yaml`` without a checkpoint: the random weights read the prompt through the
+    shipped tiny BPE (``llama/tokenizer.json``: its ids, with ``<|begin_of_text|>`` first) and
+    the reply is that tokenizer's ``decode`` of the ids the same model chooses (up to its
+    ``<|eot_id|>``, special tokens left out): text in, text out."""
+    from tokenizers import Tokenizer
+
+    from wgc_models.llama.text import TINY_FOLDER
+
+    tok = Tokenizer.from_file(str(TINY_FOLDER / "tokenizer.json"))
+    sets = {"tokenizer": "tiny", "vocab": "512", "eos": "505"}  # what cpu-text.yaml sets
+    (tmp_path / "ids").mkdir()
+    _, (ids,) = serve(compiled(tmp_path / "ids", CPU, sets), ["hello there"])
+    got_ids = tokens(ids)
+    assert any(t >= 256 for t in got_ids)  # merged BPE ids, not bytes
+    (tmp_path / "text").mkdir()
+    _, (h,) = serve(compiled(tmp_path / "text", TEXT_CPU), ["hello there"])
+    expected = tok.decode(got_ids, skip_special_tokens=True)
+    assert expected and _text(h) == expected
+    # the prompt went in as the tokenizer's ids: a byte-for-byte prompt gives other tokens
+    (tmp_path / "bytes").mkdir()
+    raw = {**sets, "tokenizer": ""}
+    _, (b,) = serve(compiled(tmp_path / "bytes", CPU, raw), ["hello there"])
+    assert tokens(b) != got_ids
+    assert tok.encode("hello there").ids[0] == tok.token_to_id("<|begin_of_text|>") == 496

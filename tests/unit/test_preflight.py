@@ -130,3 +130,30 @@ def test_a_part_without_safetensors_falls_back_to_the_config(tmp_path: Path) -> 
     (tmp_path / "pytorch_model.bin").write_bytes(b"not read")
     part = WeightParts(key="k", params=10, dtype_bytes=2, checkpoint=str(tmp_path))
     assert part_bytes(part) == (20, False)
+
+
+@pytest.mark.parametrize("command", ["run", "serve"])
+def test_the_commands_refuse_at_the_door_in_one_line(tmp_path: Path, command: str) -> None:
+    """`wgc run` and `wgc serve` exit 1 before any weight is built: real sizes without a
+    checkpoint (WG827: the error and its help), and, on a machine without CUDA, a `cuda`
+    placement (WG825, one line)."""
+    np = pytest.importorskip("numpy")
+    cams = tmp_path / "cams.npy"
+    np.save(cams, np.zeros((2, 16, 16, 3), np.uint8))
+    inputs = ["-i", f"images={cams}", "-i", "prompt=[1,2]"] if command == "run" else []
+    cpu = str(ROOT / "wgc_models" / "pi05" / "placements" / "cpu.yaml")
+    args = [command, PI05, "-p", cpu, "--set", "model=real", *inputs]
+    if command == "serve":
+        args += ["--port", "0"]
+    result = CliRunner().invoke(main, args, obj=Env())
+    assert result.exit_code == 1, result.output
+    lines = result.output.strip().splitlines()  # the error, then its help: no traceback
+    assert lines[0].startswith("error[WG827]") and "12.5 GiB of random weights" in lines[0]
+    assert [ln.strip()[:7] for ln in lines[1:]] == ["= help:"], lines
+    if torch.cuda.is_available():
+        return
+    gpu = str(ROOT / "wgc_models" / "pi05" / "placements" / "real-1gpu.yaml")
+    result = CliRunner().invoke(main, [command, PI05, "-p", gpu, *inputs], obj=Env())
+    assert result.exit_code == 1, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error[WG825]"), lines

@@ -78,3 +78,32 @@ def test_special_tokens_and_ids_past_the_vocabulary_stand_for_no_text() -> None:
     assert codec.piece(codec.vocab_size + 5) == b"" and codec.piece(-1) == b""
     with pytest.raises(KeyError, match="is not a token"):
         codec.token_id("<|nope|>")
+
+
+def test_the_tiny_llama_text_params_have_the_tokenizers_ids() -> None:
+    """``llama/placements/cpu-text.yaml`` sets the tiny BPE's vocabulary and ``<|eot_id|>``;
+    a prompt starts with ``<|begin_of_text|>`` (Llama 3's post-processor)."""
+    import yaml
+
+    codec = TextCodec.from_file(tiny.path_of("llama"))
+    params = yaml.safe_load(
+        (tiny.HERE / "llama" / "placements" / "cpu-text.yaml").read_text(encoding="utf-8")
+    )["params"]
+    assert params == {"tokenizer": "tiny", "vocab": codec.vocab_size, "eos": 505}
+    assert codec.token_id("<|eot_id|>") == 505
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(tiny.path_of("llama")))
+    assert tok.encode("hi").ids[0] == codec.token_id("<|begin_of_text|>")
+
+
+def test_the_tiny_text_bagel_config_has_the_tokenizers_ids() -> None:
+    from wgc_models.bagel.config import TINY_TEXT
+
+    codec = TextCodec.from_file(tiny.path_of("bagel"))
+    t = TINY_TEXT.tokens
+    assert TINY_TEXT.llm.vocab_size == codec.vocab_size
+    assert t.bos == codec.token_id("<|im_start|>")
+    assert t.eos == codec.token_id("<|im_end|>")
+    assert t.start_of_image == codec.token_id("<|vision_start|>")
+    assert t.end_of_image == codec.token_id("<|vision_end|>")

@@ -1,4 +1,4 @@
-"""The tiny byte-level BPE tokenizers the random-weight speech examples speak through, and the
+"""The tiny byte-level BPE tokenizers the random-weight examples speak through, and the
 script that trains them (``python -m wgc_models._shared.tiny_tokenizers`` rewrites
 the shipped files; a test checks that retraining gives them back byte for byte).
 
@@ -8,15 +8,19 @@ decoder, as Llama 3's and Qwen's tokenizers are): the 256 byte tokens, then merg
 tokenizers have theirs (at the end of the vocabulary), so the tiny vocabulary is `SIZE` = 512
 ids: `orpheus/tokenizer.json` with Llama 3's specials (``<|begin_of_text|>`` first, then
 ``<|end_of_text|>``, reserved ids and ``<|eot_id|>`` nine after the first, as 128000 / 128009 in
-the real one), `qwen3_omni/tokenizer.json` with Qwen's chat, audio, vision and TTS specials.
-The tiny configs (`orpheus`, `qwen3_omni`) carry the ids these files give (a test checks them).
+the real one), `qwen3_omni/tokenizer.json` with Qwen's chat, audio, vision and TTS specials;
+`llama/tokenizer.json` with Llama 3's and its post-processor (``<|begin_of_text|>`` first;
+the tiny Llama's text placements: its param ``tokenizer = "tiny"``) and
+`bagel/tokenizer.json` with Qwen's (BAGEL's tokenizer is Qwen2.5's, its ``<|im_start|>``,
+``<|im_end|>``, ``<|vision_start|>`` and ``<|vision_end|>`` among them: the ``tiny-text``
+model). The tiny configs carry the ids these files give (a test checks them).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
 HERE = Path(__file__).resolve().parents[1]
 SIZE = 512
@@ -54,7 +58,12 @@ QWEN_SPECIALS = (
     "<|box_end|>",
     "<|quad_start|>",
 )
-FILES = {"orpheus": ORPHEUS_SPECIALS, "qwen3_omni": QWEN_SPECIALS}
+FILES = {
+    "orpheus": ORPHEUS_SPECIALS,
+    "qwen3_omni": QWEN_SPECIALS,
+    "llama": ORPHEUS_SPECIALS,  # Llama 3's specials
+    "bagel": QWEN_SPECIALS,  # Qwen2.5's, BAGEL's four among them
+}
 
 CORPUS = """\
 The user asked the assistant to read the story aloud, and the assistant spoke in a calm voice.
@@ -128,6 +137,13 @@ def train() -> Tokenizer:
 def build(family: str) -> Tokenizer:
     tok = train()
     tok.add_special_tokens(list(FILES[family]))
+    if family == "llama":  # Llama 3's post-processor: <|begin_of_text|> before the text
+        bos = FILES[family][0]
+        tok.post_processor = processors.TemplateProcessing(
+            single=f"{bos} $A",
+            pair=f"{bos} $A {bos} $B:1",
+            special_tokens=[(bos, REGULAR)],
+        )
     return tok
 
 

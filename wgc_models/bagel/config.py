@@ -7,10 +7,14 @@ What shrinks: the backbone (28 layers of width 3584 → 2 of width 64, kv heads 
 makes, then BAGEL's four special ids at 256..259), the ViT (26 layers of 1152 → 2 of 32 on
 32-pixel images of 8-pixel patches), the VAE (channels 128/256/512/512 → 8/16/16/16, 16 latent
 channels → 4) and the latent grid (64 → 8 per side). The structure — MoT routing, qk-norm,
-one rotary position per image, 2x2 latent patches, 8x VAE — is the real one.
+one rotary position per image, 2x2 latent patches, 8x VAE — is the real one. ``tiny-text`` is
+the tiny model with the shipped tiny BPE's 512-id vocabulary (text in and out as text,
+`TINY_TEXT`).
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from wgc_models.bagel.autoencoder_kl import VaeConfig
 from wgc_models.bagel.model import BagelConfig, BagelTokens
@@ -73,4 +77,14 @@ TINY = BagelConfig(
     timestep_shift=3.0,
 )
 
-CONFIGS = {"tiny": TINY, "real": REAL}
+# The tiny model that speaks through the shipped tiny BPE (`wgc_models._shared.tiny_tokenizers`,
+# ``bagel/tokenizer.json``: 496 byte-level ids, then Qwen's specials, BAGEL's four among them):
+# its vocabulary is the tokenizer's 512 ids and its special ids that file's (a test checks
+# them); the text placements (``cpu-text.yaml``) select it.
+TINY_TEXT = replace(
+    TINY,
+    llm=replace(TINY.llm, vocab_size=512),
+    tokens=BagelTokens(bos=497, eos=498, start_of_image=507, end_of_image=508),
+)
+
+CONFIGS = {"tiny": TINY, "tiny-text": TINY_TEXT, "real": REAL}

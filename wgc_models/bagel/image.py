@@ -1,5 +1,12 @@
 """BAGEL's image sizes: an input image keeps its aspect ratio, as the release's
-``ImageTransform`` resizes it (``MaxLongEdgeMinShortEdgeResize``) before its ViT reads it.
+``ImageTransform`` resizes it (``MaxLongEdgeMinShortEdgeResize``) before its encoders read it.
+
+The release's interleaved inference first resizes every input image by the VAE transform's rule
+(``ImageTransform(1024, 512, 16)``: longest side at most the 1024-px generation size, shortest at
+least 512, multiples of 16 = the VAE's 8x downsampling times the 2x2 latent patch), whatever the
+request wants; that image is what the VAE encodes (`vae_rule`, `vae_image`: in the generation
+size's terms, so the tiny model's 64-px side gives 64 / 32 / 16) and what the ViT's own transform
+resizes again (`vit_pixels`). The pixel budget is ``ImageTransform``'s default for both.
 
 The release's inference sets the ViT's transform to a longest side of at most 980 px (its
 ``image_size``), a shortest side of at least 224 px, both multiples of the 14-px patch, and at
@@ -59,6 +66,28 @@ def vit_rule(image_size: int, patch_size: int) -> ResizeRule:
     )
 
 
+MAX_PIXELS = 14 * 14 * 9 * 1024  # ImageTransform's default budget (both transforms)
+
+
+def vae_rule(image_side: int, stride: int) -> ResizeRule:
+    """The VAE transform's rule (module docstring): 1024 / 512 / 16 at the release's sizes."""
+    return ResizeRule(
+        max_size=image_side, min_size=image_side // 2, stride=stride, max_pixels=MAX_PIXELS
+    )
+
+
+def vae_image(image: torch.Tensor, image_side: int, stride: int) -> torch.Tensor:
+    """``u8 [H, W, 3]`` → the image the release's encoders read: resized by `vae_rule`."""
+    rule = vae_rule(image_side, stride)
+    return resize(image, rule.size(int(image.shape[0]), int(image.shape[1])))
+
+
+def scaled(image: torch.Tensor) -> torch.Tensor:
+    """``u8 [h, w, 3]`` → ``f32 [1, 3, h, w]`` in ``[-1, 1]`` (``ToTensor``, ``Normalize(0.5,
+    0.5)``)."""
+    return (image.permute(2, 0, 1).float() / 255.0 * 2.0 - 1.0)[None]
+
+
 def resize(image: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
     """``u8 [H, W, 3]`` → ``u8 [h, w, 3]`` (Pillow's bicubic; the same image when unchanged)."""
     if tuple(image.shape[:2]) == size:
@@ -69,8 +98,7 @@ def resize(image: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
 
 
 def vit_pixels(image: torch.Tensor, image_size: int, patch_size: int) -> torch.Tensor:
-    """``u8 [H, W, 3]`` → the ViT's input ``f32 [1, 3, h, w]``: resized by `vit_rule`,
-    scaled to ``[-1, 1]`` (the release's ``ToTensor`` and ``Normalize(0.5, 0.5)``)."""
+    """``u8 [H, W, 3]`` (already `vae_image`'s) → the ViT's input ``f32 [1, 3, h, w]``:
+    resized by `vit_rule`, scaled to ``[-1, 1]`` (`scaled`)."""
     rule = vit_rule(image_size, patch_size)
-    img = resize(image, rule.size(int(image.shape[0]), int(image.shape[1])))
-    return (img.permute(2, 0, 1).float() / 255.0 * 2.0 - 1.0)[None]
+    return scaled(resize(image, rule.size(int(image.shape[0]), int(image.shape[1]))))

@@ -204,11 +204,18 @@ class Bagel(nn.Module):
         return self.connector(feats) + self.vit_pos_embed(ids.to(feats.device))
 
     def latent_tokens(self, latents: torch.Tensor, t: float) -> torch.Tensor:
-        """Patchified latents ``[h·w, patch_latent_dim]`` (a square grid) at time ``t`` →
-        ``[h·w, hidden]``."""
-        n = latents.shape[0]
-        side = math.isqrt(n)
-        ids = flat_positions(side, side, self.config.max_latent_size).to(latents.device)
+        """Patchified latents at time ``t`` → ``[h·w, hidden]``: ``[h, w, patch_latent_dim]``
+        (a grid of any shape: an editing image's) or ``[h·w, patch_latent_dim]`` (a square
+        grid); a token's position is its row and column in the latent table."""
+        if latents.dim() == 3:
+            h, w = int(latents.shape[0]), int(latents.shape[1])
+            latents = latents.reshape(h * w, -1)
+        else:
+            h = w = math.isqrt(latents.shape[0])
+        per_side = self.config.max_latent_size
+        if h > per_side or w > per_side:
+            raise ValueError(f"a {h}x{w} latent grid is past the {per_side}x{per_side} table")
+        ids = flat_positions(h, w, per_side).to(latents.device)
         time = torch.full((1,), float(t), device=latents.device)
         x = self.vae2llm(latents.to(self.vae2llm.weight.dtype))
         return x + self.time_embedder(time) + self.latent_pos_embed(ids)

@@ -4,8 +4,10 @@ node API.
 - `VitEncoder`: an image → SigLIP → connector + ViT positions: the understanding tokens
   ``[V, hidden]`` the LLM reads (an image keeps its aspect ratio, resized as BAGEL's release
   resizes it: `wgc_models.bagel.image`).
-- `VaeEncoder`: an image → the FLUX VAE's scaled latents, patchified 2x2: ``[L, latent_dim]``
-  (images are resized to the generation size, so the latent grid is ``latent_side`` square).
+- `VaeEncoder`: an image → the FLUX VAE's scaled latents, patchified 2x2 on the image's own
+  grid: ``[h, w, latent_dim]`` (an image keeps its aspect ratio, resized by the release's VAE
+  rule: `wgc_models.bagel.image`; the ViT reads that image too, as the release's interleaved
+  inference feeds it). A generated image is ``latent_side`` square.
 - `LLM` (and `LLM_cfg_text`, `LLM_cfg_img`, which read one label of its cache each): the Qwen2
   MoT backbone over the runtime's paged pool, three labels per request (``main``,
   ``cfg_text``, ``cfg_img``) kept as BAGEL's inferencer keeps its three contexts
@@ -49,7 +51,7 @@ import torch
 
 from wgc_models._shared.batched import Batched, need, weights_dtype
 from wgc_models.bagel.checkpoint import bagel_config, bagel_parts, load_bagel, load_vae
-from wgc_models.bagel.image import vit_pixels
+from wgc_models.bagel.image import scaled, vae_image, vit_pixels
 from wgc_models.bagel.model import (
     ContextBlock,
     Guidance,
@@ -61,10 +63,14 @@ from wgc_models.bagel.model import (
 )
 from wgc_models.bagel.text import bagel_tokenizer, text_ids
 from wgc_models.layers.block_attention import Block, PagedBlocks
-from wgc_models.layers.siglip import pixels
 from wgc_runtime.contract.node import CallContext, Node, NodeContext, NodeError, Work
 
 LABELS = ("main", "cfg_text", "cfg_img")
+
+
+def latent_stride(cfg) -> int:
+    """Pixels per latent token a side: the VAE's downsampling times the latent patch (16)."""
+    return 2 ** (len(cfg.vae.block_out_channels) - 1) * cfg.latent_patch_size
 
 
 def _guidance(config: Mapping[str, Any], images: int) -> Guidance:
@@ -97,13 +103,16 @@ class VitEncoder(Batched):
         super().__init__(ctx)
         self.model = load_bagel(self.name, self.config, self.device, "vit")
         self.dtype = weights_dtype(self.config, self.name)
+        self.side = int(self.config.get("image_side", 64))
+        self.stride = latent_stride(self.model.config)
 
     @torch.inference_mode()
     def forward(self, batch: Sequence[Work]) -> list[dict[str, torch.Tensor]]:
         v = self.model.config.vit
         out = []
         for w in batch:  # one image at a time: each its own size (and a batch rounds otherwise)
-            px = vit_pixels(_image(w, self.name), v.image_size, v.patch_size)
+            img = vae_image(_image(w, self.name), self.side, self.stride)  # the release's order
+            px = vit_pixels(img, v.image_size, v.patch_size)
             px = px.to(self.device, self.dtype)
             out.append({"vit_embeddings": self.model.vit_tokens(px).to(torch.bfloat16).cpu()})
         return out
@@ -126,14 +135,21 @@ class VaeEncoder(Batched):
         self.vae = load_vae(self.name, self.config, self.device)
         self.cfg = bagel_config(self.name, self.config)
         self.side = int(self.config.get("image_side", 64))
+        self.stride = latent_stride(self.cfg)
         self.dtype = weights_dtype(self.config, self.name)
 
     @torch.inference_mode()
     def forward(self, batch: Sequence[Work]) -> list[dict[str, torch.Tensor]]:
         p, out = self.cfg.latent_patch_size, []
         for w in batch:  # one image at a time: a batched convolution rounds differently
-            px = pixels(_image(w, self.name), self.side).to(self.device, self.dtype)
-            out.append({"vae_latents": patchify(self.vae.encode(px)[0], p).float().cpu()})
+            # the release resizes twice: before the context update, then in its VAE transform
+            img = _image(w, self.name)
+            for _ in range(2):
+                img = vae_image(img, self.side, self.stride)
+            px = scaled(img).to(self.device, self.dtype)
+            h, wd = (n // self.stride for n in img.shape[:2])
+            z = patchify(self.vae.encode(px)[0], p).float().cpu()
+            out.append({"vae_latents": z.reshape(h, wd, z.shape[-1])})
         return out
 
 

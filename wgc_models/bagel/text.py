@@ -2,8 +2,10 @@
 segment without special tokens, as BAGEL's inferencer calls ``tokenizer.encode``; the
 component frames it (``<|im_start|> … <|im_end|>``, `wgc_models.bagel.model`). A
 release folder (it has ``llm_config.json``) without its tokenizer is an error; with no
-checkpoint (the tiny random model, a vocabulary of the 256 bytes and BAGEL's four special
-ids) or a bare weights folder, the segment's UTF-8 bytes are its ids.
+checkpoint the ``tiny-text`` model speaks through the shipped tiny BPE (this folder's
+``tokenizer.json``, `wgc_models._shared.tiny_tokenizers`); the ``tiny`` random model (a
+vocabulary of the 256 bytes and BAGEL's four special ids) or a bare weights folder takes the
+segment's UTF-8 bytes as its ids.
 
 Text out (`Detokenizer`, placed by a placement that wants text rather than ids): each decoded
 token's text as that tokenizer decodes the reply."""
@@ -23,11 +25,15 @@ from wgc_models.bagel.config import CONFIGS
 from wgc_models.layers.incremental_text import IncrementalText
 from wgc_runtime.contract.node import CallContext, Node, NodeContext, NodeError
 
+TINY_TEXT = "tiny-text"  # the model that speaks through the shipped tiny BPE
+TINY_TOKENIZER = Path(__file__).resolve().parent / "tokenizer.json"
+
 
 def bagel_tokenizer(node: str, config: Mapping[str, Any]) -> Tokenizer | None:
     path = str(config.get("checkpoint") or "")
     if not path:
-        return None
+        tiny = str(config.get("model", "tiny")) == TINY_TEXT
+        return Tokenizer.from_file(str(TINY_TOKENIZER)) if tiny else None
     file = Path(path) / "tokenizer.json"
     if file.is_file():
         return Tokenizer.from_file(str(file))
@@ -55,7 +61,8 @@ class Detokenizer(Node):
     The tokens come by stream: each prefill's start token (``<|im_start|>``: no text), then the
     decoded ones, including the one LLM stops at. The reply is what the ``decode`` walk emits:
     the decoded tokens before ``<|im_end|>`` and before the ``max_tokens``-th (LLM's ``stop``);
-    a decoded ``<|im_start|>`` is not counted (nothing tells it from a prefill's)."""
+    a decoded ``<|im_start|>`` is not counted (nothing tells it from a prefill's). At the end
+    the bytes of an incomplete character go out as the tokenizer decodes them (U+FFFD)."""
 
     def __init__(self, ctx: NodeContext) -> None:
         super().__init__(ctx)
@@ -74,8 +81,13 @@ class Detokenizer(Node):
         limit = int(ctx.options.get("max_tokens", 500))
         decoded = int(st.get("decoded", 0)) + (tid != self.bos)
         if st.get("ended") or tid == self.eos or decoded >= limit:
+            piece = b""
+            if not st.get("ended") and self.tokenizer is not None:
+                # the reply ends: what is pending goes out as decoded (U+FFFD included); the
+                # end token is special, so it adds nothing itself
+                piece = IncrementalText(self.tokenizer, st).push(self.eos, True).encode("utf-8")
             st["ended"] = True
-            return {"text": torch.zeros(0, dtype=torch.uint8)}
+            return {"text": torch.tensor(list(piece), dtype=torch.uint8)}
         st["decoded"] = decoded
         if self.tokenizer is None:
             piece = bytes([tid]) if 0 <= tid < 256 else b""

@@ -11,7 +11,9 @@ With a checkpoint folder that has a ``tokenizer.json`` the text is what transfor
 token (`wgc_models.layers.incremental_text`; its state in `CallContext.state`, so it moves
 with the request between ranks). The reply's last id sends what is pending.
 
-Without a checkpoint, or with a byte-vocabulary folder that has no tokenizer, a token is one
+Without a checkpoint the tiny BPE is the tokenizer when param ``tokenizer`` is ``"tiny"``
+(`wgc_models.llama.text.text_folder`). Otherwise without a checkpoint, or with a
+byte-vocabulary folder that has no tokenizer, a token is one
 byte (the tiny model's 256-token vocabulary) and is emitted as that byte; a real checkpoint
 without its ``tokenizer.json`` is refused (``WG879``, `wgc_models.llama.text.tokenizer_file`).
 """
@@ -22,21 +24,22 @@ import torch
 from tokenizers import Tokenizer
 
 from wgc_models.layers.incremental_text import IncrementalText
-from wgc_models.llama.text import tokenizer_file
+from wgc_models.llama.text import text_folder
 from wgc_runtime.contract.node import CallContext, Node, NodeContext, NodeError
 
 __all__ = ["Detokenizer", "IncrementalText", "load_tokenizer"]
 
 
-def load_tokenizer(path: str, node: str) -> Tokenizer | None:
-    """The checkpoint's tokenizer; None where a token is one byte (`text.tokenizer_file`)."""
-    file = tokenizer_file(path, node)
-    if file is None:
+def load_tokenizer(path: str, node: str, tokenizer: str = "") -> Tokenizer | None:
+    """The checkpoint's tokenizer (or the tiny BPE: ``tokenizer``); None where a token is one
+    byte (`text.text_folder`)."""
+    folder = text_folder({"checkpoint": path, "tokenizer": tokenizer}, node)
+    if folder is None:
         return None
     try:
-        return Tokenizer.from_file(str(file))
+        return Tokenizer.from_file(str(folder / "tokenizer.json"))
     except Exception as exc:  # the tokenizers package's own parse error
-        raise NodeError(f"checkpoint `{path}`: `tokenizer.json` does not load: {exc}") from exc
+        raise NodeError(f"checkpoint `{folder}`: `tokenizer.json` does not load: {exc}") from exc
 
 
 class Detokenizer(Node):
@@ -44,7 +47,11 @@ class Detokenizer(Node):
 
     def __init__(self, ctx: NodeContext) -> None:
         super().__init__(ctx)
-        self.tokenizer = load_tokenizer(str(self.config.get("checkpoint") or ""), self.name)
+        self.tokenizer = load_tokenizer(
+            str(self.config.get("checkpoint") or ""),
+            self.name,
+            str(self.config.get("tokenizer") or ""),
+        )
         self.eos = int(self.config.get("eos", -1))
         self.max_new_tokens = int(self.config.get("max_new_tokens", 0))
 

@@ -6,7 +6,13 @@ Bytes as ids: without a checkpoint (the tiny random model, a 256-token vocabular
 UTF-8 bytes are its ids and each generated id is one byte of the reply. A checkpoint folder
 without a ``tokenizer.json`` keeps that only when its ``config.json`` declares a vocabulary of
 at most 256 ids (the byte-vocabulary test checkpoints); a real vocabulary without its tokenizer
-is refused (``WG879``, `tokenizer_file`): its ids would be read as bytes, silently."""
+is refused (``WG879``, `tokenizer_file`): its ids would be read as bytes, silently.
+
+The tiny BPE: without a checkpoint, param ``tokenizer = "tiny"`` (the text placements set it, with
+``vocab`` 512 and ``eos`` its ``<|eot_id|>``) makes the random weights speak through this
+folder's ``tokenizer.json`` (`wgc_models._shared.tiny_tokenizers`: 496 byte-level BPE ids, then
+Llama 3's specials), so text in is text and text out is text; a checkpoint's own tokenizer
+always wins (`text_folder`)."""
 
 from __future__ import annotations
 
@@ -22,6 +28,7 @@ from wgc_models.layers.chat_template import PromptFormat, TemplateError
 from wgc_runtime.contract.node import NodeError
 
 BYTE_VOCAB = 256  # a vocabulary whose ids are bytes
+TINY_FOLDER = Path(__file__).resolve().parent  # its tokenizer.json: the tiny BPE
 
 
 def _vocab(folder: Path) -> int | None:
@@ -52,14 +59,33 @@ def tokenizer_file(path: str, node: str) -> Path | None:
     )
 
 
-def prompt_format(config: Mapping[str, Any], node: str) -> PromptFormat | None:
+def text_folder(config: Mapping[str, Any], node: str) -> Path | None:
+    """The folder whose ``tokenizer.json`` (and chat template) the text goes through: the
+    checkpoint's (`tokenizer_file`); without one, this package's tiny BPE when param
+    ``tokenizer`` is ``"tiny"``; None where a token is one byte (module docstring)."""
     path = str(config.get("checkpoint") or "")
-    if tokenizer_file(path, node) is None:
+    if path:
+        file = tokenizer_file(path, node)
+        return None if file is None else file.parent
+    name = str(config.get("tokenizer") or "")
+    if name == "tiny":
+        return TINY_FOLDER
+    if name:
+        raise NodeError(
+            f'node `{node}`: tokenizer `{name}` is not known: "" (the checkpoint\'s, or bytes) '
+            f'or "tiny" (the shipped tiny BPE)'
+        )
+    return None
+
+
+def prompt_format(config: Mapping[str, Any], node: str) -> PromptFormat | None:
+    folder = text_folder(config, node)
+    if folder is None:
         return None
     try:
-        return PromptFormat.from_folder(path)
+        return PromptFormat.from_folder(folder)
     except TemplateError as exc:
-        raise NodeError(f"checkpoint `{path}`: {exc}") from exc
+        raise NodeError(f"checkpoint `{folder}`: {exc}") from exc
 
 
 def prompt_ids(fmt: PromptFormat | None, prompt: torch.Tensor, node: str) -> torch.Tensor:

@@ -11,10 +11,10 @@ diffusers ``text_encoder/`` folder (``shared.weight``, ``encoder.block.{i}.layer
   for the prompt's tokens and zeros at the padding.
 
 Its checkpoint loads in `wgc_models.wan22.checkpoint`. `PromptTokenizer` makes the ids as Wan's
-pipeline does with the folder's ``tokenizer/tokenizer.json``: the prompt cleaned (HTML entities
-unescaped twice, whitespace runs to one space, stripped; ftfy's repairs, which the pipeline
-applies when that package is installed, are not made), the special tokens added, truncated to
-the text length.
+pipeline does with the folder's ``tokenizer/tokenizer.json``: the prompt cleaned (`clean_prompt`:
+ftfy's repairs when that package is installed, as the pipeline makes them, then HTML entities
+unescaped twice, whitespace runs to one space, stripped), the special tokens added, truncated
+to the text length.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import html
 import json
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -193,9 +194,21 @@ class UMT5Encoder(nn.Module):
         return states * (mask > 0)[..., None].to(states.dtype)
 
 
-def clean_prompt(text: str) -> str:
-    """Wan's ``prompt_clean`` without ftfy: HTML entities unescaped twice, whitespace runs to
-    one space, the ends stripped."""
+def _ftfy_fix() -> Callable[[str], str] | None:
+    """ftfy's ``fix_text`` when the package is installed (the ``wan`` extra), else None."""
+    try:
+        import ftfy
+    except ImportError:
+        return None
+    return ftfy.fix_text
+
+
+def clean_prompt(text: str, fix: Callable[[str], str] | None = None) -> str:
+    """Wan's ``prompt_clean``: ``fix`` (ftfy's ``fix_text``, which the pipeline applies when
+    ftfy is installed: `_ftfy_fix`; None: no repairs), HTML entities unescaped twice, whitespace
+    runs to one space, the ends stripped."""
+    if fix is not None:
+        text = fix(text)
     return re.sub(r"\s+", " ", html.unescape(html.unescape(text)).strip()).strip()
 
 
@@ -208,6 +221,7 @@ class PromptTokenizer:
         self.tokenizer = Tokenizer.from_file(str(path))
         self.tokenizer.no_padding()
         self.tokenizer.enable_truncation(length)
+        self.fix = _ftfy_fix()
 
     def __call__(self, prompt: str) -> list[int]:
-        return self.tokenizer.encode(clean_prompt(prompt)).ids
+        return self.tokenizer.encode(clean_prompt(prompt, self.fix)).ids
