@@ -33,7 +33,7 @@ BEFORE: dict[str, tuple[str, ...]] = {
         "StaticStep", "WeightParts", "render_type", "type_parts",
     ),
     "wgc_runtime.contract.messages": (
-        "CLIENT", "CONDUCTOR", "CORE", "ChunkReady", "ClientOut", "CopyKv", "ExportState",
+        "CLIENT", "CONDUCTOR", "CORE", "ChunkReady", "ChunksDone", "ClientOut", "CopyKv", "ExportState",
         "Failed", "Finished", "ForgetSession", "ForwardPersisted", "Iters", "Message", "Output",
         "Release", "SkipChunk", "StartWalk", "StateEnd", "StateImported", "StatePart",
         "StreamAbandon", "StreamAck", "StreamDone", "StreamItem", "StreamItems", "Until", "Value",
