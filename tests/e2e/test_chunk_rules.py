@@ -63,7 +63,7 @@ def _conductor_traffic(log) -> collections.Counter:
     return collections.Counter(
         type(m).__name__
         for to, m in log
-        if (to == CONDUCTOR or to == CLIENT or type(m).__name__ in {"StartWalk", "SkipChunk"})
+        if (to in (CONDUCTOR, CLIENT) or type(m).__name__ in {"StartWalk", "SkipChunk"})
         and not isinstance(m, ClientOut | Output)
     )
 

@@ -66,9 +66,7 @@ def test_a_walk_feeding_a_ruled_stream_replays_only_if_its_chunk_walk_does(tmp_p
 
     def on_restart(chunk: OnRestart) -> bool:
         walks = tuple(
-            dataclasses.replace(
-                w, on_restart=chunk if w.name == "snac_chunk" else OnRestart.REPLAY
-            )
+            dataclasses.replace(w, on_restart=chunk if w.name == "snac_chunk" else OnRestart.REPLAY)
             for w in spec.walks
         )
         watch = RankWatch(dataclasses.replace(spec, walks=walks))

@@ -33,9 +33,10 @@ BEFORE: dict[str, tuple[str, ...]] = {
         "StaticStep", "WeightParts", "render_type", "type_parts",
     ),
     "wgc_runtime.contract.messages": (
-        "CLIENT", "CONDUCTOR", "CORE", "ChunkReady", "ChunksDone", "ClientOut", "CopyKv", "ExportState",
-        "Failed", "Finished", "ForgetSession", "ForwardPersisted", "Iters", "Message", "Output",
-        "Release", "SkipChunk", "StartWalk", "StateEnd", "StateImported", "StatePart",
+        "CLIENT", "CONDUCTOR", "CORE", "ChunkReady", "ChunksDone", "ClientOut", "CopyKv",
+        "ExportState", "Failed", "Finished", "ForgetSession", "ForwardPersisted", "Iters",
+        "Message", "Output", "Release", "SkipChunk", "StartWalk", "StateEnd", "StateImported",
+        "StatePart",
         "StreamAbandon", "StreamAck", "StreamDone", "StreamItem", "StreamItems", "Until", "Value",
         "WalkDone", "pack_items", "unpack_items",
         "Cause", "Dest", "Edge", "FailKind",

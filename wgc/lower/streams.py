@@ -21,8 +21,8 @@ from collections.abc import Sequence
 from wgc.ir.decls import POLICY_PARAMS, PolicyKind, Stream
 from wgc.ir.flow import FlowKind, WalkCall, iter_fstmts
 from wgc.ir.model import Model
-from wgc.lower.typespec import type_spec
 from wgc.lower.flowplan import FlowPlan, RunWalkPlan
+from wgc.lower.typespec import type_spec
 from wgc_runtime.contract import kinds
 from wgc_runtime.contract.conductor import WalkSpec
 from wgc_runtime.contract.kinds import FinalMode, Policy

@@ -12,8 +12,9 @@
   loop copies or stream items, so that state is lost; what becomes of its request is the plan's
   choice, per walk (`WalkSpec.on_restart`, the placement's ``on_restart:``): ``fail`` (the
   default) or ``replay`` (a walk that may feed a stream whose owner runs its chunk walks itself,
-  `StreamSpec.chunk_walk`, replays only when that walk does too). Each (request, rank) remembers whether every walk that may have left
-  state there replays (`replays`); a state move (no walk named) takes the request's own answer;
+  `StreamSpec.chunk_walk`, replays only when that walk does too). Each (request, rank)
+  remembers whether every walk that may have left state there replays (`replays`); a state
+  move (no walk named) takes the request's own answer;
 * **a rank died** (`RankDied` from the supervisor): `down` records it, and `on_rank_died` names
   the requests it held: each is replayed from its start (`ConductorCore.replay`) when `replays`
   says so and none of its outputs reached the client, and fails otherwise; the others go on. A
