@@ -78,6 +78,12 @@ def test_a_plain_on_flow_is_a_standing_rule_and_a_branching_one_is_not(tmp_path,
     assert not branching.streams[0].chunk_walk
 
 
+def test_a_placed_test_is_folded_and_is_no_branch(tmp_path) -> None:
+    placed = "flow codec on tokens {\n  if placed(vocoder) {\n    vocode()\n  }\n}"
+    (s,) = LocalCluster(_compile(tmp_path, placed)).spec.streams
+    assert (s.chunk_walk, s.chunk_flow) == ("vocode", "codec")
+
+
 def test_the_owner_runs_every_chunk_and_the_outputs_are_the_conductors(tmp_path) -> None:
     _, ruled, log = _run(_compile(tmp_path / "a", PLAIN))
     _, led, led_log = _run(_compile(tmp_path / "b", BRANCHING))

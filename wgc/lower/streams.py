@@ -7,7 +7,8 @@ for a request when every flow that can run a walk calling it has ended: those fl
 (every flow, when an extern flow could run anything).
 
 **Standing rules.** A stream whose one consumer flow is an ``on`` flow that only runs one walk
-per chunk (no arguments, no branch on runtime values, no ``fail``), a walk placed on the owner
+per chunk (no arguments, no branch on runtime values, no ``fail``; a ``placed(NODE)`` test is
+folded by then), a walk placed on the owner
 rank alone that neither takes inputs, persists, nor moves node state, gets that rule in its
 spec (`StreamSpec.chunk_walk`): the owner runs the walk per chunk without the conductor
 (`standing_rules`).
@@ -21,7 +22,7 @@ from collections.abc import Sequence
 from wgc.ir.decls import POLICY_PARAMS, PolicyKind, Stream
 from wgc.ir.flow import FlowKind, WalkCall, iter_fstmts
 from wgc.ir.model import Model
-from wgc.lower.flowplan import FlowPlan, RunWalkPlan
+from wgc.lower.flowplan import FlowPlan, IfPlan, RunWalkPlan
 from wgc.lower.typespec import type_spec
 from wgc_runtime.contract import kinds
 from wgc_runtime.contract.conductor import WalkSpec
@@ -162,9 +163,15 @@ def standing_rules(
 def plain_chunk_walk(f: FlowPlan, stream: str) -> str | None:
     """The walk an ``on stream`` flow runs per chunk when its body is that one launch with no
     arguments; None for any other body (a branch, a loop, a ``fail``, several walks)."""
-    if f.kind is not kinds.FlowKind.ON_STREAM or f.stream != stream or len(f.body) != 1:
+    if f.kind is not kinds.FlowKind.ON_STREAM or f.stream != stream:
         return None
-    (st,) = f.body
+    body = f.body
+    # a condition folded at compile time (`placed(NODE)`) is no branch: its arm is the body
+    while len(body) == 1 and isinstance(body[0], IfPlan) and isinstance(body[0].cond, bool):
+        body = body[0].then if body[0].cond else (body[0].else_ or ())
+    if len(body) != 1:
+        return None
+    (st,) = body
     return st.walk if isinstance(st, RunWalkPlan) and not st.args else None
 
 
