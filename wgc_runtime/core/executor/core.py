@@ -25,7 +25,8 @@ starts this rank's piece of one walk instance: its top-level units get instances
 top-level loops start; a piece that needs none (`PieceSpec.needs_start`) starts on the first
 value carrying the walk's header (`Value.options`). A piece is done when its top-level units
 ran and its top-level loops ended; then `WalkDone` goes to the conductor (unless the plan says
-the conductor learns it otherwise, `PieceSpec.reports_done`). A piece that leaves nothing behind
+the conductor learns it otherwise, `PieceSpec.reports_done`, or a standing rule started the
+walk here, `chunks`). A piece that leaves nothing behind
 (`PieceSpec.needs_release`) drops the request's bookkeeping here once done and nothing else of
 the request is kept, and releases the request in the nodes it called (the walk id is
 remembered, to drop a late message).
@@ -149,6 +150,7 @@ class RankExecutor:
         self.session_runs = RankSessions(self.sessions, engines)
         self.values.connect(self.streams, self.router, self._fail)
         self.streams.connect(self._walk_done, self._fail)
+        self.streams.rules.connect(self._begin, self.streams.changed)
         self.loops.connect(self.router, self._walk_done)
         self.router.connect(self._begin)
         table, streams, handoff = self.table, self.streams, self.handoff
@@ -290,7 +292,9 @@ class RankExecutor:
         req.finished_walks.add(w.walk_id)
         _kill_walk(w)
         spec = w.piece.spec
-        if spec.reports_done:
+        if w.chunk_of:  # a standing rule's walk: the rule goes on, nothing to report
+            self.streams.rules.walk_done(w)
+        elif spec.reports_done:
             self.post.send(CONDUCTOR, WalkDone(req.id, w.walk_id, w.walk, self.rank))
         if not spec.needs_release and self._holds_nothing(req):
             self.table.retire(req)  # no `Release` comes for a piece that leaves nothing
