@@ -105,13 +105,9 @@ STREAM_TEXT_TOKENS = StreamSpec(
     capacity=4,
     done_after_flows=("generate",),
     consumer_flows=("text",),
-<<<<<<< HEAD
     source="llama.walk:65",
-=======
-    source="llama.walk:61",
     chunk_walk="detokenize",
     chunk_flow="text",
->>>>>>> chunks29
 )
 
 # ---------------------------------------------------------------- pieces of walks
