@@ -127,7 +127,7 @@ def train() -> Tokenizer:
 
 def build(family: str) -> Tokenizer:
     tok = train()
-    tok.add_special_tokens(list(FILES[family]))
+    tok.add_special_tokens(list(FILES[family]))  # pyright: ignore[reportUnknownMemberType] (stub: untyped list)
     return tok
 
 
