@@ -63,6 +63,7 @@ from wgc_models.bagel.text import bagel_tokenizer, text_ids
 from wgc_models.layers.block_attention import Block, PagedBlocks
 from wgc_models.layers.siglip import pixels
 from wgc_runtime.contract.node import CallContext, Node, NodeContext, NodeError, Work
+from wgc_runtime.contract.weights import WeightParts
 
 LABELS = ("main", "cfg_text", "cfg_img")
 
@@ -90,7 +91,7 @@ def _start(inputs, ctx: CallContext, shape) -> tuple[torch.Tensor, int]:
 
 class VitEncoder(Batched):
     @classmethod
-    def weights(cls, config):
+    def weights(cls, config: Mapping[str, Any]) -> Sequence[WeightParts]:
         return bagel_parts("VitEncoder", config, "vit")
 
     def __init__(self, ctx: NodeContext) -> None:
@@ -118,7 +119,7 @@ def _image(w: Work, node: str) -> torch.Tensor:
 
 class VaeEncoder(Batched):
     @classmethod
-    def weights(cls, config):
+    def weights(cls, config: Mapping[str, Any]) -> Sequence[WeightParts]:
         return bagel_parts("VaeEncoder", config, "vae")
 
     def __init__(self, ctx: NodeContext) -> None:
@@ -139,7 +140,7 @@ class VaeEncoder(Batched):
 
 class VaeDecoder(Batched):
     @classmethod
-    def weights(cls, config):
+    def weights(cls, config: Mapping[str, Any]) -> Sequence[WeightParts]:
         return bagel_parts("VaeDecoder", config, "vae")
 
     def __init__(self, ctx: NodeContext) -> None:
@@ -163,7 +164,9 @@ class VaeDecoder(Batched):
 class CombineCfg(Node):
     """BAGEL's guidance and the Euler step, for the CFG-parallel walk."""
 
-    def forward_one(self, inputs, ctx):
+    def forward_one(
+        self, inputs: dict[str, torch.Tensor | None], ctx: CallContext
+    ) -> dict[str, torch.Tensor]:
         latents, i = _start(inputs, ctx, self.out_shape("latents"))
         context = need(inputs, "context", self.name)
         t, dt = _schedule(self.config).at(i)
@@ -189,7 +192,7 @@ class LLM(Batched):
     serves_copies = True
 
     @classmethod
-    def weights(cls, config):
+    def weights(cls, config: Mapping[str, Any]) -> Sequence[WeightParts]:
         return bagel_parts("LLM", config, "llm")
 
     def __init__(self, ctx: NodeContext) -> None:

@@ -40,7 +40,15 @@ from wgc_models.llama.model import LlamaDecoder, lm_config, lm_parts
 from wgc_models.llama.text import prompt_format, prompt_ids
 from wgc_runtime.contract.capture import CapturedCall, StaticPort, StaticStep
 from wgc_runtime.contract.flow import SESSION_OPTION
-from wgc_runtime.contract.node import DTYPE_NAMES, KvCache, Node, NodeContext, NodeError, Work
+from wgc_runtime.contract.node import (
+    DTYPE_NAMES,
+    KvCache,
+    Node,
+    NodeContext,
+    NodeError,
+    Work,
+)
+from wgc_runtime.contract.weights import WeightParts
 from wgc_runtime.engines.decode_runner import DecodeRunner, requests_of
 
 
@@ -95,7 +103,7 @@ class Decoder(Node):
     """A Llama decoder on the paged pool (see the module docstring)."""
 
     @classmethod
-    def weights(cls, config):
+    def weights(cls, config: Mapping[str, Any]) -> Sequence[WeightParts]:
         return lm_parts("llama", config, tied=False)
 
     def __init__(self, ctx: NodeContext) -> None:

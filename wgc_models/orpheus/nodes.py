@@ -66,12 +66,14 @@ from wgc_models.orpheus.vocoder_node import SnacDecoder as SnacDecoder  # named 
 from wgc_runtime.contract.capture import CapturedCall, StaticPort, StaticStep
 from wgc_runtime.contract.node import (
     DTYPE_NAMES,
+    CallContext,
     KvCache,
     Node,
     NodeContext,
     NodeError,
     Work,
 )
+from wgc_runtime.contract.weights import WeightParts
 from wgc_runtime.engines.decode_runner import DecodeRunner, requests_of
 
 
@@ -79,7 +81,7 @@ class LLM(Node):
     """Orpheus's LM on the paged pool (see the module docstring)."""
 
     @classmethod
-    def weights(cls, config):
+    def weights(cls, config: Mapping[str, Any]) -> Sequence[WeightParts]:
         return lm_parts("orpheus", config, tied=True)
 
     def __init__(self, ctx: NodeContext) -> None:
@@ -109,7 +111,9 @@ class LLM(Node):
             self._engine = DecoderEngine(self.model, kv.pool, backend)
         return self._engine
 
-    def forward_one(self, inputs, ctx):
+    def forward_one(
+        self, inputs: dict[str, torch.Tensor | None], ctx: CallContext
+    ) -> dict[str, torch.Tensor]:
         return forward_alone(self, inputs, ctx)
 
     # ------------------------------------------------------------------ the plain path

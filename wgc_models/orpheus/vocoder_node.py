@@ -7,7 +7,7 @@ of a batch decoded as one batch, each window's noise drawn ahead while the rank 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -20,6 +20,7 @@ from wgc_models.orpheus.model import NoiseAhead, OrpheusVocoder, orpheus_tokens
 from wgc_models.orpheus.snac import SnacConfig
 from wgc_runtime.contract.kinds import CaptureBackend
 from wgc_runtime.contract.node import CallContext, Node, NodeContext, NodeError, Work
+from wgc_runtime.contract.weights import WeightParts
 
 IDLE_WINDOWS = 4  # windows' noise drawn per `SnacDecoder.idle` call
 
@@ -28,7 +29,7 @@ class SnacDecoder(Node):
     """The SNAC window vocoder (see the module docstring)."""
 
     @classmethod
-    def weights(cls, config):
+    def weights(cls, config: Mapping[str, Any]) -> Sequence[WeightParts]:
         return sizes.snac_parts(config)
 
     def __init__(self, ctx: NodeContext) -> None:
@@ -100,5 +101,7 @@ class SnacDecoder(Node):
     def release(self, request_id: str) -> None:
         self.ahead.drop(request_id)
 
-    def forward_one(self, inputs, ctx):
+    def forward_one(
+        self, inputs: dict[str, torch.Tensor | None], ctx: CallContext
+    ) -> dict[str, torch.Tensor]:
         return forward_alone(self, inputs, ctx)

@@ -50,7 +50,8 @@ from wgc_models.layers.siglip import pixels
 from wgc_models.pi05.checkpoint import load_published
 from wgc_models.pi05.config import CONFIGS
 from wgc_models.pi05.model import PaliVision, Pi0, Pi0Config
-from wgc_runtime.contract.node import Node, NodeContext, NodeError, Work
+from wgc_runtime.contract.node import CallContext, Node, NodeContext, NodeError, Work
+from wgc_runtime.contract.weights import WeightParts
 
 _VISION = "paligemma_with_expert.paligemma.model."
 _WEIGHTS: dict[tuple, Any] = {}
@@ -110,7 +111,7 @@ _VISION_NAMES = ("vision_tower.", "multi_modal_projector.")
 
 class VitEncoder(Batched):
     @classmethod
-    def weights(cls, config):
+    def weights(cls, config: Mapping[str, Any]) -> Sequence[WeightParts]:
         cfg = pi_config("vit_encoder", config)
         build = lambda: PaliVision(cfg.vision, cfg.text.hidden_size)  # noqa: E731
         return [part("pi05", "vision", config, build, names=_VISION_NAMES, dtype="f32")]
@@ -136,7 +137,7 @@ class LLM(Batched):
     """The PaliGemma prefix and the action expert over the paged pool (module docstring)."""
 
     @classmethod
-    def weights(cls, config):
+    def weights(cls, config: Mapping[str, Any]) -> Sequence[WeightParts]:
         cfg = pi_config("LLM", config)
         skip = (*_VISION_NAMES, "gemma_expert.lm_head")  # the expert's head is never used
         build = lambda: Pi0(cfg, vision=False)  # noqa: E731
@@ -228,7 +229,9 @@ class LLM(Batched):
 class ChunkSelector(Node):
     """The consensus chunk of the samples (module docstring)."""
 
-    def forward_one(self, inputs, ctx):
+    def forward_one(
+        self, inputs: dict[str, torch.Tensor | None], ctx: CallContext
+    ) -> dict[str, torch.Tensor]:
         chunks = torch.stack([need(inputs, f"a_{i}", self.name).float() for i in range(4)])
         flat = chunks.reshape(chunks.shape[0], -1)
         dist = torch.cdist(flat, flat) / flat.shape[1] ** 0.5

@@ -25,7 +25,7 @@ Talker is in `wgc_models.qwen3_omni.talker`), built from wgc's components (`omni
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -48,14 +48,15 @@ from wgc_models.qwen3_omni.omni_thinker import ThinkerEngine, ThinkerPass
 from wgc_models.qwen3_omni.prompt import audio_ids
 from wgc_models.qwen3_omni.stack_engine import StackEngine
 from wgc_models.qwen3_omni.template import chat_prompt
-from wgc_runtime.contract.node import KvCache, Node, NodeContext, NodeError, Work
+from wgc_runtime.contract.node import CallContext, KvCache, Node, NodeContext, NodeError, Work
+from wgc_runtime.contract.weights import WeightParts
 
 
 class AudioEncoder(Node):
     """Waveform → audio embeddings (see the module docstring)."""
 
     @classmethod
-    def weights(cls, config):
+    def weights(cls, config: Mapping[str, Any]) -> Sequence[WeightParts]:
         return checkpoint.parts(config, "audio")
 
     def __init__(self, ctx: NodeContext) -> None:
@@ -66,7 +67,9 @@ class AudioEncoder(Node):
         self.bins = int(cfg.thinker.audio.get("num_mel_bins", 128))
 
     @inference
-    def forward_one(self, inputs, ctx):
+    def forward_one(
+        self, inputs: dict[str, torch.Tensor | None], ctx: CallContext
+    ) -> dict[str, torch.Tensor]:
         audio = inputs["audio"]
         if audio is None or audio.numel() < 160:
             raise NodeError(f"node `{self.name}`: an audio segment needs 10 ms of 16 kHz audio")
@@ -79,7 +82,7 @@ class Thinker(Node):
     """The Thinker on the paged pool (see the module docstring)."""
 
     @classmethod
-    def weights(cls, config):
+    def weights(cls, config: Mapping[str, Any]) -> Sequence[WeightParts]:
         return checkpoint.parts(config, "thinker")
 
     def __init__(self, ctx: NodeContext) -> None:
@@ -112,7 +115,9 @@ class Thinker(Node):
             self._engine = ThinkerEngine(self.model, stack, self.accept)
         return self._engine
 
-    def forward_one(self, inputs, ctx):
+    def forward_one(
+        self, inputs: dict[str, torch.Tensor | None], ctx: CallContext
+    ) -> dict[str, torch.Tensor]:
         return forward_alone(self, inputs, ctx)
 
     @inference
@@ -233,7 +238,9 @@ class Detokenizer(Node):
         self.codec = load_codec(str(self.config.get("checkpoint") or ""), "qwen3_omni")
 
     @inference
-    def forward_one(self, inputs, ctx):
+    def forward_one(
+        self, inputs: dict[str, torch.Tensor | None], ctx: CallContext
+    ) -> dict[str, torch.Tensor]:
         token = inputs["token"]
         piece = self.codec.piece(int(token.reshape(-1)[0])) if token is not None else b""
         return {"text": torch.tensor(list(piece), dtype=torch.uint8)}
@@ -243,7 +250,7 @@ class Code2Wav(Node):
     """Codec frames → audio (see the module docstring)."""
 
     @classmethod
-    def weights(cls, config):
+    def weights(cls, config: Mapping[str, Any]) -> Sequence[WeightParts]:
         return checkpoint.parts(config, "code2wav")
 
     def __init__(self, ctx: NodeContext) -> None:
@@ -260,7 +267,9 @@ class Code2Wav(Node):
             )
 
     @inference
-    def forward_one(self, inputs, ctx):
+    def forward_one(
+        self, inputs: dict[str, torch.Tensor | None], ctx: CallContext
+    ) -> dict[str, torch.Tensor]:
         codes = inputs["codes"]
         if codes is None:
             raise NodeError(f"node `{self.name}`: no codec frames to decode")

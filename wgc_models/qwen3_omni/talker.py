@@ -24,7 +24,7 @@ rank group.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
@@ -40,7 +40,8 @@ from wgc_models.qwen3_omni.omni_handoff import TalkerFeed
 from wgc_models.qwen3_omni.omni_talker import TalkerEngine
 from wgc_models.qwen3_omni.omni_thinker import Thinker, ThinkerPass
 from wgc_models.qwen3_omni.stack_engine import StackEngine
-from wgc_runtime.contract.node import KvCache, Node, NodeContext, NodeError, Work
+from wgc_runtime.contract.node import CallContext, KvCache, Node, NodeContext, NodeError, Work
+from wgc_runtime.contract.weights import WeightParts
 
 
 class _Multimodal:
@@ -81,7 +82,7 @@ class Talker(Node):
     """The Talker (see the module docstring)."""
 
     @classmethod
-    def weights(cls, config):
+    def weights(cls, config: Mapping[str, Any]) -> Sequence[WeightParts]:
         return checkpoint.parts(config, "talker")
 
     def __init__(self, ctx: NodeContext) -> None:
@@ -138,7 +139,9 @@ class Talker(Node):
         embeds, hidden = states[:, : self.width], states[:, self.width :]
         return ThinkerPass(torch.zeros(0), ids[:n].to(self.device), embeds, hidden)
 
-    def forward_one(self, inputs, ctx):
+    def forward_one(
+        self, inputs: dict[str, torch.Tensor | None], ctx: CallContext
+    ) -> dict[str, torch.Tensor]:
         return forward_alone(self, inputs, ctx)
 
     # ------------------------------------------------------------------ a batch

@@ -29,8 +29,10 @@ defaults when it sets none), as the `.walk` file declares.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -44,7 +46,7 @@ from wgc_models.wan22.toy import noise
 from wgc_models.wan22.transformer import WanTransformer
 from wgc_models.wan22.vae import WanVaeConfig, WanVaeDecoder
 from wgc_models.wan22.vae_encoder import WanVaeEncoder
-from wgc_runtime.contract.node import Node, NodeContext, NodeError, type_parts
+from wgc_runtime.contract.node import CallContext, Node, NodeContext, NodeError, type_parts
 from wgc_runtime.contract.weights import WeightParts
 
 STRIDE = 8  # the VAE's spatial stride (`param vae_stride`)
@@ -103,7 +105,7 @@ def start_noise(node: Node, ctx) -> torch.Tensor:
 
 class TextEncoder(Node):
     @classmethod
-    def weights(cls, config):
+    def weights(cls, config: Mapping[str, Any]) -> Sequence[WeightParts]:
         text = tiny.configs(str(config.get("checkpoint") or ""))[0]
         return _parts("text_encoder", config, lambda: UMT5Encoder(text), "text_encoder")
 
@@ -120,7 +122,9 @@ class TextEncoder(Node):
         self.model = model.to(self.device).eval()
 
     @torch.no_grad()
-    def forward_one(self, inputs, ctx):
+    def forward_one(
+        self, inputs: dict[str, torch.Tensor | None], ctx: CallContext
+    ) -> dict[str, torch.Tensor]:
         rows, _ = self.out_shape("context")
         prompt = need(inputs, "prompt", self.name).reshape(-1)
         if self.tokenizer is None:  # the tiny model: the bytes are the ids
@@ -139,7 +143,7 @@ class VaeEncoder(Node):
     """The first frame through Wan's VAE encoder (normalised), in latent frame 0 (TI2V)."""
 
     @classmethod
-    def weights(cls, config):
+    def weights(cls, config: Mapping[str, Any]) -> Sequence[WeightParts]:
         vae = tiny.configs(str(config.get("checkpoint") or ""))[2]
         names, skip = ("encoder.", "quant_conv."), ("post_quant_conv.",)
         return _parts("vae_encoder", config, lambda: WanVaeEncoder(vae), "vae", names, skip)
@@ -151,7 +155,9 @@ class VaeEncoder(Node):
         self.model = model.to(self.device).eval()
 
     @torch.no_grad()
-    def forward_one(self, inputs, ctx):
+    def forward_one(
+        self, inputs: dict[str, torch.Tensor | None], ctx: CallContext
+    ) -> dict[str, torch.Tensor]:
         c, frames, h, w = latent_shape(self, ctx)
         image = need(inputs, "image", self.name).to(torch.float32) / 255 * 2 - 1
         video = image.permute(2, 0, 1)[None, :, None].to(self.device)  # [1, 3, 1, H, W]
@@ -163,7 +169,7 @@ class VaeEncoder(Node):
 
 class Dit(Node):
     @classmethod
-    def weights(cls, config):
+    def weights(cls, config: Mapping[str, Any]) -> Sequence[WeightParts]:
         expert = str(config.get("expert", "high_noise"))
         dit = tiny.configs(str(config.get("checkpoint") or ""))[1][expert]
         sub = tiny.SUBFOLDERS[expert]
@@ -186,7 +192,9 @@ class Dit(Node):
         self.model = model.to(self.device).eval()
 
     @torch.no_grad()
-    def forward_one(self, inputs, ctx):
+    def forward_one(
+        self, inputs: dict[str, torch.Tensor | None], ctx: CallContext
+    ) -> dict[str, torch.Tensor]:
         x, t = inputs.get("latents"), inputs.get("timestep")
         x = (start_noise(self, ctx) if x is None else x)[None]
         t = torch.tensor([float(FIRST_TIMESTEP) if t is None else float(t)])
@@ -207,7 +215,9 @@ class Dit(Node):
 
 class Solver(Node):
     @torch.no_grad()
-    def forward_one(self, inputs, ctx):
+    def forward_one(
+        self, inputs: dict[str, torch.Tensor | None], ctx: CallContext
+    ) -> dict[str, torch.Tensor]:
         cfg = replace(tiny.SCHEDULER, flow_shift=float(ctx.options.get("shift", 5.0)))
         steps = int(self.config.get("steps", 8))
         schedule = flow_schedule(cfg, steps)
@@ -247,7 +257,7 @@ class Solver(Node):
 
 class VaeDecoder(Node):
     @classmethod
-    def weights(cls, config):
+    def weights(cls, config: Mapping[str, Any]) -> Sequence[WeightParts]:
         vae = tiny.configs(str(config.get("checkpoint") or ""))[2]
         names = ("decoder.", "post_quant_conv.")
         return _parts("vae_decoder", config, lambda: WanVaeDecoder(vae), "vae", names)
@@ -259,7 +269,9 @@ class VaeDecoder(Node):
         self.model = model.to(self.device).eval()
 
     @torch.no_grad()
-    def forward_one(self, inputs, ctx):
+    def forward_one(
+        self, inputs: dict[str, torch.Tensor | None], ctx: CallContext
+    ) -> dict[str, torch.Tensor]:
         lat = need(inputs, "latents", self.name).clone()
         cond = inputs.get("condition")
         if cond is not None:  # image-to-video: the given first frame
