@@ -52,9 +52,11 @@ from wgc_models.pi05.config import CONFIGS
 from wgc_models.pi05.model import PaliVision, Pi0, Pi0Config
 from wgc_runtime.contract.node import CallContext, Node, NodeContext, NodeError, Work
 from wgc_runtime.contract.weights import WeightParts
+from wgc_runtime.engines.kv_pool import PagedKVPool
 
 _VISION = "paligemma_with_expert.paligemma.model."
-_WEIGHTS: dict[tuple, Any] = {}
+_Key = tuple[Any, Any, Any, str, str]  # model, checkpoint, seed (config values), part, device
+_WEIGHTS: dict[_Key, Any] = {}
 
 
 def pi_config(node: str, config: Mapping[str, Any]) -> Pi0Config:
@@ -64,14 +66,14 @@ def pi_config(node: str, config: Mapping[str, Any]) -> Pi0Config:
     return CONFIGS[name]
 
 
-def _weights(key: tuple, build: Callable[[], Any]) -> Any:
+def _weights(key: _Key, build: Callable[[], Any]) -> Any:
     """One copy per process of each part's weights (LLM and its MPC copies share one)."""
     if key not in _WEIGHTS:
         _WEIGHTS[key] = build()
     return _WEIGHTS[key]
 
 
-def _key(config: Mapping[str, Any], part: str, device: torch.device) -> tuple:
+def _key(config: Mapping[str, Any], part: str, device: torch.device) -> _Key:
     return (config.get("model"), config.get("checkpoint"), config.get("seed"), part, str(device))
 
 
@@ -123,7 +125,7 @@ class VitEncoder(Batched):
     @torch.inference_mode()
     def forward(self, batch: Sequence[Work]) -> list[dict[str, torch.Tensor]]:
         size = self.model.vision_tower.config.image_size
-        out = []
+        out: list[dict[str, torch.Tensor]] = []
         for w in batch:
             images = w.inputs["images"]
             if images is None or images.dim() != 4 or images.shape[-1] != 3:
@@ -170,8 +172,10 @@ class LLM(Batched):
             return self._prefill(batch, kv.pool)
         return self._denoise(batch, kv.pool)
 
-    def _prefill(self, batch: Sequence[Work], pool) -> list[dict[str, torch.Tensor]]:
-        parts, blocks, positions = [], [], []
+    def _prefill(self, batch: Sequence[Work], pool: PagedKVPool) -> list[dict[str, torch.Tensor]]:
+        parts: list[torch.Tensor] = []
+        blocks: list[Block] = []
+        positions: list[torch.Tensor] = []
         for w in batch:
             kv = w.ctx.kv
             assert kv is not None
@@ -191,9 +195,12 @@ class LLM(Batched):
         self.model.prefill(torch.cat(parts), torch.cat(positions).to(self.device), step)
         return [{} for _ in batch]
 
-    def _denoise(self, batch: Sequence[Work], pool) -> list[dict[str, torch.Tensor]]:
+    def _denoise(self, batch: Sequence[Work], pool: PagedKVPool) -> list[dict[str, torch.Tensor]]:
         cfg = self.model.config
-        xs, ts, blocks, positions = [], [], [], []
+        xs: list[torch.Tensor] = []
+        ts: list[torch.Tensor] = []
+        blocks: list[Block] = []
+        positions: list[torch.Tensor] = []
         for w in batch:
             kv = w.ctx.kv
             assert kv is not None
