@@ -71,7 +71,7 @@ class VideoEncoder(Batched):
     @torch.inference_mode()
     def forward(self, batch: Sequence[Work]) -> list[dict[str, torch.Tensor]]:
         size = self.model.config.crop_size
-        out = []
+        out: list[dict[str, torch.Tensor]] = []
         for w in batch:
             video = w.inputs["video"]
             if video is None or video.dim() != 4 or video.shape[-1] != 3:
@@ -112,7 +112,9 @@ class _PredictorBase(Batched):
             )
         return kv
 
-    def _run(self, items: list[tuple[KvCache, torch.Tensor, torch.Tensor, torch.Tensor]]):
+    def _run(
+        self, items: list[tuple[KvCache, torch.Tensor, torch.Tensor, torch.Tensor]]
+    ) -> list[torch.Tensor]:
         """New frames of several requests as one batch: ``(kv, latents [F, P, E], actions,
         states)`` each; returns each one's predictions ``[F, P, E]``."""
         if not items:
@@ -133,7 +135,7 @@ class _PredictorBase(Batched):
 class Predictor(_PredictorBase):
     @torch.inference_mode()
     def forward(self, batch: Sequence[Work]) -> list[dict[str, torch.Tensor]]:
-        items = []
+        items: list[tuple[KvCache, torch.Tensor, torch.Tensor, torch.Tensor]] = []
         for w in batch:
             x = w.inputs
             z = _frames(need(x, "context", self.name), self.model.config.frame_tokens, self.name)
@@ -149,7 +151,8 @@ class RolloutPredictor(_PredictorBase):
     @torch.inference_mode()
     def forward(self, batch: Sequence[Work]) -> list[dict[str, torch.Tensor]]:
         patches = self.model.config.frame_tokens
-        items, results = [], []
+        items: list[tuple[KvCache, torch.Tensor, torch.Tensor, torch.Tensor]] = []
+        results: list[dict[str, torch.Tensor]] = []
         for w in batch:
             x = w.inputs
             if x.get("latent") is None:  # the prefill: every context frame but the last
