@@ -16,7 +16,7 @@ from wgc_models._shared.batched import cast_weights, weights_dtype
 from wgc_models._shared.speech import NOISE, forward_alone, inference, speech_seed
 from wgc_models.orpheus import sizes
 from wgc_models.orpheus.checkpoint import seeded_snac, snac_from_pretrained
-from wgc_models.orpheus.model import NoiseAhead, OrpheusVocoder, orpheus_tokens
+from wgc_models.orpheus.model import DrawnNoise, NoiseAhead, OrpheusVocoder, orpheus_tokens
 from wgc_models.orpheus.snac import SnacConfig
 from wgc_runtime.contract.kinds import CaptureBackend
 from wgc_runtime.contract.node import CallContext, Node, NodeContext, NodeError, Work
@@ -65,7 +65,9 @@ class SnacDecoder(Node):
         (`OrpheusVocoder.windows`); each with its own noise, so its audio is what it would be
         alone."""
         results: list[Any] = [None] * len(batch)
-        rows, windows, noise = [], [], []
+        rows: list[int] = []
+        windows: list[torch.Tensor] = []
+        noise: list[torch.Generator | DrawnNoise] = []
         for i, w in enumerate(batch):
             window = w.inputs.get("window")
             if window is None:
