@@ -29,7 +29,7 @@ defaults when it sets none), as the `.walk` file declares.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -39,6 +39,7 @@ import torch
 from wgc_models._shared.batched import need
 from wgc_models._shared.speech import check_sizes
 from wgc_models._shared.weights import part
+from wgc_models.layers.host_values import int_list
 from wgc_models.wan22 import tiny
 from wgc_models.wan22.scheduler import FlowSchedule, UniState, flow_schedule, uni_step
 from wgc_models.wan22.text import UMT5Encoder
@@ -53,7 +54,7 @@ STRIDE = 8  # the VAE's spatial stride (`param vae_stride`)
 FIRST_TIMESTEP = 999  # the flow schedule's first timestep: ⌊1000 · (1 - 1e-6)⌋ for any shift
 
 
-def latent_shape(node: Node, ctx) -> tuple[int, int, int, int]:
+def latent_shape(node: Node, ctx: CallContext) -> tuple[int, int, int, int]:
     """``[C, F', H / 8, W / 8]`` in the request's bucket (C as the node's ports declare it)."""
     o = ctx.options
     ports = {**node.ctx.inputs, **node.ctx.outputs}
@@ -92,14 +93,21 @@ def _check_vae(node: Node, cfg: WanVaeConfig) -> None:
     _check(node, "vae", want, {"latent_channels": cfg.z_dim, "vae_stride": stride})
 
 
-def _parts(name: str, config, build, sub: str, names=(), skip=()) -> list[WeightParts]:
+def _parts(
+    name: str,
+    config: Mapping[str, Any],
+    build: Callable[[], torch.nn.Module],
+    sub: str,
+    names: tuple[str, ...] = (),
+    skip: tuple[str, ...] = (),
+) -> list[WeightParts]:
     """`Node.weights`: the part at its sizes (counted from the folder's ``sub/`` when given)."""
     path = str(config.get("checkpoint") or "")
     where = str(Path(path) / sub) if path else ""
     return [part("wan22", name, config, build, checkpoint=where, names=names, skip=skip)]
 
 
-def start_noise(node: Node, ctx) -> torch.Tensor:
+def start_noise(node: Node, ctx: CallContext) -> torch.Tensor:
     return noise(latent_shape(node, ctx), ctx, "wan22-latents")
 
 
@@ -130,7 +138,7 @@ class TextEncoder(Node):
         if self.tokenizer is None:  # the tiny model: the bytes are the ids
             tokens = prompt[:rows].long()
         else:
-            text = bytes(prompt.to(torch.uint8).tolist()).decode("utf-8", errors="replace")
+            text = bytes(int_list(prompt.to(torch.uint8))).decode("utf-8", errors="replace")
             tokens = torch.tensor(self.tokenizer(text), dtype=torch.long)
         ids = torch.zeros(1, rows, dtype=torch.long)
         ids[0, : tokens.numel()] = tokens

@@ -207,7 +207,7 @@ class PromptTokenizer:
     def __init__(self, path: str | Path, length: int):
         self.tokenizer = Tokenizer.from_file(str(path))
         self.tokenizer.no_padding()
-        self.tokenizer.enable_truncation(length)
+        self.tokenizer.enable_truncation(length)  # pyright: ignore[reportUnknownMemberType] (stub: untyped)
 
     def __call__(self, prompt: str) -> list[int]:
         return self.tokenizer.encode(clean_prompt(prompt)).ids
