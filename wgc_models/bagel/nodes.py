@@ -79,7 +79,9 @@ def _schedule(config: Mapping[str, Any]) -> Schedule:
     return Schedule(int(config.get("steps", 50)), float(config.get("timestep_shift", 3.0)))
 
 
-def _start(inputs, ctx: CallContext, shape) -> tuple[torch.Tensor, int]:
+def _start(
+    inputs: Mapping[str, torch.Tensor | None], ctx: CallContext, shape: tuple[int, ...]
+) -> tuple[torch.Tensor, int]:
     """The denoising state; bare signals start from request-seeded noise at step 0 (every node
     of the request draws the same noise)."""
     latents = inputs.get("latents")
@@ -102,7 +104,7 @@ class VitEncoder(Batched):
     @torch.inference_mode()
     def forward(self, batch: Sequence[Work]) -> list[dict[str, torch.Tensor]]:
         v = self.model.config.vit
-        out = []
+        out: list[dict[str, torch.Tensor]] = []
         for w in batch:  # one image at a time: each its own size (and a batch rounds otherwise)
             px = vit_pixels(_image(w, self.name), v.image_size, v.patch_size)
             px = px.to(self.device, self.dtype)
@@ -131,7 +133,8 @@ class VaeEncoder(Batched):
 
     @torch.inference_mode()
     def forward(self, batch: Sequence[Work]) -> list[dict[str, torch.Tensor]]:
-        p, out = self.cfg.latent_patch_size, []
+        p = self.cfg.latent_patch_size
+        out: list[dict[str, torch.Tensor]] = []
         for w in batch:  # one image at a time: a batched convolution rounds differently
             px = pixels(_image(w, self.name), self.side).to(self.device, self.dtype)
             out.append({"vae_latents": patchify(self.vae.encode(px)[0], p).float().cpu()})
@@ -151,7 +154,8 @@ class VaeDecoder(Batched):
 
     @torch.inference_mode()
     def forward(self, batch: Sequence[Work]) -> list[dict[str, torch.Tensor]]:
-        p, c, out = self.cfg.latent_patch_size, self.cfg.vae.latent_channels, []
+        p, c = self.cfg.latent_patch_size, self.cfg.vae.latent_channels
+        out: list[dict[str, torch.Tensor]] = []
         for w in batch:  # one image at a time: a batched convolution rounds differently
             latents = w.inputs["latents"]
             assert latents is not None
@@ -180,9 +184,13 @@ class _Call:
     """One work item's part of the LLM's forward: its blocks (with their context blocks) and
     what turns their hidden states into the item's result."""
 
-    def __init__(self, blocks, finish) -> None:
-        self.blocks: list[tuple[Block, ContextBlock]] = blocks
-        self.finish: Callable[[list[torch.Tensor]], dict[str, torch.Tensor]] = finish
+    def __init__(
+        self,
+        blocks: list[tuple[Block, ContextBlock]],
+        finish: Callable[[list[torch.Tensor]], dict[str, torch.Tensor]],
+    ) -> None:
+        self.blocks = blocks
+        self.finish = finish
 
 
 class LLM(Batched):
@@ -213,10 +221,10 @@ class LLM(Batched):
 
     # ------------------------------------------------------------------ bookkeeping
     @staticmethod
-    def _rope(st: dict, label: str) -> int:
+    def _rope(st: Mapping[str, Any], label: str) -> int:
         return int(st.get(f"rope_{label}", 0))
 
-    def _context(self, st: dict) -> torch.Tensor:
+    def _context(self, st: Mapping[str, Any]) -> torch.Tensor:
         ropes = [self._rope(st, label) for label in LABELS]
         return torch.tensor([*ropes, int(st.get("images", 0))], dtype=torch.int64)
 
@@ -238,7 +246,7 @@ class LLM(Batched):
 
     # ------------------------------------------------------------------ the batch
     @torch.inference_mode()
-    def forward(self, batch: Sequence[Work]) -> list[dict[str, torch.Tensor] | Exception]:
+    def forward(self, batch: Sequence[Work]) -> list[Any]:  # a failed call's item: its error
         kv = batch[0].ctx.kv
         if kv is None:
             raise NodeError(f"node `{self.name}` is a kv_cache node but got no KV cache")
@@ -257,7 +265,7 @@ class LLM(Batched):
             pos = torch.cat([cb.positions for _, cb in pairs])
             gen = torch.cat([cb.gen for _, cb in pairs])
             out = self.model.language_model(x, pos, step, gen)
-            hidden = list(out.split([cb.x.shape[0] for _, cb in pairs]))
+            hidden = list(torch.split(out, [cb.x.shape[0] for _, cb in pairs]))
         results: list[dict[str, torch.Tensor] | Exception] = []
         for c in calls:
             if isinstance(c, Exception):
@@ -281,7 +289,9 @@ class LLM(Batched):
             return self._decode(w)
         return self._denoise(w)
 
-    def _block(self, w: Work, label: str, cb: ContextBlock, write: bool) -> tuple:
+    def _block(
+        self, w: Work, label: str, cb: ContextBlock, write: bool
+    ) -> tuple[Block, ContextBlock]:
         kv = w.ctx.kv
         assert kv is not None
         if write:
@@ -299,7 +309,7 @@ class LLM(Batched):
         ]
 
         def finish(_: list[torch.Tensor]) -> dict[str, torch.Tensor]:
-            for label, (_, cb) in zip(("main", "cfg_img"), blocks, strict=True):
+            for label, (_b, cb) in zip(("main", "cfg_img"), blocks, strict=True):
                 st[f"rope_{label}"] = cb.next_rope
             return self._prefilled(w)
 
