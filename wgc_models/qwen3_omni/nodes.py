@@ -25,7 +25,7 @@ Talker is in `wgc_models.qwen3_omni.talker`), built from wgc's components (`omni
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -41,6 +41,7 @@ from wgc_models._shared.speech import (
     speech_seed,
 )
 from wgc_models._shared.speech import text_codec as load_codec
+from wgc_models.layers.host_values import int_list
 from wgc_models.layers.sampling import choose
 from wgc_models.layers.whisper_mel import log_mel
 from wgc_models.qwen3_omni import checkpoint
@@ -124,7 +125,10 @@ class Thinker(Node):
     def forward(self, batch: Sequence[Work]) -> list[Any]:
         engine = self.engine(batch[0].ctx.kv)
         results: list[Any] = [None] * len(batch)
-        rows, seqs, ids, audio = [], [], [], []
+        rows: list[int] = []
+        seqs: list[tuple[Hashable, str]] = []
+        ids: list[torch.Tensor] = []
+        audio: list[torch.Tensor | None] = []
         for i, w in enumerate(batch):
             try:
                 pass_ids, pass_audio = self._pass(w)
@@ -166,7 +170,7 @@ class Thinker(Node):
                 return None, None
             token = w.inputs["token"]
             assert token is not None
-            ids = token.reshape(-1).tolist()
+            ids = int_list(token)
         else:  # the reply: close the user turn, open the assistant's
             ids = self.prompt.reply(opened)
             st["opened"] = False

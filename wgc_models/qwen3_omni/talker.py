@@ -24,7 +24,7 @@ rank group.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
@@ -62,7 +62,7 @@ class Speech:
     feed: TalkerFeed
     params: Sampling
     generator: torch.Generator
-    spoken: list[int] = field(default_factory=list)  # first codes so far (repetition penalty)
+    spoken: list[int] = field(default_factory=list[int])  # first codes so far (repetition penalty)
     frames: int = 0
     ended: bool = False
 
@@ -160,7 +160,7 @@ class Talker(Node):
             results[i] = self._silent(w) if not row.speaks else None
         fed = [r for r in rows if r.embeds is not None]
         if fed:
-            seqs = []
+            seqs: list[tuple[Hashable, str]] = []
             for r in fed:
                 kv = r.work.ctx.kv
                 assert kv is not None
@@ -203,9 +203,15 @@ class Talker(Node):
         row.speaks = True
         return row
 
-    def _speak(self, engine: TalkerEngine, speaking, logits, hidden) -> list[dict]:
+    def _speak(
+        self,
+        engine: TalkerEngine,
+        speaking: Sequence[tuple[int, _Row]],
+        logits: torch.Tensor,
+        hidden: torch.Tensor,
+    ) -> list[dict[str, torch.Tensor]]:
         """Per speaking row: its first code, then (unless it ends) its frame."""
-        outs: list[dict] = [{} for _ in speaking]
+        outs: list[dict[str, torch.Tensor]] = [{} for _ in speaking]
         framed: list[tuple[int, torch.Tensor]] = []  # (position in `speaking`, first code)
         for k, (j, r) in enumerate(speaking):
             sp = r.speech
@@ -236,7 +242,9 @@ class Talker(Node):
                 outs[k] = self._spoken(r.work, codes[n], embeds[n])
         return outs
 
-    def _spoken(self, w: Work, codes: torch.Tensor, embeds: torch.Tensor) -> dict:
+    def _spoken(
+        self, w: Work, codes: torch.Tensor, embeds: torch.Tensor
+    ) -> dict[str, torch.Tensor]:
         out = {
             "talker_input_embeds": embeds[None].float().cpu(),
             "codec_tokens": codes[None].to(torch.int64).cpu(),
@@ -245,7 +253,7 @@ class Talker(Node):
             out["stop"] = torch.tensor(False)
         return out
 
-    def _silent(self, w: Work) -> dict:
+    def _silent(self, w: Work) -> dict[str, torch.Tensor]:
         """A call that speaks no frame: a prefill, or the end of speech."""
         if "talker_input_embeds" not in w.ctx.writes:
             return {}
