@@ -62,8 +62,10 @@ class ChatTemplate:
         env = ImmutableSandboxedEnvironment(
             trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols]
         )
-        env.filters["tojson"] = _tojson
-        names = cast(dict[str, Any], env.globals)  # jinja types it by its default names
+        # jinja types these tables by their default entries (or leaves them unknown)
+        filters = cast(dict[str, Any], env.filters)  # pyright: ignore[reportUnknownMemberType]
+        names = cast(dict[str, Any], env.globals)  # pyright: ignore[reportUnknownMemberType]
+        filters["tojson"] = _tojson
         names["raise_exception"] = _raise
         names["strftime_now"] = _strftime_now
         try:

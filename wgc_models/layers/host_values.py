@@ -13,11 +13,6 @@ def int_list(t: torch.Tensor) -> list[int]:
     return cast(list[int], t.reshape(-1).tolist())  # pyright: ignore[reportUnknownMemberType] (stub: list[Unknown])
 
 
-def float_list(t: torch.Tensor) -> list[float]:
-    """The values of a floating tensor (any shape, flattened) as Python floats."""
-    return cast(list[float], t.reshape(-1).tolist())  # pyright: ignore[reportUnknownMemberType] (stub: list[Unknown])
-
-
 def int_rows(t: torch.Tensor) -> list[list[int]]:
     """The rows of a 2-D integer tensor as lists of Python ints (one host read)."""
     return cast(list[list[int]], t.tolist())  # pyright: ignore[reportUnknownMemberType] (stub: list[Unknown])

@@ -61,18 +61,14 @@ class SnacConfig:
     def from_dict(cls, raw: dict[str, Any]) -> SnacConfig:
         known = {f for f in cls.__dataclass_fields__ if f != "extra"}
         kw: dict[str, Any] = {
-            k: tuple(cast(list[Any], v)) if isinstance(v, list) else v
-            for k, v in raw.items()
-            if k in known
+            k: (*v,) if isinstance(v, list) else v for k, v in raw.items() if k in known
         }
         return cls(**kw, extra={k: v for k, v in raw.items() if k not in known})
 
     def to_dict(self) -> dict[str, Any]:
         """The keyword arguments of ``snac.SNAC``."""
         out = {f: getattr(self, f) for f in self.__dataclass_fields__ if f != "extra"}
-        return {
-            k: list(cast(tuple[Any, ...], v)) if isinstance(v, tuple) else v for k, v in out.items()
-        }
+        return {k: [*v] if isinstance(v, tuple) else v for k, v in out.items()}
 
     @property
     def latent(self) -> int:
@@ -128,8 +124,7 @@ class WNConv1d(nn.Module):
         key = (g.data_ptr(), v.data_ptr(), g._version, v._version, g.dtype)
         if self._folded is None or self._folded[0] != key:
             with torch.no_grad():
-                dims = tuple(range(1, v.dim()))
-                norm = cast(torch.Tensor, v.norm(dim=dims, keepdim=True))  # pyright: ignore[reportUnknownMemberType] (stub: untyped `p`)
+                norm = cast(torch.Tensor, v.norm(dim=tuple(range(1, v.dim())), keepdim=True))  # pyright: ignore[reportUnknownMemberType] (stub: untyped `p`)
                 self._folded = (key, v * (g / norm))
         return self._folded[1]
 
