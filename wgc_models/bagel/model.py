@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -44,6 +44,7 @@ from torch import nn
 
 from wgc_models.bagel.autoencoder_kl import VaeConfig
 from wgc_models.bagel.qwen2_navit import MoTConfig, Qwen2MoT
+from wgc_models.layers.host_values import int_list
 from wgc_models.layers.invariant import Linear
 from wgc_models.layers.siglip import SiglipConfig, SiglipVision
 from wgc_runtime.contract.node import NodeInputError
@@ -74,7 +75,7 @@ class BagelConfig:
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> BagelConfig:
-        tokens = raw.get("tokens") or {}
+        tokens: dict[str, Any] = raw.get("tokens") or {}
         return cls(
             llm=MoTConfig.from_dict(raw["llm_config"]),
             vit=SiglipConfig.from_dict(raw["vit_config"]),
@@ -228,7 +229,7 @@ class Bagel(nn.Module):
     def text_block(self, ids: torch.Tensor, rope: int) -> ContextBlock:
         """``[<|im_start|>] + ids + [<|im_end|>]`` at ``rope, rope+1, …`` (causal)."""
         tk = self.config.tokens
-        given = ids.reshape(-1).tolist()
+        given = int_list(ids)
         vocab = self.config.llm.vocab_size
         bad = next((i for i in given if not 0 <= i < vocab), None)
         if bad is not None:  # the request's ids: its fault (400), never an index error (500)
@@ -321,24 +322,32 @@ class Guidance:
         return (self.text_scale, self.img_scale) if lo < t <= hi else (1.0, 1.0)
 
 
-def guide(v: torch.Tensor, v_text: torch.Tensor, v_img: torch.Tensor, g: Guidance, t: float):
+def _norm(x: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+    """``x.norm()`` (of all of it), or ``x.norm(dim=dim, keepdim=True)`` (torch's stub leaves
+    `Tensor.norm`'s ``p`` untyped)."""
+    if dim is None:
+        return cast(torch.Tensor, x.norm())  # pyright: ignore[reportUnknownMemberType]
+    return cast(torch.Tensor, x.norm(dim=dim, keepdim=True))  # pyright: ignore[reportUnknownMemberType]
+
+
+def guide(
+    v: torch.Tensor, v_text: torch.Tensor, v_img: torch.Tensor, g: Guidance, t: float
+) -> torch.Tensor:
     """BAGEL's ``_forward_flow`` combination of the three velocities at time ``t``."""
     ts, im = g.scales(t)
     if ts <= 1.0:
         return v
     if g.renorm == "text_channel":
         vt_ = v_text + ts * (v - v_text)
-        scale = (v.norm(dim=-1, keepdim=True) / (vt_.norm(dim=-1, keepdim=True) + 1e-8)).clamp(
-            min=g.renorm_min, max=1.0
-        )
+        scale = (_norm(v, -1) / (_norm(vt_, -1) + 1e-8)).clamp(min=g.renorm_min, max=1.0)
         vt = vt_ * scale
         return v_img + im * (vt - v_img) if im > 1.0 else vt
     vt_ = v_text + ts * (v - v_text)
     out = v_img + im * (vt_ - v_img) if im > 1.0 else vt_
     if g.renorm == "global":
-        norm_v, norm_out = v.norm(), out.norm()
+        norm_v, norm_out = _norm(v), _norm(out)
     elif g.renorm == "channel":
-        norm_v, norm_out = v.norm(dim=-1, keepdim=True), out.norm(dim=-1, keepdim=True)
+        norm_v, norm_out = _norm(v, -1), _norm(out, -1)
     else:
         raise ValueError(f"unknown cfg renorm `{g.renorm}` (global, channel or text_channel)")
     return out * (norm_v / (norm_out + 1e-8)).clamp(min=g.renorm_min, max=1.0)
