@@ -53,6 +53,7 @@ from wgc_models._shared.batched import Batched, need, weights_dtype
 from wgc_models.bagel.checkpoint import bagel_config, bagel_parts, load_bagel, load_vae
 from wgc_models.bagel.image import scaled, vae_image, vit_pixels
 from wgc_models.bagel.model import (
+    BagelConfig,
     ContextBlock,
     Guidance,
     Schedule,
@@ -69,7 +70,7 @@ from wgc_runtime.contract.weights import WeightParts
 LABELS = ("main", "cfg_text", "cfg_img")
 
 
-def latent_stride(cfg) -> int:
+def latent_stride(cfg: BagelConfig) -> int:
     """Pixels per latent token a side: the VAE's downsampling times the latent patch (16)."""
     return 2 ** (len(cfg.vae.block_out_channels) - 1) * cfg.latent_patch_size
 
