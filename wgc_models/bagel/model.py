@@ -35,6 +35,7 @@ velocity is ``llm2vae`` of the generation tokens' final states, the three veloci
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -355,3 +356,21 @@ def guide(
 
 def euler(x: torch.Tensor, v: torch.Tensor, dt: float) -> torch.Tensor:
     return x - v * dt
+
+
+def latent_stride(cfg: BagelConfig) -> int:
+    """Pixels per latent token a side: the VAE's downsampling times the latent patch (16)."""
+    return 2 ** (len(cfg.vae.block_out_channels) - 1) * cfg.latent_patch_size
+
+
+def guidance_from(config: Mapping[str, Any], images: int) -> Guidance:
+    """The CFG scales a node's config sets (editing when the request gave images)."""
+    text = float(config.get("cfg_text_scale", 4.0))
+    if images > 0:
+        return Guidance.editing(text, float(config.get("cfg_img_scale_edit", 2.0)))
+    return Guidance(text, float(config.get("cfg_img_scale", 1.0)))
+
+
+def schedule_from(config: Mapping[str, Any]) -> Schedule:
+    """The flow schedule a node's config sets (steps, timestep shift)."""
+    return Schedule(int(config.get("steps", 50)), float(config.get("timestep_shift", 3.0)))

@@ -53,13 +53,13 @@ from wgc_models._shared.batched import Batched, need, weights_dtype
 from wgc_models.bagel.checkpoint import bagel_config, bagel_parts, load_bagel, load_vae
 from wgc_models.bagel.image import scaled, vae_image, vit_pixels
 from wgc_models.bagel.model import (
-    BagelConfig,
     ContextBlock,
-    Guidance,
-    Schedule,
     euler,
+    guidance_from,
     guide,
+    latent_stride,
     patchify,
+    schedule_from,
     unpatchify,
 )
 from wgc_models.bagel.text import bagel_tokenizer, text_ids
@@ -68,22 +68,6 @@ from wgc_runtime.contract.node import CallContext, Node, NodeContext, NodeError,
 from wgc_runtime.contract.weights import WeightParts
 
 LABELS = ("main", "cfg_text", "cfg_img")
-
-
-def latent_stride(cfg: BagelConfig) -> int:
-    """Pixels per latent token a side: the VAE's downsampling times the latent patch (16)."""
-    return 2 ** (len(cfg.vae.block_out_channels) - 1) * cfg.latent_patch_size
-
-
-def _guidance(config: Mapping[str, Any], images: int) -> Guidance:
-    text = float(config.get("cfg_text_scale", 4.0))
-    if images > 0:
-        return Guidance.editing(text, float(config.get("cfg_img_scale_edit", 2.0)))
-    return Guidance(text, float(config.get("cfg_img_scale", 1.0)))
-
-
-def _schedule(config: Mapping[str, Any]) -> Schedule:
-    return Schedule(int(config.get("steps", 50)), float(config.get("timestep_shift", 3.0)))
 
 
 def _start(
@@ -190,8 +174,8 @@ class CombineCfg(Node):
     ) -> dict[str, torch.Tensor]:
         latents, i = _start(inputs, ctx, self.out_shape("latents"))
         context = need(inputs, "context", self.name)
-        t, dt = _schedule(self.config).at(i)
-        g = _guidance(self.config, int(context[3]))
+        t, dt = schedule_from(self.config).at(i)
+        g = guidance_from(self.config, int(context[3]))
         v_main, v_text, v_img = (need(inputs, p, self.name) for p in ("v_main", "v_text", "v_img"))
         v = guide(v_main, v_text, v_img, g, t)
         return {"latents": euler(latents, v, dt), "time_index": torch.tensor(i + 1)}
@@ -234,7 +218,7 @@ class LLM(Batched):
                 f"{have} is not model `{self.config.get('model')}`'s {want}"
             )
         self.kv_tokens = int(self.config.get("kv_tokens", 1 << 30))
-        self.schedule = _schedule(self.config)
+        self.schedule = schedule_from(self.config)
 
     # ------------------------------------------------------------------ bookkeeping
     @staticmethod
@@ -388,7 +372,7 @@ class LLM(Batched):
                 return {"velocity": self.model.velocity(hidden[0]).cpu()}
 
             return _Call(blocks, one)
-        g = _guidance(self.config, int(st.get("images", 0)))
+        g = guidance_from(self.config, int(st.get("images", 0)))
         text, img = g.scales(t)
         labels = (
             ["main"] + (["cfg_text"] if text > 1.0 else []) + (["cfg_img"] if img > 1.0 else [])
