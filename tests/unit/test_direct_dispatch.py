@@ -6,6 +6,7 @@ the cores, failures — is what the generic executor gives."""
 from __future__ import annotations
 
 import re
+from typing import ClassVar
 
 import pytest
 import torch
@@ -70,7 +71,7 @@ class AddOne(Node):
     fail_on: float | None = None
     refuse = False
     wrong_on: float | None = None
-    calls: list[str] = []
+    calls: ClassVar[list[str]] = []
 
     def forward_one(self, inputs, ctx):
         x = float(present(inputs["x"]))
@@ -89,12 +90,8 @@ class Batched(AddOne):
         return [self.forward_one(w.inputs, w.ctx) for w in batch]
 
 
-@pytest.fixture(autouse=True)
-def _reset():
-    AddOne.fail_on, AddOne.refuse, AddOne.wrong_on, AddOne.calls = None, False, None, []
-
-
 def _compiled(tmp_path, placement: str, walk: str = PLAIN):
+    AddOne.fail_on, AddOne.refuse, AddOne.wrong_on, AddOne.calls = None, False, None, []
     (tmp_path / "m.walk").write_text(walk, encoding="utf-8")
     (tmp_path / "p.yaml").write_text(placement, encoding="utf-8")
     result = Driver().compile(str(tmp_path / "m.walk"), str(tmp_path / "p.yaml"))

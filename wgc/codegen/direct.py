@@ -171,8 +171,7 @@ def direct_function(p: PieceSpec, r: RankSpec, where: Callable[[str], str]) -> s
                 )
                 port_text = pyfmt.string(o.port).text
                 binds.append(
-                    f"{INDENT}{sender} = bind.send({c.id}, {port_text}, {k})"
-                    f"  # {comment_text(to)}"
+                    f"{INDENT}{sender} = bind.send({c.id}, {port_text}, {k})  # {comment_text(to)}"
                 )
                 body.append(f"{pad}{sender}(w, {value_of[(c.id, o.port)]})")
     name = function_name(p)

@@ -210,7 +210,9 @@ def render_rank(plan: Plan, r: RankSpec, env: jinja2.Environment) -> str:
             where(p.source),
             assign(
                 piece_names[p.walk],
-                spec_doc(p, used, hook, [("direct", Atom(function_name(p)))] if directs[p.walk] else ()),
+                spec_doc(
+                    p, used, hook, [("direct", Atom(function_name(p)))] if directs[p.walk] else ()
+                ),
             ),
         )
         for p in r.pieces
