@@ -130,14 +130,14 @@ def test_plain_pieces_are_written_as_straight_code_with_their_walk_lines(tmp_pat
     assert "def direct_w(bind):" in rank0 and "direct=direct_w," in rank0
     # node after node with the values as locals, the walk's line above each call, the value
     # for rank 1 and the client's sent right after the call that made it
-    body = rank0[rank0.index("    def run(w, x):") : rank0.index("    return run")]
+    body = rank0[rank0.index("    def run(w, v_x):") : rank0.index("    return run")]
     assert re.sub(r"# \S*m\.walk:", "# m.walk:", body).splitlines()[1:] == [
         "        # m.walk:12",
-        '        x1 = call_0(w, {"x": x})["x"]',
+        '        v_x1 = call_0(w, {"x": v_x})["x"]',
         "        # m.walk:13",
-        '        x2 = call_1(w, {"x": x1})["x"]',
-        "        send_1_0(w, x2)",
-        "        send_1_1(w, x2)",
+        '        v_x2 = call_1(w, {"x": v_x1})["x"]',
+        "        send_1_0(w, v_x2)",
+        "        send_1_1(w, v_x2)",
         "",
     ]
     assert '"direct"' not in files["plan.json"]  # code, never data

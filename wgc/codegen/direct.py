@@ -13,13 +13,12 @@ sending each value that leaves the rank right after the call that made it (the o
 executor routes in). Every other piece keeps ``direct`` None and runs in the generic executor.
 
 The text is deterministic (the plan's tuples in order) and every call carries the ``.walk`` line
-it comes from; names from the user reach the code only as string literals, or as identifiers
-when they are plain identifiers that cannot clash (else a ``v_`` prefix).
+it comes from; names from the user reach the code as string literals, comments, or locals in
+the ``v_`` namespace (``v_x1``, as in the generated flows).
 """
 
 from __future__ import annotations
 
-import keyword
 import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -90,17 +89,14 @@ def function_name(p: PieceSpec) -> str:
 
 
 class _Names:
-    """Local names for values: the ``.walk`` channel when it is a safe identifier."""
-
-    RESERVED = frozenset({"bind", "run", "w", "out"})
+    """Local names for values: ``v_`` + the ``.walk`` channel, the namespace the generated
+    flows give the author's names too (no generated or imported name starts with it)."""
 
     def __init__(self) -> None:
         self.taken: set[str] = set()
 
     def new(self, hint: str) -> str:
-        ok = hint.isidentifier() and not keyword.iskeyword(hint) and hint not in self.RESERVED
-        ok = ok and not hint.startswith(("call_", "send_", "v_"))
-        base = hint if ok else f"v_{''.join(ch if ch.isalnum() else '_' for ch in hint)}"
+        base = "v_" + "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in hint)
         name, i = base, 2
         while name in self.taken:
             name, i = f"{base}_{i}", i + 1

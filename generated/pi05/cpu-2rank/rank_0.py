@@ -50,10 +50,10 @@ def direct_prefill(bind):
     call_0 = bind.call(0)  # vit_encoder
     send_0_0 = bind.send(0, "image_embeddings", 0)  # rank 1, call 1 `image_embeddings`
 
-    def run(w, images):
+    def run(w, v_images):
         # wgc_models/pi05/pi05.walk:96
-        vit_encoder_image_embeddings = call_0(w, {"images": images})["image_embeddings"]
-        send_0_0(w, vit_encoder_image_embeddings)
+        v_vit_encoder_image_embeddings = call_0(w, {"images": v_images})["image_embeddings"]
+        send_0_0(w, v_vit_encoder_image_embeddings)
 
     return run
 

@@ -75,12 +75,12 @@ def direct_encode(bind):
     call_1 = bind.call(1)  # encoder
     send_1_0 = bind.send(1, "audio_features", 0)  # rank 1, call 2 `audio_features`
 
-    def run(w, audio):
+    def run(w, v_audio):
         # wgc_models/whisper/whisper.walk:129
-        mel = call_0(w, {"audio": audio})["mel"]
+        v_mel = call_0(w, {"audio": v_audio})["mel"]
         # wgc_models/whisper/whisper.walk:130
-        encoder_audio_features = call_1(w, {"mel": mel})["audio_features"]
-        send_1_0(w, encoder_audio_features)
+        v_encoder_audio_features = call_1(w, {"mel": v_mel})["audio_features"]
+        send_1_0(w, v_encoder_audio_features)
 
     return run
 
