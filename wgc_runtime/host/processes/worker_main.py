@@ -128,6 +128,7 @@ class WorkerLoop:
             self._outbox,
             max_batch=rank_spec.batching.max_batch,
             device=device,
+            direct=TUNING.direct,
         )
         self.running = True
         self.trouble = Trouble(f"rank {self.rank}")
