@@ -10,9 +10,10 @@
   produces into (the consumer's buffer: items the conductor never sees, pushed rank to rank
   before the consuming flow starts, which a dead owner loses). A restarted rank holds no pages,
   loop copies or stream items, so that state is lost; what becomes of its request is the plan's
-  choice, per walk (`WalkSpec.on_restart`, the placement's ``on_restart:``): ``fail`` (the
-  default) or ``replay``. Each (request, rank) remembers whether every walk that may have left
-  state there replays (`replays`); a state move (no walk named) takes the request's own answer;
+  choice, per piece (`WalkSpec.restart_on`: the walk's piece on that rank, else the walk; the
+  placement's ``on_restart:``): ``fail`` (the default) or ``replay``. Each (request, rank)
+  remembers whether every piece that may have left state there replays (`replays`); a state
+  move (no walk named) takes the request's own answer;
 * **a rank died** (`RankDied` from the supervisor): `down` records it, and `on_rank_died` names
   the requests it held: each is replayed from its start (`ConductorCore.replay`) when `replays`
   says so and none of its outputs reached the client, and fails otherwise; the others go on. A
@@ -51,7 +52,7 @@ class RankWatch:
 
     def __init__(self, spec: ConductorSpec) -> None:
         self.walk_ranks = {w.name: reach(spec, w) for w in spec.walks}
-        self.replaying = {w.name for w in spec.walks if w.on_restart is OnRestart.REPLAY}
+        self.walks = {w.name: w for w in spec.walks}
         self.down: dict[int, str] = {}  # rank -> why
         # request -> the ranks that hold some of it -> whether every walk that may have left
         # state there replays
@@ -68,14 +69,16 @@ class RankWatch:
         walk = getattr(msg, "walk", None)
         if walk is not None:
             ranks = {rank, *self.walk_ranks.get(walk, frozenset())}
-            replays = walk in self.replaying
+            spec = self.walks.get(walk)
+            for r in ranks:  # the walk's piece there decides (a rank without one: the walk)
+                replays = spec is not None and spec.restart_on(r) is OnRestart.REPLAY
+                held[r] = held.get(r, True) and replays
         else:
             # a state move (`ExportState`, `CopyKv`) names no walk: where the state goes, with
             # the request's own answer (the state is of walks it ran)
-            ranks = {rank, *getattr(msg, "to_ranks", ())}
             replays = all(held.values())
-        for r in ranks:
-            held[r] = held.get(r, True) and replays
+            for r in {rank, *getattr(msg, "to_ranks", ())}:
+                held[r] = held.get(r, True) and replays
 
     def replays(self, request: str, rank: int) -> bool:
         """Whether ``request``'s state on ``rank`` is all of walks that replay on a restart."""
