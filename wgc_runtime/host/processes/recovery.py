@@ -16,7 +16,8 @@
   move (no walk named) takes the request's own answer;
 * **a rank died** (`RankDied` from the supervisor): `down` records it, and `on_rank_died` names
   the requests it held: each is replayed from its start (`ConductorCore.replay`) when `replays`
-  says so and none of its outputs reached the client, and fails otherwise; the others go on. A
+  says so (outputs the client already has are checked, not sent again:
+  `wgc_runtime.core.conductor.replay`), and fails otherwise; the others go on. A
   request that later needs a rank that is down fails too (`needs_down`), at the moment the
   conductor would send to it;
 * **a rank is back** (the supervisor's `Peers` update and `Ready`): `up`.
