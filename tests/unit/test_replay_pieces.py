@@ -75,3 +75,16 @@ def test_a_bad_piece_is_a_coded_error(tmp_path: Path, on_restart, code, message)
     result = Driver().plan(str(walk), str(placement))
     assert result.plan is None
     assert [(d.code, message in d.message) for d in result.errors] == [(code, True)]
+
+
+def test_an_outputs_digest_tells_values_apart() -> None:
+    import torch
+
+    from wgc_runtime.core.conductor.replay import digest
+
+    a = torch.arange(6, dtype=torch.float32).reshape(2, 3)
+    assert digest(a) == digest(a.clone()) == digest(a.t().contiguous().t())
+    assert digest(a) != digest(a + 1) and digest(a) != digest(a.to(torch.float64))
+    assert digest(a) != digest(a.reshape(3, 2))
+    assert digest(a.to(torch.bfloat16)) == digest(a.to(torch.bfloat16))
+    assert digest({"text": "hi", "ids": [1, 2]}) != digest({"text": "hi", "ids": [1, 3]})
