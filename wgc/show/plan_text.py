@@ -182,7 +182,8 @@ def restart_text(plan: Plan) -> str:
     by: dict[str, list[str]] = {}
     for walk, policy, ranks in restart_rows(plan):
         whole = len(restart_rows_of(plan, walk)) == 1
-        by.setdefault(policy, []).append(walk if whole else f"{walk} (rank {ranks})")
+        which = "ranks" if "," in ranks else "rank"
+        by.setdefault(policy, []).append(walk if whole else f"{walk} ({which} {ranks})")
     if len(by) <= 1:
         policy = next(iter(by), "fail")
         return f"{policy} (every walk: {_RESTART[policy]})"
@@ -201,11 +202,12 @@ def restart_rows_of(plan: Plan, walk: str) -> list[tuple[str, str, str]]:
     for r in w.ranks:
         ranks.setdefault(w.restart_on(r).value, []).append(r)
     if len(ranks) <= 1:
-        return [(walk, w.on_restart.value if not ranks else next(iter(ranks)), _ranks(w.ranks))]
-    return [(walk, policy, _ranks(rs)) for policy, rs in sorted(ranks.items())]
+        policy = next(iter(ranks), w.on_restart.value)
+        return [(walk, policy, _rank_list(w.ranks))]
+    return [(walk, policy, _rank_list(rs)) for policy, rs in sorted(ranks.items())]
 
 
-def _ranks(ranks) -> str:
+def _rank_list(ranks: Iterable[int]) -> str:
     return ", ".join(map(str, ranks))
 
 

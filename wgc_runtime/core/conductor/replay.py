@@ -29,7 +29,7 @@ import dataclasses
 import hashlib
 import pickle
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from wgc_runtime.contract.flow import SEED_OPTION, SESSION_OPTION, SimpleRequest
 from wgc_runtime.contract.kinds import FailKind, OnRestart
@@ -149,12 +149,15 @@ def _feed(h: Any, data: Any) -> None:
         h.update(f"tensor {t.dtype} {tuple(t.shape)};".encode())
         h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
     elif isinstance(data, (list, tuple)):
-        h.update(f"{type(data).__name__} {len(data)};".encode())
-        for x in data:
+        kind = "list" if isinstance(data, list) else "tuple"
+        items: list[Any] = list(cast("tuple[Any, ...]", data))
+        h.update(f"{kind} {len(items)};".encode())
+        for x in items:
             _feed(h, x)
     elif isinstance(data, dict):
-        h.update(f"dict {len(data)};".encode())
-        for k, v in data.items():
+        pairs: list[tuple[Any, Any]] = list(cast("dict[Any, Any]", data).items())
+        h.update(f"dict {len(pairs)};".encode())
+        for k, v in pairs:
             _feed(h, k)
             _feed(h, v)
     else:
