@@ -80,7 +80,7 @@ class PieceRestart:
     walk: str
     rank: int
     policy: str
-    span: Span | None = field(default=None, compare=False)
+    span: Span = field(compare=False)
 
 
 @dataclass(frozen=True, slots=True)
