@@ -2,7 +2,8 @@
 every in-flight request ends.
 
     .venv/bin/python benchmarks/kill_matrix.py [--trials 50] [--seed 0] [--concurrent 3]
-        [--only orpheus/cpu-2rank ...] [--markdown PATH]
+        [--only orpheus/cpu-2rank ...] [--jobs N] [--jsonl PATH] [--markdown PATH]
+    .venv/bin/python benchmarks/kill_matrix.py --report PATH.jsonl [--markdown PATH]
 
 For each checked-in multi-rank plan (`generated/<family>/cpu-*rank*`) one deployment (processes,
 the toy nodes, restarts allowed) is started; then for each rank, `--trials` times: a reference
@@ -17,6 +18,14 @@ was done, and it waited for the restart): none waits for the watchdog (issue 34,
 the request admitted during the restart either ran once the rank was back or failed naming it.
 The next trial starts once `health` is `ok` again.
 
+Where the time goes: each trial records its phases (``--jsonl``: one line per trial, appended as
+it ends, so a long run can be read, and its report made with ``--report``, at any point): the
+kill until every in-flight request ended, until the late request ended, and until health is
+``ok`` again (the restart: a new process importing torch and loading its nodes is most of a
+trial), and each deployment its start. ``--jobs N`` runs N plans at once, each in its own
+process (their restarts overlap; each plan's trials are drawn from ``--seed`` and the plan, so a
+plan's trials are the same whatever the jobs).
+
 Prints one row per plan and rank (trials, passed, the slowest end after the kill, the restart
 time) and the failures; exits 1 when any trial failed.
 """
@@ -24,8 +33,12 @@ time) and the failures; exits 1 when any trial failed.
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import os
 import random
+import re
+import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -63,6 +76,11 @@ class Trial:
     outcomes: list[str] = field(default_factory=list)  # "ok" / "failed" / "timeout", per request
     problems: list[str] = field(default_factory=list)
     restart: float = 0.0
+    # seconds after the kill: every in-flight request ended, the late one ended; the trial's
+    # whole time (submit to health `ok`)
+    inflight: float = 0.0
+    late: float = 0.0
+    total: float = 0.0
 
 
 class TimedClient(Client):
@@ -119,6 +137,7 @@ def trial(cluster: Cluster, client: TimedClient, plan: str, rank: int, point: st
     family = Path(plan).parent.name
     segments, want, options = REQUESTS[family]
     t = Trial(plan, rank, point)
+    began = time.monotonic()
     streams = [client.submit(segments, want, options, deadline=600) for _ in range(concurrent)]
     first = iter(streams[0])
     if point == "handoff":
@@ -141,9 +160,11 @@ def trial(cluster: Cluster, client: TimedClient, plan: str, rank: int, point: st
         t.outcomes.append(outcome.split(":")[0])
         if outcome.startswith("timeout") or (outcome.startswith("failed") and end > LIMIT):
             t.problems.append(f"ended {end:.2f} s after the kill ({outcome[:120]})")
-        elif outcome.startswith("failed"):
+        if outcome.startswith("failed"):
             t.ends.append(end)
+    t.inflight = time.monotonic() - killed_at
     outcome, _ = drain(late, killed_at + 600)
+    t.late = time.monotonic() - killed_at
     if outcome.startswith("timeout") or (
         outcome.startswith("failed") and f"rank {rank}" not in outcome
     ):
@@ -152,28 +173,79 @@ def trial(cluster: Cluster, client: TimedClient, plan: str, rank: int, point: st
     while cluster.health().status != "ok" and time.monotonic() < deadline:
         time.sleep(0.05)
     t.restart = time.monotonic() - killed_at
+    t.total = time.monotonic() - began
     return t
 
 
-def run_plan(plan: str, trials: int, concurrent: int, rng: random.Random) -> list[Trial]:
+def run_plan(plan: str, trials: int, concurrent: int, seed: int, jsonl: Path | None) -> list[Trial]:
     family = Path(plan).parent.name
+    rng = random.Random(f"{seed}/{plan}")
     cwd = os.getcwd()
     os.chdir(ROOT)  # workers import node impls relative to the project root
+    t0 = time.monotonic()
     try:
         cluster = Cluster(plan, progress=None, ready_timeout=600, restarts=10**6).start()
     finally:
         os.chdir(cwd)
+    _log(jsonl, {"plan": plan, "start": time.monotonic() - t0})
     out: list[Trial] = []
     try:
-        with TimedClient(cluster.client_address, idle_timeout=600) as client:
+        client = TimedClient(cluster.client_address, idle_timeout=600)
+        with client:
             count = outputs_of(client, family)
-            for rank in range(cluster.world):
-                for _ in range(trials):
+            for _ in range(trials):  # round by round: a partial run covers every rank
+                for rank in range(cluster.world):
                     point = rng.choice(POINTS)
-                    out.append(trial(cluster, client, plan, rank, point, count, concurrent, rng))
+                    t = trial(cluster, client, plan, rank, point, count, concurrent, rng)
+                    out.append(t)
+                    _log(jsonl, dataclasses.asdict(t))
+                    print(
+                        f"{plan} rank {rank} {point}: {'ok' if not t.problems else 'FAILED'}; "
+                        f"in flight ended {t.inflight:.2f} s, late {t.late:.2f} s, restart "
+                        f"{t.restart:.2f} s, trial {t.total:.2f} s",
+                        file=sys.stderr,
+                        flush=True,
+                    )
     finally:
         cluster.stop()
     return out
+
+
+def _log(jsonl: Path | None, row: dict[str, Any]) -> None:
+    if jsonl is not None:
+        with jsonl.open("a", encoding="utf-8") as f:
+            f.write(json.dumps(row) + "\n")
+
+
+def read_jsonl(path: Path) -> tuple[list[Trial], dict[str, float]]:
+    """The trials and the deployments' start times a ``--jsonl`` log holds so far."""
+    trials, starts = [], {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a line being written
+        if "start" in row:
+            starts[row["plan"]] = row["start"]
+        else:
+            trials.append(Trial(**row))
+    return trials, starts
+
+
+def parallel(opts: argparse.Namespace, todo: list[str]) -> int:
+    """Run ``todo``'s plans ``opts.jobs`` at a time, each in a process of its own that appends
+    to ``opts.jsonl``; the exit status: 1 when any trial failed."""
+    rc, running = 0, []
+    base = [sys.executable, __file__, "--trials", str(opts.trials), "--seed", str(opts.seed)]
+    base += ["--concurrent", str(opts.concurrent), "--jsonl", str(opts.jsonl)]
+    for plan in todo:
+        while len(running) >= opts.jobs:
+            rc |= running.pop(0).wait() != 0
+        only = plan.removeprefix("generated/")
+        running.append(subprocess.Popen([*base, "--only", only], stdout=subprocess.DEVNULL))
+    for p in running:
+        rc |= p.wait() != 0
+    return rc
 
 
 def report(results: list[Trial]) -> str:
@@ -187,7 +259,7 @@ def report(results: list[Trial]) -> str:
         ts = [t for t in results if (t.plan, t.rank) == (plan, rank)]
         by = "/".join(str(sum(t.point == p for t in ts)) for p in POINTS)
         passed = sum(not t.problems for t in ts)
-        slowest = max((e for t in ts for e in t.ends), default=0.0)
+        slowest = max((e for t in ts for e in _ends(t)), default=0.0)
         restart = sorted(t.restart for t in ts)[len(ts) // 2]
         failed = sum(o == "failed" for t in ts for o in t.outcomes)
         ok = sum(o == "ok" for t in ts for o in t.outcomes)
@@ -196,27 +268,53 @@ def report(results: list[Trial]) -> str:
             f"{failed} / {ok} | {slowest * 1000:,.0f} ms | {restart:.1f} s |"
         )
     bad = [t for t in results if t.problems]
-    lines += ["", f"{len(results)} trials, {len(bad)} failed"]
-    lines += [f"- `{t.plan}` rank {t.rank} at {t.point}: {'; '.join(t.problems)}" for t in bad]
+    worst = max((e for t in results for e in _ends(t)), default=0.0)
+    spent = sum(t.total for t in results)
+    restart = sum(t.restart for t in results)
+    lines += [
+        "",
+        f"{len(results)} trials, {len(bad)} failed; the slowest failure {worst * 1000:,.0f} ms "
+        f"after its kill; {spent / 60:.1f} min in trials, {restart / max(spent, 1e-9):.0%} of it "
+        "from the kill until health was `ok` again",
+    ]
+    for t in bad:
+        said = sorted(set(t.problems), key=t.problems.index)
+        times = f" ({len(t.problems)} requests)" if len(said) < len(t.problems) else ""
+        lines.append(f"- `{t.plan}` rank {t.rank} at {t.point}{times}: {'; '.join(said)}")
     return "\n".join(lines)
 
 
+def _ends(t: Trial) -> list[float]:
+    """When each failed request of ``t`` ended after the kill (a log of an earlier version
+    kept the late ones only in its problems)."""
+    late = [float(m) for p in t.problems for m in re.findall(r"ended ([0-9.]+) s after", p)]
+    return [*t.ends, *late]
+
+
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     ap.add_argument("--trials", type=int, default=50, help="kills per rank of each plan")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--concurrent", type=int, default=3, help="requests in flight at the kill")
     ap.add_argument("--only", nargs="+", help="plans as FAMILY/PLACEMENT")
     ap.add_argument("--markdown", type=Path)
+    ap.add_argument("--jsonl", type=Path, help="append each trial here as it ends")
+    ap.add_argument("--jobs", type=int, default=1, help="plans run at once (needs --jsonl)")
+    ap.add_argument("--report", type=Path, help="only print the report of a --jsonl log")
     opts = ap.parse_args()
-    rng = random.Random(opts.seed)
-    results: list[Trial] = []
-    for plan in plans(opts.only):
-        results += run_plan(plan, opts.trials, opts.concurrent, rng)
-        bad = sum(bool(t.problems) for t in results)
-        print(f"{plan}: {len(results)} trials so far, {bad} failed", file=sys.stderr)
-        if opts.markdown:  # the report so far, after each plan: a long run can be read early
-            opts.markdown.write_text(report(results) + "\n", encoding="utf-8")
+    if opts.report is not None:
+        results, _ = read_jsonl(opts.report)
+    elif opts.jobs > 1:
+        if opts.jsonl is None:
+            ap.error("--jobs needs --jsonl (the processes report there)")
+        parallel(opts, plans(opts.only))
+        results, _ = read_jsonl(opts.jsonl)
+    else:
+        results = []
+        for plan in plans(opts.only):
+            results += run_plan(plan, opts.trials, opts.concurrent, opts.seed, opts.jsonl)
+            bad = sum(bool(t.problems) for t in results)
+            print(f"{plan}: {len(results)} trials so far, {bad} failed", file=sys.stderr)
     text = report(results)
     print(text)
     if opts.markdown:

@@ -1,7 +1,7 @@
 """A restart replays or fails a request as the plan says, per walk (issue 34, point 1): the
 placement's ``on_restart:`` reaches `WalkSpec.on_restart`, `RankWatch.replays` answers per
 (request, rank), and `ConductorCore.replay` runs a request again from its start under a new id,
-unless some of its outputs reached the client."""
+sending again none of the outputs the client already has."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from wgc_runtime.contract.messages import (
     ClientOut,
     ExportState,
     Finished,
+    Output,
     Release,
     StartWalk,
     Value,
@@ -171,15 +172,31 @@ def test_a_replayed_request_starts_again_first_in_line_under_its_new_id(tmp_path
     assert core.running() == ["r1~1"] and core.queued() == ["r2"]
 
 
-def test_a_request_whose_output_reached_the_client_is_not_replayed(tmp_path: Path) -> None:
+def test_a_replay_sends_only_what_the_client_does_not_have(tmp_path: Path) -> None:
     core, out = _core(tmp_path)
     core.submit("r1", core.spec.request([], ["tensor"]))
     start = next(m for _, m in out.take() if isinstance(m, Value))
     core.deliver(ClientOut("r1", start.walk_id, "first", "main", "tensor", "z", (), b"x"))
     assert any(to == CLIENT for to, _ in out.take())
-    why = core.replay("r1", "r1~1")
-    assert why is not None and "reached the client" in why
-    assert core.running() == ["r1"] and not core.queued()  # left as it was: the host fails it
+    assert core.replay("r1", "r1~1") is None  # replayed, though the client has an output
+    again = next(m for _, m in out.take() if isinstance(m, Value))
+    core.deliver(ClientOut("r1~1", again.walk_id, "first", "main", "tensor", "z", (), b"x"))
+    assert not [m for to, m in out.take() if to == CLIENT]  # checked equal, not sent twice
+    core.deliver(ClientOut("r1~1", again.walk_id, "first", "main", "tensor", "z", (1,), b"y"))
+    assert [m.data for to, m in out.take() if to == CLIENT and isinstance(m, Output)] == [b"y"]
+
+
+def test_a_replay_that_diverges_fails(tmp_path: Path) -> None:
+    core, out = _core(tmp_path)
+    core.submit("r1", core.spec.request([], ["tensor"]))
+    start = next(m for _, m in out.take() if isinstance(m, Value))
+    core.deliver(ClientOut("r1", start.walk_id, "first", "main", "tensor", "z", (), b"x"))
+    assert core.replay("r1", "r1~1") is None
+    again = next(m for _, m in out.take() if isinstance(m, Value))
+    out.take()
+    core.deliver(ClientOut("r1~1", again.walk_id, "first", "main", "tensor", "z", (), b"other"))
+    (end,) = [m for to, m in out.take() if to == CLIENT]
+    assert isinstance(end, Finished) and not end.ok and "diverged" in (end.message or "")
 
 
 def test_the_editor_renames_a_walk_in_on_restart_too() -> None:

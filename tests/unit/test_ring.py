@@ -111,6 +111,17 @@ def test_the_doorbell_rings_only_for_a_sleeping_receiver() -> None:
     assert read(b) == [[b"x"], [b"y"]]
 
 
+def test_a_receiver_that_died_asleep_does_not_take_its_sender_down() -> None:
+    # the kill matrix: a rank SIGKILLed while asleep leaves its sleeping word set and nobody
+    # holding its bell; a peer sending to it must not crash (ENXIO opening the FIFO)
+    a, b, _ = pair()
+    b.sleeping(True)
+    os.close(b.bell)  # its process is gone
+    a.send(1, [b"lost"])
+    a.send(1, [b"again"])  # and again, while it restarts
+    assert read(b) == [[b"lost"], [b"again"]]  # the records wait in the ring
+
+
 def test_a_mesh_sends_typed_batches_through_its_ring_and_wakes_on_the_doorbell() -> None:
     owner = Arena.create(slots=2, region=4 << 20, tag="ring")
     arenas = [Arena.attach(owner.name, 2, owner.region, slot=s) for s in (0, 1)]

@@ -153,6 +153,8 @@ _TABLE: tuple[tuple[str, Severity, str], ...] = (
     ("WG828", E, "writable KV copy not on its owner's only rank group"),
     ("WG829", E, "host is an every-interface address, not a machine"),
     ("WG853", E, "unknown walk in `on_restart`"),
+    ("WG898", E, "`on_restart` names a rank the walk has no piece on"),
+    ("WG899", E, "`on_restart` names a piece by something other than its rank"),
     # -- command arguments: a model or placement given by name (`wgc run orpheus -p cpu-2rank`)
     ("WG840", E, "no model file or registered model family by that name"),
     ("WG841", E, "no placement file or placement by that name"),

@@ -147,6 +147,9 @@ def lower(
                 no_release=ctl.no_release,
                 done_emits=ctl.done_emits,
                 on_restart=OnRestart(placement.on_restart.policy(name)),
+                piece_restarts=tuple(
+                    (r, OnRestart(p)) for r, p in placement.on_restart.piece_policies(name)
+                ),
                 source=src,
             )
         )

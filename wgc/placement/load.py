@@ -14,9 +14,8 @@ from both is WG806):
   recorded in `Placement.ignored_keys`; nodes no group names run on rank 0, M*'s driver rank.
 
 Groups in both formats may set sequence parallelism and residency (`wgc.placement.parallel`).
-
 This module proves all that needs no model (codes below); `rules` checks it against the model.
-Records are built even from a file with errors (bad entries dropped), so the rules still run.
+Records are built even from a file with errors (bad entries dropped): the rules still run.
 
 Codes owned: WG801 (YAML syntax), WG802 (unknown key, with did-you-mean), WG803 (wrong value
 type), WG804 (missing or empty required entry), WG805 (duplicate key), WG806 (formats mixed),
@@ -26,7 +25,7 @@ honour, warning), WG816 (capture buckets not positive, not ascending, or above `
 (kv-cache, batching, concurrency or attention setting out of range), WG818 (device not `cpu`,
 `cuda`, `cuda:N` or `auto:N`), WG819 (host for a rank that does not exist), WG821 (a device
 whose rank no group uses), WG824 (collections nested past `MAX_YAML_DEPTH`, checked before the
-YAML is composed), WG829 (a host that is an every-interface address such as `0.0.0.0`).
+YAML is composed), WG829 (an every-interface host such as `0.0.0.0`), WG899 (`restarts`).
 """
 
 from __future__ import annotations
@@ -64,6 +63,7 @@ CODES = (
     "WG823",
     "WG824",
     "WG829",
+    "WG899",
 )
 
 TOP = {

@@ -74,17 +74,33 @@ class Sessions:
 
 
 @dataclass(frozen=True, slots=True)
+class PieceRestart:
+    """One piece's policy in ``on_restart:``: walk ``walk``'s piece on rank ``rank``."""
+
+    walk: str
+    rank: int
+    policy: str
+    span: Span = field(compare=False)
+
+
+@dataclass(frozen=True, slots=True)
 class Restarts:
     """``on_restart:``: what a worker's restart does to the requests in flight on each walk's
     pieces there, ``fail`` or ``replay`` (`wgc.placement.restarts`); ``walks``: the walks named,
-    each with its policy; every other walk takes ``default``."""
+    each with its policy (its pieces' default); ``pieces``: the pieces named, by walk and rank;
+    every other walk takes ``default``."""
 
     default: str = "fail"
     walks: tuple[tuple[Named, str], ...] = ()
     span: Span | None = field(default=None, compare=False)
+    pieces: tuple[PieceRestart, ...] = ()
 
     def policy(self, walk: str) -> str:
         return next((p for n, p in self.walks if n.name == walk), self.default)
+
+    def piece_policies(self, walk: str) -> tuple[tuple[int, str], ...]:
+        """(rank, policy) of each of ``walk``'s pieces named on its own, by rank."""
+        return tuple(sorted((p.rank, p.policy) for p in self.pieces if p.walk == walk))
 
 
 @dataclass(frozen=True, slots=True)

@@ -41,7 +41,7 @@ from wgc.placement.model import Group, Named, Placement
 from wgc.placement.reach import Pair, assignment, candidates, required_pairs
 
 NAME = "placement"
-CODES = ("WG807", "WG808", "WG811", "WG812", "WG813", "WG814", "WG815", "WG820", "WG853")
+CODES = ("WG807", "WG808", "WG811", "WG812", "WG813", "WG814", "WG815", "WG820", "WG853", "WG898")
 
 
 def run(model: Model, placement: Placement) -> list[Diagnostic]:

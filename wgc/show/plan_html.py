@@ -25,7 +25,14 @@ from wgc.show import html as H
 from wgc.show.graph import GNode, Graph
 from wgc.show.layout import MARGIN, Box, Layout, _Layouter, node_size, text_width
 from wgc.show.plan_graph import HIGHLIGHT, CrossEdge, PlanGraph, build_plan_graph
-from wgc.show.plan_text import PlanIndex, human_bytes, request_total, restart_text, total_text
+from wgc.show.plan_text import (
+    PlanIndex,
+    human_bytes,
+    request_total,
+    restart_rows,
+    restart_text,
+    total_text,
+)
 from wgc.show.style import EDGE_STYLES, style
 
 RANK_HEAD = 46  # rank name and device line
@@ -165,7 +172,7 @@ def render_plan_html(plan: Plan) -> str:
         ranks=ranks,
         transfers=_traffic(plan),
         quiet=_quiet(plan),
-        restarts=[(w.name, w.on_restart.value, ", ".join(map(str, w.ranks))) for w in plan.walks],
+        restarts=restart_rows(plan),
         restart=restart_text(plan),
         legend=legend,
         highlight=HIGHLIGHT,

@@ -157,7 +157,9 @@ def render_plan_text(plan: Plan) -> str:
         f"attention {plan.attention.backend}"
     )
     out.append(f"  on_restart {restart_text(plan)}")
-    replays = {w.name for w in plan.walks if w.on_restart is OnRestart.REPLAY}
+    replays = {
+        (w.name, r) for w in plan.walks for r in w.ranks if w.restart_on(r) is OnRestart.REPLAY
+    }
     for r in plan.ranks:
         out.append("")
         out += _rank(r, replays)
@@ -175,14 +177,38 @@ def _value(v: object) -> str:
 
 
 def restart_text(plan: Plan) -> str:
-    """What a worker's restart does to the requests in flight, per walk (``on_restart``)."""
+    """What a worker's restart does to the requests in flight, per walk, or per piece where a
+    walk's pieces differ (``on_restart``)."""
     by: dict[str, list[str]] = {}
-    for w in plan.walks:
-        by.setdefault(w.on_restart.value, []).append(w.name)
+    for walk, policy, ranks in restart_rows(plan):
+        whole = len(restart_rows_of(plan, walk)) == 1
+        which = "ranks" if "," in ranks else "rank"
+        by.setdefault(policy, []).append(walk if whole else f"{walk} ({which} {ranks})")
     if len(by) <= 1:
         policy = next(iter(by), "fail")
         return f"{policy} (every walk: {_RESTART[policy]})"
     return "; ".join(f"{p} {', '.join(names)}" for p, names in sorted(by.items()))
+
+
+def restart_rows(plan: Plan) -> list[tuple[str, str, str]]:
+    """(walk, policy, its ranks with that policy) for each walk: one row, or one per policy
+    where its pieces differ."""
+    return [row for w in plan.walks for row in restart_rows_of(plan, w.name)]
+
+
+def restart_rows_of(plan: Plan, walk: str) -> list[tuple[str, str, str]]:
+    w = next(x for x in plan.walks if x.name == walk)
+    ranks: dict[str, list[int]] = {}
+    for r in w.ranks:
+        ranks.setdefault(w.restart_on(r).value, []).append(r)
+    if len(ranks) <= 1:
+        policy = next(iter(ranks), w.on_restart.value)
+        return [(walk, policy, _rank_list(w.ranks))]
+    return [(walk, policy, _rank_list(rs)) for policy, rs in sorted(ranks.items())]
+
+
+def _rank_list(ranks: Iterable[int]) -> str:
+    return ", ".join(map(str, ranks))
 
 
 # what each policy does, for the one-policy line
@@ -192,7 +218,7 @@ _RESTART = {
 }
 
 
-def _rank(r: RankSpec, replays: set[str]) -> list[str]:
+def _rank(r: RankSpec, replays: set[tuple[str, int]]) -> list[str]:
     out = [f"rank {r.rank}  {r.device} on {r.host}"]
     if r.nodes:
         out.append("  nodes")
@@ -211,7 +237,9 @@ def _rank(r: RankSpec, replays: set[str]) -> list[str]:
         out += _table(rows)
     else:
         out.append("  nodes   (none)")
-    walks = ", ".join(p.walk + (" (replay)" if p.walk in replays else "") for p in r.pieces)
+    walks = ", ".join(
+        p.walk + (" (replay)" if (p.walk, r.rank) in replays else "") for p in r.pieces
+    )
     walks = walks or "(none)"
     out.append(f"  walks   {walks}")
     loops = [(p.walk, lp) for p in r.pieces for lp in p.loops]

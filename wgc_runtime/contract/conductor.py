@@ -8,12 +8,13 @@ records too). A flow body is a generator over a `Request` (`wgc_runtime.contract
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from wgc_runtime.contract.flow import FlowGen, Request, Segment, SimpleRequest
 from wgc_runtime.contract.kinds import FlowKind, OnRestart, OptionType
 from wgc_runtime.contract.spec import (
+    OMIT_DEFAULT,
     AttentionSpec,
     BatchingSpec,
     Dest,
@@ -101,7 +102,14 @@ class WalkSpec:
     # what a worker's restart does to a request that has state on the walk's pieces there
     # (`wgc_runtime.host.processes.recovery`): fail it, or replay it from its start
     on_restart: OnRestart = OnRestart.FAIL
+    # (rank, policy) of the pieces whose policy is their own (``on_restart: {walk: {1: replay}}``)
+    piece_restarts: tuple[tuple[int, OnRestart], ...] = field(default=(), metadata=OMIT_DEFAULT)
     source: str = ""
+
+    def restart_on(self, rank: int) -> OnRestart:
+        """What a restart of ``rank`` does to a request with state of this walk there: its piece
+        there says so, else the walk."""
+        return next((p for r, p in self.piece_restarts if r == rank), self.on_restart)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

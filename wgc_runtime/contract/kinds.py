@@ -115,7 +115,7 @@ class OnRestart(StrEnum):
     (`wgc_runtime.contract.conductor.WalkSpec.on_restart`; the placement's ``on_restart:``)."""
 
     FAIL = "fail"  # it fails at once, naming the rank
-    REPLAY = "replay"  # it runs again from its start once the rank is back (if nothing was emitted)
+    REPLAY = "replay"  # it runs again from its start once the rank is back
 
 
 class FailKind(StrEnum):

@@ -46,6 +46,13 @@ from wgc_runtime.contract.messages import (
 from wgc_runtime.core.conductor.admission import Admission, PoolKey
 from wgc_runtime.core.conductor.deadlines import Deadlines
 from wgc_runtime.core.conductor.flows import Flows
+from wgc_runtime.core.conductor.replay import (
+    Delivered,
+    guard_output,
+    inherit,
+    may_replay,
+    unreplayed,
+)
 from wgc_runtime.core.conductor.replay import replay as replay_request
 from wgc_runtime.core.conductor.sessions import SessionTable
 from wgc_runtime.core.conductor.state import Abort, RequestRun
@@ -90,6 +97,8 @@ class ConductorCore:
         )
         self._owners = {s.owner for s in spec.streams}  # hold a request's buffers
         self.sessions = SessionTable(spec.kv_cache.max_sessions)
+        self.may_replay = may_replay(spec)  # outputs are remembered (`replay`)
+        self.replayed: dict[str, Delivered] = {}  # a queued replay -> what its client has
 
     @property
     def outbox(self) -> Outbox:
@@ -183,13 +192,19 @@ class ConductorCore:
             elif isinstance(msg, StateImported):
                 self.walks.on_state_imported(req, msg)
             elif isinstance(msg, ClientOut):
-                req.emitted = True  # from now on it cannot be replayed (`replay`)
-                self.post.send(
-                    CLIENT,
-                    Output(
-                        req.id, msg.flow, msg.walk, msg.modality, msg.channel, msg.iters, msg.data
-                    ),
-                )
+                if guard_output(req, msg):  # not when a replay's client has it already
+                    self.post.send(
+                        CLIENT,
+                        Output(
+                            req.id,
+                            msg.flow,
+                            msg.walk,
+                            msg.modality,
+                            msg.channel,
+                            msg.iters,
+                            msg.data,
+                        ),
+                    )
                 self.walks.on_emit(req, msg.walk_id)
             elif isinstance(msg, ChunkReady):
                 self.flows.on_chunk(req, msg)
@@ -227,6 +242,7 @@ class ConductorCore:
     def _start(self, request_id: str, request: Request) -> None:
         req = RequestRun(request_id, request, last_progress=self.clock())
         req.holds |= self._owners
+        inherit(self, req)
         self.active[request_id] = req
         self.admission.promise(1)
         try:
@@ -237,6 +253,8 @@ class ConductorCore:
     def _end(self, req: RequestRun, error: Abort | None) -> None:
         if req.ended:
             return
+        if error is None:
+            error = unreplayed(req)
         req.ended = True
         for f in req.flows.values():
             if f.gen is not None:
@@ -283,5 +301,6 @@ class ConductorCore:
             self.post.send(r, ForgetSession(session))
 
     def _finish_queued(self, rid: str, kind: FailKind, message: str) -> None:
+        self.replayed.pop(rid, None)
         self._session_ended(rid, ok=False)
         self.post.send(CLIENT, Finished(rid, False, kind, message))

@@ -97,4 +97,8 @@ class RequestRun:
     holds: set[int] = field(default_factory=new_set)
     last_progress: float = 0.0
     ended: bool = False
-    emitted: bool = False  # some output of it went to the client (`replay` refuses it then)
+    sent: int = 0  # outputs of it that went to the client (or were checked: `replay`)
+    # where some piece replays (`replay.may_replay`): the digests of what its client has, and
+    # of what a replay must reproduce before it sends anything new (`replay.guard_output`)
+    delivered: dict[Any, Any] | None = None
+    expected: dict[Any, Any] = field(default_factory=new_dict)

@@ -10,14 +10,16 @@
   produces into (the consumer's buffer: items the conductor never sees, pushed rank to rank
   before the consuming flow starts, which a dead owner loses). A restarted rank holds no pages,
   loop copies or stream items, so that state is lost; what becomes of its request is the plan's
-  choice, per walk (`WalkSpec.on_restart`, the placement's ``on_restart:``): ``fail`` (the
-  default) or ``replay`` (a walk that may feed a stream whose owner runs its chunk walks itself,
-  `StreamSpec.chunk_walk`, replays only when that walk does too). Each (request, rank)
-  remembers whether every walk that may have left state there replays (`replays`); a state
+  choice, per piece (`WalkSpec.restart_on`: the walk's piece on that rank, else the walk; the
+  placement's ``on_restart:``): ``fail`` (the default) or ``replay`` (a walk that may feed a stream
+  whose owner runs its chunk walks itself, `StreamSpec.chunk_walk`, replays only when that walk
+  does too, on every rank). Each (request, rank) remembers whether every piece that may have left
+  state there replays (`replays`); a state
   move (no walk named) takes the request's own answer;
 * **a rank died** (`RankDied` from the supervisor): `down` records it, and `on_rank_died` names
   the requests it held: each is replayed from its start (`ConductorCore.replay`) when `replays`
-  says so and none of its outputs reached the client, and fails otherwise; the others go on. A
+  says so (outputs the client already has are checked, not sent again:
+  `wgc_runtime.core.conductor.replay`), and fails otherwise; the others go on. A
   request that later needs a rank that is down fails too (`needs_down`), at the moment the
   conductor would send to it;
 * **a rank is back** (the supervisor's `Peers` update and `Ready`): `up`.
@@ -53,13 +55,18 @@ class RankWatch:
 
     def __init__(self, spec: ConductorSpec) -> None:
         self.walk_ranks = {w.name: reach(spec, w) for w in spec.walks}
-        self.replaying = {w.name for w in spec.walks if w.on_restart is OnRestart.REPLAY}
+        self.walks = {w.name: w for w in spec.walks}
         # a stream's standing rule (`StreamSpec.chunk_walk`) starts its chunk walks on the owner
         # with no message from here: a walk that may feed the stream replays only if they do
+        self.no_replay: set[str] = set()
         for st in spec.streams:
-            if st.chunk_walk and st.chunk_walk not in self.replaying:
-                feeds = {w.name for w in spec.walks if set(w.ranks) & set(st.producer_ranks)}
-                self.replaying -= feeds
+            chunk = self.walks.get(st.chunk_walk or "")
+            if chunk is not None and not all(
+                chunk.restart_on(r) is OnRestart.REPLAY for r in chunk.ranks
+            ):
+                self.no_replay |= {
+                    w.name for w in spec.walks if set(w.ranks) & set(st.producer_ranks)
+                }
         self.down: dict[int, str] = {}  # rank -> why
         # request -> the ranks that hold some of it -> whether every walk that may have left
         # state there replays
@@ -76,14 +83,20 @@ class RankWatch:
         walk = getattr(msg, "walk", None)
         if walk is not None:
             ranks = {rank, *self.walk_ranks.get(walk, frozenset())}
-            replays = walk in self.replaying
+            spec = self.walks.get(walk)
+            for r in ranks:  # the walk's piece there decides (a rank without one: the walk)
+                replays = (
+                    spec is not None
+                    and spec.restart_on(r) is OnRestart.REPLAY
+                    and walk not in self.no_replay
+                )
+                held[r] = held.get(r, True) and replays
         else:
             # a state move (`ExportState`, `CopyKv`) names no walk: where the state goes, with
             # the request's own answer (the state is of walks it ran)
-            ranks = {rank, *getattr(msg, "to_ranks", ())}
             replays = all(held.values())
-        for r in ranks:
-            held[r] = held.get(r, True) and replays
+            for r in {rank, *getattr(msg, "to_ranks", ())}:
+                held[r] = held.get(r, True) and replays
 
     def replays(self, request: str, rank: int) -> bool:
         """Whether ``request``'s state on ``rank`` is all of walks that replay on a restart."""

@@ -48,6 +48,7 @@ has made room (`Rings.pump`, every loop turn). A queue past `MAX_QUEUED` bytes r
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import platform
 import stat
@@ -238,7 +239,14 @@ class Rings:
     def _ring(self, slot: int, out: _Out) -> None:
         if out.sleeping[0]:
             if out.bell < 0:
-                out.bell = _open_bell(self._bell_path(slot), os.O_WRONLY)
+                try:
+                    out.bell = _open_bell(self._bell_path(slot), os.O_WRONLY)
+                except OSError as exc:
+                    if exc.errno != errno.ENXIO:
+                        raise
+                    # nobody holds the bell: its receiver died asleep (its sleeping word is
+                    # still set) and is being restarted, and reads its rings when it is back
+                    return
             with contextlib.suppress(BlockingIOError, OSError):
                 os.write(out.bell, b"\0")
 
