@@ -100,19 +100,21 @@ def test_what_cannot_be_a_prompt_is_the_requests_error(value, token_ids, says) -
         prompt_ids(tok, value, token_ids, 512, "LLM")
 
 
+@pytest.mark.parametrize(("node", "cls"), [("LLM", "LLM"), ("vit_encoder", "VitEncoder")])
 def test_a_checkpoint_without_tokenizer_json_is_refused_before_the_weights(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, node: str, cls: str
 ) -> None:
     from wgc_models.pi05 import nodes
 
-    def load_policy(*args: object) -> None:
+    def build(*args: object) -> None:
         raise AssertionError("weights built before the tokenizer was checked")
 
-    monkeypatch.setattr(nodes, "load_policy", load_policy)
+    monkeypatch.setattr(nodes, "load_policy", build)
+    monkeypatch.setattr(nodes, "load_vision", build)
     (tmp_path / "model.safetensors").write_bytes(b"")
     config = {"checkpoint": str(tmp_path), "layers": 2, "kv_heads": 1, "head_dim": 16}
     with pytest.raises(NodeError) as info:
-        nodes.LLM(NodeContext(name="LLM", config=config))
+        getattr(nodes, cls)(NodeContext(name=node, config=config))
     msg = str(info.value)
-    assert msg.startswith(f"WG879: node `LLM`: checkpoint `{tmp_path}` has no `tokenizer.json`")
+    assert msg.startswith(f"WG879: node `{node}`: checkpoint `{tmp_path}` has no `tokenizer.json`")
     assert "paligemma" in msg and "docs/checkpoints.md" in msg

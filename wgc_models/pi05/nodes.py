@@ -120,6 +120,7 @@ class VitEncoder(Batched):
 
     def __init__(self, ctx: NodeContext) -> None:
         super().__init__(ctx)
+        tokenizer_file(str(self.config.get("checkpoint") or ""), self.name)  # WG879 first
         self.model = load_vision(self.name, self.config, self.device)
 
     @torch.inference_mode()

@@ -12,7 +12,8 @@ The tokenizer is PaliGemma's SentencePiece vocabulary as a Hugging Face ``tokeni
 `tokenizers` package): the checkpoint folder's own, or for the tiny random weights (no
 checkpoint) this folder's `tokenizer.json` (`wgc_models._shared.tiny_tokenizers`: the shared
 byte-level BPE with Gemma's specials). A checkpoint folder without one is refused before any
-weight is built (``WG879``, as Llama's): no other vocabulary may stand in for it.
+weight is built (``WG879``, as Llama's; both nodes, the vision encoder and the LLM, check it
+first): no other vocabulary may stand in for it.
 
 Token ids still go in as they are: with request option ``token_ids`` the prompt field holds ids
 (an openpi-tokenized prompt, the discrete state in it). Every id must be within the model's
