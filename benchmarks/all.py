@@ -264,7 +264,7 @@ BENCHES = (
     Bench("sessions", ("--repeat", "5"), ("--repeat", "1", "--prompt", "32"), markdown=True),
     Bench(
         "speculative",
-        ("--repeat", "3"),
+        ("--repeat", "3", "--inductor"),
         ("--repeat", "1", "--prompts", "1", "--max-new", "16"),
         markdown=True,
     ),

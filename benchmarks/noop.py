@@ -8,10 +8,12 @@ from wgc_runtime.contract.node import Node
 
 
 class Noop(Node):
-    """Returns its input unchanged (``x`` in, ``x`` out): pure dispatch cost."""
+    """Returns its input unchanged (``x`` in, ``x`` out): pure dispatch cost. One call at a
+    time (`forward_one`: nothing to gain from a batch), so a plain piece of these runs as its
+    generated code (`wgc_runtime.core.executor.direct`)."""
 
-    def forward(self, batch):
-        return [{"x": w.inputs["x"]} for w in batch]
+    def forward_one(self, inputs, ctx):
+        return {"x": inputs["x"]}
 
 
 class CountingLM(Node):

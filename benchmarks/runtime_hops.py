@@ -25,7 +25,10 @@ median over the rounds with the min–max, ratios taken within a round. The load
   the runtime processes' CPU time per request (``/proc`` schedstat, every thread).
 * **same-rank dispatch**: ``dispatch100.walk`` (100 no-op nodes) on one rank; median per-node
   time in the executor (`LocalCluster`, no transport) and in a worker process, minus a direct
-  Python call of the node's ``forward``.
+  Python call of the node's ``forward``. ``--dispatch-only`` pairs the generated dispatch of
+  plain pieces (`wgc_runtime.core.executor.direct`) with the generic executor
+  (``WGC_DIRECT=0``) in interleaved rounds: per node in `LocalCluster` and in a worker, the
+  marginal node ((dispatch100 - hop10 on 1 rank) / 90, latency and CPU), and chain3.
 * **tensor hand-over**: 16 MiB from one process to another through the shared-memory arena
   (descriptor only), as zero-copy ZeroMQ frames, and as a copied ZeroMQ message; median of the
   round trip (receiver answers with a small ack once it holds the tensor; arena blocks are
@@ -311,13 +314,13 @@ def request_latency(plan: str, n: int, env: dict[str, str] | None = None) -> tup
     return median_us(samples), cpu
 
 
-def local_latency(plan: str, n: int) -> float:
+def local_latency(plan: str, n: int, direct: bool = True) -> float:
     import torch
 
     from wgc_runtime.contract.flow import Segment
     from wgc_runtime.host.local import LocalCluster
 
-    cluster = LocalCluster(plan)
+    cluster = LocalCluster(plan, direct=direct)
     samples = []
     for i in range(n + 20):
         req = cluster.request([Segment("x", torch.zeros(4))], ["tensor"])
@@ -553,6 +556,73 @@ def side_by_side(
     return out
 
 
+DISPATCH = {"generic": {"WGC_DIRECT": "0"}, "generated": {"WGC_DIRECT": "1"}}
+
+
+def dispatch_pairs(plans: dict[str, str], n: int, rounds: int) -> list[str]:
+    """Generated dispatch (`wgc_runtime.core.executor.direct`) against the generic executor
+    (``WGC_DIRECT=0``, ``LocalCluster(direct=False)``), paired in ``rounds`` interleaved rounds
+    on the default transport: same-rank dispatch per node (dispatch100, in `LocalCluster` and
+    in a worker, minus a direct call) and the request latency of chain3 and hop10 on 1 rank.
+    The table's rows, as markdown."""
+    res: dict[str, list[float]] = {}
+    calls: list[float] = []
+    load0 = loadavg()
+    for r in range(rounds):
+        print(f"round {r + 1}/{rounds}, load {loadavg()}", flush=True)
+        direct = direct_call_us()  # this round's, as the load is now
+        calls.append(direct)
+        for name, env in DISPATCH.items():
+            local = local_latency(plans["dispatch100-1rank"], n, env["WGC_DIRECT"] == "1")
+            res.setdefault(f"local {name}", []).append(local / 100 - direct)
+            for plan in ("dispatch100-1rank", "chain3-3rank", "hop10-1rank"):
+                lat, cpu = request_latency(plans[plan], n, env)
+                res.setdefault(f"{plan} {name}", []).append(lat)
+                res.setdefault(f"{plan} cpu {name}", []).append(cpu)
+                print(f"  {name:9s} {plan:18s} {lat:8.1f} us ({cpu:.0f} us CPU)", flush=True)
+            res.setdefault(f"worker {name}", []).append(
+                res[f"dispatch100-1rank {name}"][-1] / 100 - direct
+            )
+            # the 90 nodes dispatch100 has beyond hop10 on one rank: fixed costs cancel
+            for what in ("", " cpu"):
+                more = res[f"dispatch100-1rank{what} {name}"][-1]
+                more -= res[f"hop10-1rank{what} {name}"][-1]
+                res.setdefault(f"marginal{what} {name}", []).append(more / 90)
+    load1 = loadavg()
+
+    def cells(key: str, fmt: str = "{:.0f}") -> str:
+        return " | ".join(spread(res[f"{key} {name}"], fmt) + " µs" for name in DISPATCH)
+
+    def ratio(key: str) -> str:
+        pairs = zip(res[f"{key} generic"], res[f"{key} generated"], strict=True)
+        return spread([g / d for g, d in pairs], "{:.1f}") + "×"
+
+    def row(label: str, key: str, goal: str = "", fmt: str = "{:.0f}") -> str:
+        return f"| {label} | {cells(key, fmt)} | {ratio(key)} | {goal} |"
+
+    return [
+        f"| measurement (median of {rounds} rounds, min–max) | generic executor "
+        "(`WGC_DIRECT=0`) | generated dispatch (`WGC_DIRECT=1`) | generic ÷ generated | goal |",
+        "|---|---|---|---|---|",
+        f"| load (1, 5, 15 min) before → after | {load0} → {load1} | | | |",
+        f"| direct call of the no-op node's `forward` (subtracted below, per round) "
+        f"| {spread(calls, '{:.2f}')} µs | | | |",
+        row(
+            "same-rank dispatch per node, `LocalCluster` − direct call",
+            "local",
+            "≤ 10 µs",
+            "{:.1f}",
+        ),
+        row("same-rank dispatch per node, worker − direct call", "worker", "≤ 10 µs", "{:.1f}"),
+        row("marginal node, worker ((dispatch100 − hop10 1 rank) / 90)", "marginal", "", "{:.1f}"),
+        row("marginal node, worker, CPU of every runtime thread", "marginal cpu", "", "{:.1f}"),
+        row("dispatch100 (1 rank) request latency", "dispatch100-1rank"),
+        row("hop10, 1 rank, request latency", "hop10-1rank"),
+        row("chain3 (3 ranks) request latency", "chain3-3rank"),
+        row("chain3, CPU of every runtime thread per request", "chain3-3rank cpu"),
+    ]
+
+
 def spread(values: list[float], fmt: str = "{:.0f}") -> str:
     """``median (min–max)`` of one value per round."""
     med = statistics.median(values)
@@ -618,6 +688,11 @@ def main() -> None:
     ap.add_argument("--ray-only", action="store_true")
     ap.add_argument("--ray-serve", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--hops-only", action="store_true", help="only the cross-rank hop, best of")
+    ap.add_argument(
+        "--dispatch-only",
+        action="store_true",
+        help="only generated dispatch against the generic executor, paired rounds",
+    )
     ap.add_argument("--repeat", type=int, default=3, help="rounds for --hops-only")
     ap.add_argument(
         "--busy", type=float, nargs="*", default=[0.0], help="busy-poll windows (us) to compare"
@@ -639,6 +714,12 @@ def main() -> None:
     print(f"machine: {os.cpu_count()} CPUs, python {sys.version.split()[0]}, load {loadavg()}")
     if args.hops_only:
         hops(plans, n, args.repeat, args.busy)
+        return
+    if args.dispatch_only:
+        table = dispatch_pairs(plans, n, args.rounds)
+        print("\n".join(table))
+        if args.markdown:
+            args.markdown.write_text("\n".join(table) + "\n")
         return
 
     load0 = loadavg()

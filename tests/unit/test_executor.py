@@ -47,6 +47,7 @@ def _samples() -> list[M.Message]:
         M.StreamAcks("s", 1, ("r", "q"), (7, 2)),
         M.WalkDone("r", 1, "w", 0),
         M.ChunkReady("r", "s", 2, False, True),
+        M.ChunksDone("r", "s", 3, 1),
         M.ClientOut("r", 1, "w", "main", "text", "token", (3,), None),
         M.Failed("r", FailKind.NODE, "boom", "main", "w", "LLM", 0),
         M.Output("r", "main", "w", "text", "token", (1,), 5),

@@ -3,12 +3,14 @@ walks may leave state on, the consumer rank of the streams they feed included.""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 
 from wgc.cli.compile import sync
 from wgc.driver import Driver
+from wgc_runtime.contract.kinds import OnRestart
 from wgc_runtime.contract.messages import StartWalk
 from wgc_runtime.host.loading import load_plan
 from wgc_runtime.host.processes.recovery import RankWatch, reach
@@ -53,3 +55,23 @@ def test_a_state_move_marks_and_is_blocked_by_its_destination(tmp_path) -> None:
     assert watch.on_rank_died(1, "rank 1 died", ["r1"]) == ["r1"]
     assert watch.blocked(0, move) == 1 and watch.blocked(1, StartWalk("r2", 0, "x", "f")) == 1
     assert watch.up(1) and watch.blocked(0, move) is None
+
+
+def test_a_walk_feeding_a_ruled_stream_replays_only_if_its_chunk_walk_does(tmp_path) -> None:
+    # Orpheus's owner rank starts the codec flow's `snac_chunk` walks itself (a standing rule):
+    # the conductor sends it no `StartWalk` for them, so the feeding walks carry their choice
+    spec = _spec(tmp_path, "orpheus", "cpu-2rank")
+    (stream,) = spec.streams
+    assert stream.chunk_walk == "snac_chunk"
+
+    def on_restart(chunk: OnRestart) -> bool:
+        walks = tuple(
+            dataclasses.replace(w, on_restart=chunk if w.name == "snac_chunk" else OnRestart.REPLAY)
+            for w in spec.walks
+        )
+        watch = RankWatch(dataclasses.replace(spec, walks=walks))
+        watch.sent(0, StartWalk("r1", 0, "decode", "speech"))
+        return watch.replays("r1", stream.owner)
+
+    assert on_restart(OnRestart.REPLAY)
+    assert not on_restart(OnRestart.FAIL)

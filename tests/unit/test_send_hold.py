@@ -8,6 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from wgc_runtime.contract import messages as m
+from wgc_runtime.contract.kinds import Edge
 from wgc_runtime.host.processes import worker_main
 from wgc_runtime.host.processes.worker_main import IDLE_POLL_MS, SendHold, WorkerLoop
 
@@ -64,7 +65,10 @@ class _Executor:
         if self.turns >= self.busy_turns:
             return False
         self.turns += 1
-        self.outbox(1, m.StreamAck(f"r{self.turns}", "tokens", 1, 0))
+        if self.acks:  # a stream owner's turn: credits back to a producer
+            self.outbox(1, m.StreamAck(f"r{self.turns}", "tokens", 1, 0))
+        else:  # a decode step's value for the next rank
+            self.outbox(1, m.Value(f"r{self.turns}", 1, "w", 0, "x", Edge.INPUT))
         self.outbox(m.CONDUCTOR, m.Release(f"r{self.turns}"))
         return True
 
@@ -88,6 +92,7 @@ class _Executor:
         return self.turns < self.busy_turns and not self.last_alone
 
     last_alone = False  # the last busy turn leaves no work for the next one
+    acks = False  # its turns give stream credits back (`StreamAck`) instead
 
 
 class _Mesh:
@@ -189,3 +194,13 @@ def test_work_ahead_that_fails_is_reported_and_the_loop_goes_on(
     assert "work ahead" in err and "boom" in err
     assert [msg.request for _, msgs in mesh.sent for msg in msgs] == ["r1", "r1"]
     assert any(t == IDLE_POLL_MS for t, _ in mesh.polls)
+
+
+def test_a_turn_that_gives_credits_back_sends_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A busy stream owner (a vocoder rank running chunk walks back to back) never holds the
+    credits a producer may wait for: each short turn's `StreamAck` goes at its end."""
+    monkeypatch.setattr(_Executor, "acks", True)
+    mesh = _run_loop(monkeypatch, 0.003)
+    to_rank = [msg for peer, msgs in mesh.sent if peer == 1 for msg in msgs]
+    assert [type(x) for x in to_rank] == [m.StreamAck] * 10
+    assert len([1 for peer, _ in mesh.sent if peer == 1]) == 10  # one send per turn

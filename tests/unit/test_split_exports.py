@@ -33,11 +33,11 @@ BEFORE: dict[str, tuple[str, ...]] = {
         "StaticStep", "WeightParts", "render_type", "type_parts",
     ),
     "wgc_runtime.contract.messages": (
-        "CLIENT", "CONDUCTOR", "CORE", "ChunkReady", "ClientOut", "CopyKv", "ExportState",
-        "Failed", "Finished", "ForgetSession", "ForwardPersisted", "Iters", "Message", "Output",
-        "Release", "SkipChunk", "StartWalk", "StateEnd", "StateImported", "StatePart",
-        "StreamAbandon", "StreamAck", "StreamAcks", "StreamDone", "StreamItem", "StreamItems",
-        "Until", "Value", "WalkDone", "pack_items", "unpack_acks", "unpack_items",
+        "CLIENT", "CONDUCTOR", "CORE", "ChunkReady", "ChunksDone", "ClientOut", "CopyKv",
+        "ExportState", "Failed", "Finished", "ForgetSession", "ForwardPersisted", "Iters",
+        "Message", "Output", "Release", "SkipChunk", "StartWalk", "StateEnd", "StateImported",
+        "StatePart", "StreamAbandon", "StreamAck", "StreamAcks", "StreamDone", "StreamItem",
+        "StreamItems", "Until", "Value", "WalkDone", "pack_items", "unpack_acks", "unpack_items",
         "Cause", "Dest", "Edge", "FailKind",
     ),
     "wgc_runtime.host.transport.sockets": (

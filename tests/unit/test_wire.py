@@ -41,6 +41,7 @@ SAMPLES: list[m.Message] = [
     m.WalkDone("r1", 3, "chain", 1),
     m.StateImported("r1", 3, "LLM", 2),
     m.ChunkReady("r1", "tokens", 2, False, True),
+    m.ChunksDone("r1", "tokens", 9, 1),
     m.ClientOut("r1", 3, "chain", "main", "tensor", "x10", (1, 2), [1, [2, 3]]),
     m.Failed("r1", FailKind.NODE, "boom", "main", "chain", "n3", 1),
     c.Hello(0, "tcp://127.0.0.1:5", "127.0.0.1", None),

@@ -20,6 +20,7 @@ from pathlib import Path
 import jinja2
 
 from wgc.codegen import pyfmt
+from wgc.codegen.direct import direct_function, function_name
 from wgc.codegen.flows import flow_function, when_function
 from wgc.codegen.pyfmt import WIDTH, Atom, comment_text
 from wgc.codegen.specs import CONTRACT, SpecUsage, provenance_tuple, spec_doc, value_doc
@@ -201,8 +202,19 @@ def render_rank(plan: Plan, r: RankSpec, env: jinja2.Environment) -> str:
         Constant(where(s.source), assign(stream_names[s.name], spec_doc(s, used)))
         for s in r.streams
     ]
+    # plain pieces as straight code (`wgc.codegen.direct`), named by their records
+    directs = {p.walk: direct_function(p, r, where) for p in r.pieces}
+    direct = [Constant(where(p.source), directs[p.walk] or "") for p in r.pieces if directs[p.walk]]
     pieces = [
-        Constant(where(p.source), assign(piece_names[p.walk], spec_doc(p, used, hook)))
+        Constant(
+            where(p.source),
+            assign(
+                piece_names[p.walk],
+                spec_doc(
+                    p, used, hook, [("direct", Atom(function_name(p)))] if directs[p.walk] else ()
+                ),
+            ),
+        )
         for p in r.pieces
     ]
     rank = assign("RANK", spec_doc(r, used, hook))
@@ -213,6 +225,7 @@ def render_rank(plan: Plan, r: RankSpec, env: jinja2.Environment) -> str:
         version=plan.version,
         nodes=nodes,
         streams=streams,
+        direct=direct,
         pieces=pieces,
         rank=rank,
     )

@@ -151,7 +151,19 @@ def lower(
             )
         )
 
-    stream_specs = streams.stream_plans(model, node_calls, owners, _source)
+    values = effective(model, dict(params or {}))
+    placed = assign.placed()
+    flows = FlowLowerer(
+        placed=frozenset(placed),
+        placement=placement.name,
+        params=dict(values),
+        options={o.name: o.type for o in model.options},
+        source=_source,
+    )
+    flow_plans = tuple(flows.flow(f) for f in model.flows)
+    stream_specs = streams.standing_rules(
+        streams.stream_plans(model, node_calls, owners, _source), flow_plans, walk_specs
+    )
     node_pos = {n.name: i for i, n in enumerate(model.nodes)}
     world = max(
         [placement.world_size]
@@ -183,16 +195,6 @@ def lower(
             )
         )
 
-    values = effective(model, dict(params or {}))
-    placed = assign.placed()
-    flows = FlowLowerer(
-        placed=frozenset(placed),
-        placement=placement.name,
-        params=dict(values),
-        options={o.name: o.type for o in model.options},
-        source=_source,
-    )
-    flow_plans = tuple(flows.flow(f) for f in model.flows)
     hops += routes.persisted_transfers(walk_specs, flow_plans, shapes)
     hops += routes.state_transfers(walk_specs, kv_plan.handoff_bytes(model, pools))
     segments, any_segment = taken_segments(flow_plans)

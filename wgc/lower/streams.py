@@ -5,14 +5,27 @@ walk order wins otherwise). Capacity is four full chunks of the policy (k, windo
 left items), enough for the producer to run ahead without unbounded memory. The producer is done
 for a request when every flow that can run a walk calling it has ended: those flows are listed
 (every flow, when an extern flow could run anything).
+
+**Standing rules.** A stream whose one consumer flow is an ``on`` flow that only runs one walk
+per chunk (no arguments, no branch on runtime values, no ``fail``; a ``placed(NODE)`` test is
+folded by then), a walk placed on the owner
+rank alone that neither takes inputs, persists, nor moves node state, gets that rule in its
+spec (`StreamSpec.chunk_walk`): the owner runs the walk per chunk without the conductor
+(`standing_rules`).
 """
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Sequence
+
 from wgc.ir.decls import POLICY_PARAMS, PolicyKind, Stream
 from wgc.ir.flow import FlowKind, WalkCall, iter_fstmts
 from wgc.ir.model import Model
+from wgc.lower.flowplan import FlowPlan, IfPlan, RunWalkPlan
 from wgc.lower.typespec import type_spec
+from wgc_runtime.contract import kinds
+from wgc_runtime.contract.conductor import WalkSpec
 from wgc_runtime.contract.kinds import FinalMode, Policy
 from wgc_runtime.contract.spec import StreamSpec
 
@@ -127,3 +140,46 @@ def stream_plans(
             )
         )
     return out
+
+
+def standing_rules(
+    specs: Sequence[StreamSpec], flows: Sequence[FlowPlan], walks: Sequence[WalkSpec]
+) -> list[StreamSpec]:
+    """``specs`` with the standing rule set on every stream that has one (the module
+    docstring): its owner rank runs the ``on`` flow's walk for each chunk itself."""
+    by_walk = {w.name: w for w in walks}
+    flow_of = {f.name: f for f in flows}
+    out: list[StreamSpec] = []
+    for s in specs:
+        f = flow_of.get(s.consumer_flows[0]) if len(s.consumer_flows) == 1 else None
+        walk = plain_chunk_walk(f, s.name) if f is not None else None
+        ws = by_walk.get(walk) if walk is not None else None
+        if f is not None and ws is not None and runs_alone(ws, s.owner):
+            s = dataclasses.replace(s, chunk_walk=ws.name, chunk_flow=f.name)
+        out.append(s)
+    return out
+
+
+def plain_chunk_walk(f: FlowPlan, stream: str) -> str | None:
+    """The walk an ``on stream`` flow runs per chunk when its body is that one launch with no
+    arguments; None for any other body (a branch, a loop, a ``fail``, several walks)."""
+    if f.kind is not kinds.FlowKind.ON_STREAM or f.stream != stream:
+        return None
+    body = f.body
+    # a condition folded at compile time (`placed(NODE)`) is no branch: its arm is the body
+    while len(body) == 1 and isinstance(body[0], IfPlan) and isinstance(body[0].cond, bool):
+        body = body[0].then if body[0].cond else (body[0].else_ or ())
+    if len(body) != 1:
+        return None
+    (st,) = body
+    return st.walk if isinstance(st, RunWalkPlan) and not st.args else None
+
+
+def runs_alone(ws: WalkSpec, owner: int) -> bool:
+    """Whether walk ``ws`` runs on rank ``owner`` alone, started by a `StartWalk` there, with
+    nothing the conductor must do around it: no inputs, persists or node-state moves."""
+    return (
+        ws.ranks == (owner,)
+        and not ws.lazy
+        and not (ws.inputs or ws.persists or ws.handoffs or ws.kv_groups or ws.kv_copies)
+    )

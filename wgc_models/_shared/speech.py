@@ -24,10 +24,11 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import torch
 
+from wgc_models.layers.host_values import int_list
 from wgc_models.layers.sampling import Sampling
 from wgc_models.layers.tokenizer import TextCodec
 from wgc_runtime.contract.node import (
@@ -105,7 +106,7 @@ def prompt_text(value: torch.Tensor | None, node: str) -> str:
     """A text segment as the runtime hands it over (its UTF-8 bytes as ``i64``)."""
     if value is None or value.numel() == 0:
         raise NodeInputError(f"node `{node}`: an empty text prompt has nothing to say")
-    raw = value.reshape(-1).tolist()
+    raw = int_list(value)
     if not all(0 <= b < 256 for b in raw):
         raise NodeInputError(f"node `{node}`: a text segment must arrive as UTF-8 bytes")
     return bytes(raw).decode("utf-8", errors="replace")
@@ -162,13 +163,15 @@ def normal_tensors(x: Any) -> Any:
     if isinstance(x, torch.Tensor):
         return x.clone() if x.is_inference() else x
     if isinstance(x, dict):
-        return {k: normal_tensors(v) for k, v in x.items()}
+        return {k: normal_tensors(v) for k, v in cast(dict[Any, Any], x).items()}
     if isinstance(x, list):
-        return [normal_tensors(v) for v in x]
+        return [normal_tensors(v) for v in cast(list[Any], x)]
     return x
 
 
-def forward_alone(node: Node, inputs: dict, ctx: CallContext) -> dict[str, torch.Tensor]:
+def forward_alone(
+    node: Node, inputs: dict[str, torch.Tensor | None], ctx: CallContext
+) -> dict[str, torch.Tensor]:
     """A batched node's `Node.forward_one`: its `Node.forward` on a batch of one."""
     (out,) = node.forward([Work(inputs, ctx)])
     if isinstance(out, BaseException):

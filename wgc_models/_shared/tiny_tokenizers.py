@@ -153,7 +153,7 @@ def train() -> Tokenizer:
 
 def build(family: str) -> Tokenizer:
     tok = train()
-    tok.add_special_tokens(list(FILES[family]))
+    tok.add_special_tokens(list(FILES[family]))  # pyright: ignore[reportUnknownMemberType] (stub: untyped list)
     if family == "llama":  # Llama 3's post-processor: <|begin_of_text|> before the text
         bos = FILES[family][0]
         tok.post_processor = processors.TemplateProcessing(

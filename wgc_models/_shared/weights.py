@@ -27,7 +27,13 @@ class _EmptyOnMeta(TorchFunctionMode):
     computations would go through torch's reference kernels, whose first use imports dynamo
     (1.7 s on a loaded machine)."""
 
-    def __torch_function__(self, func, types, args=(), kwargs=None):
+    def __torch_function__(
+        self,
+        func: Callable[..., Any],
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
         kwargs = kwargs or {}
         if func is torch.empty:
             kwargs["device"] = "meta"

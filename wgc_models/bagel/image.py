@@ -94,7 +94,7 @@ def resize(image: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
         return image
     pil = Image.fromarray(image.cpu().numpy().astype(np.uint8))
     out = pil.resize((size[1], size[0]), Image.Resampling.BICUBIC)
-    return torch.from_numpy(np.asarray(out).copy())
+    return torch.as_tensor(np.asarray(out).copy())
 
 
 def vit_pixels(image: torch.Tensor, image_size: int, patch_size: int) -> torch.Tensor:

@@ -35,8 +35,9 @@ velocity is ``llm2vae`` of the generation tokens' final states, the three veloci
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -44,6 +45,7 @@ from torch import nn
 
 from wgc_models.bagel.autoencoder_kl import VaeConfig
 from wgc_models.bagel.qwen2_navit import MoTConfig, Qwen2MoT
+from wgc_models.layers.host_values import int_list
 from wgc_models.layers.invariant import Linear
 from wgc_models.layers.siglip import SiglipConfig, SiglipVision
 from wgc_runtime.contract.node import NodeInputError
@@ -74,7 +76,7 @@ class BagelConfig:
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> BagelConfig:
-        tokens = raw.get("tokens") or {}
+        tokens: dict[str, Any] = raw.get("tokens") or {}
         return cls(
             llm=MoTConfig.from_dict(raw["llm_config"]),
             vit=SiglipConfig.from_dict(raw["vit_config"]),
@@ -228,7 +230,7 @@ class Bagel(nn.Module):
     def text_block(self, ids: torch.Tensor, rope: int) -> ContextBlock:
         """``[<|im_start|>] + ids + [<|im_end|>]`` at ``rope, rope+1, …`` (causal)."""
         tk = self.config.tokens
-        given = ids.reshape(-1).tolist()
+        given = int_list(ids)
         vocab = self.config.llm.vocab_size
         bad = next((i for i in given if not 0 <= i < vocab), None)
         if bad is not None:  # the request's ids: its fault (400), never an index error (500)
@@ -321,24 +323,32 @@ class Guidance:
         return (self.text_scale, self.img_scale) if lo < t <= hi else (1.0, 1.0)
 
 
-def guide(v: torch.Tensor, v_text: torch.Tensor, v_img: torch.Tensor, g: Guidance, t: float):
+def _norm(x: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+    """``x.norm()`` (of all of it), or ``x.norm(dim=dim, keepdim=True)`` (torch's stub leaves
+    `Tensor.norm`'s ``p`` untyped)."""
+    if dim is None:
+        return cast(torch.Tensor, x.norm())  # pyright: ignore[reportUnknownMemberType]
+    return cast(torch.Tensor, x.norm(dim=dim, keepdim=True))  # pyright: ignore[reportUnknownMemberType]
+
+
+def guide(
+    v: torch.Tensor, v_text: torch.Tensor, v_img: torch.Tensor, g: Guidance, t: float
+) -> torch.Tensor:
     """BAGEL's ``_forward_flow`` combination of the three velocities at time ``t``."""
     ts, im = g.scales(t)
     if ts <= 1.0:
         return v
     if g.renorm == "text_channel":
         vt_ = v_text + ts * (v - v_text)
-        scale = (v.norm(dim=-1, keepdim=True) / (vt_.norm(dim=-1, keepdim=True) + 1e-8)).clamp(
-            min=g.renorm_min, max=1.0
-        )
+        scale = (_norm(v, -1) / (_norm(vt_, -1) + 1e-8)).clamp(min=g.renorm_min, max=1.0)
         vt = vt_ * scale
         return v_img + im * (vt - v_img) if im > 1.0 else vt
     vt_ = v_text + ts * (v - v_text)
     out = v_img + im * (vt_ - v_img) if im > 1.0 else vt_
     if g.renorm == "global":
-        norm_v, norm_out = v.norm(), out.norm()
+        norm_v, norm_out = _norm(v), _norm(out)
     elif g.renorm == "channel":
-        norm_v, norm_out = v.norm(dim=-1, keepdim=True), out.norm(dim=-1, keepdim=True)
+        norm_v, norm_out = _norm(v, -1), _norm(out, -1)
     else:
         raise ValueError(f"unknown cfg renorm `{g.renorm}` (global, channel or text_channel)")
     return out * (norm_v / (norm_out + 1e-8)).clamp(min=g.renorm_min, max=1.0)
@@ -346,3 +356,21 @@ def guide(v: torch.Tensor, v_text: torch.Tensor, v_img: torch.Tensor, g: Guidanc
 
 def euler(x: torch.Tensor, v: torch.Tensor, dt: float) -> torch.Tensor:
     return x - v * dt
+
+
+def latent_stride(cfg: BagelConfig) -> int:
+    """Pixels per latent token a side: the VAE's downsampling times the latent patch (16)."""
+    return 2 ** (len(cfg.vae.block_out_channels) - 1) * cfg.latent_patch_size
+
+
+def guidance_from(config: Mapping[str, Any], images: int) -> Guidance:
+    """The CFG scales a node's config sets (editing when the request gave images)."""
+    text = float(config.get("cfg_text_scale", 4.0))
+    if images > 0:
+        return Guidance.editing(text, float(config.get("cfg_img_scale_edit", 2.0)))
+    return Guidance(text, float(config.get("cfg_img_scale", 1.0)))
+
+
+def schedule_from(config: Mapping[str, Any]) -> Schedule:
+    """The flow schedule a node's config sets (steps, timestep shift)."""
+    return Schedule(int(config.get("steps", 50)), float(config.get("timestep_shift", 3.0)))

@@ -54,37 +54,25 @@ from wgc_models.bagel.checkpoint import bagel_config, bagel_parts, load_bagel, l
 from wgc_models.bagel.image import scaled, vae_image, vit_pixels
 from wgc_models.bagel.model import (
     ContextBlock,
-    Guidance,
-    Schedule,
     euler,
+    guidance_from,
     guide,
+    latent_stride,
     patchify,
+    schedule_from,
     unpatchify,
 )
 from wgc_models.bagel.text import bagel_tokenizer, text_ids
 from wgc_models.layers.block_attention import Block, PagedBlocks
 from wgc_runtime.contract.node import CallContext, Node, NodeContext, NodeError, Work
+from wgc_runtime.contract.weights import WeightParts
 
 LABELS = ("main", "cfg_text", "cfg_img")
 
 
-def latent_stride(cfg) -> int:
-    """Pixels per latent token a side: the VAE's downsampling times the latent patch (16)."""
-    return 2 ** (len(cfg.vae.block_out_channels) - 1) * cfg.latent_patch_size
-
-
-def _guidance(config: Mapping[str, Any], images: int) -> Guidance:
-    text = float(config.get("cfg_text_scale", 4.0))
-    if images > 0:
-        return Guidance.editing(text, float(config.get("cfg_img_scale_edit", 2.0)))
-    return Guidance(text, float(config.get("cfg_img_scale", 1.0)))
-
-
-def _schedule(config: Mapping[str, Any]) -> Schedule:
-    return Schedule(int(config.get("steps", 50)), float(config.get("timestep_shift", 3.0)))
-
-
-def _start(inputs, ctx: CallContext, shape) -> tuple[torch.Tensor, int]:
+def _start(
+    inputs: Mapping[str, torch.Tensor | None], ctx: CallContext, shape: tuple[int, ...]
+) -> tuple[torch.Tensor, int]:
     """The denoising state; bare signals start from request-seeded noise at step 0 (every node
     of the request draws the same noise)."""
     latents = inputs.get("latents")
@@ -96,7 +84,7 @@ def _start(inputs, ctx: CallContext, shape) -> tuple[torch.Tensor, int]:
 
 class VitEncoder(Batched):
     @classmethod
-    def weights(cls, config):
+    def weights(cls, config: Mapping[str, Any]) -> Sequence[WeightParts]:
         return bagel_parts("VitEncoder", config, "vit")
 
     def __init__(self, ctx: NodeContext) -> None:
@@ -109,7 +97,7 @@ class VitEncoder(Batched):
     @torch.inference_mode()
     def forward(self, batch: Sequence[Work]) -> list[dict[str, torch.Tensor]]:
         v = self.model.config.vit
-        out = []
+        out: list[dict[str, torch.Tensor]] = []
         for w in batch:  # one image at a time: each its own size (and a batch rounds otherwise)
             img = vae_image(_image(w, self.name), self.side, self.stride)  # the release's order
             px = vit_pixels(img, v.image_size, v.patch_size)
@@ -127,7 +115,7 @@ def _image(w: Work, node: str) -> torch.Tensor:
 
 class VaeEncoder(Batched):
     @classmethod
-    def weights(cls, config):
+    def weights(cls, config: Mapping[str, Any]) -> Sequence[WeightParts]:
         return bagel_parts("VaeEncoder", config, "vae")
 
     def __init__(self, ctx: NodeContext) -> None:
@@ -140,7 +128,8 @@ class VaeEncoder(Batched):
 
     @torch.inference_mode()
     def forward(self, batch: Sequence[Work]) -> list[dict[str, torch.Tensor]]:
-        p, out = self.cfg.latent_patch_size, []
+        p = self.cfg.latent_patch_size
+        out: list[dict[str, torch.Tensor]] = []
         for w in batch:  # one image at a time: a batched convolution rounds differently
             # the release resizes twice: before the context update, then in its VAE transform
             img = _image(w, self.name)
@@ -155,7 +144,7 @@ class VaeEncoder(Batched):
 
 class VaeDecoder(Batched):
     @classmethod
-    def weights(cls, config):
+    def weights(cls, config: Mapping[str, Any]) -> Sequence[WeightParts]:
         return bagel_parts("VaeDecoder", config, "vae")
 
     def __init__(self, ctx: NodeContext) -> None:
@@ -166,7 +155,8 @@ class VaeDecoder(Batched):
 
     @torch.inference_mode()
     def forward(self, batch: Sequence[Work]) -> list[dict[str, torch.Tensor]]:
-        p, c, out = self.cfg.latent_patch_size, self.cfg.vae.latent_channels, []
+        p, c = self.cfg.latent_patch_size, self.cfg.vae.latent_channels
+        out: list[dict[str, torch.Tensor]] = []
         for w in batch:  # one image at a time: a batched convolution rounds differently
             latents = w.inputs["latents"]
             assert latents is not None
@@ -179,11 +169,13 @@ class VaeDecoder(Batched):
 class CombineCfg(Node):
     """BAGEL's guidance and the Euler step, for the CFG-parallel walk."""
 
-    def forward_one(self, inputs, ctx):
+    def forward_one(
+        self, inputs: dict[str, torch.Tensor | None], ctx: CallContext
+    ) -> dict[str, torch.Tensor]:
         latents, i = _start(inputs, ctx, self.out_shape("latents"))
         context = need(inputs, "context", self.name)
-        t, dt = _schedule(self.config).at(i)
-        g = _guidance(self.config, int(context[3]))
+        t, dt = schedule_from(self.config).at(i)
+        g = guidance_from(self.config, int(context[3]))
         v_main, v_text, v_img = (need(inputs, p, self.name) for p in ("v_main", "v_text", "v_img"))
         v = guide(v_main, v_text, v_img, g, t)
         return {"latents": euler(latents, v, dt), "time_index": torch.tensor(i + 1)}
@@ -193,9 +185,13 @@ class _Call:
     """One work item's part of the LLM's forward: its blocks (with their context blocks) and
     what turns their hidden states into the item's result."""
 
-    def __init__(self, blocks, finish) -> None:
-        self.blocks: list[tuple[Block, ContextBlock]] = blocks
-        self.finish: Callable[[list[torch.Tensor]], dict[str, torch.Tensor]] = finish
+    def __init__(
+        self,
+        blocks: list[tuple[Block, ContextBlock]],
+        finish: Callable[[list[torch.Tensor]], dict[str, torch.Tensor]],
+    ) -> None:
+        self.blocks = blocks
+        self.finish = finish
 
 
 class LLM(Batched):
@@ -205,7 +201,7 @@ class LLM(Batched):
     serves_copies = True
 
     @classmethod
-    def weights(cls, config):
+    def weights(cls, config: Mapping[str, Any]) -> Sequence[WeightParts]:
         return bagel_parts("LLM", config, "llm")
 
     def __init__(self, ctx: NodeContext) -> None:
@@ -222,14 +218,14 @@ class LLM(Batched):
                 f"{have} is not model `{self.config.get('model')}`'s {want}"
             )
         self.kv_tokens = int(self.config.get("kv_tokens", 1 << 30))
-        self.schedule = _schedule(self.config)
+        self.schedule = schedule_from(self.config)
 
     # ------------------------------------------------------------------ bookkeeping
     @staticmethod
-    def _rope(st: dict, label: str) -> int:
+    def _rope(st: Mapping[str, Any], label: str) -> int:
         return int(st.get(f"rope_{label}", 0))
 
-    def _context(self, st: dict) -> torch.Tensor:
+    def _context(self, st: Mapping[str, Any]) -> torch.Tensor:
         ropes = [self._rope(st, label) for label in LABELS]
         return torch.tensor([*ropes, int(st.get("images", 0))], dtype=torch.int64)
 
@@ -251,7 +247,7 @@ class LLM(Batched):
 
     # ------------------------------------------------------------------ the batch
     @torch.inference_mode()
-    def forward(self, batch: Sequence[Work]) -> list[dict[str, torch.Tensor] | Exception]:
+    def forward(self, batch: Sequence[Work]) -> list[Any]:  # a failed call's item: its error
         kv = batch[0].ctx.kv
         if kv is None:
             raise NodeError(f"node `{self.name}` is a kv_cache node but got no KV cache")
@@ -270,7 +266,7 @@ class LLM(Batched):
             pos = torch.cat([cb.positions for _, cb in pairs])
             gen = torch.cat([cb.gen for _, cb in pairs])
             out = self.model.language_model(x, pos, step, gen)
-            hidden = list(out.split([cb.x.shape[0] for _, cb in pairs]))
+            hidden = list(torch.split(out, [cb.x.shape[0] for _, cb in pairs]))
         results: list[dict[str, torch.Tensor] | Exception] = []
         for c in calls:
             if isinstance(c, Exception):
@@ -294,7 +290,9 @@ class LLM(Batched):
             return self._decode(w)
         return self._denoise(w)
 
-    def _block(self, w: Work, label: str, cb: ContextBlock, write: bool) -> tuple:
+    def _block(
+        self, w: Work, label: str, cb: ContextBlock, write: bool
+    ) -> tuple[Block, ContextBlock]:
         kv = w.ctx.kv
         assert kv is not None
         if write:
@@ -312,7 +310,7 @@ class LLM(Batched):
         ]
 
         def finish(_: list[torch.Tensor]) -> dict[str, torch.Tensor]:
-            for label, (_, cb) in zip(("main", "cfg_img"), blocks, strict=True):
+            for label, (_b, cb) in zip(("main", "cfg_img"), blocks, strict=True):
                 st[f"rope_{label}"] = cb.next_rope
             return self._prefilled(w)
 
@@ -374,7 +372,7 @@ class LLM(Batched):
                 return {"velocity": self.model.velocity(hidden[0]).cpu()}
 
             return _Call(blocks, one)
-        g = _guidance(self.config, int(st.get("images", 0)))
+        g = guidance_from(self.config, int(st.get("images", 0)))
         text, img = g.scales(t)
         labels = (
             ["main"] + (["cfg_text"] if text > 1.0 else []) + (["cfg_img"] if img > 1.0 else [])

@@ -46,7 +46,7 @@ class MoTConfig:
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> MoTConfig:
-        rope = raw.get("rope_parameters") or {}
+        rope: dict[str, Any] = raw.get("rope_parameters") or {}
         return cls(
             vocab_size=int(raw["vocab_size"]),
             hidden_size=int(raw["hidden_size"]),
@@ -129,7 +129,14 @@ class PackedAttentionMoT(nn.Module):
             q, k = getattr(self, f"q_norm{suffix}")(q), getattr(self, f"k_norm{suffix}")(k)
         return torch.cat((q, k, v), dim=1)
 
-    def forward(self, x, gen, rope, step: BlockStep, layer: int) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        gen: torch.Tensor | None,
+        rope: tuple[torch.Tensor, torch.Tensor],
+        step: BlockStep,
+        layer: int,
+    ) -> torch.Tensor:
         h, hk = self.heads, self.kv_heads
         qkv = route(x, gen, lambda a: self._qkv(a, ""), lambda a: self._qkv(a, "_moe_gen"))
         qk = apply_rope(qkv[:, : h + hk], *rope)
@@ -148,7 +155,14 @@ class Qwen2MoTDecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(h, eps)
         self.post_attention_layernorm_moe_gen = RMSNorm(h, eps)
 
-    def forward(self, x, gen, rope, step: BlockStep, layer: int) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        gen: torch.Tensor | None,
+        rope: tuple[torch.Tensor, torch.Tensor],
+        step: BlockStep,
+        layer: int,
+    ) -> torch.Tensor:
         h = route(x, gen, self.input_layernorm, self.input_layernorm_moe_gen)
         x = x + self.self_attn(h, gen, rope, step, layer)
         h = route(

@@ -73,7 +73,9 @@ class Detokenizer(Node):
         tokens = CONFIGS[name].tokens  # a release keeps BAGEL's special ids
         self.bos, self.eos = tokens.bos, tokens.eos
 
-    def forward_one(self, inputs, ctx: CallContext):
+    def forward_one(
+        self, inputs: dict[str, torch.Tensor | None], ctx: CallContext
+    ) -> dict[str, torch.Tensor]:
         token = inputs["token"]
         if token is None or token.numel() != 1:
             raise NodeError(f"node `{self.name}`: expects one token, got {token}")

@@ -19,21 +19,32 @@ and `Detokenizer`, the reply's text.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from pathlib import Path
+from typing import Any, cast
 
 import torch
 
 from wgc_models.gpt2.checkpoint import load, read_config
 from wgc_models.gpt2.model import GPT2, GPT2Config, decode_unit, last_logits
+from wgc_models.layers.host_values import int_list
 from wgc_models.layers.random_init import init_seeded
 from wgc_models.layers.tokenizer import TextCodec
 from wgc_runtime.contract.capture import CapturedCall, StaticPort, StaticStep
-from wgc_runtime.contract.node import KvCache, Node, NodeContext, NodeError, NodeInputError, Work
+from wgc_runtime.contract.node import (
+    CallContext,
+    KvCache,
+    Node,
+    NodeContext,
+    NodeError,
+    NodeInputError,
+    Work,
+)
+from wgc_runtime.engines.attention.base import AttentionBackend
 from wgc_runtime.engines.decode_runner import DecodeRunner, requests_of
 
 
-def build(config: Mapping) -> GPT2:
+def build(config: Mapping[str, Any]) -> GPT2:
     """Random weights seeded by ``config seed``, or the checkpoint ``config checkpoint``."""
     sizes = ("vocab", "positions", "hidden", "layers", "heads")
     cfg = GPT2Config(**{k: int(config[k]) for k in sizes})
@@ -59,28 +70,31 @@ class Decoder(Node):
             raise NodeError(f"node `{self.name}`: kv_tokens is past the model's positions")
         path = Path(str(self.config.get("checkpoint") or ""), "tokenizer.json")
         self.codec = TextCodec.from_file(path) if path.is_file() else None
-        self._backend = None
+        self._backend: AttentionBackend | None = None
         self._runner: DecodeRunner | None = None  # the captured decode step's running batch
 
-    def backend(self, kv: KvCache):
+    def backend(self, kv: KvCache) -> AttentionBackend:
         """The placement's attention backend over this rank's pool (made once)."""
         if self._backend is None:
-            self._backend = kv.backend(self.model.config.heads)
+            self._backend = backend = cast(AttentionBackend, kv.backend(self.model.config.heads))
+            return backend
         return self._backend
 
     def prompt_ids(self, prompt: torch.Tensor) -> torch.Tensor:
         if self.codec is None:
             return prompt
-        text = bytes(prompt.tolist()).decode("utf-8", errors="replace")
+        text = bytes(int_list(prompt)).decode("utf-8", errors="replace")
         return torch.tensor(self.codec.encode(text), dtype=torch.long)
 
-    def forward(self, batch: Sequence[Work]) -> list:
+    def forward(self, batch: Sequence[Work]) -> list[Any]:
         first = batch[0].ctx.kv
         if first is None:
             raise NodeError(f"node `{self.name}` is a kv_cache node but got no KV cache")
         backend = self.backend(first)
-        results: list = [None] * len(batch)
-        rows, seqs, tokens = [], [], []
+        results: list[dict[str, torch.Tensor] | BaseException | None] = [None] * len(batch)
+        rows: list[int] = []
+        seqs: list[tuple[Hashable, str]] = []
+        tokens: list[torch.Tensor] = []
         for i, w in enumerate(batch):
             kv = w.ctx.kv
             assert kv is not None  # every call of a kv_cache node has one
@@ -98,7 +112,7 @@ class Decoder(Node):
             tokens.append(x.reshape(-1).long())
         if not rows:
             return results
-        nxt = last_logits(self.model, first.pool, backend, seqs, tokens).argmax(-1).tolist()
+        nxt = int_list(last_logits(self.model, first.pool, backend, seqs, tokens).argmax(-1))
         for i, token, x, (request, _) in zip(rows, nxt, tokens, seqs, strict=True):
             if self._runner is not None:  # the captured step's copy of this sequence grew
                 self._runner.sync(request)
@@ -136,7 +150,9 @@ class Decoder(Node):
             nxt = decode_unit(self.model, pool, backend, {**bufs, "tokens": tokens})
             return {"new_token": nxt.reshape(-1, 1), "stop": (nxt == eos) | (tokens == eos)}
 
-        def prepare_batch(works: Sequence[Work]):
+        def prepare_batch(
+            works: Sequence[Work],
+        ) -> tuple[dict[str, torch.Tensor], dict[int, BaseException]]:
             meta = runner.step(requests_of(works))
             return meta.tensors(width), meta.failed
 
@@ -152,7 +168,9 @@ class Detokenizer(Node):
         self.codec = TextCodec.from_file(path) if path.is_file() else None
         self.eos, self.most = int(self.config["eos"]), int(self.config["max_new_tokens"])
 
-    def forward_one(self, inputs, ctx):
+    def forward_one(
+        self, inputs: dict[str, torch.Tensor | None], ctx: CallContext
+    ) -> dict[str, torch.Tensor]:
         x = inputs["token"]
         assert x is not None  # every token of the stream is one
         token = int(x.reshape(-1)[0])

@@ -20,5 +20,6 @@ top-k, top-p, repetition penalty from a `torch.Generator`).
 
 Other shared parts: `siglip` (the SigLIP vision tower), `whisper_mel` (log-mel features),
 `tokenizer` (a ``tokenizer.json`` text codec), `chat_template` (a checkpoint's prompt format),
-`incremental_text` (detokenizing as tokens arrive).
+`incremental_text` (detokenizing as tokens arrive), `host_values` (small tensors read back as
+typed lists).
 """

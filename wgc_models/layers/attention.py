@@ -172,7 +172,7 @@ class StaticDecode:
         return out.reshape(b, h, d).to(q.dtype)
 
 
-_OFFSETS: dict[tuple, torch.Tensor] = {}
+_OFFSETS: dict[tuple[int, int, torch.device], torch.Tensor] = {}
 
 
 def _offsets(ps: int, hk: int, device: torch.device) -> torch.Tensor:

@@ -157,7 +157,7 @@ class PagedBlocks:
             off = self.slots - page * ps
             kv_layer[page, K, off] = k[self.write_rows].to(kv_layer.dtype)
             kv_layer[page, V, off] = v[self.write_rows].to(kv_layer.dtype)
-        outs = []
+        outs: list[torch.Tensor] = []
         for i, b in enumerate(self.blocks):
             s, e = self.offsets[i], self.offsets[i + 1]
             keys, values = self._gather(kv_layer, i)
@@ -175,7 +175,7 @@ class DenseKV:
 
     layers: int
     seqs: dict[tuple[Hashable, str], list[tuple[torch.Tensor, torch.Tensor]]] = field(
-        default_factory=dict
+        default_factory=dict[tuple[Hashable, str], list[tuple[torch.Tensor, torch.Tensor]]]
     )
 
     def length(self, request: Hashable, label: str) -> int:
@@ -204,7 +204,7 @@ class DenseBlocks:
     def attend(
         self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float
     ) -> torch.Tensor:
-        outs = []
+        outs: list[torch.Tensor] = []
         for i, b in enumerate(self.blocks):
             s, e = self.offsets[i], self.offsets[i + 1]
             seq = self.cache.seqs.setdefault((b.request, b.label), [])

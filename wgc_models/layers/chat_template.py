@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from tokenizers import Tokenizer
 
@@ -43,11 +43,11 @@ def _strftime_now(fmt: str) -> str:
     return datetime.now().strftime(fmt)
 
 
-def _content(token: Any) -> str | None:
+def _content(token: object) -> str | None:
     """A special token as ``tokenizer_config.json`` writes it (a string or an added-token
     record)."""
     if isinstance(token, dict):
-        token = token.get("content")
+        token = cast(dict[str, object], token).get("content")
     return token if isinstance(token, str) else None
 
 
@@ -62,9 +62,12 @@ class ChatTemplate:
         env = ImmutableSandboxedEnvironment(
             trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols]
         )
-        env.filters["tojson"] = _tojson
-        env.globals["raise_exception"] = _raise
-        env.globals["strftime_now"] = _strftime_now
+        # jinja types these tables by their default entries (or leaves them unknown)
+        filters = cast(dict[str, Any], env.filters)  # pyright: ignore[reportUnknownMemberType]
+        names = cast(dict[str, Any], env.globals)  # pyright: ignore[reportUnknownMemberType]
+        filters["tojson"] = _tojson
+        names["raise_exception"] = _raise
+        names["strftime_now"] = _strftime_now
         try:
             self._template = env.from_string(source)
         except jinja2.TemplateError as exc:
@@ -81,9 +84,11 @@ class ChatTemplate:
         special = {k: v for k in _SPECIAL if (v := _content(config.get(k))) is not None}
         if (folder / "chat_template.jinja").is_file():
             return cls((folder / "chat_template.jinja").read_text(encoding="utf-8"), special)
-        source = config.get("chat_template")
+        source: object = config.get("chat_template")
         if isinstance(source, list):  # named templates
-            named = {t.get("name"): t.get("template") for t in source if isinstance(t, dict)}
+            listed = cast(list[object], source)
+            entries = [cast(dict[str, object], t) for t in listed if isinstance(t, dict)]
+            named = {t.get("name"): t.get("template") for t in entries}
             source = named.get("default")
         return cls(source, special) if isinstance(source, str) else None
 

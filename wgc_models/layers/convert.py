@@ -29,9 +29,13 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
 
-from wgc_models.layers.loading import CheckpointError, checkpoint_files, iter_tensors
+from wgc_models.layers.loading import (
+    CheckpointError,
+    checkpoint_files,
+    iter_tensors,
+    open_safetensors,
+)
 
 _EXPERT = re.compile(
     r"^(?P<base>.*\.experts)\.(?P<e>\d+)\.(?P<proj>gate_proj|up_proj|down_proj)\.weight$"
@@ -158,7 +162,7 @@ def load_converted(
 def read_tensor(path: str | Path, names: Sequence[str]) -> torch.Tensor:
     """The first of ``names`` the checkpoint holds (reading only that tensor)."""
     for file in checkpoint_files(path):
-        with safe_open(str(file), framework="pt", device="cpu") as f:
+        with open_safetensors(file) as f:
             keys = set(f.keys())
             for name in names:
                 if name in keys:

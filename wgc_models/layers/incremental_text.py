@@ -16,8 +16,12 @@ length of the text sent, which the runtime can move between ranks.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from tokenizers import Tokenizer
+
+from wgc_models.layers.host_values import int_list
 
 _INCOMPLETE = "\ufffd"
 
@@ -26,7 +30,7 @@ class IncrementalText:
     """Decodes one request's ids as they come (module docstring); ``state`` holds its ids
     (``ids``, i64) and the length of the text sent (``sent``, characters)."""
 
-    def __init__(self, tokenizer: Tokenizer, state: dict):
+    def __init__(self, tokenizer: Tokenizer, state: dict[str, Any]):
         self.tok, self.state = tokenizer, state
 
     def push(self, token: int, last: bool = False) -> str:
@@ -34,7 +38,7 @@ class IncrementalText:
         ``token`` is the reply's last: then what is pending goes out as decoded)."""
         st = self.state
         prev = st.get("ids")
-        ids = (prev.tolist() if isinstance(prev, torch.Tensor) else []) + [token]
+        ids = (int_list(prev) if isinstance(prev, torch.Tensor) else []) + [token]
         st["ids"] = torch.tensor(ids, dtype=torch.int64)
         text, sent = self.tok.decode(ids, skip_special_tokens=True), int(st.get("sent", 0))
         if len(text) <= sent or (text.endswith(_INCOMPLETE) and not last):

@@ -31,12 +31,12 @@ def linear_rows(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
     pad = (-n) % ROWS
     if pad:
         flat = torch.cat((flat, flat.new_zeros((pad, flat.shape[1]))))
-    out = torch.cat([F.linear(c, weight, bias) for c in flat.split(ROWS)])
+    out = torch.cat([F.linear(c, weight, bias) for c in torch.split(flat, ROWS)])
     return out[:n].reshape(*shape[:-1], weight.shape[0])
 
 
 class Linear(nn.Linear):
     """``nn.Linear`` computed by `linear_rows`."""
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return linear_rows(x, self.weight, self.bias)
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        return linear_rows(input, self.weight, self.bias)

@@ -26,14 +26,14 @@ class FusedLinears:
         self.linears = tuple(linears)
         self.weight: torch.Tensor | None = None
         self.bias: torch.Tensor | None = None
-        self.key: tuple = ()
+        self.key: tuple[int, ...] = ()
 
-    def _addresses(self) -> tuple:
+    def _addresses(self) -> tuple[int, ...]:
         # `_parameters` directly: this runs every step, Module.__getattr__ is slow
         return tuple(
             -1 if p is None else p.data_ptr()
             for m in self.linears
-            for p in (m._parameters["weight"], m._parameters["bias"])
+            for p in (m._parameters["weight"], m._parameters["bias"])  # pyright: ignore[reportPrivateUsage] (see above)
         )
 
     def get(self) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -51,29 +51,34 @@ class FusedLinears:
         with torch.inference_mode(False), torch.no_grad():
             weight = torch.cat([m.weight.detach() for m in self.linears])
             bias = None
-            if any(m.bias is not None for m in self.linears):
+            biases = [linear_bias(m) for m in self.linears]
+            if any(b is not None for b in biases):
                 bias = torch.cat(
                     [
-                        m.bias.detach()
-                        if m.bias is not None
-                        else m.weight.new_zeros(m.weight.shape[0])
-                        for m in self.linears
+                        b.detach() if b is not None else m.weight.new_zeros(m.weight.shape[0])
+                        for m, b in zip(self.linears, biases, strict=True)
                     ]
                 )
             start = 0
-            for m in self.linears:
+            for m, b in zip(self.linears, biases, strict=True):
                 n = m.weight.shape[0]
                 m.weight.data = weight[start : start + n]
-                if m.bias is not None and bias is not None:
-                    m.bias.data = bias[start : start + n]
+                if b is not None and bias is not None:
+                    b.data = bias[start : start + n]
                 start += n
         self.weight, self.bias = weight, bias
         self.key = self._addresses()
         return weight
 
 
+def linear_bias(lin: nn.Linear) -> torch.Tensor | None:
+    """``lin.bias``: torch types it as always set, but ``bias=False`` leaves it None."""
+    bias: torch.Tensor | None = lin.bias
+    return bias
+
+
 def linear_add(x: torch.Tensor, a: torch.Tensor, lin: nn.Linear) -> torch.Tensor:
     """``x + lin(a)``, the residual add fused into the matrix product when there is no bias."""
-    if lin.bias is None and x.dim() == 2:
+    if linear_bias(lin) is None and x.dim() == 2:
         return torch.addmm(x, a, lin.weight.t())
     return x + lin(a)

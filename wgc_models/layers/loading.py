@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
+from typing import Protocol, cast
 
 import torch
 from safetensors import safe_open
@@ -30,6 +32,22 @@ _SHOWN = 8  # how many names an error lists per kind before "and N more"
 
 class CheckpointError(ValueError):
     """The checkpoint does not fit the module (or cannot be read)."""
+
+
+class SafetensorsFile(Protocol):
+    """What we read of an open safetensors file (safetensors ships no types for it)."""
+
+    def keys(self) -> list[str]: ...
+
+    def get_tensor(self, name: str) -> torch.Tensor: ...
+
+
+def open_safetensors(file: str | Path) -> AbstractContextManager[SafetensorsFile]:
+    """``safe_open`` on the CPU, typed."""
+    return cast(
+        AbstractContextManager[SafetensorsFile],
+        safe_open(str(file), framework="pt", device="cpu"),
+    )
 
 
 def checkpoint_files(path: str | Path) -> list[Path]:
@@ -75,7 +93,7 @@ def iter_tensors(path: str | Path) -> Iterator[tuple[str, torch.Tensor]]:
         yield from pickled_tensors(pickled)
         return
     for file in checkpoint_files(path):
-        with safe_open(str(file), framework="pt", device="cpu") as f:
+        with open_safetensors(file) as f:
             for name in f.keys():  # noqa: SIM118 (safe_open is not a Mapping)
                 yield name, f.get_tensor(name)
 
@@ -85,20 +103,26 @@ def pickled_tensors(file: Path, entry: str = "") -> Iterator[tuple[str, torch.Te
     the state dict itself, its ``state_dict`` entry, or the entry ``entry`` of a training
     checkpoint that holds several (V-JEPA 2-AC's ``encoder`` / ``predictor``)."""
     try:
-        state = torch.load(file, map_location="cpu", weights_only=True, mmap=True)
+        loaded: object = torch.load(file, map_location="cpu", weights_only=True, mmap=True)
     except Exception as exc:  # torch's unpickler refuses anything but tensors and containers
         raise CheckpointError(f"cannot read `{file}` as a state dict of tensors: {exc}") from exc
+    state = _as_dict(loaded)
     if entry:
-        if not (isinstance(state, dict) and isinstance(state.get(entry), dict)):
+        inner = _as_dict(state.get(entry)) if state is not None else None
+        if inner is None:
             raise CheckpointError(f"`{file}` has no `{entry}` state dict")
-        state = state[entry]
-    elif isinstance(state, dict) and isinstance(state.get("state_dict"), dict):
-        state = state["state_dict"]  # a training checkpoint's weights
-    if not isinstance(state, dict):
-        raise CheckpointError(f"`{file}` holds a {type(state).__name__}, not a state dict")
+        state = inner
+    elif state is not None and (inner := _as_dict(state.get("state_dict"))) is not None:
+        state = inner  # a training checkpoint's weights
+    if state is None:
+        raise CheckpointError(f"`{file}` holds a {type(loaded).__name__}, not a state dict")
     for name, tensor in state.items():
         if isinstance(tensor, torch.Tensor):
             yield str(name), tensor
+
+
+def _as_dict(value: object) -> dict[object, object] | None:
+    return cast(dict[object, object], value) if isinstance(value, dict) else None
 
 
 def load_checkpoint(

@@ -16,8 +16,9 @@ M = TypeVar("M", bound=nn.Module)
 def init_seeded(module: M, seed: int, gain: float = 1.0, keep: tuple[str, ...] = ()) -> M:
     """Draw ``module``'s parameters from ``seed`` (the global RNG is left as it was); names
     containing any of ``keep`` keep their value (fixed tables such as sine-cosine positions)."""
-    with torch.random.fork_rng(devices=[]), torch.no_grad():
-        torch.manual_seed(seed)
+    # torch's stub leaves a parameter of each untyped
+    with torch.random.fork_rng(devices=[]), torch.no_grad():  # pyright: ignore[reportUnknownMemberType]
+        torch.manual_seed(seed)  # pyright: ignore[reportUnknownMemberType]
         for name, p in module.named_parameters():
             if any(k in name for k in keep):
                 continue

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 
@@ -52,7 +53,8 @@ def process_logits(
         scores = scores.clone()
         for b, seen in enumerate(history):
             if seen.numel():
-                ids = seen.to(scores.device, torch.long).unique()
+                seen = seen.to(scores.device, torch.long)
+                ids = cast(torch.Tensor, seen.unique())  # pyright: ignore[reportUnknownMemberType] (stub: untyped)
                 row = scores[b, ids]
                 pen = params.repetition_penalty
                 scores[b, ids] = torch.where(row < 0, row * pen, row / pen)

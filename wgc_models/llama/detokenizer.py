@@ -55,7 +55,9 @@ class Detokenizer(Node):
         self.eos = int(self.config.get("eos", -1))
         self.max_new_tokens = int(self.config.get("max_new_tokens", 0))
 
-    def forward_one(self, inputs, ctx: CallContext):
+    def forward_one(
+        self, inputs: dict[str, torch.Tensor | None], ctx: CallContext
+    ) -> dict[str, torch.Tensor]:
         token = inputs["token"]
         if token is None or token.numel() != 1:
             raise NodeError(f"node `{self.name}`: expects one token, got {token}")

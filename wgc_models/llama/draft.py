@@ -33,7 +33,7 @@ many target steps it takes.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -77,7 +77,7 @@ def rewind(kv: KvCache, state: dict[str, Any], new: list[int]) -> list[int]:
     return seq[keep:]
 
 
-def _room(node: str, kv: KvCache, new: int, limit: int) -> None:
+def room(node: str, kv: KvCache, new: int, limit: int) -> None:
     if kv.length() + new > limit:
         raise NodeError(
             f"node `{node}`: request `{kv.request}` would hold {kv.length() + new} tokens, more "
@@ -125,7 +125,8 @@ class Draft(Node):
     @torch.inference_mode()
     def forward(self, batch: Sequence[Work]) -> list[dict[str, torch.Tensor]]:
         engine = self.engine(_kv(batch[0]))
-        seqs, feeds = [], []
+        seqs: list[tuple[Hashable, str]] = []
+        feeds: list[torch.Tensor] = []
         for w in batch:
             kv = _kv(w)
             prompt = w.inputs.get("prompt")
@@ -135,7 +136,7 @@ class Draft(Node):
             else:
                 new = _ids(w, "token")
             feed = rewind(kv, w.ctx.state, new)
-            _room(self.name, kv, len(feed) + self.k, self.kv_tokens)
+            room(self.name, kv, len(feed) + self.k, self.kv_tokens)
             seqs.append((kv.request, kv.labels[0]))
             feeds.append(torch.tensor(feed, dtype=torch.long))
         guess = engine.forward(seqs, feeds).argmax(-1).cpu()
@@ -175,7 +176,10 @@ class Target(Decoder):
                 w.ctx.state["ids"] = list(w.ctx.state["seq"])
             return out
         results: list[dict[str, torch.Tensor] | None] = [None] * len(batch)
-        rows, seqs, feeds, guesses = [], [], [], []
+        rows: list[int] = []
+        seqs: list[tuple[Hashable, str]] = []
+        feeds: list[torch.Tensor] = []
+        guesses: list[list[int]] = []
         for i, w in enumerate(batch):
             step = self.begin(w)
             if step is None:  # the reply is complete
@@ -203,7 +207,7 @@ class Target(Decoder):
         kv = _kv(w)
         guess = _ids(w, "proposal")
         feed = rewind(kv, st, new)
-        _room(self.name, kv, len(feed) + len(guess), self.kv_tokens)
+        room(self.name, kv, len(feed) + len(guess), self.kv_tokens)
         return (kv.request, kv.labels[0]), torch.tensor(feed + guess, dtype=torch.long)
 
     def complete(self, w: Work, counted: bool = False) -> bool:

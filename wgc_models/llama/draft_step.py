@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from wgc_models.layers.host_values import int_rows
 from wgc_runtime.contract.capture import CapturedCall, StaticPort, StaticStep, length_key
 from wgc_runtime.contract.node import NodeError, Work
 
@@ -50,13 +51,13 @@ def fed(w: Work) -> int:
 
 def draft_step(draft: Draft, call: CapturedCall) -> StaticStep | None:
     """``draft``'s decode call as a static step (see the module docstring)."""
-    from wgc_models.llama.draft import _room, rewind
+    from wgc_models.llama.draft import rewind, room
 
     if call.kv is None or set(call.inputs) != {"token"}:
         return None
     k = draft.k
     engine = draft.engine(call.kv)
-    width = engine.width_for(draft.kv_tokens)  # `_room` keeps every sequence within it
+    width = engine.width_for(draft.kv_tokens)  # `room` keeps every sequence within it
     engine.decode_buffers(width)  # the padding page and the rope tables, before any capture
     pad_slot, pad_page = engine.pad_slot, engine.pad_slot // engine.pool.page_size
     unit = engine.unit_for(call.backend)
@@ -64,7 +65,9 @@ def draft_step(draft: Draft, call: CapturedCall) -> StaticStep | None:
     def admits(works: Sequence[Work]) -> bool:
         return all(fed(w) for w in works)
 
-    def prepare_batch(works: Sequence[Work]) -> tuple[dict[str, torch.Tensor], dict]:
+    def prepare_batch(
+        works: Sequence[Work],
+    ) -> tuple[dict[str, torch.Tensor], dict[int, BaseException]]:
         n = len(works)
         slots = torch.full((n, k + 1), pad_slot, dtype=torch.int64)
         positions = torch.zeros((n, k + 1), dtype=torch.int64)
@@ -78,7 +81,7 @@ def draft_step(draft: Draft, call: CapturedCall) -> StaticStep | None:
                 if kv is None or token is None:  # `admits` saw the token
                     raise NodeError(f"node `{draft.name}`'s decode call has no KV cache or token")
                 feed = rewind(kv, w.ctx.state, [int(t) for t in token.reshape(-1)])
-                _room(draft.name, kv, len(feed) + k, draft.kv_tokens)
+                room(draft.name, kv, len(feed) + k, draft.kv_tokens)
             except NodeError as exc:  # fails its request only
                 failed[i] = exc
                 continue
@@ -122,7 +125,7 @@ def draft_step(draft: Draft, call: CapturedCall) -> StaticStep | None:
         return {"proposal": torch.stack(guesses, 1)}
 
     def finish(works: Sequence[Work], outputs: Mapping[str, torch.Tensor]) -> None:
-        for w, guess in zip(works, outputs["proposal"].tolist(), strict=True):
+        for w, guess in zip(works, int_rows(outputs["proposal"]), strict=True):
             w.ctx.state["ids"].extend(guess[:-1])
         draft.counts["calls"] += len(works)
         draft.counts["captured"] += len(works)

@@ -116,7 +116,7 @@ class DecoderEngine:
         step = AttnStep(self.pool, self.backend, meta.slot_mapping, meta=meta)
         hidden = self.model(flat, meta.positions, step)
         if all_logits:
-            return list(self.model.logits(hidden).split(lens))
+            return list(torch.split(self.model.logits(hidden), lens))
         last = torch.tensor(lens, device=self.device).cumsum(0) - 1
         return self.model.logits(hidden[last])
 

@@ -29,7 +29,7 @@ captured or not, and in the reference interpreter.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -40,7 +40,15 @@ from wgc_models.llama.model import LlamaDecoder, lm_config, lm_parts
 from wgc_models.llama.text import prompt_format, prompt_ids
 from wgc_runtime.contract.capture import CapturedCall, StaticPort, StaticStep
 from wgc_runtime.contract.flow import SESSION_OPTION
-from wgc_runtime.contract.node import DTYPE_NAMES, KvCache, Node, NodeContext, NodeError, Work
+from wgc_runtime.contract.node import (
+    DTYPE_NAMES,
+    KvCache,
+    Node,
+    NodeContext,
+    NodeError,
+    Work,
+)
+from wgc_runtime.contract.weights import WeightParts
 from wgc_runtime.engines.decode_runner import DecodeRunner, requests_of
 
 
@@ -59,8 +67,9 @@ def build_model(config: Mapping[str, Any], device: str | torch.device) -> LlamaD
                 f"declares {want}: set the node's config to the checkpoint's sizes"
             )
         return model
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(int(config.get("seed", 0)))
+    # torch's stub leaves a parameter of each untyped
+    with torch.random.fork_rng(devices=[]):  # pyright: ignore[reportUnknownMemberType]
+        torch.manual_seed(int(config.get("seed", 0)))  # pyright: ignore[reportUnknownMemberType]
         model = LlamaDecoder(cfg)
         for p in model.parameters():
             torch.nn.init.normal_(p, std=0.5 / cfg.hidden_size**0.5)
@@ -95,7 +104,7 @@ class Decoder(Node):
     """A Llama decoder on the paged pool (see the module docstring)."""
 
     @classmethod
-    def weights(cls, config):
+    def weights(cls, config: Mapping[str, Any]) -> Sequence[WeightParts]:
         return lm_parts("llama", config, tied=False)
 
     def __init__(self, ctx: NodeContext) -> None:
@@ -119,7 +128,8 @@ class Decoder(Node):
     @torch.inference_mode()
     def forward(self, batch: Sequence[Work]) -> list[dict[str, torch.Tensor]]:
         engine = self.engine(batch[0].ctx.kv)
-        seqs, tokens = [], []
+        seqs: list[tuple[Hashable, str]] = []
+        tokens: list[torch.Tensor] = []
         for w in batch:
             kv = w.ctx.kv
             assert kv is not None  # `engine` checked the node is a kv-cache node
@@ -200,7 +210,9 @@ class Decoder(Node):
                 "stop": (nxt == eos) | (inputs["tokens"] == eos),
             }
 
-        def prepare_batch(works: Sequence[Work]) -> tuple[dict[str, torch.Tensor], dict]:
+        def prepare_batch(
+            works: Sequence[Work],
+        ) -> tuple[dict[str, torch.Tensor], dict[int, BaseException]]:
             """Append each row's token slot to its sequence (`DecodeRunner.step`): the batch's
             slots, positions, lengths and page tables."""
             for w in works:  # a session's sequence: the tokens it holds, for its next turn

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from wgc_models.layers.host_values import int_rows
 from wgc_runtime.contract.capture import CapturedCall, StaticPort, StaticStep, length_key
 from wgc_runtime.contract.node import NodeError, Work
 
@@ -63,7 +64,7 @@ def verify_step(target: Target, call: CapturedCall) -> StaticStep | None:
         return None
     k, eos = target.k, target.eos
     engine = target.engine(call.kv)
-    width = engine.width_for(target.kv_tokens)  # `_room` keeps every sequence within it
+    width = engine.width_for(target.kv_tokens)  # `room` keeps every sequence within it
     engine.decode_buffers(width)  # the padding page and the rope tables, before any capture
     pad_slot, pad_page = engine.pad_slot, engine.pad_slot // engine.pool.page_size
     unit = engine.unit_for(call.backend)
@@ -71,7 +72,9 @@ def verify_step(target: Target, call: CapturedCall) -> StaticStep | None:
     def admits(works: Sequence[Work]) -> bool:
         return all(feeds_one(w) for w in works if not target.complete(w))
 
-    def prepare_batch(works: Sequence[Work]) -> tuple[dict[str, torch.Tensor], dict]:
+    def prepare_batch(
+        works: Sequence[Work],
+    ) -> tuple[dict[str, torch.Tensor], dict[int, BaseException]]:
         n = len(works)
         slots = torch.full((n, k + 1), pad_slot, dtype=torch.int64)
         positions = torch.zeros((n, k + 1), dtype=torch.int64)
@@ -118,7 +121,7 @@ def verify_step(target: Target, call: CapturedCall) -> StaticStep | None:
         guess = ports["proposal"]  # [B, k]
         last = token.gather(1, (n_in - 1).clamp(min=0)[:, None])  # [B, 1]
         fed = torch.cat([last, guess], 1)  # [B, k + 1]
-        chosen = []
+        chosen: list[torch.Tensor] = []
         for j in range(k + 1):  # one static decode step per fed token
             out = unit(
                 {
@@ -147,7 +150,7 @@ def verify_step(target: Target, call: CapturedCall) -> StaticStep | None:
         }
 
     def finish(works: Sequence[Work], outputs: Mapping[str, torch.Tensor]) -> None:
-        choices = outputs["accepted:choice"].tolist()  # one host read for the batch
+        choices = int_rows(outputs["accepted:choice"])  # one host read for the batch
         for w, chosen in zip(works, choices, strict=True):
             st = w.ctx.state
             guess = st.pop("verify", None)

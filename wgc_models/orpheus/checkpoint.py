@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -59,7 +59,8 @@ def build_lm(config: Mapping[str, Any], device: torch.device) -> LlamaDecoder:
         tie_word_embeddings=True,
         max_position_embeddings=131072,
     )
-    with torch.random.fork_rng(devices=[]):  # the draws of the layers' own init
+    # the draws of the layers' own init (torch's stub leaves a parameter untyped)
+    with torch.random.fork_rng(devices=[]):  # pyright: ignore[reportUnknownMemberType]
         model = widen_(LlamaDecoder(cfg), int(config.get("seed", 0)))
     with torch.no_grad():  # a random model would end its speech at any frame boundary
         model.model.embed_tokens.weight[orpheus_tokens(config).end_of_speech].zero_()
@@ -72,7 +73,8 @@ def seeded_snac(cfg: SnacConfig, seed: int) -> Snac:
     uniform convolutions, weight norms at the drawn norms, unit Snake slopes), norms and
     slopes perturbed so they matter, and the output convolution halved: a random decoder's
     audio then swings within (-1, 1) without saturating its ``tanh``."""
-    with torch.random.fork_rng(devices=[]):  # the draws of the layers' own init
+    # the draws of the layers' own init (torch's stub leaves a parameter untyped)
+    with torch.random.fork_rng(devices=[]):  # pyright: ignore[reportUnknownMemberType]
         model = Snac(cfg).eval()
     g = torch.Generator().manual_seed(seed)
     params = dict(model.named_parameters())
@@ -86,7 +88,8 @@ def seeded_snac(cfg: SnacConfig, seed: int) -> Snac:
         noise = torch.randn(p.shape, generator=g)
         if name.endswith("original0"):
             v = params[name.removesuffix("0") + "1"]
-            p.copy_(v.flatten(1).norm(dim=1).reshape(p.shape) * (1 + 0.2 * noise))
+            norm = cast(torch.Tensor, v.flatten(1).norm(dim=1))  # pyright: ignore[reportUnknownMemberType] (stub: untyped `p`)
+            p.copy_(norm.reshape(p.shape) * (1 + 0.2 * noise))
         elif name.endswith("alpha"):
             p.copy_(1 + 0.2 * noise)
         elif name.endswith("bias"):

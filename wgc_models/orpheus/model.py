@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from wgc_models.layers.host_values import int_list
 from wgc_models.orpheus.snac import DrawnNoise, SnacDecoder
 
 if TYPE_CHECKING:  # a type only: the model needs no tokenizer package
@@ -180,7 +181,7 @@ def valid_window_codes(
         raise ValueError(f"a window holds whole frames of {FRAME} tokens, not {t}")
     codes = tokens.code(windows.long(), torch.arange(t, device=windows.device))
     valid = ((codes >= 0) & (codes < tokens.codebook_size)).all(dim=1)
-    rows = valid.nonzero().flatten().tolist()
+    rows = int_list(valid.nonzero())
     if len(rows) < b:
         codes = codes[rows]
     n = t // FRAME

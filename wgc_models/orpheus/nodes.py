@@ -42,6 +42,7 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import torch
 
 from wgc_models._shared.batched import cast_weights, weights_dtype
@@ -66,12 +67,14 @@ from wgc_models.orpheus.vocoder_node import SnacDecoder as SnacDecoder  # named 
 from wgc_runtime.contract.capture import CapturedCall, StaticPort, StaticStep
 from wgc_runtime.contract.node import (
     DTYPE_NAMES,
+    CallContext,
     KvCache,
     Node,
     NodeContext,
     NodeError,
     Work,
 )
+from wgc_runtime.contract.weights import WeightParts
 from wgc_runtime.engines.decode_runner import DecodeRunner, requests_of
 
 
@@ -79,7 +82,7 @@ class LLM(Node):
     """Orpheus's LM on the paged pool (see the module docstring)."""
 
     @classmethod
-    def weights(cls, config):
+    def weights(cls, config: Mapping[str, Any]) -> Sequence[WeightParts]:
         return lm_parts("orpheus", config, tied=True)
 
     def __init__(self, ctx: NodeContext) -> None:
@@ -109,7 +112,9 @@ class LLM(Node):
             self._engine = DecoderEngine(self.model, kv.pool, backend)
         return self._engine
 
-    def forward_one(self, inputs, ctx):
+    def forward_one(
+        self, inputs: dict[str, torch.Tensor | None], ctx: CallContext
+    ) -> dict[str, torch.Tensor]:
         return forward_alone(self, inputs, ctx)
 
     # ------------------------------------------------------------------ the plain path
@@ -117,7 +122,9 @@ class LLM(Node):
     def forward(self, batch: Sequence[Work]) -> list[Any]:
         engine = self.engine(batch[0].ctx.kv)
         results: list[Any] = [None] * len(batch)
-        rows, seqs, feeds = [], [], []
+        rows: list[int] = []
+        seqs: list[tuple[Hashable, str]] = []
+        feeds: list[torch.Tensor] = []
         for i, w in enumerate(batch):
             self._spoken_in(w)
             try:
@@ -316,7 +323,9 @@ class LLM(Node):
             """Every row's sequence, with this step's token, fits ``width`` pages."""
             return runner.longest(requests_of(works)) < room
 
-        def prepare_batch(works: Sequence[Work]) -> tuple[dict[str, torch.Tensor], dict]:
+        def prepare_batch(
+            works: Sequence[Work],
+        ) -> tuple[dict[str, torch.Tensor], dict[int, BaseException]]:
             """Append each row's token slot to its sequence (`DecodeRunner.step`): the batch's
             slots, positions, lengths, page tables, and audio positions."""
             requests = requests_of(works)
@@ -324,7 +333,7 @@ class LLM(Node):
             for i in runner.fresh(requests):  # rows that joined: their columns, once
                 self._join_row(runner, works[i])
             extra = meta.tensors(width)
-            extra["spoken"] = torch.from_numpy(runner.columns["spoken"][meta.row_ids])
+            extra["spoken"] = torch.as_tensor(runner.columns["spoken"][meta.row_ids])
             failed = {i: self._full(works[i], exc) for i, exc in meta.failed.items()}
             return extra, failed
 
@@ -347,9 +356,14 @@ class LLM(Node):
             budget = spoken >= cols["budget"][rows]
             if budget.any():  # `max_tokens` reached: those rows stop
                 with torch.inference_mode():
-                    outputs["stop"].logical_or_(torch.from_numpy(budget))
+                    outputs["stop"].logical_or_(torch.as_tensor(budget))
 
-        def resample(works, outputs, sampled, spoken) -> None:
+        def resample(
+            works: Sequence[Work],
+            outputs: Mapping[str, torch.Tensor],
+            sampled: Sequence[int],
+            spoken: npt.NDArray[Any],
+        ) -> None:
             """The rows of requests that sample, chosen from the step's logits."""
             logits = stash[min(b for b in stash if b >= len(works))]
             new, stop = outputs["new_token"], outputs["stop"]
@@ -357,7 +371,11 @@ class LLM(Node):
                 w = works[i]
                 w.ctx.state["spoken"] = int(spoken[i])  # the runner's is the current one
                 greedy = int(new[i, 0])
-                token = self._choose(w, lambda i=i: logits[i : i + 1].float(), greedy)
+
+                def row(i: int = i) -> torch.Tensor:
+                    return logits[i : i + 1].float()
+
+                token = self._choose(w, row, greedy)
                 new[i, 0], stop[i] = token, token == tokens.end_of_speech
 
         return StaticStep(

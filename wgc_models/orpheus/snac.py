@@ -55,20 +55,20 @@ class SnacConfig:
     vq_strides: tuple[int, ...] = (4, 2, 1)
     noise: bool = True
     depthwise: bool = True
-    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+    extra: dict[str, Any] = field(default_factory=dict[str, Any], compare=False)
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> SnacConfig:
         known = {f for f in cls.__dataclass_fields__ if f != "extra"}
         kw: dict[str, Any] = {
-            k: tuple(v) if isinstance(v, list) else v for k, v in raw.items() if k in known
+            k: (*v,) if isinstance(v, list) else v for k, v in raw.items() if k in known
         }
         return cls(**kw, extra={k: v for k, v in raw.items() if k not in known})
 
     def to_dict(self) -> dict[str, Any]:
         """The keyword arguments of ``snac.SNAC``."""
         out = {f: getattr(self, f) for f in self.__dataclass_fields__ if f != "extra"}
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in out.items()}
+        return {k: [*v] if isinstance(v, tuple) else v for k, v in out.items()}
 
     @property
     def latent(self) -> int:
@@ -116,7 +116,7 @@ class WNConv1d(nn.Module):
         self.bias = nn.Parameter(torch.zeros(cout)) if bias else None
         self.stride, self.padding, self.dilation, self.groups = stride, padding, dilation, groups
         self.transpose, self.output_padding = transpose, output_padding
-        self._folded: tuple[tuple, torch.Tensor] | None = None
+        self._folded: tuple[tuple[int, int, int, int, torch.dtype], torch.Tensor] | None = None
 
     def weight(self) -> torch.Tensor:
         wn = cast(_WeightNorm, self.parametrizations["weight"])
@@ -124,7 +124,7 @@ class WNConv1d(nn.Module):
         key = (g.data_ptr(), v.data_ptr(), g._version, v._version, g.dtype)
         if self._folded is None or self._folded[0] != key:
             with torch.no_grad():
-                norm = v.norm(dim=tuple(range(1, v.dim())), keepdim=True)
+                norm = cast(torch.Tensor, v.norm(dim=tuple(range(1, v.dim())), keepdim=True))  # pyright: ignore[reportUnknownMemberType] (stub: untyped `p`)
                 self._folded = (key, v * (g / norm))
         return self._folded[1]
 
@@ -290,10 +290,10 @@ class NoiseBlock(nn.Module):
 class Tanh(nn.Tanh):
     """``tanh``, row by row without autograd (`per_row_`)."""
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
         if torch.is_grad_enabled():
-            return torch.tanh(x)
-        return per_row_(torch.Tensor.tanh_, x.clone(memory_format=torch.contiguous_format))
+            return torch.tanh(input)
+        return per_row_(torch.Tensor.tanh_, input.clone(memory_format=torch.contiguous_format))
 
 
 class DecoderBlock(nn.Module):
@@ -345,7 +345,7 @@ class Decoder(nn.Module):
         return self.model(z)
 
 
-class _Codebook(nn.Module):
+class Codebook(nn.Module):
     """One codebook's decoding half: ``codebook`` embedding and ``out_proj``."""
 
     def __init__(self, cfg: SnacConfig, stride: int):
@@ -362,7 +362,7 @@ class _Codebook(nn.Module):
 class _Quantizer(nn.Module):
     def __init__(self, cfg: SnacConfig):
         super().__init__()
-        self.quantizers = nn.ModuleList(_Codebook(cfg, s) for s in cfg.vq_strides)
+        self.quantizers = nn.ModuleList(Codebook(cfg, s) for s in cfg.vq_strides)
 
 
 class SnacDecoder(nn.Module):
@@ -416,9 +416,9 @@ class SnacDecoder(nn.Module):
             self.decoder, self.codebooks(), latent_length, span, label
         )
 
-    def codebooks(self) -> list[_Codebook]:
+    def codebooks(self) -> list[Codebook]:
         """The codebooks' decoding halves, coarsest first."""
-        return [cast(_Codebook, q) for q in self.quantizer.quantizers]
+        return [cast(Codebook, q) for q in self.quantizer.quantizers]
 
     @property
     def compiled_spans(self) -> dict[tuple[int, tuple[int, int]], Any]:

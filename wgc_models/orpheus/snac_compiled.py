@@ -35,12 +35,12 @@ from torch import nn
 
 from wgc_models.orpheus.conv1d import conv1d, conv_transpose1d
 from wgc_models.orpheus.snac import (
+    Codebook,
     Noise,
     NoiseBlock,
     ResidualUnit,
     Snake1d,
     WNConv1d,
-    _Codebook,
     draw_noise,
 )
 from wgc_models.orpheus.snac_span import Span, Step, conv_geometry, plan_span
@@ -137,7 +137,7 @@ class CompiledSpan:
     def __init__(
         self,
         decoder: nn.Module,
-        quantizer: Sequence[_Codebook],
+        quantizer: Sequence[Codebook],
         latent_length: int,
         span: Span,
         label: str,

@@ -116,7 +116,8 @@ def _plan(layers: list[nn.Module], make: Span, n: int) -> tuple[Step, ...] | Non
 def noise_lengths(decoder: nn.Module, latent_length: int) -> tuple[int, ...]:
     """The input length of each `NoiseBlock` of a decode of ``latent_length`` latent steps, in
     order: each draws noise that long (the whole window's, in a span decode too)."""
-    out, n = [], latent_length
+    out: list[int] = []
+    n = latent_length
     for m in _flat(cast(nn.Module, decoder.model)):
         if isinstance(m, NoiseBlock):
             out.append(n)

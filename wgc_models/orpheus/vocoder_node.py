@@ -7,7 +7,7 @@ of a batch decoded as one batch, each window's noise drawn ahead while the rank 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -16,10 +16,11 @@ from wgc_models._shared.batched import cast_weights, weights_dtype
 from wgc_models._shared.speech import NOISE, forward_alone, inference, speech_seed
 from wgc_models.orpheus import sizes
 from wgc_models.orpheus.checkpoint import seeded_snac, snac_from_pretrained
-from wgc_models.orpheus.model import NoiseAhead, OrpheusVocoder, orpheus_tokens
+from wgc_models.orpheus.model import DrawnNoise, NoiseAhead, OrpheusVocoder, orpheus_tokens
 from wgc_models.orpheus.snac import SnacConfig
 from wgc_runtime.contract.kinds import CaptureBackend
 from wgc_runtime.contract.node import CallContext, Node, NodeContext, NodeError, Work
+from wgc_runtime.contract.weights import WeightParts
 
 IDLE_WINDOWS = 4  # windows' noise drawn per `SnacDecoder.idle` call
 
@@ -28,7 +29,7 @@ class SnacDecoder(Node):
     """The SNAC window vocoder (see the module docstring)."""
 
     @classmethod
-    def weights(cls, config):
+    def weights(cls, config: Mapping[str, Any]) -> Sequence[WeightParts]:
         return sizes.snac_parts(config)
 
     def __init__(self, ctx: NodeContext) -> None:
@@ -64,7 +65,9 @@ class SnacDecoder(Node):
         (`OrpheusVocoder.windows`); each with its own noise, so its audio is what it would be
         alone."""
         results: list[Any] = [None] * len(batch)
-        rows, windows, noise = [], [], []
+        rows: list[int] = []
+        windows: list[torch.Tensor] = []
+        noise: list[torch.Generator | DrawnNoise] = []
         for i, w in enumerate(batch):
             window = w.inputs.get("window")
             if window is None:
@@ -100,5 +103,7 @@ class SnacDecoder(Node):
     def release(self, request_id: str) -> None:
         self.ahead.drop(request_id)
 
-    def forward_one(self, inputs, ctx):
+    def forward_one(
+        self, inputs: dict[str, torch.Tensor | None], ctx: CallContext
+    ) -> dict[str, torch.Tensor]:
         return forward_alone(self, inputs, ctx)

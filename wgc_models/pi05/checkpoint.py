@@ -27,10 +27,9 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
 
 from wgc_models.layers.convert import load_tensors
-from wgc_models.layers.loading import checkpoint_files, iter_tensors
+from wgc_models.layers.loading import checkpoint_files, iter_tensors, open_safetensors
 
 _PALI = "paligemma_with_expert.paligemma."
 _LM = f"{_PALI}model.language_model."
@@ -57,7 +56,7 @@ def checkpoint_names(path: str | Path) -> set[str]:
     """Every tensor name of a safetensors checkpoint, read from the headers only."""
     names: set[str] = set()
     for file in checkpoint_files(path):
-        with safe_open(str(file), framework="pt", device="cpu") as f:
+        with open_safetensors(file) as f:
             names.update(f.keys())
     return names
 

@@ -43,7 +43,7 @@ class GemmaConfig:
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any], *, embed: bool = True) -> GemmaConfig:
-        rope = raw.get("rope_parameters") or {}
+        rope: dict[str, Any] = raw.get("rope_parameters") or {}
         return cls(
             hidden_size=int(raw["hidden_size"]),
             intermediate_size=int(raw["intermediate_size"]),
@@ -132,7 +132,14 @@ class GemmaLayer(nn.Module):
         self.post_attention_layernorm = GemmaRMSNorm(cfg.hidden_size, cfg.rms_norm_eps, cond)
         self.mlp = GemmaMLP(cfg)
 
-    def forward(self, x, rope, step: BlockStep, layer: int, cond=None) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        rope: tuple[torch.Tensor, torch.Tensor],
+        step: BlockStep,
+        layer: int,
+        cond: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         h, gate = self.input_layernorm(x, cond)
         x = gated(x, self.self_attn(h, rope, step, layer), gate)
         h, gate = self.post_attention_layernorm(x, cond)

@@ -53,10 +53,13 @@ from wgc_models.pi05.checkpoint import load_published
 from wgc_models.pi05.config import CONFIGS
 from wgc_models.pi05.model import PaliVision, Pi0, Pi0Config
 from wgc_models.pi05.text import TOKEN_IDS_OPTION, PromptTokenizer, prompt_ids, tokenizer_file
-from wgc_runtime.contract.node import Node, NodeContext, NodeError, Work
+from wgc_runtime.contract.node import CallContext, Node, NodeContext, NodeError, Work
+from wgc_runtime.contract.weights import WeightParts
+from wgc_runtime.engines.kv_pool import PagedKVPool
 
 _VISION = "paligemma_with_expert.paligemma.model."
-_WEIGHTS: dict[tuple, Any] = {}
+_Key = tuple[Any, Any, Any, str, str]  # model, checkpoint, seed (config values), part, device
+_WEIGHTS: dict[_Key, Any] = {}
 
 
 def pi_config(node: str, config: Mapping[str, Any]) -> Pi0Config:
@@ -66,14 +69,14 @@ def pi_config(node: str, config: Mapping[str, Any]) -> Pi0Config:
     return CONFIGS[name]
 
 
-def _weights(key: tuple, build: Callable[[], Any]) -> Any:
+def _weights(key: _Key, build: Callable[[], Any]) -> Any:
     """One copy per process of each part's weights (LLM and its MPC copies share one)."""
     if key not in _WEIGHTS:
         _WEIGHTS[key] = build()
     return _WEIGHTS[key]
 
 
-def _key(config: Mapping[str, Any], part: str, device: torch.device) -> tuple:
+def _key(config: Mapping[str, Any], part: str, device: torch.device) -> _Key:
     return (config.get("model"), config.get("checkpoint"), config.get("seed"), part, str(device))
 
 
@@ -113,7 +116,7 @@ _VISION_NAMES = ("vision_tower.", "multi_modal_projector.")
 
 class VitEncoder(Batched):
     @classmethod
-    def weights(cls, config):
+    def weights(cls, config: Mapping[str, Any]) -> Sequence[WeightParts]:
         cfg = pi_config("vit_encoder", config)
         build = lambda: PaliVision(cfg.vision, cfg.text.hidden_size)  # noqa: E731
         return [part("pi05", "vision", config, build, names=_VISION_NAMES, dtype="f32")]
@@ -126,7 +129,7 @@ class VitEncoder(Batched):
     @torch.inference_mode()
     def forward(self, batch: Sequence[Work]) -> list[dict[str, torch.Tensor]]:
         size = self.model.vision_tower.config.image_size
-        out = []
+        out: list[dict[str, torch.Tensor]] = []
         for w in batch:
             images = w.inputs["images"]
             if images is None or images.dim() != 4 or images.shape[-1] != 3:
@@ -140,7 +143,7 @@ class LLM(Batched):
     """The PaliGemma prefix and the action expert over the paged pool (module docstring)."""
 
     @classmethod
-    def weights(cls, config):
+    def weights(cls, config: Mapping[str, Any]) -> Sequence[WeightParts]:
         cfg = pi_config("LLM", config)
         skip = (*_VISION_NAMES, "gemma_expert.lm_head")  # the expert's head is never used
         build = lambda: Pi0(cfg, vision=False)  # noqa: E731
@@ -148,7 +151,7 @@ class LLM(Batched):
 
     def __init__(self, ctx: NodeContext) -> None:
         super().__init__(ctx)
-        file = tokenizer_file(str(self.config.get("checkpoint") or ""), self.name)  # WG902 first
+        file = tokenizer_file(str(self.config.get("checkpoint") or ""), self.name)  # WG879 first
         self.text = PromptTokenizer.load(file, self.name)
         self.model = load_policy(self.name, self.config, self.device)
         cfg = self.model.config
@@ -181,8 +184,10 @@ class LLM(Batched):
         """Whether the request's prompt holds token ids (option ``token_ids``), not text."""
         return bool(w.ctx.options.get(TOKEN_IDS_OPTION, False))
 
-    def _prefill(self, batch: Sequence[Work], pool) -> list[dict[str, torch.Tensor]]:
-        parts, blocks, positions = [], [], []
+    def _prefill(self, batch: Sequence[Work], pool: PagedKVPool) -> list[dict[str, torch.Tensor]]:
+        parts: list[torch.Tensor] = []
+        blocks: list[Block] = []
+        positions: list[torch.Tensor] = []
         for w in batch:
             kv = w.ctx.kv
             assert kv is not None
@@ -203,9 +208,12 @@ class LLM(Batched):
         self.model.prefill(torch.cat(parts), torch.cat(positions).to(self.device), step)
         return [{} for _ in batch]
 
-    def _denoise(self, batch: Sequence[Work], pool) -> list[dict[str, torch.Tensor]]:
+    def _denoise(self, batch: Sequence[Work], pool: PagedKVPool) -> list[dict[str, torch.Tensor]]:
         cfg = self.model.config
-        xs, ts, blocks, positions = [], [], [], []
+        xs: list[torch.Tensor] = []
+        ts: list[torch.Tensor] = []
+        blocks: list[Block] = []
+        positions: list[torch.Tensor] = []
         for w in batch:
             kv = w.ctx.kv
             assert kv is not None
@@ -241,7 +249,9 @@ class LLM(Batched):
 class ChunkSelector(Node):
     """The consensus chunk of the samples (module docstring)."""
 
-    def forward_one(self, inputs, ctx):
+    def forward_one(
+        self, inputs: dict[str, torch.Tensor | None], ctx: CallContext
+    ) -> dict[str, torch.Tensor]:
         chunks = torch.stack([need(inputs, f"a_{i}", self.name).float() for i in range(4)])
         flat = chunks.reshape(chunks.shape[0], -1)
         dist = torch.cdist(flat, flat) / flat.shape[1] ** 0.5

@@ -70,7 +70,8 @@ def thinker(
     path = str(config.get("checkpoint") or "")
     if path:
         return Thinker.from_pretrained(path, audio=False).to(device)
-    with torch.random.fork_rng(devices=[]):  # the draws of the layers' own init
+    # the draws of the layers' own init
+    with torch.random.fork_rng(devices=[]):  # pyright: ignore[reportUnknownMemberType] (stub: untyped)
         model = widen_(Thinker(cfg.thinker, audio=False), _seed(config))
     with torch.no_grad():
         model.model.embed_tokens.weight.copy_(thinker_embedding(cfg, _seed(config)))
@@ -93,7 +94,7 @@ def audio_tower(config: Mapping[str, Any], cfg: OmniConfig, device: torch.device
     if not cfg.thinker.audio:
         raise NodeError("node `audio_encoder`: the checkpoint's Thinker has no audio encoder")
     path = str(config.get("checkpoint") or "")
-    with torch.random.fork_rng(devices=[]):
+    with torch.random.fork_rng(devices=[]):  # pyright: ignore[reportUnknownMemberType] (stub: untyped)
         tower = _Tower(cfg.thinker.audio)
     if path:
         skip = ("model.", "lm_head.", "visual.")
@@ -107,7 +108,7 @@ def talker(config: Mapping[str, Any], cfg: OmniConfig, device: torch.device) -> 
     path = str(config.get("checkpoint") or "")
     if path:
         return Talker.from_pretrained(path).to(device)
-    with torch.random.fork_rng(devices=[]):
+    with torch.random.fork_rng(devices=[]):  # pyright: ignore[reportUnknownMemberType] (stub: untyped)
         model = widen_(Talker(cfg.talker, cfg.tokens), _seed(config))
     t = cfg.tokens
     table = thinker_embedding(cfg, int(config.get("thinker_seed", 0)))
@@ -120,7 +121,7 @@ def code2wav(config: Mapping[str, Any], cfg: OmniConfig, device: torch.device) -
     path = str(config.get("checkpoint") or "")
     if path:
         return Code2Wav.from_pretrained(path).to(device)
-    with torch.random.fork_rng(devices=[]):
+    with torch.random.fork_rng(devices=[]):  # pyright: ignore[reportUnknownMemberType] (stub: untyped)
         model = Code2Wav(cfg.code2wav).eval()
     g = torch.Generator().manual_seed(_seed(config))
     blocks = tuple(f"decoder.{i}." for i in range(1, len(model.decoder) - 2))

@@ -129,7 +129,9 @@ class _Attention(nn.Module):
         self.v_proj = nn.Linear(h, cfg.num_kv_heads * d, bias=cfg.qkv_bias)
         self.o_proj = nn.Linear(cfg.num_heads * d, h, bias=cfg.o_bias)
 
-    def forward(self, x: torch.Tensor, rope, mask: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], mask: torch.Tensor
+    ) -> torch.Tensor:
         b, t, _ = x.shape
         q = apply_rope(self.q_proj(x).view(b * t, self.heads, self.head_dim), *rope)
         k = apply_rope(self.k_proj(x).view(b * t, self.kv_heads, self.head_dim), *rope)
@@ -160,7 +162,9 @@ class _Layer(nn.Module):
         self.self_attn_layer_scale = _LayerScale(tc.hidden_size, cfg.layer_scale)
         self.mlp_layer_scale = _LayerScale(tc.hidden_size, cfg.layer_scale)
 
-    def forward(self, x: torch.Tensor, rope, mask: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, rope: tuple[torch.Tensor, torch.Tensor], mask: torch.Tensor
+    ) -> torch.Tensor:
         a = self.self_attn(self.input_layernorm(x), rope, mask)
         x = x + self.self_attn_layer_scale.scale * a
         return x + self.mlp_layer_scale.scale * self.mlp(self.post_attention_layernorm(x))
@@ -251,7 +255,8 @@ class Code2Wav(nn.Module):
 
     def chunked_decode(self, codes: torch.Tensor, chunk: int = 25, left: int = 25) -> torch.Tensor:
         """All of ``codes`` ``[T, quantizers]`` a chunk at a time (HF's ``chunked_decode``)."""
-        out, start = [], 0
+        out: list[torch.Tensor] = []
+        start = 0
         while start < codes.shape[0]:
             end = min(start + chunk, codes.shape[0])
             ctx = min(left, start)

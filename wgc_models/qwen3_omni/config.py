@@ -22,13 +22,16 @@ that the tests reach it), the interleaved M-RoPE sections (scaled to the head si
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import Any, cast
 
 
 def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     out = copy.deepcopy(base)
     for k, v in over.items():
-        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = _merge(out[k], cast(dict[str, Any], v))
+        else:
+            out[k] = v
     return out
 
 

@@ -19,13 +19,14 @@ forward (prefill) runs each expert that was hit once over its tokens, as HF does
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from wgc_models.layers.config import DecoderConfig
+from wgc_models.layers.host_values import int_list
 from wgc_models.layers.mlp import MLP
 
 # at most this many (token, expert) pairs take the gathered path: gathering copies each pair's
@@ -99,7 +100,7 @@ class Experts(nn.Module):
             return self._gathered(x, idx, weight)
         return self._per_expert(x, idx, weight)
 
-    def _gathered(self, x, idx, weight):
+    def _gathered(self, x: torch.Tensor, idx: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         t, k = idx.shape
         flat = idx.reshape(-1)
         xs = x.repeat_interleave(k, dim=0)[:, :, None]  # [T·k, hidden, 1]
@@ -108,9 +109,10 @@ class Experts(nn.Module):
         out = torch.bmm(self.down_proj.index_select(0, flat), h[:, :, None])[..., 0]
         return (out.view(t, k, -1) * weight[..., None]).sum(1)
 
-    def _per_expert(self, x, idx, weight):
+    def _per_expert(self, x: torch.Tensor, idx: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         out = torch.zeros_like(x)
-        for e in idx.unique().tolist():
+        experts = cast(torch.Tensor, idx.unique())  # pyright: ignore[reportUnknownMemberType] (stub: untyped)
+        for e in int_list(experts):
             tok, slot = torch.where(idx == e)
             gu = F.linear(x[tok], self.gate_up_proj[e])
             h = F.silu(gu[:, : self.intermediate]) * gu[:, self.intermediate :]

@@ -25,7 +25,7 @@ Talker is in `wgc_models.qwen3_omni.talker`), built from wgc's components (`omni
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -41,6 +41,7 @@ from wgc_models._shared.speech import (
     speech_seed,
 )
 from wgc_models._shared.speech import text_codec as load_codec
+from wgc_models.layers.host_values import int_list
 from wgc_models.layers.sampling import choose
 from wgc_models.layers.whisper_mel import log_mel
 from wgc_models.qwen3_omni import checkpoint
@@ -48,14 +49,15 @@ from wgc_models.qwen3_omni.omni_thinker import ThinkerEngine, ThinkerPass
 from wgc_models.qwen3_omni.prompt import audio_ids
 from wgc_models.qwen3_omni.stack_engine import StackEngine
 from wgc_models.qwen3_omni.template import chat_prompt
-from wgc_runtime.contract.node import KvCache, Node, NodeContext, NodeError, Work
+from wgc_runtime.contract.node import CallContext, KvCache, Node, NodeContext, NodeError, Work
+from wgc_runtime.contract.weights import WeightParts
 
 
 class AudioEncoder(Node):
     """Waveform → audio embeddings (see the module docstring)."""
 
     @classmethod
-    def weights(cls, config):
+    def weights(cls, config: Mapping[str, Any]) -> Sequence[WeightParts]:
         return checkpoint.parts(config, "audio")
 
     def __init__(self, ctx: NodeContext) -> None:
@@ -66,7 +68,9 @@ class AudioEncoder(Node):
         self.bins = int(cfg.thinker.audio.get("num_mel_bins", 128))
 
     @inference
-    def forward_one(self, inputs, ctx):
+    def forward_one(
+        self, inputs: dict[str, torch.Tensor | None], ctx: CallContext
+    ) -> dict[str, torch.Tensor]:
         audio = inputs["audio"]
         if audio is None or audio.numel() < 160:
             raise NodeError(f"node `{self.name}`: an audio segment needs 10 ms of 16 kHz audio")
@@ -79,7 +83,7 @@ class Thinker(Node):
     """The Thinker on the paged pool (see the module docstring)."""
 
     @classmethod
-    def weights(cls, config):
+    def weights(cls, config: Mapping[str, Any]) -> Sequence[WeightParts]:
         return checkpoint.parts(config, "thinker")
 
     def __init__(self, ctx: NodeContext) -> None:
@@ -112,14 +116,19 @@ class Thinker(Node):
             self._engine = ThinkerEngine(self.model, stack, self.accept)
         return self._engine
 
-    def forward_one(self, inputs, ctx):
+    def forward_one(
+        self, inputs: dict[str, torch.Tensor | None], ctx: CallContext
+    ) -> dict[str, torch.Tensor]:
         return forward_alone(self, inputs, ctx)
 
     @inference
     def forward(self, batch: Sequence[Work]) -> list[Any]:
         engine = self.engine(batch[0].ctx.kv)
         results: list[Any] = [None] * len(batch)
-        rows, seqs, ids, audio = [], [], [], []
+        rows: list[int] = []
+        seqs: list[tuple[Hashable, str]] = []
+        ids: list[torch.Tensor] = []
+        audio: list[torch.Tensor | None] = []
         for i, w in enumerate(batch):
             try:
                 pass_ids, pass_audio = self._pass(w)
@@ -161,7 +170,7 @@ class Thinker(Node):
                 return None, None
             token = w.inputs["token"]
             assert token is not None
-            ids = token.reshape(-1).tolist()
+            ids = int_list(token)
         else:  # the reply: close the user turn, open the assistant's
             ids = self.prompt.reply(opened)
             st["opened"] = False
@@ -233,7 +242,9 @@ class Detokenizer(Node):
         self.codec = load_codec(str(self.config.get("checkpoint") or ""), "qwen3_omni")
 
     @inference
-    def forward_one(self, inputs, ctx):
+    def forward_one(
+        self, inputs: dict[str, torch.Tensor | None], ctx: CallContext
+    ) -> dict[str, torch.Tensor]:
         token = inputs["token"]
         piece = self.codec.piece(int(token.reshape(-1)[0])) if token is not None else b""
         return {"text": torch.tensor(list(piece), dtype=torch.uint8)}
@@ -243,7 +254,7 @@ class Code2Wav(Node):
     """Codec frames → audio (see the module docstring)."""
 
     @classmethod
-    def weights(cls, config):
+    def weights(cls, config: Mapping[str, Any]) -> Sequence[WeightParts]:
         return checkpoint.parts(config, "code2wav")
 
     def __init__(self, ctx: NodeContext) -> None:
@@ -260,7 +271,9 @@ class Code2Wav(Node):
             )
 
     @inference
-    def forward_one(self, inputs, ctx):
+    def forward_one(
+        self, inputs: dict[str, torch.Tensor | None], ctx: CallContext
+    ) -> dict[str, torch.Tensor]:
         codes = inputs["codes"]
         if codes is None:
             raise NodeError(f"node `{self.name}`: no codec frames to decode")

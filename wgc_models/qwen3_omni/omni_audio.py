@@ -19,6 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from wgc_models.layers.host_values import int_list
+
 
 def out_lengths(lengths: torch.Tensor, n_window: int) -> torch.Tensor:
     """Encoder frames for ``lengths`` mel frames (HF's ``_get_feat_extract_output_lengths``)."""
@@ -106,7 +108,7 @@ class AudioEncoder(nn.Module):
     def _chunks(self, lengths: torch.Tensor) -> torch.Tensor:
         size = self.n_window * 2
         out: list[int] = []
-        for n in lengths.tolist():
+        for n in int_list(lengths):
             out += [size] * (n // size) + ([n % size] if n % size else [])
         return torch.tensor(out, dtype=torch.long)
 
@@ -114,14 +116,14 @@ class AudioEncoder(nn.Module):
         """Attention windows over the valid frames (HF's ``cu_seqlens`` differences)."""
         window = int(chunk_out.max()) * (self.n_window_infer // (self.n_window * 2))
         out: list[int] = []
-        for n in out_lengths(lengths, self.n_window).tolist():
+        for n in int_list(out_lengths(lengths, self.n_window)):
             out += [window] * (n // window) + ([n % window] if n % window else [])
         return out
 
     @torch.inference_mode()
     def forward(self, features: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         chunks = self._chunks(lengths)
-        pieces = features.T.split(chunks.tolist(), dim=0)
+        pieces = torch.split(features.T, int_list(chunks), dim=0)
         x = nn.utils.rnn.pad_sequence(list(pieces), batch_first=True).transpose(1, 2)
         x = x[:, None].to(self.conv2d1.weight.dtype)
         x = F.gelu(self.conv2d3(F.gelu(self.conv2d2(F.gelu(self.conv2d1(x))))))

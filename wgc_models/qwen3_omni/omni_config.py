@@ -55,7 +55,7 @@ class ThinkerConfig:
     audio_token_id: int
     image_token_id: int
     video_token_id: int
-    audio: dict[str, Any] = field(default_factory=dict)  # ``audio_config``, as read
+    audio: dict[str, Any] = field(default_factory=dict[str, Any])  # ``audio_config``, as read
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> ThinkerConfig:
@@ -88,6 +88,7 @@ class TalkerConfig:
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> TalkerConfig:
+        speaker_ids: dict[str, Any] = raw.get("speaker_id") or {}
         text, pred = raw["text_config"], raw["code_predictor_config"]
         if "shared_expert_intermediate_size" not in text:
             raise ConfigError("the talker's text_config has no `shared_expert_intermediate_size`")
@@ -105,7 +106,7 @@ class TalkerConfig:
             codec_nothink=int(raw["codec_nothink_id"]),
             codec_think_bos=int(raw["codec_think_bos_id"]),
             codec_think_eos=int(raw["codec_think_eos_id"]),
-            speakers={k.lower(): int(v) for k, v in (raw.get("speaker_id") or {}).items()},
+            speakers={k.lower(): int(v) for k, v in speaker_ids.items()},
         )
 
     @property

@@ -22,6 +22,7 @@ from collections import deque
 
 import torch
 
+from wgc_models.layers.host_values import int_list
 from wgc_models.qwen3_omni.omni_talker import Talker
 from wgc_models.qwen3_omni.omni_thinker import Thinker, ThinkerPass
 
@@ -51,7 +52,7 @@ class TalkerFeed:
         9-row prefix to prefill after them (else None). Only then is the prompt known whole,
         so which assistant turn is its last."""
         user: list[Row] = []
-        for i, tok in enumerate(out.ids.tolist()):
+        for i, tok in enumerate(int_list(out.ids)):
             row = (tok, out.embeds[i], out.hidden[i])
             if self._pending is not None:  # this token names the turn `<|im_start|>` opened
                 self._role = tok

@@ -25,7 +25,7 @@ code predictor on a batch: the frame's codes and the next input's codec part).
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from pathlib import Path
 
 import torch
@@ -161,5 +161,5 @@ class TalkerEngine:
         c0_embed = self.talker.model.codec_embedding(c0)
         return self.predictor.frames(hidden, c0, c0_embed, sampling=sampling, generator=generator)
 
-    def free(self, request) -> None:
+    def free(self, request: Hashable) -> None:
         self.engine.free(request)

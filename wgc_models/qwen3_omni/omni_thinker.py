@@ -19,7 +19,7 @@ state, text rows by their embedding).
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -126,5 +126,5 @@ class ThinkerEngine:
         logits = self.thinker.lm_head(last).float()
         return [ThinkerPass(logits[i], ids[i], embeds[i], kept[i]) for i in range(len(seqs))]
 
-    def free(self, request) -> None:
+    def free(self, request: Hashable) -> None:
         self.engine.free(request)

@@ -89,7 +89,10 @@ class StackEngine:
         step = AttnStep(self.pool, self.backend, meta.slot_mapping, meta=meta)
         x = torch.cat(list(embeds)).to(self.device)
         hidden, kept = self.stack.run(x, meta.positions, step, capture)
-        return list(hidden.split(lens)), None if kept is None else list(kept.split(lens))
+        return (
+            list(torch.split(hidden, lens)),
+            None if kept is None else list(torch.split(kept, lens)),
+        )
 
     def free(self, request: Hashable) -> None:
         self.pool.free(request)

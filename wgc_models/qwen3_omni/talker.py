@@ -24,7 +24,7 @@ rank group.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
@@ -40,7 +40,8 @@ from wgc_models.qwen3_omni.omni_handoff import TalkerFeed
 from wgc_models.qwen3_omni.omni_talker import TalkerEngine
 from wgc_models.qwen3_omni.omni_thinker import Thinker, ThinkerPass
 from wgc_models.qwen3_omni.stack_engine import StackEngine
-from wgc_runtime.contract.node import KvCache, Node, NodeContext, NodeError, Work
+from wgc_runtime.contract.node import CallContext, KvCache, Node, NodeContext, NodeError, Work
+from wgc_runtime.contract.weights import WeightParts
 
 
 class _Multimodal:
@@ -61,7 +62,7 @@ class Speech:
     feed: TalkerFeed
     params: Sampling
     generator: torch.Generator
-    spoken: list[int] = field(default_factory=list)  # first codes so far (repetition penalty)
+    spoken: list[int] = field(default_factory=list[int])  # first codes so far (repetition penalty)
     frames: int = 0
     ended: bool = False
 
@@ -81,7 +82,7 @@ class Talker(Node):
     """The Talker (see the module docstring)."""
 
     @classmethod
-    def weights(cls, config):
+    def weights(cls, config: Mapping[str, Any]) -> Sequence[WeightParts]:
         return checkpoint.parts(config, "talker")
 
     def __init__(self, ctx: NodeContext) -> None:
@@ -138,7 +139,9 @@ class Talker(Node):
         embeds, hidden = states[:, : self.width], states[:, self.width :]
         return ThinkerPass(torch.zeros(0), ids[:n].to(self.device), embeds, hidden)
 
-    def forward_one(self, inputs, ctx):
+    def forward_one(
+        self, inputs: dict[str, torch.Tensor | None], ctx: CallContext
+    ) -> dict[str, torch.Tensor]:
         return forward_alone(self, inputs, ctx)
 
     # ------------------------------------------------------------------ a batch
@@ -157,7 +160,7 @@ class Talker(Node):
             results[i] = self._silent(w) if not row.speaks else None
         fed = [r for r in rows if r.embeds is not None]
         if fed:
-            seqs = []
+            seqs: list[tuple[Hashable, str]] = []
             for r in fed:
                 kv = r.work.ctx.kv
                 assert kv is not None
@@ -200,9 +203,15 @@ class Talker(Node):
         row.speaks = True
         return row
 
-    def _speak(self, engine: TalkerEngine, speaking, logits, hidden) -> list[dict]:
+    def _speak(
+        self,
+        engine: TalkerEngine,
+        speaking: Sequence[tuple[int, _Row]],
+        logits: torch.Tensor,
+        hidden: torch.Tensor,
+    ) -> list[dict[str, torch.Tensor]]:
         """Per speaking row: its first code, then (unless it ends) its frame."""
-        outs: list[dict] = [{} for _ in speaking]
+        outs: list[dict[str, torch.Tensor]] = [{} for _ in speaking]
         framed: list[tuple[int, torch.Tensor]] = []  # (position in `speaking`, first code)
         for k, (j, r) in enumerate(speaking):
             sp = r.speech
@@ -233,7 +242,9 @@ class Talker(Node):
                 outs[k] = self._spoken(r.work, codes[n], embeds[n])
         return outs
 
-    def _spoken(self, w: Work, codes: torch.Tensor, embeds: torch.Tensor) -> dict:
+    def _spoken(
+        self, w: Work, codes: torch.Tensor, embeds: torch.Tensor
+    ) -> dict[str, torch.Tensor]:
         out = {
             "talker_input_embeds": embeds[None].float().cpu(),
             "codec_tokens": codes[None].to(torch.int64).cpu(),
@@ -242,7 +253,7 @@ class Talker(Node):
             out["stop"] = torch.tensor(False)
         return out
 
-    def _silent(self, w: Work) -> dict:
+    def _silent(self, w: Work) -> dict[str, torch.Tensor]:
         """A call that speaks no frame: a prefill, or the end of speech."""
         if "talker_input_embeds" not in w.ctx.writes:
             return {}

@@ -24,7 +24,8 @@ from wgc_models.vjepa2_ac.vjepa2 import VJEPA2Encoder
 from wgc_runtime.contract.node import NodeError
 from wgc_runtime.contract.weights import WeightParts
 
-_WEIGHTS: dict[tuple, Any] = {}
+_Key = tuple[Any, ...]  # the config values and part a copy of the weights is built from
+_WEIGHTS: dict[_Key, Any] = {}
 
 
 def family_config(node: str, config: Mapping[str, Any]) -> VJEPA2ACConfig:
@@ -34,7 +35,7 @@ def family_config(node: str, config: Mapping[str, Any]) -> VJEPA2ACConfig:
     return CONFIGS[name]
 
 
-def _weights(key: tuple, build: Callable[[], Any]) -> Any:
+def _weights(key: _Key, build: Callable[[], Any]) -> Any:
     """One copy per process of each part's weights (the predictor nodes share theirs)."""
     if key not in _WEIGHTS:
         _WEIGHTS[key] = build()

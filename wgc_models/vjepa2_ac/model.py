@@ -107,7 +107,9 @@ class _Block(nn.Module):
         self.norm2 = nn.LayerNorm(d, eps=cfg.eps)
         self.mlp = _Mlp(d, cfg.mlp_ratio)
 
-    def forward(self, x, pos, step, layer):
+    def forward(
+        self, x: torch.Tensor, pos: _Positions, step: BlockStep, layer: int
+    ) -> torch.Tensor:
         x = x + self.attn(self.norm1(x), pos, step, layer)
         return x + self.mlp(self.norm2(x))
 
@@ -145,7 +147,9 @@ class ACPredictor(nn.Module):
         self.predictor_norm = nn.LayerNorm(d, eps=cfg.eps)
         self.predictor_proj = Linear(d, cfg.embed_dim)
 
-    def _positions(self, starts: Sequence[int], counts: Sequence[int], device) -> _Positions:
+    def _positions(
+        self, starts: Sequence[int], counts: Sequence[int], device: torch.device
+    ) -> _Positions:
         cfg = self.config
         per = cfg.tokens_per_frame
         frames = torch.cat(
@@ -169,7 +173,8 @@ class ACPredictor(nn.Module):
         absolute index of its first frame (the frames the sequence already holds). ``step``'s
         blocks are the sequences' frames in order (`frame_block`). Returns each sequence's
         predictions ``[F_i, patches, embed]`` (frame ``t``'s is ``z_{t+1}``)."""
-        cfg, parts = self.config, []
+        cfg = self.config
+        parts: list[torch.Tensor] = []
         for z, a, s in zip(latents, actions, states, strict=True):
             zz = self.predictor_embed(z.float())
             aa = self.action_encoder(a.float())[:, None]
@@ -182,7 +187,7 @@ class ACPredictor(nn.Module):
             x = blk(x, pos, step, i)
         x = x.view(-1, cfg.tokens_per_frame, x.shape[-1])[:, 2:]
         out = self.predictor_proj(self.predictor_norm(x))
-        return list(out.split(counts))
+        return list(torch.split(out, counts))
 
     def frame_block(self, request: Hashable, frames: int, label: str = "main") -> Block:
         """The `Block` of ``frames`` new frames of one sequence (kept, block-causal)."""
@@ -201,7 +206,7 @@ def native_rollout(
     re-running the predictor over every frame so far at every step (no cache). Frame ``t``
     uses ``actions[t]`` / ``states[t]``. Returns the ``horizon`` predicted frames."""
     frames = list(context.unbind(0))
-    out = []
+    out: list[torch.Tensor] = []
     for _ in range(horizon):
         seq = torch.stack(frames)
         t = seq.shape[0]
@@ -228,7 +233,8 @@ def cached_rollout(
     if t > 1:
         step = DenseBlocks(cache, [model.frame_block("r", t - 1)])
         model.step_frames([context[:-1]], [actions[: t - 1]], [states[: t - 1]], [0], step)
-    z, out = context[-1], []
+    z = context[-1]
+    out: list[torch.Tensor] = []
     for k in range(horizon):
         f = t - 1 + k
         step = DenseBlocks(cache, [model.frame_block("r", 1)])

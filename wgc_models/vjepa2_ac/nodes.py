@@ -24,7 +24,8 @@ at the sizes ``config model`` names).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 
@@ -39,6 +40,7 @@ from wgc_models.vjepa2_ac.checkpoint import (
 from wgc_models.vjepa2_ac.model import cached_rollout, normalize
 from wgc_models.vjepa2_ac.vjepa2 import video_pixels
 from wgc_runtime.contract.node import CallContext, KvCache, Node, NodeContext, NodeError, Work
+from wgc_runtime.contract.weights import WeightParts
 
 
 def _frames(z: torch.Tensor, patches: int, node: str) -> torch.Tensor:
@@ -59,7 +61,7 @@ def _rows(x: torch.Tensor, start: int, n: int, what: str, node: str) -> torch.Te
 
 class VideoEncoder(Batched):
     @classmethod
-    def weights(cls, config):
+    def weights(cls, config: Mapping[str, Any]) -> Sequence[WeightParts]:
         return encoder_parts(config)
 
     def __init__(self, ctx: NodeContext) -> None:
@@ -69,7 +71,7 @@ class VideoEncoder(Batched):
     @torch.inference_mode()
     def forward(self, batch: Sequence[Work]) -> list[dict[str, torch.Tensor]]:
         size = self.model.config.crop_size
-        out = []
+        out: list[dict[str, torch.Tensor]] = []
         for w in batch:
             video = w.inputs["video"]
             if video is None or video.dim() != 4 or video.shape[-1] != 3:
@@ -81,7 +83,7 @@ class VideoEncoder(Batched):
 
 class _PredictorBase(Batched):
     @classmethod
-    def weights(cls, config):
+    def weights(cls, config: Mapping[str, Any]) -> Sequence[WeightParts]:
         return predictor_parts(config)
 
     def __init__(self, ctx: NodeContext) -> None:
@@ -110,7 +112,9 @@ class _PredictorBase(Batched):
             )
         return kv
 
-    def _run(self, items: list[tuple[KvCache, torch.Tensor, torch.Tensor, torch.Tensor]]):
+    def _run(
+        self, items: list[tuple[KvCache, torch.Tensor, torch.Tensor, torch.Tensor]]
+    ) -> list[torch.Tensor]:
         """New frames of several requests as one batch: ``(kv, latents [F, P, E], actions,
         states)`` each; returns each one's predictions ``[F, P, E]``."""
         if not items:
@@ -131,7 +135,7 @@ class _PredictorBase(Batched):
 class Predictor(_PredictorBase):
     @torch.inference_mode()
     def forward(self, batch: Sequence[Work]) -> list[dict[str, torch.Tensor]]:
-        items = []
+        items: list[tuple[KvCache, torch.Tensor, torch.Tensor, torch.Tensor]] = []
         for w in batch:
             x = w.inputs
             z = _frames(need(x, "context", self.name), self.model.config.frame_tokens, self.name)
@@ -147,7 +151,8 @@ class RolloutPredictor(_PredictorBase):
     @torch.inference_mode()
     def forward(self, batch: Sequence[Work]) -> list[dict[str, torch.Tensor]]:
         patches = self.model.config.frame_tokens
-        items, results = [], []
+        items: list[tuple[KvCache, torch.Tensor, torch.Tensor, torch.Tensor]] = []
+        results: list[dict[str, torch.Tensor]] = []
         for w in batch:
             x = w.inputs
             if x.get("latent") is None:  # the prefill: every context frame but the last
@@ -180,7 +185,7 @@ class RolloutPredictor(_PredictorBase):
 
 class AcPredictorMpc(Node):
     @classmethod
-    def weights(cls, config):
+    def weights(cls, config: Mapping[str, Any]) -> Sequence[WeightParts]:
         return predictor_parts(config)
 
     def __init__(self, ctx: NodeContext) -> None:
@@ -188,7 +193,9 @@ class AcPredictorMpc(Node):
         self.model = load_predictor(self.name, self.config, self.device)
 
     @torch.inference_mode()
-    def forward_one(self, inputs, ctx):
+    def forward_one(
+        self, inputs: dict[str, torch.Tensor | None], ctx: CallContext
+    ) -> dict[str, torch.Tensor]:
         z = _frames(need(inputs, "context", self.name), self.model.config.frame_tokens, self.name)
         plans = need(inputs, "plans", self.name)
         plan = plans[int(self.config.get("candidate", 0))].float()
@@ -205,7 +212,9 @@ class AcPredictorMpc(Node):
 
 
 class MpcScorer(Node):
-    def forward_one(self, inputs, ctx):
+    def forward_one(
+        self, inputs: dict[str, torch.Tensor | None], ctx: CallContext
+    ) -> dict[str, torch.Tensor]:
         goal = need(inputs, "goal", self.name).float()
         preds = [need(inputs, f"pred_{i}", self.name).float() for i in range(4)]
         target = goal[-preds[0].shape[0] :]  # the goal's last frame

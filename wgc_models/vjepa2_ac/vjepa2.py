@@ -66,7 +66,7 @@ def rotate_queries_or_keys(x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
     omega = 1.0 / 10000**omega
     freq = pos.to(x.dtype)[:, None] * omega  # [N, D/2]
     sin, cos = freq.sin().repeat(1, 2), freq.cos().repeat(1, 2)
-    y1, y2 = x.unflatten(-1, (-1, 2)).unbind(dim=-1)
+    y1, y2 = torch.unbind(x.reshape(*x.shape[:-1], -1, 2), dim=-1)
     y = torch.stack((-y2, y1), dim=-1).flatten(-2)
     return x * cos + y * sin
 

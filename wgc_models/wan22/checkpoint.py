@@ -14,9 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from safetensors import safe_open
-
-from wgc_models.layers.loading import checkpoint_files, load_checkpoint
+from wgc_models.layers.loading import checkpoint_files, load_checkpoint, open_safetensors
 from wgc_models.wan22.text import UMT5Config, UMT5Encoder
 from wgc_models.wan22.transformer import WanDitConfig, WanTransformer
 from wgc_models.wan22.vae import WanVaeConfig, WanVaeDecoder
@@ -50,7 +48,7 @@ def load_decoder(path: str | Path, cfg: WanVaeConfig | None = None) -> WanVaeDec
     model = WanVaeDecoder(cfg or WanVaeConfig.from_folder(path))
     other: set[str] = set()
     for file in checkpoint_files(path):
-        with safe_open(str(file), framework="pt", device="cpu") as f:
+        with open_safetensors(file) as f:
             other.update(n for n in f.keys() if n.startswith(ENCODER_PREFIXES))  # noqa: SIM118
     load_checkpoint(model, path, optional=other)
     return model
@@ -64,7 +62,7 @@ def load_encoder(path: str | Path, cfg: WanVaeConfig | None = None) -> WanVaeEnc
     model = WanVaeEncoder(cfg or WanVaeConfig.from_folder(path))
     other: set[str] = set()
     for file in checkpoint_files(path):
-        with safe_open(str(file), framework="pt", device="cpu") as f:
+        with open_safetensors(file) as f:
             other.update(n for n in f.keys() if n.startswith(DECODER_PREFIXES))  # noqa: SIM118
     load_checkpoint(model, path, optional=other)
     return model

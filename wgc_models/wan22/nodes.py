@@ -29,14 +29,17 @@ defaults when it sets none), as the `.walk` file declares.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from wgc_models._shared.batched import need
 from wgc_models._shared.speech import check_sizes
 from wgc_models._shared.weights import part
+from wgc_models.layers.host_values import int_list
 from wgc_models.wan22 import tiny
 from wgc_models.wan22.scheduler import FlowSchedule, UniState, flow_schedule, uni_step
 from wgc_models.wan22.text import UMT5Encoder
@@ -44,14 +47,14 @@ from wgc_models.wan22.toy import noise
 from wgc_models.wan22.transformer import WanTransformer
 from wgc_models.wan22.vae import WanVaeConfig, WanVaeDecoder
 from wgc_models.wan22.vae_encoder import WanVaeEncoder
-from wgc_runtime.contract.node import Node, NodeContext, NodeError, type_parts
+from wgc_runtime.contract.node import CallContext, Node, NodeContext, NodeError, type_parts
 from wgc_runtime.contract.weights import WeightParts
 
 STRIDE = 8  # the VAE's spatial stride (`param vae_stride`)
 FIRST_TIMESTEP = 999  # the flow schedule's first timestep: ⌊1000 · (1 - 1e-6)⌋ for any shift
 
 
-def latent_shape(node: Node, ctx) -> tuple[int, int, int, int]:
+def latent_shape(node: Node, ctx: CallContext) -> tuple[int, int, int, int]:
     """``[C, F', H / 8, W / 8]`` in the request's bucket (C as the node's ports declare it)."""
     o = ctx.options
     ports = {**node.ctx.inputs, **node.ctx.outputs}
@@ -90,20 +93,27 @@ def _check_vae(node: Node, cfg: WanVaeConfig) -> None:
     _check(node, "vae", want, {"latent_channels": cfg.z_dim, "vae_stride": stride})
 
 
-def _parts(name: str, config, build, sub: str, names=(), skip=()) -> list[WeightParts]:
+def _parts(
+    name: str,
+    config: Mapping[str, Any],
+    build: Callable[[], torch.nn.Module],
+    sub: str,
+    names: tuple[str, ...] = (),
+    skip: tuple[str, ...] = (),
+) -> list[WeightParts]:
     """`Node.weights`: the part at its sizes (counted from the folder's ``sub/`` when given)."""
     path = str(config.get("checkpoint") or "")
     where = str(Path(path) / sub) if path else ""
     return [part("wan22", name, config, build, checkpoint=where, names=names, skip=skip)]
 
 
-def start_noise(node: Node, ctx) -> torch.Tensor:
+def start_noise(node: Node, ctx: CallContext) -> torch.Tensor:
     return noise(latent_shape(node, ctx), ctx, "wan22-latents")
 
 
 class TextEncoder(Node):
     @classmethod
-    def weights(cls, config):
+    def weights(cls, config: Mapping[str, Any]) -> Sequence[WeightParts]:
         text = tiny.configs(str(config.get("checkpoint") or ""))[0]
         return _parts("text_encoder", config, lambda: UMT5Encoder(text), "text_encoder")
 
@@ -120,13 +130,15 @@ class TextEncoder(Node):
         self.model = model.to(self.device).eval()
 
     @torch.no_grad()
-    def forward_one(self, inputs, ctx):
+    def forward_one(
+        self, inputs: dict[str, torch.Tensor | None], ctx: CallContext
+    ) -> dict[str, torch.Tensor]:
         rows, _ = self.out_shape("context")
         prompt = need(inputs, "prompt", self.name).reshape(-1)
         if self.tokenizer is None:  # the tiny model: the bytes are the ids
             tokens = prompt[:rows].long()
         else:
-            text = bytes(prompt.to(torch.uint8).tolist()).decode("utf-8", errors="replace")
+            text = bytes(int_list(prompt.to(torch.uint8))).decode("utf-8", errors="replace")
             tokens = torch.tensor(self.tokenizer(text), dtype=torch.long)
         ids = torch.zeros(1, rows, dtype=torch.long)
         ids[0, : tokens.numel()] = tokens
@@ -139,7 +151,7 @@ class VaeEncoder(Node):
     """The first frame through Wan's VAE encoder (normalised), in latent frame 0 (TI2V)."""
 
     @classmethod
-    def weights(cls, config):
+    def weights(cls, config: Mapping[str, Any]) -> Sequence[WeightParts]:
         vae = tiny.configs(str(config.get("checkpoint") or ""))[2]
         names, skip = ("encoder.", "quant_conv."), ("post_quant_conv.",)
         return _parts("vae_encoder", config, lambda: WanVaeEncoder(vae), "vae", names, skip)
@@ -151,7 +163,9 @@ class VaeEncoder(Node):
         self.model = model.to(self.device).eval()
 
     @torch.no_grad()
-    def forward_one(self, inputs, ctx):
+    def forward_one(
+        self, inputs: dict[str, torch.Tensor | None], ctx: CallContext
+    ) -> dict[str, torch.Tensor]:
         c, frames, h, w = latent_shape(self, ctx)
         image = need(inputs, "image", self.name).to(torch.float32) / 255 * 2 - 1
         video = image.permute(2, 0, 1)[None, :, None].to(self.device)  # [1, 3, 1, H, W]
@@ -163,7 +177,7 @@ class VaeEncoder(Node):
 
 class Dit(Node):
     @classmethod
-    def weights(cls, config):
+    def weights(cls, config: Mapping[str, Any]) -> Sequence[WeightParts]:
         expert = str(config.get("expert", "high_noise"))
         dit = tiny.configs(str(config.get("checkpoint") or ""))[1][expert]
         sub = tiny.SUBFOLDERS[expert]
@@ -186,7 +200,9 @@ class Dit(Node):
         self.model = model.to(self.device).eval()
 
     @torch.no_grad()
-    def forward_one(self, inputs, ctx):
+    def forward_one(
+        self, inputs: dict[str, torch.Tensor | None], ctx: CallContext
+    ) -> dict[str, torch.Tensor]:
         x, t = inputs.get("latents"), inputs.get("timestep")
         x = (start_noise(self, ctx) if x is None else x)[None]
         t = torch.tensor([float(FIRST_TIMESTEP) if t is None else float(t)])
@@ -207,7 +223,9 @@ class Dit(Node):
 
 class Solver(Node):
     @torch.no_grad()
-    def forward_one(self, inputs, ctx):
+    def forward_one(
+        self, inputs: dict[str, torch.Tensor | None], ctx: CallContext
+    ) -> dict[str, torch.Tensor]:
         cfg = replace(tiny.SCHEDULER, flow_shift=float(ctx.options.get("shift", 5.0)))
         steps = int(self.config.get("steps", 8))
         schedule = flow_schedule(cfg, steps)
@@ -247,7 +265,7 @@ class Solver(Node):
 
 class VaeDecoder(Node):
     @classmethod
-    def weights(cls, config):
+    def weights(cls, config: Mapping[str, Any]) -> Sequence[WeightParts]:
         vae = tiny.configs(str(config.get("checkpoint") or ""))[2]
         names = ("decoder.", "post_quant_conv.")
         return _parts("vae_decoder", config, lambda: WanVaeDecoder(vae), "vae", names)
@@ -259,7 +277,9 @@ class VaeDecoder(Node):
         self.model = model.to(self.device).eval()
 
     @torch.no_grad()
-    def forward_one(self, inputs, ctx):
+    def forward_one(
+        self, inputs: dict[str, torch.Tensor | None], ctx: CallContext
+    ) -> dict[str, torch.Tensor]:
         lat = need(inputs, "latents", self.name).clone()
         cond = inputs.get("condition")
         if cond is not None:  # image-to-video: the given first frame

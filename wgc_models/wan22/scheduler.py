@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -92,10 +92,10 @@ def flow_schedule(cfg: FlowUniPCConfig, steps: int) -> FlowSchedule:
     sig = s * base / (1 + (s - 1) * base)
     if abs(sig[0] - 1) < 1e-6:
         sig[0] -= 1e-6
-    timesteps = torch.from_numpy((sig * t).copy()).to(torch.int64)
+    timesteps = torch.as_tensor((sig * t).copy()).to(torch.int64)
     last = sig[-1] if cfg.final_sigmas_type == "sigma_min" else 0.0
     sigmas = np.concatenate([sig, [last]]).astype(np.float32)
-    return FlowSchedule(torch.from_numpy(sigmas), timesteps)
+    return FlowSchedule(torch.as_tensor(sigmas), timesteps)
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,7 +119,8 @@ def _coefficients(cfg: FlowUniPCConfig, hh: torch.Tensor, rks: torch.Tensor, ord
     h_phi_1 = torch.expm1(hh)
     h_phi_k = h_phi_1 / hh - 1
     b_h = hh if cfg.solver_type == "bh1" else torch.expm1(hh)
-    rows, b = [], []
+    rows: list[torch.Tensor] = []
+    b: list[torch.Tensor] = []
     fact = 1
     for i in range(1, order + 1):
         rows.append(torch.pow(rks, i - 1))
@@ -127,6 +128,11 @@ def _coefficients(cfg: FlowUniPCConfig, hh: torch.Tensor, rks: torch.Tensor, ord
         fact *= i + 1
         h_phi_k = h_phi_k / hh - 1 / fact
     return h_phi_1, b_h, torch.stack(rows), torch.stack(b)
+
+
+def _solve(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``torch.linalg.solve`` (its stub leaves it untyped)."""
+    return cast(torch.Tensor, torch.linalg.solve(a, b))  # pyright: ignore[reportUnknownMemberType]
 
 
 def _update(
@@ -146,7 +152,8 @@ def _update(
     alpha_t = 1 - sigma_t
     h = _lam(sigma_t) - _lam(sigma_s0)
     m0 = x0s[-1]
-    rks, d1s = [], []
+    rks: list[torch.Tensor] = []
+    d1s: list[torch.Tensor] = []
     for i in range(1, order):
         rk = (_lam(sigmas[src - i]) - _lam(sigma_s0)) / h
         rks.append(rk)
@@ -157,10 +164,10 @@ def _update(
     if corrector_x0 is None:
         if not d1s:
             return base.to(x.dtype)
-        rhos = torch.full((1,), 0.5) if order == 2 else torch.linalg.solve(r[:-1, :-1], b[:-1])
+        rhos = torch.full((1,), 0.5) if order == 2 else _solve(r[:-1, :-1], b[:-1])
         res = sum(rho * d for rho, d in zip(rhos.to(x.dtype), d1s, strict=True))
         return (base - alpha_t * b_h * res).to(x.dtype)
-    rhos = torch.full((1,), 0.5) if order == 1 else torch.linalg.solve(r, b)
+    rhos = torch.full((1,), 0.5) if order == 1 else _solve(r, b)
     rhos = rhos.to(x.dtype)
     res = sum((rho * d for rho, d in zip(rhos[:-1], d1s, strict=True)), torch.zeros_like(x))
     return (base - alpha_t * b_h * (res + rhos[-1] * (corrector_x0 - m0))).to(x.dtype)

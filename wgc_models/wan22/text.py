@@ -220,7 +220,7 @@ class PromptTokenizer:
     def __init__(self, path: str | Path, length: int):
         self.tokenizer = Tokenizer.from_file(str(path))
         self.tokenizer.no_padding()
-        self.tokenizer.enable_truncation(length)
+        self.tokenizer.enable_truncation(length)  # pyright: ignore[reportUnknownMemberType] (stub: untyped)
         self.fix = _ftfy_fix()
 
     def __call__(self, prompt: str) -> list[int]:

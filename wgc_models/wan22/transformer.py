@@ -159,7 +159,8 @@ class _Attention(nn.Module):
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """Rotate interleaved channel pairs ``(x[2i], x[2i+1])`` by the angle whose cos/sin are
     ``cos[..., i]``/``sin[..., i]`` (``[tokens, 1, head_dim / 2]``)."""
-    even, odd = x.float().unflatten(-1, (-1, 2)).unbind(-1)
+    xf = x.float()
+    even, odd = torch.unbind(xf.reshape(*xf.shape[:-1], -1, 2), -1)
     out = torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1)
     return out.flatten(-2).type_as(x)
 
@@ -174,7 +175,7 @@ def rotary_tables(
     hw = 2 * (d // 6)
     if max(grid) > cfg.rope_max_seq_len:
         raise WanConfigError(f"latent grid {grid} exceeds rope_max_seq_len {cfg.rope_max_seq_len}")
-    parts = []
+    parts: list[torch.Tensor] = []
     for axis, (n, axis_dim) in enumerate(zip(grid, (d - 2 * hw, hw, hw), strict=True)):
         inv = 1.0 / (10000.0 ** (torch.arange(0, axis_dim, 2, dtype=torch.float64) / axis_dim))
         ang = torch.outer(torch.arange(n, dtype=torch.float64), inv)

@@ -22,7 +22,7 @@ import itertools
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -53,7 +53,7 @@ class WanVaeConfig:
         kw: dict[str, Any] = {}
         for k, v in raw.items():
             if k in names:
-                kw[k] = tuple(v) if isinstance(v, list) else v
+                kw[k] = tuple(cast(list[Any], v)) if isinstance(v, list) else v
         return cls(**kw)
 
     @classmethod
@@ -81,13 +81,19 @@ class CausalConv3d(nn.Conv3d):
     zeros."""
 
     def __init__(
-        self, c_in: int, c_out: int, kernel, space: int = 0, time: int = 0, stride: Any = 1
+        self,
+        c_in: int,
+        c_out: int,
+        kernel: int | tuple[int, int, int],
+        space: int = 0,
+        time: int = 0,
+        stride: int | tuple[int, int, int] = 1,
     ):
-        super().__init__(c_in, c_out, kernel, stride=stride)
+        super().__init__(c_in, c_out, kernel, stride=stride)  # pyright: ignore[reportUnknownMemberType] (stub: untyped device)
         self.space, self.left = space, 2 * time
 
-    def forward(self, x: torch.Tensor, past: torch.Tensor | None = None) -> torch.Tensor:
-        left = self.left
+    def forward(self, input: torch.Tensor, past: torch.Tensor | None = None) -> torch.Tensor:
+        x, left = input, self.left
         if past is not None and left > 0:
             x = torch.cat([past.to(x.device), x], dim=2)
             left -= past.shape[2]
@@ -253,7 +259,7 @@ class Decoder3d(nn.Module):
         temporal_up = cfg.temperal_downsample[::-1]
         self.conv_in = CausalConv3d(cfg.z_dim, dims[0], 3, 1, 1)
         self.mid_block = MidBlock(dims[0])
-        blocks = []
+        blocks: list[UpBlock] = []
         for i, (c_in, c_out) in enumerate(itertools.pairwise(dims)):
             if i > 0 and not cfg.is_residual:
                 c_in //= 2

@@ -15,12 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import safe_open
 from torch import nn
 
 from wgc_models._shared.speech import check_sizes
 from wgc_models._shared.weights import part
-from wgc_models.layers.loading import CheckpointError, checkpoint_files
+from wgc_models.layers.loading import CheckpointError, checkpoint_files, open_safetensors
 from wgc_models.whisper import config as tiny
 from wgc_models.whisper.model import WhisperConfig, WhisperEncoder, WhisperTextDecoder
 from wgc_runtime.contract.weights import WeightParts
@@ -42,22 +41,22 @@ def load_part(module: nn.Module, path: str | Path, prefix: str, cfg: WhisperConf
     files = checkpoint_files(path)
     where: dict[str, Path] = {}
     for file in files:
-        with safe_open(str(file), framework="pt", device="cpu") as f:
+        with open_safetensors(file) as f:
             where.update((name, file) for name in f.keys())  # noqa: SIM118
     want = full_names(cfg)
-    optional = {TIED} if cfg.tie_word_embeddings else set()
+    optional: set[str] = {TIED} if cfg.tie_word_embeddings else set()
     missing = sorted(want - set(where) - optional)
     unexpected = sorted(set(where) - want)
     target = module.state_dict()
     mine = {prefix + n: n for n in target}
-    shapes = []
+    shapes: list[str] = []
     by_file: dict[Path, list[str]] = {}
     for name in mine:
         if name in where:
             by_file.setdefault(where[name], []).append(name)
     with torch.no_grad():
         for file, names in by_file.items():
-            with safe_open(str(file), framework="pt", device="cpu") as f:
+            with open_safetensors(file) as f:
                 for name in names:
                     t, dst = f.get_tensor(name), target[mine[name]]
                     if tuple(t.shape) != tuple(dst.shape):

@@ -192,8 +192,9 @@ TINY: dict[str, Any] = {
 def build_tokenizer() -> Tokenizer:
     """The tiny tokenizer (module docstring)."""
     tok = tiny_tokenizers.train()
-    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIALS])
-    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in TIMESTAMPS])
+    # tokenizers' stub leaves the lists' element type unknown
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIALS])  # pyright: ignore[reportUnknownMemberType]
+    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in TIMESTAMPS])  # pyright: ignore[reportUnknownMemberType]
     if tok.get_vocab_size() != TINY_VOCAB:
         raise RuntimeError(f"the tiny Whisper vocabulary has {tok.get_vocab_size()} ids")
     return tok

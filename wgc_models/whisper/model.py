@@ -244,7 +244,8 @@ class WhisperTextDecoder(nn.Module):
         """Each layer's cross-attention keys and values of the encoder's ``states``:
         ``[layers, frames, heads, head_dim]`` each (for ``ctx.kv.append(k, v, label=CROSS)``)."""
         x = states.to(self.proj_out.weight.dtype)
-        ks, vs = [], []
+        ks: list[torch.Tensor] = []
+        vs: list[torch.Tensor] = []
         for layer in self.model.decoder.blocks():
             a = layer.encoder_attn
             ks.append(a.split(a.k_proj(x)))
@@ -257,7 +258,8 @@ class WhisperTextDecoder(nn.Module):
     ) -> Batch:  # fmt: skip
         """Appends each (request, new tokens) to its ``main`` sequence; the step's metadata."""
         self_meta = prepare_step(pool, [(r, MAIN, n) for r, n in seqs])
-        tables, lens = [], []
+        tables: list[list[int]] = []
+        lens: list[int] = []
         for r, n in seqs:
             table, length = pool.page_table(r, CROSS), pool.seq_len(r, CROSS)
             if length == 0:

@@ -30,7 +30,7 @@ headers when given, else at the sizes.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +61,16 @@ from wgc_models.whisper.model import (
 )
 from wgc_models.whisper.text import WhisperTokens
 from wgc_models.whisper.timestamps import timestamp_rules
-from wgc_runtime.contract.node import Node, NodeContext, NodeError, NodeInputError, Work
+from wgc_runtime.contract.node import (
+    CallContext,
+    Node,
+    NodeContext,
+    NodeError,
+    NodeInputError,
+    Work,
+)
+from wgc_runtime.contract.weights import WeightParts
+from wgc_runtime.engines.attention.base import AttentionBackend
 
 GAIN = 2.0  # random weights at twice fan-in scale: a tiny random decoder's tokens then vary
 WINDOW_STATE = ("prompt", "task", "text_ids", "done", "limit", "generated", "streamed", "ids")
@@ -78,7 +87,9 @@ def text_codec(checkpoint: str) -> TextCodec:
 
 
 class Frontend(Node):
-    def forward_one(self, inputs, ctx):
+    def forward_one(
+        self, inputs: dict[str, torch.Tensor | None], ctx: CallContext
+    ) -> dict[str, torch.Tensor]:
         mels, frames = self.out_shape("mel")
         audio = need(inputs, "audio", self.name)
         if audio.numel() > frames * 160:
@@ -91,7 +102,7 @@ class Frontend(Node):
 
 class Encoder(Node):
     @classmethod
-    def weights(cls, config):
+    def weights(cls, config: Mapping[str, Any]) -> Sequence[WeightParts]:
         return whisper_parts("encoder", config)
 
     def __init__(self, ctx: NodeContext) -> None:
@@ -109,7 +120,9 @@ class Encoder(Node):
         self.model.to(self.device)
 
     @inference
-    def forward_one(self, inputs, ctx):
+    def forward_one(
+        self, inputs: dict[str, torch.Tensor | None], ctx: CallContext
+    ) -> dict[str, torch.Tensor]:
         states = self.model(need(inputs, "mel", self.name).to(self.device))
         return {"audio_features": states.float().cpu()}
 
@@ -118,7 +131,7 @@ class Decoder(Node):
     """Whisper's text decoder on the paged pool (see the module docstring)."""
 
     @classmethod
-    def weights(cls, config):
+    def weights(cls, config: Mapping[str, Any]) -> Sequence[WeightParts]:
         return whisper_parts("decoder", config)
 
     def __init__(self, ctx: NodeContext) -> None:
@@ -147,10 +160,13 @@ class Decoder(Node):
         self._codes = {i: code for code, i in self.tokens.languages.items()}  # <|en|> -> "en"
         self.model = cast_weights(model.eval(), weights_dtype(self.config, self.name))
         self.model.to(self.device)
-        self._backends: tuple | None = None  # self- and cross-attention, for `_pool`
+        # self- and cross-attention, for `_pool`
+        self._backends: tuple[AttentionBackend, AttentionBackend] | None = None
         self._pool: object = None
 
-    def forward_one(self, inputs, ctx):
+    def forward_one(
+        self, inputs: dict[str, torch.Tensor | None], ctx: CallContext
+    ) -> dict[str, torch.Tensor]:
         return forward_alone(self, inputs, ctx)
 
     @inference
@@ -256,7 +272,7 @@ class Decoder(Node):
         if self._backends is None or self._pool is not kv.pool:
             self._pool = kv.pool
             self._backends = backends(kv.backend(self.cfg.decoder_attention_heads))
-        seqs = []
+        seqs: list[tuple[Hashable, int]] = []
         for i, ids in rows:
             handle = batch[i].ctx.kv
             assert handle is not None
@@ -327,7 +343,9 @@ class Detokenizer(Node):
         super().__init__(ctx)
         self.codec = text_codec(str(self.config.get("checkpoint") or ""))
 
-    def forward_one(self, inputs, ctx):
+    def forward_one(
+        self, inputs: dict[str, torch.Tensor | None], ctx: CallContext
+    ) -> dict[str, torch.Tensor]:
         token = inputs["token"]
         piece = self.codec.piece(int(token.reshape(-1)[0])) if token is not None else b""
         if TIMESTAMP.fullmatch(piece):

@@ -24,7 +24,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -69,7 +69,7 @@ class WhisperTokens:
         tasks = {t: int(raw["task_to_id"][t]) for t in TASKS if t in raw["task_to_id"]}
         return cls(
             start=int(raw["decoder_start_token_id"]),
-            eos=int(eos[0] if isinstance(eos, list) else eos),
+            eos=int(cast(list[Any], eos)[0] if isinstance(eos, list) else eos),
             no_timestamps=int(raw["no_timestamps_token_id"]),
             previous=previous,
             languages={k.strip("<|>"): int(v) for k, v in raw["lang_to_id"].items()},

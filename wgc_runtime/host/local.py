@@ -113,7 +113,8 @@ class LocalCluster:
     `NodeSpec.impl`). ``max_batch`` defaults to each rank's ``batching.max_batch``.
     ``strict``: the door's strict checks (undeclared options, unknown wants; see
     `wgc_runtime.core.conductor.door`). ``conductor_options`` go to `ConductorCore` (timeouts,
-    ``max_concurrent_requests``).
+    ``max_concurrent_requests``). ``direct`` False: plain pieces run in the generic executor
+    too, not as their generated code (`wgc_runtime.core.executor.direct`).
     """
 
     def __init__(
@@ -122,6 +123,7 @@ class LocalCluster:
         nodes_factory: NodesFactory | None = None,
         max_batch: int | None = None,
         strict: bool = False,
+        direct: bool = True,
         **conductor_options: Any,
     ) -> None:
         if isinstance(source, tuple):
@@ -138,6 +140,7 @@ class LocalCluster:
                 self._send,
                 max_batch=max_batch if max_batch is not None else r.batching.max_batch,
                 device=resolve_device(r.device),
+                direct=direct,
             )
             for r in ranks
         }

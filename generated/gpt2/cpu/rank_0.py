@@ -106,6 +106,8 @@ STREAM_TEXT_TOKENS = StreamSpec(
     done_after_flows=("generate",),
     consumer_flows=("text",),
     source="gpt2.walk:53",
+    chunk_walk="detokenize",
+    chunk_flow="text",
 )
 
 # ---------------------------------------------------------------- pieces of walks

@@ -92,6 +92,8 @@ STREAM_TEXT_TOKENS = StreamSpec(
     done_after_flows=("generate",),
     consumer_flows=("text",),
     source="llama.walk:65",
+    chunk_walk="detokenize",
+    chunk_flow="text",
 )
 
 # ---------------------------------------------------------------- flows

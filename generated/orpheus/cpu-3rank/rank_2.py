@@ -76,6 +76,8 @@ STREAM_TOKENS = StreamSpec(
     done_after_flows=("speech",),
     consumer_flows=("codec",),
     source="orpheus.walk:101",
+    chunk_walk="snac_chunk",
+    chunk_flow="codec",
 )
 
 # ---------------------------------------------------------------- pieces of walks

@@ -39,6 +39,25 @@ NODE_VIT_ENCODER = NodeSpec(
     source="pi05.walk:44",
 )
 
+# ---------------------------------------------------------------- plain pieces as code
+
+
+# wgc_models/pi05/pi05.walk:100
+def direct_prefill(bind):
+    """Walk `prefill` on rank 0 as straight code: its value `images` in, 1 call(s), run by the
+    executor when the value arrives.
+    """
+    call_0 = bind.call(0)  # vit_encoder
+    send_0_0 = bind.send(0, "image_embeddings", 0)  # rank 1, call 1 `image_embeddings`
+
+    def run(w, v_images):
+        # wgc_models/pi05/pi05.walk:101
+        v_vit_encoder_image_embeddings = call_0(w, {"images": v_images})["image_embeddings"]
+        send_0_0(w, v_vit_encoder_image_embeddings)
+
+    return run
+
+
 # ---------------------------------------------------------------- pieces of walks
 
 # wgc_models/pi05/pi05.walk:100
@@ -85,6 +104,7 @@ PIECE_PREFILL = PieceSpec(
     reports_done=False,
     needs_release=False,
     source="pi05.walk:100",
+    direct=direct_prefill,
 )
 
 # ---------------------------------------------------------------- the rank

@@ -155,6 +155,8 @@ STREAM_CODES = StreamSpec(
     done_after_flows=("talker",),
     consumer_flows=("code2wav",),
     source="qwen3_omni.walk:157",
+    chunk_walk="code2wav_chunk",
+    chunk_flow="code2wav",
 )
 
 # ---------------------------------------------------------------- pieces of walks

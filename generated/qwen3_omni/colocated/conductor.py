@@ -168,6 +168,8 @@ STREAM_TEXT_TOKENS = StreamSpec(
     done_after_flows=("thinker",),
     consumer_flows=("text",),
     source="qwen3_omni.walk:140",
+    chunk_walk="detokenize",
+    chunk_flow="text",
 )
 
 # wgc_models/qwen3_omni/qwen3_omni.walk:145
@@ -221,6 +223,8 @@ STREAM_CODES = StreamSpec(
     done_after_flows=("talker",),
     consumer_flows=("code2wav",),
     source="qwen3_omni.walk:157",
+    chunk_walk="code2wav_chunk",
+    chunk_flow="code2wav",
 )
 
 # ---------------------------------------------------------------- flows

@@ -123,6 +123,8 @@ STREAM_TEXT_TOKENS = StreamSpec(
     done_after_flows=("thinker",),
     consumer_flows=("text",),
     source="qwen3_omni.walk:140",
+    chunk_walk="detokenize",
+    chunk_flow="text",
 )
 
 # ---------------------------------------------------------------- pieces of walks

@@ -63,6 +63,28 @@ NODE_ENCODER = NodeSpec(
     source="whisper.walk:71",
 )
 
+# ---------------------------------------------------------------- plain pieces as code
+
+
+# wgc_models/whisper/whisper.walk:128
+def direct_encode(bind):
+    """Walk `encode` on rank 0 as straight code: its value `audio` in, 2 call(s), run by the
+    executor when the value arrives.
+    """
+    call_0 = bind.call(0)  # frontend
+    call_1 = bind.call(1)  # encoder
+    send_1_0 = bind.send(1, "audio_features", 0)  # rank 1, call 2 `audio_features`
+
+    def run(w, v_audio):
+        # wgc_models/whisper/whisper.walk:129
+        v_mel = call_0(w, {"audio": v_audio})["mel"]
+        # wgc_models/whisper/whisper.walk:130
+        v_encoder_audio_features = call_1(w, {"mel": v_mel})["audio_features"]
+        send_1_0(w, v_encoder_audio_features)
+
+    return run
+
+
 # ---------------------------------------------------------------- pieces of walks
 
 # wgc_models/whisper/whisper.walk:128
@@ -135,6 +157,7 @@ PIECE_ENCODE = PieceSpec(
     reports_done=False,
     needs_release=False,
     source="whisper.walk:128",
+    direct=direct_encode,
 )
 
 # ---------------------------------------------------------------- the rank

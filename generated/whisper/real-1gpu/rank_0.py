@@ -158,6 +158,8 @@ STREAM_TEXT_TOKENS = StreamSpec(
     done_after_flows=("main",),
     consumer_flows=("text",),
     source="whisper.walk:124",
+    chunk_walk="detokenize",
+    chunk_flow="text",
 )
 
 # ---------------------------------------------------------------- pieces of walks

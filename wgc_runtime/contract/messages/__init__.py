@@ -40,6 +40,8 @@ message                 from -> to          meaning
 `StreamDone`            conductor -> owner  the stream's producer is done for the request
 `StreamAbandon`         conductor -> owner  no consumer is left: accept and drop items
 `ChunkReady`            owner -> conductor  chunk ``index`` of a stream can be taken
+`ChunksDone`            owner -> conductor  the owner ran a stream's standing rule through
+                                            its final chunk: the `on` flow is done
 `SkipChunk`             conductor -> owner  an `on` flow is done with chunk ``index``: take
                                             and drop it unless a call already took it
 `WalkDone`              rank -> conductor   this rank finished its piece of a walk instance
@@ -88,6 +90,7 @@ from wgc_runtime.contract.messages.orders import (
 )
 from wgc_runtime.contract.messages.reports import (
     ChunkReady,
+    ChunksDone,
     ClientOut,
     Failed,
     Finished,
@@ -118,6 +121,7 @@ CORE = (
     WalkDone,
     StateImported,
     ChunkReady,
+    ChunksDone,
     ClientOut,
     Failed,
 )
@@ -128,6 +132,7 @@ __all__ = [
     "CORE",
     "Cause",
     "ChunkReady",
+    "ChunksDone",
     "ClientOut",
     "CopyKv",
     "Dest",

@@ -1,5 +1,5 @@
-"""What the ranks report to the conductor (`WalkDone`, `StateImported`, `ChunkReady`, `ClientOut`,
-`Failed`) and what the client sees of a request (`Output`, `Finished`).
+"""What the ranks report to the conductor (`WalkDone`, `StateImported`, `ChunkReady`, `ChunksDone`,
+`ClientOut`, `Failed`) and what the client sees of a request (`Output`, `Finished`).
 """
 
 from __future__ import annotations
@@ -37,6 +37,18 @@ class ChunkReady(Message, frozen=True, tag=16):
     index: int
     empty: bool
     final: bool
+
+
+class ChunksDone(Message, frozen=True, tag=25):
+    """The owner ran its standing rule (`StreamSpec.chunk_walk`) through the final chunk of
+    ``stream``: ``walks`` chunk walks ran, ``skipped`` empty chunks were dropped; the stream's
+    ``on`` flow is done for the request. Sent after every emit of those walks (one channel to
+    the conductor: they arrive first)."""
+
+    request: str
+    stream: str
+    walks: int
+    skipped: int
 
 
 class ClientOut(Message, frozen=True, tag=17):

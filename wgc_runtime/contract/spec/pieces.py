@@ -5,9 +5,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
 
 from wgc_runtime.contract.spec.ports import Dest, PortIn, PortOut, Source
+from wgc_runtime.contract.spec.version import OMIT_DEFAULT
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -125,6 +128,9 @@ class PieceSpec:
     reports_done: bool = True
     needs_release: bool = True
     source: str = ""
+    direct: Callable[[Any], Callable[[Any, Any], None]] | None = field(
+        default=None, metadata=OMIT_DEFAULT, compare=False, repr=False
+    )
 
     def call(self, id: int) -> CallSpec | None:
         return next((c for c in self.calls if c.id == id), None)

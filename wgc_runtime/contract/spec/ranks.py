@@ -94,7 +94,13 @@ class NodeSpec:
 class StreamSpec:
     """A stream buffer, owned by the consumer's rank. The producer is done for a request once
     every flow in ``done_after_flows`` that runs has ended; ``consumer_flows`` may take its
-    chunks (once none of them runs, the stream is abandoned)."""
+    chunks (once none of them runs, the stream is abandoned).
+
+    **Standing rule.** ``chunk_walk`` set: the stream's one consumer flow, ``chunk_flow`` (an
+    ``on`` flow), does nothing per chunk but run walk ``chunk_walk`` (no arguments, no branch, no
+    ``fail``), which runs on the owner rank alone. The owner then runs it for every non-empty
+    chunk itself, skips empty ones itself, and tells the conductor once, after the final chunk
+    (`ChunksDone`): no conductor message per chunk (`wgc.lower.streams.standing_rules`)."""
 
     name: str
     producer: tuple[str, str]  # node, port
@@ -110,6 +116,8 @@ class StreamSpec:
     done_after_flows: tuple[str, ...] = ()
     consumer_flows: tuple[str, ...] = ()
     source: str = ""
+    chunk_walk: str = field(default="", metadata=OMIT_DEFAULT)
+    chunk_flow: str = field(default="", metadata=OMIT_DEFAULT)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

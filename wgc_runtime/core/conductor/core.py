@@ -32,6 +32,7 @@ from wgc_runtime.contract.kinds import FailKind
 from wgc_runtime.contract.messages import (
     CLIENT,
     ChunkReady,
+    ChunksDone,
     ClientOut,
     Failed,
     Finished,
@@ -192,6 +193,8 @@ class ConductorCore:
                 self.walks.on_emit(req, msg.walk_id)
             elif isinstance(msg, ChunkReady):
                 self.flows.on_chunk(req, msg)
+            elif isinstance(msg, ChunksDone):
+                self.flows.on_chunks_done(req, msg)
             elif isinstance(msg, Failed):
                 # a rank that started on a value (no `StartWalk`) may not know the flow
                 flow = msg.flow or next(

@@ -63,6 +63,11 @@ class Deadlines:
                 )
             elif wait is not None:
                 out.append(f"flow `{name}` waits for walk `{wait.spec.name}` ({wait.waits_for()})")
+            elif f.ruled:
+                out.append(
+                    f"flow `{name}` waits for the owner of stream `{f.spec.stream}` to run its "
+                    "chunks through the final one"
+                )
             elif f.spec.kind is FlowKind.ON_STREAM:
                 out.append(f"flow `{name}` waits for chunk {f.index} of stream `{f.spec.stream}`")
             else:

@@ -5,7 +5,9 @@ A request runs every ``always`` flow, every ``when`` flow whose condition holds,
 body once per chunk of its stream: the stream's owner rank says when chunk j is ready
 (`ChunkReady`, with its exact ``final`` flag); an *empty* chunk is skipped (`SkipChunk`), a
 non-empty one runs the body, then `SkipChunk` drops the chunk unless the body's walk took it; the
-flow ends after the final chunk. A flow's `RunWalk` launches a walk (`walks`); its `Fail` ends
+flow ends after the final chunk. A stream with a standing rule (`StreamSpec.chunk_walk`) sends
+none of this: its owner rank runs the flow's one walk per chunk itself, and the flow ends on the
+owner's one `ChunksDone`. A flow's `RunWalk` launches a walk (`walks`); its `Fail` ends
 the request.
 
 **Streams.** A stream's producer is done for the request once every flow in
@@ -29,6 +31,7 @@ from wgc_runtime.contract.flow import Fail, Request, RunWalk
 from wgc_runtime.contract.kinds import FailKind, FlowKind
 from wgc_runtime.contract.messages import (
     ChunkReady,
+    ChunksDone,
     SkipChunk,
     StreamAbandon,
     StreamDone,
@@ -78,6 +81,8 @@ class Flows:
         self.post = post
         self.on_stream = {f.stream: f.name for f in spec.flows if f.kind is FlowKind.ON_STREAM}
         self.owner = {s.name: s.owner for s in spec.streams}
+        # flow -> its stream, for the flows whose chunks the owner runs (a standing rule)
+        self.ruled = {s.chunk_flow: s.name for s in spec.streams if s.chunk_walk}
 
     def connect(self, walks: Walks, end: End) -> None:
         """Where a flow's `RunWalk` goes, and how a request ends."""
@@ -92,7 +97,9 @@ class Flows:
         for flow in list(req.flows.values()):
             if req.ended:
                 return
-            if flow.spec.kind is FlowKind.ON_STREAM:
+            if flow.spec.name in self.ruled:
+                flow.ruled = True  # its owner rank runs it (`on_chunks_done` ends it)
+            elif flow.spec.kind is FlowKind.ON_STREAM:
                 self.pump(req, flow)
             else:
                 flow.gen = generator(flow.spec, req.request)
@@ -147,6 +154,12 @@ class Flows:
         if flow is not None and not flow.done:
             flow.chunks[msg.index] = msg
             self.pump(req, flow)
+
+    def on_chunks_done(self, req: RequestRun, msg: ChunksDone) -> None:
+        """The owner ran a stream's standing rule through its final chunk: its flow ended."""
+        flow = req.flows.get(next((f for f, s in self.ruled.items() if s == msg.stream), ""))
+        if flow is not None and flow.ruled and not flow.done:
+            self.flow_ended(req, flow)
 
     def pump(self, req: RequestRun, flow: FlowRun) -> None:
         """Run an ``on_stream`` flow's body for every ready chunk, in order."""

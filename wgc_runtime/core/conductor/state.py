@@ -48,6 +48,7 @@ class FlowRun:
     chunks: dict[int, ChunkReady] = field(default_factory=new_dict)
     index: int = 0  # on_stream: the chunk the body runs for (or waits for)
     current: ChunkReady | None = None
+    ruled: bool = False  # on_stream with a standing rule: the owner rank runs it
 
 
 @dataclass(eq=False)

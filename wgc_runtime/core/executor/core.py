@@ -18,6 +18,7 @@ methods (one module each):
 * `Loops` (`loops`): iterations, ``until``, speculation, a loop's end;
 * `Streams` (`streams`): stream buffers owned here, pushes with credits, statement order;
 * `Handoff` (`handoff`): node states moving between groups; `RankSessions` (`sessions`);
+* `DirectRuns` (`direct`): plain pieces run as their generated code, on their one value;
 * `NodeStats` (`stats`) and `Post` (`state`: where every part sends).
 
 The executor itself dispatches messages to them and keeps the request lifecycle. A `StartWalk`
@@ -25,7 +26,8 @@ starts this rank's piece of one walk instance: its top-level units get instances
 top-level loops start; a piece that needs none (`PieceSpec.needs_start`) starts on the first
 value carrying the walk's header (`Value.options`). A piece is done when its top-level units
 ran and its top-level loops ended; then `WalkDone` goes to the conductor (unless the plan says
-the conductor learns it otherwise, `PieceSpec.reports_done`). A piece that leaves nothing behind
+the conductor learns it otherwise, `PieceSpec.reports_done`, or a standing rule started the
+walk here, `chunks`). A piece that leaves nothing behind
 (`PieceSpec.needs_release`) drops the request's bookkeeping here once done and nothing else of
 the request is kept, and releases the request in the nodes it called (the walk id is
 remembered, to drop a late message).
@@ -72,6 +74,7 @@ from wgc_runtime.contract.node import Node
 from wgc_runtime.contract.spec import RankSpec
 from wgc_runtime.core.executor.batching import Batcher
 from wgc_runtime.core.executor.captured import CapturedSteps, CaptureReport, Progress
+from wgc_runtime.core.executor.direct import DirectRuns
 from wgc_runtime.core.executor.handoff import Handoff
 from wgc_runtime.core.executor.lanes import Lanes
 from wgc_runtime.core.executor.loops import Loops
@@ -102,6 +105,7 @@ class RankExecutor:
         outbox: Outbox,
         max_batch: int = 1,
         device: str = "cpu",
+        direct: bool = True,
     ) -> None:
         self.spec = rank_spec
         self.rank = rank = rank_spec.rank
@@ -149,12 +153,25 @@ class RankExecutor:
         self.session_runs = RankSessions(self.sessions, engines)
         self.values.connect(self.streams, self.router, self._fail)
         self.streams.connect(self._walk_done, self._fail)
+        self.streams.rules.connect(self._begin, self.streams.changed)
         self.loops.connect(self.router, self._walk_done)
         self.router.connect(self._begin)
+        # plain pieces as their generated code (`direct`; ``direct`` False: never)
+        self.direct = DirectRuns(
+            rank_spec,
+            self.nodes,
+            max_batch,
+            enabled=direct,
+            table=self.table,
+            stats=self.stats,
+            router=self.router,
+            sessions=self.session_runs,
+            done=self._walk_done,
+        )
         table, streams, handoff = self.table, self.streams, self.handoff
         self._handlers: dict[type, Callable[[Any], None]] = {
             StartWalk: self._on_start,
-            Value: self.router.on_value,
+            Value: self._on_value if self.direct.entries else self.router.on_value,
             ForwardPersisted: lambda m: self.router.on_forward(table.req(m.request), m),
             Until: self.router.on_until,
             StreamItem: lambda m: streams.on_item(table.req(m.request), m),
@@ -263,6 +280,11 @@ class RankExecutor:
         for ack in unpack_acks(m):  # each as if it came alone (an ended request's dropped)
             self.deliver(ack)
 
+    def _on_value(self, m: Value) -> None:
+        """A value: the start of a plain piece runs its generated code (`direct`)."""
+        if not self.direct.take(m):
+            self.router.on_value(m)
+
     def _on_start(self, m: StartWalk) -> None:
         w = self.table.walk(m.request, m.walk_id, m.walk)
         if w is not None and not w.started:
@@ -290,7 +312,9 @@ class RankExecutor:
         req.finished_walks.add(w.walk_id)
         _kill_walk(w)
         spec = w.piece.spec
-        if spec.reports_done:
+        if w.chunk_of:  # a standing rule's walk: the rule goes on, nothing to report
+            self.streams.rules.walk_done(w)
+        elif spec.reports_done:
             self.post.send(CONDUCTOR, WalkDone(req.id, w.walk_id, w.walk, self.rank))
         if not spec.needs_release and self._holds_nothing(req):
             self.table.retire(req)  # no `Release` comes for a piece that leaves nothing

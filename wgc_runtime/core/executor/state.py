@@ -187,19 +187,28 @@ class WalkRun:
     # the ranks this walk run sent the walk's header to (`Dest.starts`: their pieces start on
     # their first value)
     headed: set[int] = field(default_factory=new_set)
+    # the stream whose standing rule started this run (`chunks.ChunkRules`; "": the conductor)
+    chunk_of: str = ""
 
 
 @dataclass(eq=False, slots=True)
 class Inlet:
     """One stream this rank owns, for one request (`streams.Streams`, owner side): its buffer,
     the items waiting for room (seq, src rank, item, continuation or None), the last chunk index
-    the conductor was told of (`ChunkReady`), and whether its consumer node here learned the
-    request (`Node.expect`)."""
+    the conductor was told of (`ChunkReady`, or run by a standing rule), whether its consumer node
+    here learned the request (`Node.expect`) and the request's options it learned; under a
+    standing rule (`chunks.ChunkRules`), whether the rule's walk runs for the last chunk, whether
+    that chunk is final, and the walks run and chunks skipped so far."""
 
     buf: StreamBuffer
     pending: deque[Waiting] = field(default_factory=new_deque)
     notified: int = -1
     expected: bool = False
+    options: tuple[tuple[str, Any], ...] = ()
+    chunk_running: bool = False
+    chunk_final: bool = False
+    chunk_walks: int = 0
+    chunks_skipped: int = 0
 
     @property
     def held(self) -> int:
@@ -237,6 +246,7 @@ class RequestState:
     persisted: dict[tuple[str, str], Any] = field(default_factory=new_dict)
     streams: dict[str, Inlet] = field(default_factory=new_dict)
     outlets: dict[tuple[str, int], Outlet] = field(default_factory=new_dict)
+    local_walks: int = 0  # walk runs this rank started itself (`chunks.ChunkRules`)
 
 
 def lookup(store: dict[tuple[int, ...], Any] | None, key: tuple[int, ...]) -> Any:

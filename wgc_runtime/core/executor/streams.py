@@ -20,7 +20,8 @@ producer walks' `WalkDone`) can never overtake an item still on its way, and the
 is planned after every item.
 
 The owner tells the conductor each time a chunk becomes ready (`ChunkReady`, with its exact
-``final`` flag), and takes chunks for consumer calls, for `SkipChunk` and never otherwise.
+``final`` flag), and takes chunks for consumer calls, for `SkipChunk` and never otherwise; a
+stream with a standing rule runs its flow's walk per chunk here instead (`chunks.ChunkRules`).
 
 `Streams` owns the rank's stream specs, the consumer nodes that prepare ahead (`Node.expect`),
 the item sequence and the credits to give back this turn; per request, each stream owned here
@@ -45,6 +46,7 @@ from wgc_runtime.contract.messages import (
 )
 from wgc_runtime.contract.node import DTYPES, CallContext, Node
 from wgc_runtime.contract.spec import Dest, RankSpec, StreamSpec
+from wgc_runtime.core.executor.chunks import ChunkRules
 from wgc_runtime.core.executor.requests import Requests
 from wgc_runtime.core.executor.state import (
     Inlet,
@@ -89,6 +91,7 @@ class Streams:
         self.values = values
         self.seq = 0
         self.acks: dict[tuple[str, str, int], int] = {}  # credits to give back (`end_turn`)
+        self.rules = ChunkRules(self.specs, requests, post)
 
     def connect(self, walk_done: Callable[[WalkRun], None], fail: Fail) -> None:
         """What an acknowledged item may finish (its walk run's report), and failing."""
@@ -129,7 +132,7 @@ class Streams:
         inlet = self.inlet(req, name)
         if inlet.expected:
             return
-        inlet.expected = True
+        inlet.expected, inlet.options = True, tuple(options.items())
         s = self.specs.get(name)
         node_name = s.consumer[0] if s is not None else ""
         node = self.expecting.get(node_name)
@@ -176,14 +179,21 @@ class Streams:
                 self.acks[ack] = self.acks.get(ack, 0) + 1
             if req.id not in self.requests.by_id:
                 return
-        if not buf.final_taken and buf.ready() and inlet.notified < buf.taken:
+        if (
+            not buf.final_taken
+            and buf.ready()
+            and inlet.notified < buf.taken
+            and not inlet.chunk_running
+        ):
             j = buf.taken
             final = False
             if buf.is_done:
                 plan = chunk_plan(buf.policy, buf.final, buf.produced)
                 final = j < len(plan) and plan[j][2]
             inlet.notified = j
-            self.post.send(CONDUCTOR, ChunkReady(req.id, name, j, buf.next_is_empty(), final))
+            empty = buf.next_is_empty()
+            if not self.rules.ready(req, name, inlet, j, empty, final):
+                self.post.send(CONDUCTOR, ChunkReady(req.id, name, j, empty, final))
         self.values.mark_stream(req, name)
 
     def on_done(self, req: RequestState, m: StreamDone) -> None:

@@ -11,8 +11,10 @@
   before the consuming flow starts, which a dead owner loses). A restarted rank holds no pages,
   loop copies or stream items, so that state is lost; what becomes of its request is the plan's
   choice, per walk (`WalkSpec.on_restart`, the placement's ``on_restart:``): ``fail`` (the
-  default) or ``replay``. Each (request, rank) remembers whether every walk that may have left
-  state there replays (`replays`); a state move (no walk named) takes the request's own answer;
+  default) or ``replay`` (a walk that may feed a stream whose owner runs its chunk walks itself,
+  `StreamSpec.chunk_walk`, replays only when that walk does too). Each (request, rank)
+  remembers whether every walk that may have left state there replays (`replays`); a state
+  move (no walk named) takes the request's own answer;
 * **a rank died** (`RankDied` from the supervisor): `down` records it, and `on_rank_died` names
   the requests it held: each is replayed from its start (`ConductorCore.replay`) when `replays`
   says so and none of its outputs reached the client, and fails otherwise; the others go on. A
@@ -52,6 +54,12 @@ class RankWatch:
     def __init__(self, spec: ConductorSpec) -> None:
         self.walk_ranks = {w.name: reach(spec, w) for w in spec.walks}
         self.replaying = {w.name for w in spec.walks if w.on_restart is OnRestart.REPLAY}
+        # a stream's standing rule (`StreamSpec.chunk_walk`) starts its chunk walks on the owner
+        # with no message from here: a walk that may feed the stream replays only if they do
+        for st in spec.streams:
+            if st.chunk_walk and st.chunk_walk not in self.replaying:
+                feeds = {w.name for w in spec.walks if set(w.ranks) & set(st.producer_ranks)}
+                self.replaying -= feeds
         self.down: dict[int, str] = {}  # rank -> why
         # request -> the ranks that hold some of it -> whether every walk that may have left
         # state there replays

@@ -12,9 +12,12 @@ nodes on the rank's device (reporting `Progress`), learn the `Peers`, report `Re
    short, hold them over a few turns (`SendHold`: every send wakes the peer and both sides'
    ZeroMQ I/O threads, ~50 µs of the sender's CPU alone for a lone send on a small machine,
    and a 3 ms decode step would send every turn); a rank with no work for its next turn,
-   about to wait, sends at once. Consecutive stream items for one rank go as one `StreamItems`
-   message (a decode step's 16 tokens: one tensor to encode and decode, `messages.pack_items`),
-   taken apart again at the receiving rank's inbox;
+   about to wait, sends at once, and so does one whose turn gave stream credits back
+   (`StreamAck`: a producer may be waiting for them; a vocoder rank that runs its chunk walks
+   back to back under a standing rule is busy, and would hold them otherwise). Consecutive
+   stream items for one rank go as one `StreamItems` message (a decode step's 16 tokens: one
+   tensor to encode and decode, `messages.pack_items`), taken apart again at the receiving
+   rank's inbox;
 3. poll the inbox (without waiting while work is ready, else up to 20 ms, busy-polling first
    for `Tuning.busy_poll_us` after activity) and deliver what arrived (frames that do not decode
    are dropped by the transport); tell arena owners which blocks this rank is done with.
@@ -118,12 +121,14 @@ class WorkerLoop:
         self.mesh = mesh
         self.local: deque[m.Message] = deque()
         self.out: list[tuple[int, m.Message]] = []
+        self.credits = False  # `self.out` holds a `StreamAck`: send it this turn (`SendHold`)
         self.executor = RankExecutor(
             rank_spec,
             nodes,
             self._outbox,
             max_batch=rank_spec.batching.max_batch,
             device=device,
+            direct=TUNING.direct,
         )
         self.running = True
         self.trouble = Trouble(f"rank {self.rank}")
@@ -134,9 +139,12 @@ class WorkerLoop:
             self.local.append(msg)  # same rank: handed over by reference
         else:
             self.out.append((to, msg))
+            if msg.__class__ is m.StreamAck:
+                self.credits = True
 
     def flush(self) -> None:
         out, self.out = self.out, []
+        self.credits = False
         for to, msgs in batches(out).items():
             # a decode step's items for one owner travel as one message (`StreamItems`)
             self.mesh.send(peer_of(to), m.pack_items(msgs) if to >= 0 else msgs)
@@ -194,7 +202,7 @@ class WorkerLoop:
             if self.out:
                 now = clock()
                 # held only while the next turn has work: never into a wait (`SendHold`)
-                if hold.send_now(now, now - t0, busy and executor.pending()):
+                if hold.send_now(now, now - t0, busy and executor.pending() and not self.credits):
                     self.flush()
             if not busy:  # nothing to run: the nodes' work ahead, a little at a time
                 busy = self.idle()

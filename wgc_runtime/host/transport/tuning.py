@@ -32,6 +32,10 @@ at import:
 ``WGC_RING_SPIN_US`` (default 50)
     How long a process with rings spins on them after its last activity before it sleeps,
     only while the host's 1-minute load average is below its core count.
+``WGC_DIRECT`` (default 1; 0: off)
+    A worker runs a plain piece of a walk as the code its rank module holds
+    (`wgc_runtime.core.executor.direct`) instead of through the generic executor; off is for
+    measuring the generic path beside it (`benchmarks/runtime_hops.py`).
 ``WGC_PROFILE`` (default unset)
     A path prefix: every worker and the conductor run under ``cProfile`` and write
     ``<prefix>.<who>.prof`` when they exit (``python -m pstats`` reads them).
@@ -67,6 +71,7 @@ class Tuning:
     ring: bool = True
     ring_kib: int = 1024
     ring_spin_us: float = 50.0
+    direct: bool = True
 
     @classmethod
     def from_env(cls) -> Tuning:
@@ -79,6 +84,7 @@ class Tuning:
             ring=_flag("WGC_RING", True),
             ring_kib=max(1, int(_float("WGC_RING_KIB", 1024))),
             ring_spin_us=max(0.0, _float("WGC_RING_SPIN_US", 50.0)),
+            direct=_flag("WGC_DIRECT", True),
         )
 
 
