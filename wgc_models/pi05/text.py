@@ -29,6 +29,7 @@ from pathlib import Path
 import torch
 from tokenizers import Tokenizer
 
+from wgc_models.layers.host_values import int_list
 from wgc_runtime.contract.node import NodeError, NodeInputError
 
 MAX_TOKENS = 200  # openpi's max_token_len for π0.5 (48 for π0)
@@ -93,7 +94,7 @@ def prompt_ids(
 ) -> torch.Tensor:
     """The prompt field as the prefix's ids: text (its UTF-8 bytes, as the runtime hands text
     over) through ``tok``, or, with ``token_ids``, the ids as sent (module docstring)."""
-    raw = [int(v) for v in value.reshape(-1).tolist()]
+    raw = int_list(value)
     if not raw:
         raise NodeInputError(f"node `{node}`: an empty prompt")
     ids = raw if token_ids else tok.ids(_text(raw, node))
