@@ -40,8 +40,9 @@ _.flow_decl, _.subflow_decl
 # transformers' generation config, read by `generate()`
 _.eos_token_id
 
-# a `tokenizers.Tokenizer`'s pre-tokenizer, set as an attribute the library reads
+# a `tokenizers.Tokenizer`'s pre-tokenizer and normalizer, set as attributes the library reads
 _.pre_tokenizer
+_.normalizer
 
 # pytest hooks, marks and autouse fixtures
 pytest_addoption, pytest_runtest_setup, pytest_runtest_call, pytestmark

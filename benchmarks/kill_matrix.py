@@ -60,7 +60,7 @@ REQUESTS: dict[str, tuple[list[tuple[Any, ...]], list[str], dict[str, Any]]] = {
     "orpheus": ([("text", "hello there, how are you")], ["audio"], {"max_tokens": 84}),
     "qwen3_omni": ([("text", "hello there")], ["text", "audio"], {"max_tokens": 6}),
     "bagel": ([("text", "a cat")], ["image"], {}),
-    "pi05": ([("image", IMAGES, {"prompt": torch.arange(12)})], ["action"], {}),
+    "pi05": ([("image", IMAGES, {"prompt": "pick up the cup"})], ["action"], {}),
     "whisper": ([("audio", CLIP)], ["text"], {}),
 }
 POINTS = ("handoff", "first", "mid", "final")

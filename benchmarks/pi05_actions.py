@@ -113,7 +113,10 @@ def main() -> None:
 
             def runtime(obs=obs, rids=rids):
                 reqs = [
-                    cluster.request([segment("image", c, prompt=p)], ["action"]) for c, p in obs
+                    cluster.request(
+                        [segment("image", c, prompt=p)], ["action"], {"token_ids": True}
+                    )
+                    for c, p in obs
                 ]
                 hs = [cluster.submit(r, rid) for r, rid in zip(reqs, rids, strict=True)]
                 cluster.run()

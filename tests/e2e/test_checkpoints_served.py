@@ -13,9 +13,12 @@ has text: the families whose checkpoint tests run in-process only.
   tokenizer's text of its ids.
 * Orpheus and Qwen3-Omni (their `wgc run` is `test_speech_processes`): served audio equal to
   the reference pipelines (Qwen3-Omni's text too).
-* π0.5 (openpi's ``model.safetensors``) and V-JEPA 2-AC (the encoder under ``VJEPA2Model``'s
-  names, Meta's ``vjepa2-ac-vitg.pt`` for the predictor): no text; `wgc run` and `wgc serve`
-  give the same outputs for the same request and seed.
+* π0.5 (openpi's ``model.safetensors``, PaliGemma's ``tokenizer.json`` copied beside it: the
+  tiny one stands for it) and V-JEPA 2-AC (the encoder under ``VJEPA2Model``'s names, Meta's
+  ``vjepa2-ac-vitg.pt`` for the predictor): `wgc run` and `wgc serve` give the same outputs for
+  the same request and seed; π0.5's instruction as text gives, through both, the chunk of the
+  ids `tokenizers` gives for openpi's prompt sent as ids (option ``token_ids``), and the folder
+  without its ``tokenizer.json`` is refused (WG879).
 * Wan2.2 (its `wgc run` is `test_wan22_diffusers`): served from a diffusers folder, the video
   equal to ``WanPipeline``'s.
 """
@@ -227,18 +230,26 @@ CAMERAS = torch.arange(3 * 16 * 16 * 3).reshape(3, 16, 16, 3).remainder(251).to(
 
 
 def pi05_openpi(folder: Path) -> tuple[dict, str]:
-    """openpi's ``model.safetensors`` (``PI0Pytorch``'s names, pi05)."""
+    """openpi's ``model.safetensors`` (``PI0Pytorch``'s names, pi05) and a ``tokenizer.json``
+    (PaliGemma's is copied in by hand: the tiny one here); the prompt as ids."""
+    import shutil
+
     from safetensors.torch import save_file
 
     from tests.unit.test_pi05_openpi import openpi_state_dict
+    from wgc_models.pi05.text import TINY_FILE
 
     folder.mkdir(parents=True)
     save_file(
         {k: v.clone().contiguous() for k, v in openpi_state_dict().items()},
         folder / "model.safetensors",
     )
+    shutil.copy(TINY_FILE, folder / "tokenizer.json")
     fields = {"prompt": torch.arange(12)}
-    return {"segments": [("image", CAMERAS, fields)], "want": ["action"], "options": {}}, "action"
+    options = {"token_ids": True}
+    return {"segments": [("image", CAMERAS, fields)], "want": ["action"], "options": options}, (
+        "action"
+    )
 
 
 def vjepa2_ac_release(folder: Path) -> tuple[dict, str]:
@@ -319,6 +330,42 @@ def test_published_checkpoints_run_and_serve_the_same_outputs(tmp_path: Path, fa
     assert len(got) == len(ran)
     for a, b in zip(got, ran, strict=True):
         assert a.shape == b.shape and np.allclose(a, b, atol=1e-6) and np.isfinite(a).all()
+
+
+def test_pi05_checkpoint_takes_its_prompt_as_text_through_run_and_serve(tmp_path: Path) -> None:
+    from tokenizers import Tokenizer
+
+    folder = tmp_path / "ckpt"
+    pi05_openpi(folder)
+    tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    body_ids = tok.encode("pick up the red cup", add_special_tokens=False).ids
+    ids = torch.tensor([tok.token_to_id("<bos>"), *body_ids, tok.token_to_id("Ċ")])  # Ċ: "\n"
+    text = " pick_up the red cup\n"  # openpi strips it and reads "_" and "\n" as spaces
+    plan = compile_to(tmp_path / "plan", "pi05", "cpu", {"checkpoint": str(folder)})
+    np.save(tmp_path / "cams.npy", CAMERAS.numpy())
+    out = tmp_path / "out"
+    field = f"image={tmp_path / 'cams.npy'},prompt={text}"
+    r = wgc("run", str(plan), "--input", field, "--seed", str(SEED), "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    ran = np.load(out / "action_000.npy")
+
+    def request(prompt: Any, options: dict) -> dict:
+        seg = {"modality": "image", "data": enc(CAMERAS), "fields": {"prompt": prompt}}
+        return {"inputs": [seg], "want": ["action"], "options": options, "seed": SEED}
+
+    with served(str(plan), timeout=300) as s:
+        status, as_text = s.post(NATIVE, request(text, {}), timeout=300)
+        assert status == 200, as_text
+        status, as_ids = s.post(NATIVE, request(enc(ids), {"token_ids": True}), timeout=300)
+        assert status == 200, as_ids
+    (a,), (b,) = outputs(as_text, "action"), outputs(as_ids, "action")
+    assert a.shape == (50, 32) and np.isfinite(a).all()
+    assert np.array_equal(a, b) and np.allclose(a, ran, atol=1e-6)
+
+    (folder / "tokenizer.json").unlink()
+    r = wgc("run", str(plan), "--local", "--input", field, "-o", str(tmp_path / "o2"))
+    assert r.returncode == 1
+    assert "WG879: node `" in r.stderr and "has no `tokenizer.json`" in r.stderr, r.stderr
 
 
 def test_wan22_diffusers_folder_is_served_as_wan_pipeline(tmp_path: Path) -> None:

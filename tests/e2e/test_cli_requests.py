@@ -107,14 +107,40 @@ def test_vjepa_rollout_from_a_request_file(files, tmp_path) -> None:
 
 @pytest.mark.slow
 def test_pi05_action_chunk_with_a_prompt_field(files, tmp_path) -> None:
+    """Token ids in the prompt field, with option ``token_ids``."""
     plan = compile_to(tmp_path / "plan", "pi05", "cpu", {})
     field = f"image={files}/cams.npy,prompt={json.dumps(PROMPT)}"
     out = tmp_path / "out"
-    r = wgc("run", str(plan), "--local", "--input", field, "--seed", "3", "-o", str(out))
+    ids = ["--option", "token_ids=true"]
+    r = wgc("run", str(plan), "--local", "--input", field, *ids, "--seed", "3", "-o", str(out))
     assert r.returncode == 0, r.stderr
     seg = segment("image", CAMERAS, prompt=torch.tensor(PROMPT))
-    want = local(plan, [seg], ["action"], {}, seed=3)["action"][0]
+    want = local(plan, [seg], ["action"], {"token_ids": True}, seed=3)["action"][0]
     assert torch.equal(torch.from_numpy(np.load(out / "action_000.npy")), want)
+
+
+@pytest.mark.slow
+def test_pi05_takes_its_prompt_as_text(files, tmp_path) -> None:
+    """`wgc run pi05` with the instruction as text (the tiny tokenizer.json, openpi's recipe):
+    the chunk of the ids `tokenizers` gives sent as ids; ids without ``token_ids`` are refused."""
+    from tokenizers import Tokenizer
+
+    from wgc_models.pi05.text import TINY_FILE
+
+    tok = Tokenizer.from_file(str(TINY_FILE))
+    body = tok.encode("pick up the red cup", add_special_tokens=False).ids
+    ids = torch.tensor([tok.token_to_id("<bos>"), *body, tok.token_to_id("Ċ")])
+    out = tmp_path / "out"
+    field = f"image={files}/cams.npy,prompt=pick_up the red cup"
+    r = wgc("run", "pi05", "--input", field, "--seed", "3", "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    plan = compile_to(tmp_path / "plan", "pi05", "cpu", {})
+    seg = segment("image", CAMERAS, prompt=ids)
+    want = local(plan, [seg], ["action"], {"token_ids": True}, seed=3)["action"][0]
+    assert torch.equal(torch.from_numpy(np.load(out / "action_000.npy")), want)
+    field = f"image={files}/cams.npy,prompt={json.dumps(PROMPT)}"
+    r = wgc("run", "pi05", "--local", "--input", field, "-o", str(tmp_path / "o2"))
+    assert r.returncode == 1 and "token_ids" in r.stderr, r.stderr
 
 
 @pytest.mark.slow

@@ -274,7 +274,7 @@ def test_vjepa_mpc_planning():
 # ---------------------------------------------------------------------------------- pi0.5
 def test_pi05_action_chunk():
     images = torch.zeros(3, 16, 16, 3, dtype=torch.uint8)
-    seg = segment("image", images, prompt=torch.arange(12))
+    seg = segment("image", images, prompt="pick up the cup")  # text: the tiny tokenizer's
     out = run("pi05", [seg], ["action"])
     assert out.ok, out.error
     assert shapes(out) == {("main", "action_gen", "action", (50, 32)): 1}

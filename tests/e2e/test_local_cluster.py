@@ -152,7 +152,7 @@ SCENARIOS = {
         "action_chunk": (
             [
                 segment(
-                    "image", torch.zeros(3, 16, 16, 3, dtype=torch.uint8), prompt=torch.arange(12)
+                    "image", torch.zeros(3, 16, 16, 3, dtype=torch.uint8), prompt="pick up the cup"
                 )
             ],
             ["action"],

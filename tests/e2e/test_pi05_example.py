@@ -11,15 +11,20 @@ loaded by the nodes' own loader:
   prefix, and the consensus chunk, equal to four reference flows and the selection by hand;
 * observations side by side on processes (a conductor and a worker per rank) each equal their
   reference run alone;
-* the checkpoint is what runs: the default seeded weights give other actions.
+* the checkpoint is what runs: the default seeded weights give other actions;
+* a text prompt goes through the folder's ``tokenizer.json`` as openpi tokenizes it: the chunk
+  equals the reference run on the ids `tokenizers` gives for the cleaned text between
+  ``<bos>`` and ``"\n"`` (the observations above send ids, request option ``token_ids``).
 """
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
 import torch
+from tokenizers import Tokenizer
 
 from tests.e2e.real_support import (
     PLACEMENTS,
@@ -35,6 +40,7 @@ from wgc.interp import segment
 from wgc_models.layers.random_init import init_seeded
 from wgc_models.pi05.config import TINY
 from wgc_models.pi05.model import Pi0
+from wgc_models.pi05.text import TINY_FILE
 
 TOL = 1e-4  # fp32; ten steps over a paged vs a dense cache round apart by ~3e-5
 STEPS = 10  # the .walk's `flow_steps`
@@ -56,6 +62,7 @@ def weights(tmp_path_factory):
     path = tmp_path_factory.mktemp("pi05")
     policy = init_seeded(Pi0(TINY), 31).eval()
     save_module(policy, path / "model.safetensors")
+    shutil.copy(TINY_FILE, path / "tokenizer.json")  # PaliGemma's, as the folder must carry
     return path, policy
 
 
@@ -84,7 +91,7 @@ def consensus(chunks: list[torch.Tensor]) -> tuple[int, torch.Tensor]:
 
 
 def observation(cameras=CAMERAS, prompt=PROMPT, mpc: bool = False):
-    return [segment("image", cameras, prompt=prompt)], ["action"], {"mpc": mpc}
+    return [segment("image", cameras, prompt=prompt)], ["action"], {"mpc": mpc, "token_ids": True}
 
 
 @pytest.mark.parametrize("placement", PLACEMENTS)
@@ -93,6 +100,19 @@ def test_an_action_chunk_equals_the_reference_action_flow(weights, plans, placem
     (chunk,) = got[("main", "action_gen", "action")]
     (want,) = reference(weights[1], CAMERAS, PROMPT, "obs")
     assert chunk.shape == (50, 32) and (chunk - want).abs().max() <= TOL
+
+
+def test_a_text_prompt_is_tokenized_as_openpi_does(weights, plans) -> None:
+    folder, policy = weights
+    tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    body = tok.encode("pick up the red cup", add_special_tokens=False).ids
+    ids = torch.tensor([tok.token_to_id("<bos>"), *body, tok.token_to_id("Ċ")])  # Ċ: "\n"
+    text = "  pick_up the\nred cup \n"  # stripped, "_" and "\n" as spaces
+    seg = segment("image", CAMERAS, prompt=text)
+    got = run_local(plans["cpu-2rank"], [seg], ["action"], {}, rid="obs")
+    (chunk,) = got[("main", "action_gen", "action")]
+    (want,) = reference(policy, CAMERAS, ids, "obs")
+    assert (chunk - want).abs().max() <= TOL
 
 
 @pytest.mark.parametrize("placement", PLACEMENTS)

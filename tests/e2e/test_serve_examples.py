@@ -54,9 +54,9 @@ def dec(value: dict[str, Any]) -> torch.Tensor:
 
 
 # (segments as (modality, data, fields), want, options) per example
-CASES: dict[str, tuple[list[tuple[str, Any, dict[str, torch.Tensor]]], list[str], dict]] = {
+CASES: dict[str, tuple[list[tuple[str, Any, dict[str, Any]]], list[str], dict]] = {
     "llama": ([("text", "hello there", {})], ["text"], {}),
-    "pi05": ([("image", IMAGES, {"prompt": torch.arange(12)})], ["action"], {}),
+    "pi05": ([("image", IMAGES, {"prompt": "pick up the cup"})], ["action"], {}),
     "vjepa2_ac": (
         [("video", VIDEO, {"actions": ACTIONS, "states": STATES})],
         ["tensor"],
@@ -79,7 +79,7 @@ def native_body(case) -> dict[str, Any]:
     for modality, data, fields in segments:
         seg: dict[str, Any] = {"modality": modality}
         seg["data"] = enc(data) if isinstance(data, torch.Tensor) else data
-        seg["fields"] = {k: enc(v) for k, v in fields.items()}
+        seg["fields"] = {k: enc(v) if isinstance(v, torch.Tensor) else v for k, v in fields.items()}
         inputs.append(seg)
     return {"inputs": inputs, "want": want, "options": options, "seed": 7}
 

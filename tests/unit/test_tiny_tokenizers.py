@@ -107,3 +107,11 @@ def test_the_tiny_text_bagel_config_has_the_tokenizers_ids() -> None:
     assert t.eos == codec.token_id("<|im_end|>")
     assert t.start_of_image == codec.token_id("<|vision_start|>")
     assert t.end_of_image == codec.token_id("<|vision_end|>")
+
+
+def test_the_tiny_pi05_config_has_the_tokenizers_vocabulary() -> None:
+    from wgc_models.pi05.config import TINY
+
+    codec = TextCodec.from_file(tiny.path_of("pi05"))
+    assert TINY.text.vocab_size == codec.vocab_size
+    assert codec.token_id("<bos>") == tiny.REGULAR + 2  # Gemma's third special, as id 2 there

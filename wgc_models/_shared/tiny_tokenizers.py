@@ -13,7 +13,10 @@ the real one), `qwen3_omni/tokenizer.json` with Qwen's chat, audio, vision and T
 the tiny Llama's text placements: its param ``tokenizer = "tiny"``) and
 `bagel/tokenizer.json` with Qwen's (BAGEL's tokenizer is Qwen2.5's, its ``<|im_start|>``,
 ``<|im_end|>``, ``<|vision_start|>`` and ``<|vision_end|>`` among them: the ``tiny-text``
-model). The tiny configs carry the ids these files give (a test checks them).
+model); `pi05/tokenizer.json` with Gemma's specials (``<pad>``, ``<eos>``, ``<bos>``, ``<unk>``,
+as ids 0-3 of PaliGemma's vocabulary, then its chat turns and eight of its ``<locNNNN>``
+tokens; π0.5's tiny prompt: `wgc_models.pi05.text`). The tiny configs carry the ids these files
+give (a test checks them).
 """
 
 from __future__ import annotations
@@ -58,11 +61,25 @@ QWEN_SPECIALS = (
     "<|box_end|>",
     "<|quad_start|>",
 )
+# Gemma's (PaliGemma's) specials: its first six ids, its turn markers, then location tokens
+# as PaliGemma appends them (1024 ``<locNNNN>`` from id 256000; eight here)
+GEMMA_SPECIALS = (
+    "<pad>",
+    "<eos>",
+    "<bos>",
+    "<unk>",
+    "<mask>",
+    "[@BOS@]",
+    "<start_of_turn>",
+    "<end_of_turn>",
+    *(f"<loc{i:04d}>" for i in range(8)),
+)
 FILES = {
     "orpheus": ORPHEUS_SPECIALS,
     "qwen3_omni": QWEN_SPECIALS,
     "llama": ORPHEUS_SPECIALS,  # Llama 3's specials
     "bagel": QWEN_SPECIALS,  # Qwen2.5's, BAGEL's four among them
+    "pi05": GEMMA_SPECIALS,  # PaliGemma's
 }
 
 CORPUS = """\

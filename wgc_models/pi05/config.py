@@ -5,9 +5,9 @@ Gemma-300M action expert), selected by the ``.walk`` file's ``param model``.
 What shrinks: the language model (18 layers of width 2048, head size 256 → 2 of width 64, head
 size 16), the expert (18 of width 1024 → 2 of width 32, same depth, kv heads and head size as
 the language model, as π0 requires), SigLIP (27 layers of 1152 on 224-pixel images → 1 of 32
-on 16-pixel images: 16 tokens a camera instead of 256) and the vocabulary (257152 → 300). The
-structure — one kv head, GeGLU, the expert's adaptive norms on the flow time, 50 actions of 32
-numbers, 10 Euler steps — is the real one.
+on 16-pixel images: 16 tokens a camera instead of 256) and the vocabulary (257152 → 512, the
+tiny tokenizer's: `wgc_models.pi05.text`). The structure — one kv head, GeGLU, the expert's
+adaptive norms on the flow time, 50 actions of 32 numbers, 10 Euler steps — is the real one.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ TINY = Pi0Config(
         num_attention_heads=4,
         num_key_value_heads=1,
         head_dim=16,
-        vocab_size=300,
+        vocab_size=512,  # the tiny tokenizer.json's ids
     ),
     expert=GemmaConfig(
         hidden_size=32,

@@ -6,7 +6,9 @@ check the shared parts against transformers' ``PI0ForConditionalGeneration``):
 1. *No state token.* π0 feeds the robot state as one continuous token (``state_proj``) at the
    head of the action expert's suffix; π0.5 discretises the state into the prompt, so it is part
    of the prefix the vision-language model encodes (this example's ``prompt`` port: the
-   instruction and the state, already tokenized), and the suffix is the action tokens alone.
+   instruction as text, tokenized here by PaliGemma's tokenizer as openpi does
+   (`wgc_models.pi05.text`), or, with request option ``token_ids``, the ids of an
+   openpi-tokenized prompt with the state in it), and the suffix is the action tokens alone.
 2. *Time through adaptive normalisation.* π0 mixes the flow time into every action token
    (``action_time_mlp_in/out`` over ``[action_in_proj(x), sincos(t)]``); π0.5 embeds the
    actions alone and conditions every RMSNorm of the expert on the time
@@ -50,6 +52,7 @@ from wgc_models.layers.siglip import pixels
 from wgc_models.pi05.checkpoint import load_published
 from wgc_models.pi05.config import CONFIGS
 from wgc_models.pi05.model import PaliVision, Pi0, Pi0Config
+from wgc_models.pi05.text import TOKEN_IDS_OPTION, PromptTokenizer, prompt_ids, tokenizer_file
 from wgc_runtime.contract.node import CallContext, Node, NodeContext, NodeError, Work
 from wgc_runtime.contract.weights import WeightParts
 from wgc_runtime.engines.kv_pool import PagedKVPool
@@ -120,6 +123,7 @@ class VitEncoder(Batched):
 
     def __init__(self, ctx: NodeContext) -> None:
         super().__init__(ctx)
+        tokenizer_file(str(self.config.get("checkpoint") or ""), self.name)  # WG879 first
         self.model = load_vision(self.name, self.config, self.device)
 
     @torch.inference_mode()
@@ -147,6 +151,8 @@ class LLM(Batched):
 
     def __init__(self, ctx: NodeContext) -> None:
         super().__init__(ctx)
+        file = tokenizer_file(str(self.config.get("checkpoint") or ""), self.name)  # WG879 first
+        self.text = PromptTokenizer.load(file, self.name)
         self.model = load_policy(self.name, self.config, self.device)
         cfg = self.model.config
         want = (cfg.text.num_hidden_layers, cfg.text.num_key_value_heads, cfg.text.head_dim)
@@ -159,6 +165,7 @@ class LLM(Batched):
         self.steps = int(self.config.get("flow_steps", cfg.num_inference_steps))
         self.sample = int(self.config.get("sample", 0))
         self.kv_tokens = int(self.config.get("kv_tokens", 1 << 30))
+        self.vocab = cfg.text.vocab_size
 
     @torch.inference_mode()
     def forward(self, batch: Sequence[Work]) -> list[dict[str, torch.Tensor]]:
@@ -172,6 +179,11 @@ class LLM(Batched):
             return self._prefill(batch, kv.pool)
         return self._denoise(batch, kv.pool)
 
+    @staticmethod
+    def _ids_sent(w: Work) -> bool:
+        """Whether the request's prompt holds token ids (option ``token_ids``), not text."""
+        return bool(w.ctx.options.get(TOKEN_IDS_OPTION, False))
+
     def _prefill(self, batch: Sequence[Work], pool: PagedKVPool) -> list[dict[str, torch.Tensor]]:
         parts: list[torch.Tensor] = []
         blocks: list[Block] = []
@@ -182,7 +194,8 @@ class LLM(Batched):
             img, prompt = w.inputs.get("image_embeddings"), w.inputs.get("prompt")
             if img is None or prompt is None:
                 raise NodeError(f"node `{self.name}`: the prefix is the images and the prompt")
-            x = self.model.prefix_embeddings(img.to(self.device).float(), prompt.to(self.device))
+            ids = prompt_ids(self.text, prompt, self._ids_sent(w), self.vocab, self.name)
+            x = self.model.prefix_embeddings(img.to(self.device).float(), ids.to(self.device))
             if kv.length() + x.shape[0] > self.kv_tokens:
                 raise NodeError(
                     f"node `{self.name}`: a prefix of {x.shape[0]} tokens is more than "
