@@ -125,7 +125,7 @@ def _run_loop(
     holder: list = []
     made = [] if made is None else made
 
-    def executor(rank_spec, nodes, outbox, max_batch, device):
+    def executor(rank_spec, nodes, outbox, max_batch, device, direct=True):
         made.append(_Executor(outbox, clock, busy_turns=busy_turns, turn_s=turn_s))
         return made[0]
 

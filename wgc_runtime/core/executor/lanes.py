@@ -1,7 +1,7 @@
 """Decode lanes: a running, self-stepping decode call's rows, stepped wholesale (`Lane`).
 
 A self-stepping call (`stepping`) whose plan captures it (`captured`) and whose one stream push
-goes to another rank's stream it alone produces (Orpheus's and Llama's ``LLM(token) -> token
+goes to another rank's stream it alone produces (a TTS or text decoder's ``LLM(token) -> token
 = new_token, stop``) has a `Lane`. Once a request's decode loop runs (its first iterations went
 through the general path, and `Stepper.step_on` started the next one in place), its row joins
 the lane instead of a ready queue: its `Work` and `CallContext` are made once, and from then on
