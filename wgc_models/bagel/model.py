@@ -277,10 +277,14 @@ def patchify(latent: torch.Tensor, p: int) -> torch.Tensor:
 
 
 def unpatchify(tokens: torch.Tensor, p: int, channels: int) -> torch.Tensor:
-    """The inverse of `patchify` for a square grid: ``[h·w, p·p·C]`` → ``[C, h·p, w·p]``."""
-    side = math.isqrt(tokens.shape[0])
-    x = tokens.reshape(side, side, p, p, channels)
-    return torch.einsum("hwpqc->chpwq", x).reshape(channels, side * p, side * p)
+    """The inverse of `patchify`: ``[h, w, p·p·C]`` (a grid of any shape) or ``[h·w, p·p·C]``
+    (a square grid) → ``[C, h·p, w·p]``."""
+    if tokens.dim() == 3:
+        h, w = int(tokens.shape[0]), int(tokens.shape[1])
+    else:
+        h = w = math.isqrt(tokens.shape[0])
+    x = tokens.reshape(h, w, p, p, channels)
+    return torch.einsum("hwpqc->chpwq", x).reshape(channels, h * p, w * p)
 
 
 # ---------------------------------------------------------------------------- generation
