@@ -1,7 +1,8 @@
 """Hand-written expectations for BAGEL on the 3xh100 split (issue 3): LLM, the encoders,
 `combine_cfg` and `vae_decoder` on rank 0, `LLM_cfg_text` on rank 1 and `LLM_cfg_img` on rank 2,
-the last two only for `image_gen_cfg` and `image_edit_cfg` (the edit on the input's grid). The plan comes from wgc_models/bagel/placements/3xh100.yaml;
-a placement built by hand from the split above must lower the same."""
+the last two only for `image_gen_cfg` and `image_edit_cfg` (the edit on the input's grid). The
+plan comes from wgc_models/bagel/placements/3xh100.yaml; a placement built by hand from the split
+above must lower the same."""
 
 from __future__ import annotations
 

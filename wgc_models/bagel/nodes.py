@@ -82,9 +82,9 @@ def _start(inputs, ctx: CallContext, shape, port: str = "latents") -> tuple[torc
     return latents.float(), 0 if t is None else int(t)
 
 
-def _edit_shape(node: str, grid: Sequence[Any], dim: int) -> tuple[int, int, int]:
+def _edit_shape(node: str, grid: list[int], dim: int) -> tuple[int, int, int]:
     """An edit's latent shape: the last VAE image's grid (from the context or the state)."""
-    rows, cols = (int(n or 0) for n in grid)
+    rows, cols = grid
     if rows <= 0 or cols <= 0:
         raise NodeError(f"node `{node}`: an edit needs an input image's latents in its context")
     return rows, cols, dim
@@ -98,7 +98,7 @@ class CombineCfg(Node):
         if "edit_latents" in ctx.writes:  # an edit: on the context's grid
             port, vs = "edit_latents", ("e_main", "e_text", "e_img")
             dim = int(self.out_shape("latents")[-1])
-            shape = _edit_shape(self.name, context[4:6], dim)
+            shape = _edit_shape(self.name, [int(n) for n in context[4:6]], dim)
         else:
             port, vs, shape = "latents", ("v_main", "v_text", "v_img"), self.out_shape("latents")
         latents, i = _start(inputs, ctx, shape, port)
@@ -284,9 +284,8 @@ class LLM(Batched):
         out, vel = ("edit_latents", "edit_velocity") if edit else ("latents", "velocity")
         shape = self.out_shape("latents")
         if edit:  # an edit: on the input image's grid (the context's, else this request's)
-            grid = (
-                context[4:6] if context is not None else [st.get("grid_rows"), st.get("grid_cols")]
-            )
+            keys = ("grid_rows", "grid_cols")
+            grid = [int(st.get(k, 0)) for k in keys] if context is None else context[4:6].tolist()
             shape = _edit_shape(self.name, grid, int(shape[-1]))
         latents, i = _start(w.inputs, w.ctx, shape, out)
         t, dt = self.schedule.at(i)
