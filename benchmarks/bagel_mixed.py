@@ -15,7 +15,8 @@ same plan are started first (start-up is outside every timing) and held together
 interleaved ``--repeat`` times:
 
 * **mixed**: every request submitted at once to the one deployment: the executor batches the
-  denoising steps of text-to-image and editing requests together and decodes alongside;
+  denoising steps of the text-to-image requests together, and of the editing requests (their
+  own walk, on the input image's grid) together, and decodes alongside;
 * **per task**: each task's requests submitted at once to its own deployment, the three tasks
   one after another (as a system that needs one configuration per task runs them on one
   machine): the stream's wall time is the sum of the three.

@@ -155,19 +155,32 @@ def reference(weights, name: str, rid: str, seed: int | None = None) -> torch.Te
             if nxt == TINY.tokens.eos or len(blocks) - len(ctx["main"]) >= options["max_tokens"]:
                 return torch.tensor(tokens)
             tokens.append(nxt)
-    editing = any(s.modality == "image" for s in inputs)
-    g = Guidance.editing(4.0, 2.0) if editing else Guidance(4.0, 1.0)
-    sched, x = Schedule(STEPS, SHIFT), noise((16, 16), "latents", rid, seed)
+    images = [s.data for s in inputs if s.modality == "image"]
+    g = Guidance.editing(4.0, 2.0) if images else Guidance(4.0, 1.0)
+    shape: tuple[int, ...] = (16, 16)  # text-to-image: the 4x4 square of 16-dim tokens
+    if images:  # an edit: the last input image's grid (its release-resized size / 16)
+        h, w, _ = edit_size(images[-1])
+        shape = (h // 16, w // 16, 16)
+    sched, x = Schedule(STEPS, SHIFT), noise(shape, "latents", rid, seed)
     for i in range(STEPS - 1):
         t, dt = sched.at(i)
         v = {}
         for label, blocks in ctx.items():
             latent = model.image_block(model.latent_tokens(x, t), rope(blocks), True)
-            v[label] = model.velocity(dense(model, [*blocks, latent])[-latent.x.shape[0] :])
+            out = dense(model, [*blocks, latent])[-latent.x.shape[0] :]
+            v[label] = model.velocity(out).reshape(x.shape)
         x = euler(x, guide(v["main"], v["cfg_text"], v["cfg_img"], g, t), dt)
     z = unpatchify(x, TINY.latent_patch_size, TINY.vae.latent_channels)[None]
     img = vae.decode(z / vae.config.scaling_factor + vae.config.shift_factor).sample[0]
     return ((img * 0.5 + 0.5).clamp(0, 1) * 255).round().to(torch.uint8).permute(1, 2, 0)
+
+
+def edit_size(image: torch.Tensor) -> tuple[int, int, int]:
+    """The size BAGEL's release gives an edit of ``image``: its interleaved inference sets
+    ``image_shapes`` to the input's size after the VAE transform's resize (the test's own
+    `release_image`) and generates and decodes at it."""
+    h, w = release_image(image, IMAGE_SIDE, IMAGE_SIDE // 2, 16).shape[:2]
+    return h, w, 3
 
 
 def check(got, name: str, want: torch.Tensor) -> None:
@@ -175,8 +188,10 @@ def check(got, name: str, want: torch.Tensor) -> None:
         texts = torch.cat(got[("main", "decode", "text")])
         assert texts.tolist() == want.tolist()
         return
-    (image,) = got.get(("main", "image_gen_cfg", "image")) or got[("main", "image_gen", "image")]
-    assert image.shape == want.shape == (64, 64, 3) and image.dtype == torch.uint8
+    walks = ("image_edit_cfg", "image_edit") if name == "edit" else ("image_gen_cfg", "image_gen")
+    (image,) = got.get(("main", walks[0], "image")) or got[("main", walks[1], "image")]
+    size = edit_size(PHOTO) if name == "edit" else (IMAGE_SIDE, IMAGE_SIDE, 3)
+    assert image.shape == want.shape == size and image.dtype == torch.uint8
     diff = (image.int() - want.int()).abs()
     assert diff.max() <= 1 and diff.float().mean() < 0.01  # float rounding at a pixel's edge
     assert want.float().std() > 5  # an image, not a flat field
@@ -188,7 +203,8 @@ def check(got, name: str, want: torch.Tensor) -> None:
 def test_each_task_equals_the_reference_pipeline(weights, plans, placement, name) -> None:
     got = run_local(plans[placement], *REQUESTS[name], rid=f"{name}-0")
     if name != "i2t":  # which denoising walk ran: the CFG copies placed or not
-        walk = "image_gen" if placement == "cpu-batched-cfg" else "image_gen_cfg"
+        walk = "image_edit" if name == "edit" else "image_gen"
+        walk += "" if placement == "cpu-batched-cfg" else "_cfg"
         assert [w for _, w, m in got if m == "image"] == [walk]
     check(got, name, reference(weights, name, f"{name}-0"))
 
@@ -261,7 +277,7 @@ def test_bf16_weights_run_every_task(weights, plans, tmp_path) -> None:
     plan = compile_to(tmp_path / "bf16", "bagel", "cpu-batched-cfg", sets)
     for name in ("t2i", "edit"):
         got = run_local(plan, *REQUESTS[name], rid=f"{name}-0")
-        (image,) = got[("main", "image_gen", "image")]
+        (image,) = got[("main", "image_edit" if name == "edit" else "image_gen", "image")]
         want = reference(weights, name, f"{name}-0")
         diff = (image.int() - want.int()).abs().float()
         print(f"\n{name} bf16 vs f32: mean {diff.mean():.2f}, max {diff.max():.0f} u8 steps")

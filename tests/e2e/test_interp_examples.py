@@ -90,10 +90,13 @@ def test_bagel_text_to_image_without_cfg_nodes_placed():
 def test_bagel_image_editing():
     out = run("bagel", [segment("image", IMAGE), segment("text", "make it blue")], ["image"])
     assert out.ok, out.error
-    assert shapes(out) == {("main", "image_gen_cfg", "image", (64, 64, 3)): 1}
-    plain = run("bagel", [segment("text", "make it blue")], ["image"])
+    # at the input's resized shape (32 x 32 stays: the tiny rule's shortest side is 32)
+    assert shapes(out) == {("main", "image_edit_cfg", "image", (32, 32, 3)): 1}
+    other = run(
+        "bagel", [segment("image", 255 - IMAGE), segment("text", "make it blue")], ["image"]
+    )
     assert not torch.equal(
-        present(out.of("image")[0]), present(plain.of("image")[0])
+        present(out.of("image")[0]), present(other.of("image")[0])
     )  # the image conditions it
 
 

@@ -445,6 +445,8 @@ def test_the_default_node_factory_builds_every_node_with_its_declared_ports() ->
         "context",
         "velocity",
         "latents",
+        "edit_velocity",
+        "edit_latents",
         "time_index",
     }
     req = make_request(model("bagel"), [segment("text", "a red cube")], ["image"])

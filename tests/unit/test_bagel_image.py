@@ -22,7 +22,8 @@ from wgc_models.bagel.image import (
     vit_pixels,
     vit_rule,
 )
-from wgc_models.bagel.model import Bagel, latent_stride
+from wgc_models.bagel.model import Bagel
+from wgc_models.bagel.pixels import latent_stride
 from wgc_models.layers.random_init import init_seeded
 
 BUDGET = 14 * 14 * 9 * 1024  # ImageTransform's default max_pixels

@@ -42,10 +42,10 @@ place:
     ranks: [0]
   - nodes: [LLM_cfg_text]
     ranks: [1]
-    walks: [image_gen_cfg]
+    walks: [image_gen_cfg, image_edit_cfg]
   - nodes: [LLM_cfg_img]
     ranks: [2]
-    walks: [image_gen_cfg]
+    walks: [image_gen_cfg, image_edit_cfg]
 """
 
 
@@ -175,14 +175,14 @@ def test_bagel_flows_pick_walks_by_request(tmp_path: Path) -> None:
     assert _walks(steps) == ["prefill_vit", "prefill_text", "decode"]
     assert steps[0].args == {"image": image}
     assert steps[2].args == {"token": S.Persisted("new_token")}
-    # editing with a text plan first
+    # editing with a text plan first: the edit walk, at the input image's grid
     steps = _run(conductor, [image, text], ["image"], {"think": True})
     assert _walks(steps) == [
         "prefill_vae",
         "prefill_vit",
         "prefill_text",
         "decode",
-        "image_gen_cfg",
+        "image_edit_cfg",
     ]
     # an unsupported input fails the request and stops the flow
     assert _walks(_run(conductor, [S.Segment("audio")], ["text"])) == [
@@ -197,6 +197,8 @@ def test_bagel_on_one_rank_uses_the_fused_walk(tmp_path: Path) -> None:
         "prefill_text",
         "image_gen",
     ]
+    steps = _run(conductor, [S.Segment("image", b"png"), S.Segment("text")], ["image"])
+    assert _walks(steps)[-1] == "image_edit"
     source = (out / "conductor.py").read_text(encoding="utf-8")
     assert "placed(LLM_cfg_text) is False" in source
 

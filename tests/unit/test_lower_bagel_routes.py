@@ -1,7 +1,8 @@
 """Hand-written expectations for BAGEL on the 3xh100 split (issue 3): LLM, the encoders,
 `combine_cfg` and `vae_decoder` on rank 0, `LLM_cfg_text` on rank 1 and `LLM_cfg_img` on rank 2,
-the last two only for `image_gen_cfg`. The plan comes from wgc_models/bagel/placements/3xh100.yaml;
-a placement built by hand from the split above must lower the same."""
+the last two only for `image_gen_cfg` and `image_edit_cfg` (the edit on the input's grid). The
+plan comes from wgc_models/bagel/placements/3xh100.yaml; a placement built by hand from the split
+above must lower the same."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ YAML = ROOT / "wgc_models" / "bagel" / "placements" / "3xh100.yaml"
 S = Span("3xh100.yaml", 1, 1, 1, 2)
 LATENT_BYTES = 16 * 16 * 4  # f32[latent_tokens = 16, latent_dim = 16]
 WALK = "image_gen_cfg"
+EDIT = "image_edit_cfg"  # the same split for an edit (its latents on the input image's grid)
 LLM, CFG_TEXT, CFG_IMG, COMBINE, DECODER = 0, 1, 2, 3, 4  # call ids in image_gen_cfg
 
 
@@ -35,8 +37,8 @@ def _group(nodes, ranks, walks=None) -> Group:
 def hand_placement() -> Placement:
     groups = (
         _group(["vit_encoder", "vae_encoder", "vae_decoder", "LLM", "combine_cfg"], [0]),
-        _group(["LLM_cfg_text"], [1], [WALK]),
-        _group(["LLM_cfg_img"], [2], [WALK]),
+        _group(["LLM_cfg_text"], [1], [WALK, EDIT]),
+        _group(["LLM_cfg_img"], [2], [WALK, EDIT]),
     )
     return Placement(
         "3xh100", str(YAML), "wgc", ("cuda:0", "cuda:1", "cuda:2"), (), groups,
@@ -144,19 +146,34 @@ def test_transfers_per_iteration_list_the_velocity_bytes(plan) -> None:
         ("time_index", 0, 2, "loop_carried", 8),
     }
     assert all(t.loop == "denoise" for t in plan.transfers if t.per == "iteration")
-    # only image_gen_cfg is split: every other walk stays on rank 0
-    assert {t.walk for t in plan.transfers} == {WALK}
+    # only the CFG-parallel walks are split: every other walk stays on rank 0
+    assert {t.walk for t in plan.transfers} == {WALK, EDIT}
+    edit = {
+        (t.channel, t.src_rank, t.dst_rank, t.nbytes)
+        for t in plan.transfers
+        if t.walk == EDIT and t.per == "iteration"
+    }  # the same channels; the grid's bytes are known per request only
+    assert edit == {
+        ("e_text", 1, 0, None),
+        ("e_img", 2, 0, None),
+        ("edit_latents", 0, 1, None),
+        ("edit_latents", 0, 2, None),
+        ("time_index", 0, 1, 8),
+        ("time_index", 0, 2, 8),
+    }
 
 
 # a KV label copied to each CFG rank before the loop: LLM's `config kv_tokens = 640` per label,
 # 2 layers x (K, V) x 2 kv heads x 16 dims x bf16 per token
 LABEL_BYTES = 640 * 2 * 2 * 2 * 16 * 2
-CONTEXT_BYTES = 4 * 8  # the persisted `context: i64[4]` each CFG copy reads its label with
+CONTEXT_BYTES = 6 * 8  # the persisted `context: i64[6]` each CFG copy reads its label with
 
 
 def test_cross_rank_summary(plan) -> None:
-    (row,) = cross_rank_summary(plan)
-    assert row.walk == WALK and row.request_bytes == 2 * LABEL_BYTES + 2 * CONTEXT_BYTES
+    rows = {r.walk: r for r in cross_rank_summary(plan)}
+    assert set(rows) == {WALK, EDIT}
+    row = rows[WALK]
+    assert row.request_bytes == 2 * LABEL_BYTES + 2 * CONTEXT_BYTES
     copies = sorted((t.channel, t.src_rank, t.dst_rank, t.edge) for t in row.per_request)
     assert copies == [
         ("context", 0, 1, "persisted"),
@@ -175,8 +192,8 @@ def test_rank_tables(plan) -> None:
         ["LLM_cfg_text"],
         ["LLM_cfg_img"],
     ]
-    assert plan.ranks[1].nodes[0].walks == (WALK,)
-    assert [p.walk for p in plan.ranks[1].pieces] == [WALK]
+    assert plan.ranks[1].nodes[0].walks == (WALK, EDIT)
+    assert [p.walk for p in plan.ranks[1].pieces] == [WALK, EDIT]
     # every rank holds one KV pool (LLM's on rank 0; on 1 and 2 each CFG copy's own, for its
     # label): 2048 pages x 16 tokens x (K, V) x 2 layers x 2 kv heads x 16 dims x bf16
     pool = 2048 * 16 * 2 * 2 * 2 * 16 * 2

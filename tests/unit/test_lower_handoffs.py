@@ -45,6 +45,7 @@ def test_bagel_pd_split_moves_the_llm_state_between_prefill_and_decode(pd_split)
         "prefill_vae": (to_prefill, (("LLM", (0,)),)),
         "decode": (to_decode, (("LLM", (1,)),)),
         "image_gen": (to_decode, (("LLM", (1,)),)),
+        "image_edit": (to_decode, (("LLM", (1,)),)),
     }
     got = {w.name: (w.handoffs, w.kv_groups) for w in pd_split.walks}
     assert got == expected
@@ -87,6 +88,7 @@ def test_node_plans_declare_every_port_type(pd_split) -> None:
         "vit_embeddings",
         "vae_latents",
         "latents",
+        "edit_latents",
         "time_index",
         "context",
     ]
@@ -103,6 +105,8 @@ def test_like_copies_declare_their_base_ports() -> None:
         "context",
         "velocity",
         "latents",
+        "edit_velocity",
+        "edit_latents",
         "time_index",
     ]
 

@@ -85,11 +85,11 @@ def test_3xh100_assignment():
         **{(w, "LLM"): (0,) for w in ("prefill_text", "prefill_vit", "prefill_vae", "decode")},
         ("prefill_vit", "vit_encoder"): (0,),
         ("prefill_vae", "vae_encoder"): (0,),
-        ("image_gen_cfg", "LLM"): (0,),
-        ("image_gen_cfg", "LLM_cfg_text"): (1,),
-        ("image_gen_cfg", "LLM_cfg_img"): (2,),
-        ("image_gen_cfg", "combine_cfg"): (0,),
-        ("image_gen_cfg", "vae_decoder"): (0,),
+        **{(w, "LLM"): (0,) for w in ("image_gen_cfg", "image_edit_cfg")},
+        **{(w, "LLM_cfg_text"): (1,) for w in ("image_gen_cfg", "image_edit_cfg")},
+        **{(w, "LLM_cfg_img"): (2,) for w in ("image_gen_cfg", "image_edit_cfg")},
+        **{(w, "combine_cfg"): (0,) for w in ("image_gen_cfg", "image_edit_cfg")},
+        **{(w, "vae_decoder"): (0,) for w in ("image_gen_cfg", "image_edit_cfg")},
     }
 
 
@@ -97,10 +97,10 @@ def test_placed_decides_which_image_walk_runs():
     bagel = model("bagel")
     pd = present(load(str(EXAMPLES / "bagel" / "placements" / "pd-split.yaml"))[0])
     cpu = present(load(str(EXAMPLES / "bagel" / "placements" / "cpu.yaml"))[0])
-    assert "image_gen" in reachable_walks(bagel, pd)
-    assert "image_gen_cfg" not in reachable_walks(bagel, pd)
-    assert "image_gen_cfg" in reachable_walks(bagel, cpu)
-    assert "image_gen" not in reachable_walks(bagel, cpu)
+    assert {"image_gen", "image_edit"} <= reachable_walks(bagel, pd)
+    assert not {"image_gen_cfg", "image_edit_cfg"} & reachable_walks(bagel, pd)
+    assert {"image_gen_cfg", "image_edit_cfg"} <= reachable_walks(bagel, cpu)
+    assert not {"image_gen", "image_edit"} & reachable_walks(bagel, cpu)
 
 
 def test_truth_is_three_valued():

@@ -53,8 +53,9 @@ def test_bagel_real_3xh100(tmp_path) -> None:
     p = real.latent_patch_size
     assert ports["latents"] == TypeSpec("f32", ((side // p) ** 2, real.patch_latent_dim))
     assert side // p <= real.max_latent_size
-    _, ports = got["vae_decoder"]
-    assert ports["image"] == TypeSpec("u8", (1024, 1024, 3))
+    assert ports["edit_latents"] == TypeSpec("f32", ("Gh", "Gw", real.patch_latent_dim))
+    _, ports = got["vae_decoder"]  # the square (text-to-image) or the edited image's shape
+    assert ports["image"] == TypeSpec("u8", ("Ih", "Iw", 3))
     assert {got[n][0]["model"] for n in ("vit_encoder", "vae_encoder", "vae_decoder")} == {"real"}
 
 

@@ -38,7 +38,7 @@ PER_ITER = 4 * LATENT + 2 * 8
 # one request's label copied to a CFG rank: kv_tokens 640 x (k, v) x 2 layers x 2 kv heads
 # x head dim 16 x bf16 (the placement's kv_cache dtype)
 LABEL_COPY = 640 * 2 * 2 * 2 * 16 * 2
-CONTEXT = 4 * 8  # the persisted `context: i64[4]`, to each CFG rank once per request
+CONTEXT = 6 * 8  # the persisted `context: i64[6]`, to each CFG rank once per request
 
 
 @pytest.fixture(autouse=True)
@@ -90,7 +90,8 @@ def test_text_transfers_per_iteration_with_hand_computed_bytes() -> None:
     transfers = out[out.index("cross-rank transfers") :]
     assert "  image_gen_cfg (ranks 0, 1, 2)\n" in transfers
     assert "per iteration of denoise (at most 49 per request)" in transfers
-    rows = re.findall(r"rank (\d) -> (\d)\s+(\w+)\s+(\S+(?:, \d+\])?)\s+(\d+ B|[\d.]+ KiB)", out)
+    gen = transfers[: transfers.index("  image_edit_cfg (ranks 0, 1, 2)\n")]  # then the edit's
+    rows = re.findall(r"rank (\d) -> (\d)\s+(\w+)\s+(\S+(?:, \d+\])?)\s+(\d+ B|[\d.]+ KiB)", gen)
     assert sorted(rows) == sorted(
         [
             ("1", "0", "v_text", "f32[16, 16]", "1.0 KiB"),
@@ -99,23 +100,24 @@ def test_text_transfers_per_iteration_with_hand_computed_bytes() -> None:
             ("0", "2", "latents", "f32[16, 16]", "1.0 KiB"),
             ("0", "1", "time_index", "i64[]", "8 B"),
             ("0", "2", "time_index", "i64[]", "8 B"),
-            ("0", "1", "context", "i64[4]", "32 B"),
-            ("0", "2", "context", "i64[4]", "32 B"),
+            ("0", "1", "context", "i64[6]", "48 B"),
+            ("0", "2", "context", "i64[6]", "48 B"),
         ]
     )
     assert "= 4.0 KiB per iteration" in transfers
-    copies = re.findall(r"rank 0 -> (\d)\s+kv:(\w+)\s+kv pages\s+([\d.]+ KiB)\s+\(kv_copy\)", out)
+    copies = re.findall(r"rank 0 -> (\d)\s+kv:(\w+)\s+kv pages\s+([\d.]+ KiB)\s+\(kv_copy\)", gen)
     assert sorted(copies) == [("1", "cfg_text", "160.0 KiB"), ("2", "cfg_img", "160.0 KiB")]
     assert human_bytes(LABEL_COPY) == "160.0 KiB"
     total = 49 * PER_ITER + 2 * LABEL_COPY + 2 * CONTEXT
     assert f"total per request at max iterations: {human_bytes(total)}" in transfers
-    assert human_bytes(total) == "516.8 KiB"
+    assert human_bytes(total) == "516.9 KiB"
     assert "no cross-rank transfers: prefill_text, prefill_vit, prefill_vae, decode" in out
 
 
 def test_summary_bytes_match_hand_count() -> None:
-    [walk] = cross_rank_summary(_plan())
-    assert walk.walk == "image_gen_cfg"
+    gen, edit = cross_rank_summary(_plan())
+    assert (gen.walk, edit.walk) == ("image_gen_cfg", "image_edit_cfg")
+    walk = gen
     assert {(t.channel, t.dst_rank, t.nbytes) for t in walk.per_request} == {
         ("kv:cfg_text", 1, LABEL_COPY),
         ("kv:cfg_img", 2, LABEL_COPY),
@@ -194,10 +196,15 @@ def test_drawing_model_puts_calls_in_their_ranks() -> None:
     assert calls["combine_cfg"] == "r0"
     # one copy of `denoise` per rank
     loops = [c for c in g.clusters if c.kind == "loop" and "denoise" in c.id]
-    assert {c.id for c in loops} == {f"l_image_gen_cfg_denoise_r{r}" for r in range(3)}
+    walks = ("image_gen_cfg", "image_edit_cfg")  # the edit's CFG split is the same
+    assert {c.id for c in loops} == {f"l_{w}_denoise_r{r}" for w in walks for r in range(3)}
     # cross-rank hops: merged per (producer, consumer, kind), labelled with bytes per iteration
     labels = sorted(e.label for e in pg.cross)
     assert labels == [
+        "e_img ? B (dynamic) /iter",  # an edit's: on the input image's grid, per request
+        "e_text ? B (dynamic) /iter",
+        "edit_latents ? B (dynamic), time_index 8 B /iter",
+        "edit_latents ? B (dynamic), time_index 8 B /iter",
         "latents 1.0 KiB, time_index 8 B /iter",
         "latents 1.0 KiB, time_index 8 B /iter",
         "v_img 1.0 KiB /iter",
@@ -213,7 +220,7 @@ def test_dot_and_mermaid_cluster_by_rank() -> None:
     assert 'label="v_text 1.0 KiB /iter"' in dot and "penwidth=2.4" in dot
     mer = render_plan(_plan(), "mermaid")
     assert mer.startswith("flowchart LR\n")
-    assert mer.count("==>") == 4
+    assert mer.count("==>") == 8  # 4 hops, for text-to-image and for an edit
     if shutil.which("dot"):
         done = subprocess.run(["dot", "-Tsvg"], input=dot, capture_output=True, text=True)
         assert done.returncode == 0, done.stderr

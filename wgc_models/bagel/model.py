@@ -279,10 +279,14 @@ def patchify(latent: torch.Tensor, p: int) -> torch.Tensor:
 
 
 def unpatchify(tokens: torch.Tensor, p: int, channels: int) -> torch.Tensor:
-    """The inverse of `patchify` for a square grid: ``[h·w, p·p·C]`` → ``[C, h·p, w·p]``."""
-    side = math.isqrt(tokens.shape[0])
-    x = tokens.reshape(side, side, p, p, channels)
-    return torch.einsum("hwpqc->chpwq", x).reshape(channels, side * p, side * p)
+    """The inverse of `patchify`: ``[h, w, p·p·C]`` (a grid of any shape) or ``[h·w, p·p·C]``
+    (a square grid) → ``[C, h·p, w·p]``."""
+    if tokens.dim() == 3:
+        h, w = int(tokens.shape[0]), int(tokens.shape[1])
+    else:
+        h = w = math.isqrt(tokens.shape[0])
+    x = tokens.reshape(h, w, p, p, channels)
+    return torch.einsum("hwpqc->chpwq", x).reshape(channels, h * p, w * p)
 
 
 # ---------------------------------------------------------------------------- generation
@@ -357,20 +361,3 @@ def guide(
 def euler(x: torch.Tensor, v: torch.Tensor, dt: float) -> torch.Tensor:
     return x - v * dt
 
-
-def latent_stride(cfg: BagelConfig) -> int:
-    """Pixels per latent token a side: the VAE's downsampling times the latent patch (16)."""
-    return 2 ** (len(cfg.vae.block_out_channels) - 1) * cfg.latent_patch_size
-
-
-def guidance_from(config: Mapping[str, Any], images: int) -> Guidance:
-    """The CFG scales a node's config sets (editing when the request gave images)."""
-    text = float(config.get("cfg_text_scale", 4.0))
-    if images > 0:
-        return Guidance.editing(text, float(config.get("cfg_img_scale_edit", 2.0)))
-    return Guidance(text, float(config.get("cfg_img_scale", 1.0)))
-
-
-def schedule_from(config: Mapping[str, Any]) -> Schedule:
-    """The flow schedule a node's config sets (steps, timestep shift)."""
-    return Schedule(int(config.get("steps", 50)), float(config.get("timestep_shift", 3.0)))

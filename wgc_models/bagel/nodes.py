@@ -1,13 +1,7 @@
 """BAGEL's nodes: the real architecture (`wgc_models.bagel.model` and friends) through the
 node API.
 
-- `VitEncoder`: an image → SigLIP → connector + ViT positions: the understanding tokens
-  ``[V, hidden]`` the LLM reads (an image keeps its aspect ratio, resized as BAGEL's release
-  resizes it: `wgc_models.bagel.image`).
-- `VaeEncoder`: an image → the FLUX VAE's scaled latents, patchified 2x2 on the image's own
-  grid: ``[h, w, latent_dim]`` (an image keeps its aspect ratio, resized by the release's VAE
-  rule: `wgc_models.bagel.image`; the ViT reads that image too, as the release's interleaved
-  inference feeds it). A generated image is ``latent_side`` square.
+- The image-side nodes (`VitEncoder`, `VaeEncoder`, `VaeDecoder`): `wgc_models.bagel.pixels`.
 - `LLM` (and `LLM_cfg_text`, `LLM_cfg_img`, which read one label of its cache each): the Qwen2
   MoT backbone over the runtime's paged pool, three labels per request (``main``,
   ``cfg_text``, ``cfg_img``) kept as BAGEL's inferencer keeps its three contexts
@@ -15,13 +9,15 @@ node API.
   goes into ``main`` and ``cfg_img``; an image (VAE tokens when generating or editing, then
   ViT tokens) goes into ``main`` and forks it into ``cfg_text`` after. A prefill answers
   ``<|im_start|>``, the token decoding starts from (what BAGEL's ``prepare_start_tokens``
-  feeds), and the context's layout (`context`: each label's next rotary position and the
-  number of images). Decoding appends a token per step to ``main`` (greedy); ``stop`` at
-  ``<|im_end|>`` or after option ``max_tokens`` tokens. A denoising call runs latent blocks
-  (never cached) against the labels: one pass on its own label when it binds ``velocity``
-  (the CFG-parallel walk), else the three passes, BAGEL's guidance and the Euler step.
+  feeds), and the context's layout (`context`: each label's next rotary position, the
+  number of images, and the last VAE image's grid). Decoding appends a token per step to
+  ``main`` (greedy); ``stop`` at ``<|im_end|>`` or after option ``max_tokens`` tokens. A
+  denoising call runs latent blocks (never cached) against the labels: one pass on its own
+  label when it binds ``velocity`` (the CFG-parallel walk), else the three passes, BAGEL's
+  guidance and the Euler step. Text-to-image denoises the ``latent_side`` square (``latents``);
+  an edit (``edit_latents``, ``edit_velocity``) the last input image's VAE grid, from noise
+  drawn at that shape: the release generates an edit at the input's resized shape.
 - `CombineCfg`: BAGEL's guidance and the Euler step for the CFG-parallel walk.
-- `VaeDecoder`: latents → pixels (``u8``).
 
 Every call of a batch runs as ONE ragged forward over the pool (`PagedBlocks`): the
 executor hands the node all ready calls of one (walk, call) across requests, and, on a rank
@@ -49,149 +45,77 @@ from typing import Any
 
 import torch
 
-from wgc_models._shared.batched import Batched, need, weights_dtype
-from wgc_models.bagel.checkpoint import bagel_config, bagel_parts, load_bagel, load_vae
-from wgc_models.bagel.image import scaled, vae_image, vit_pixels
+from wgc_models._shared.batched import Batched, need
+from wgc_models.bagel.checkpoint import bagel_parts, load_bagel
 from wgc_models.bagel.model import (
     ContextBlock,
+    Guidance,
+    Schedule,
     euler,
-    guidance_from,
     guide,
-    latent_stride,
-    patchify,
-    schedule_from,
-    unpatchify,
 )
 from wgc_models.bagel.text import bagel_tokenizer, text_ids
 from wgc_models.layers.block_attention import Block, PagedBlocks
 from wgc_runtime.contract.node import CallContext, Node, NodeContext, NodeError, Work
-from wgc_runtime.contract.weights import WeightParts
 
 LABELS = ("main", "cfg_text", "cfg_img")
 
 
-def _start(
-    inputs: Mapping[str, torch.Tensor | None], ctx: CallContext, shape: tuple[int, ...]
-) -> tuple[torch.Tensor, int]:
+def _guidance(config: Mapping[str, Any], images: int) -> Guidance:
+    text = float(config.get("cfg_text_scale", 4.0))
+    if images > 0:
+        return Guidance.editing(text, float(config.get("cfg_img_scale_edit", 2.0)))
+    return Guidance(text, float(config.get("cfg_img_scale", 1.0)))
+
+
+def _schedule(config: Mapping[str, Any]) -> Schedule:
+    return Schedule(int(config.get("steps", 50)), float(config.get("timestep_shift", 3.0)))
+
+
+def _start(inputs, ctx: CallContext, shape, port: str = "latents") -> tuple[torch.Tensor, int]:
     """The denoising state; bare signals start from request-seeded noise at step 0 (every node
     of the request draws the same noise)."""
-    latents = inputs.get("latents")
+    latents = inputs.get(port)
     if latents is None:
         latents = torch.randn(shape, generator=ctx.generator("latents", per_call=False))
     t = inputs.get("time_index")
     return latents.float(), 0 if t is None else int(t)
 
 
-class VitEncoder(Batched):
-    @classmethod
-    def weights(cls, config: Mapping[str, Any]) -> Sequence[WeightParts]:
-        return bagel_parts("VitEncoder", config, "vit")
-
-    def __init__(self, ctx: NodeContext) -> None:
-        super().__init__(ctx)
-        self.model = load_bagel(self.name, self.config, self.device, "vit")
-        self.dtype = weights_dtype(self.config, self.name)
-        self.side = int(self.config.get("image_side", 64))
-        self.stride = latent_stride(self.model.config)
-
-    @torch.inference_mode()
-    def forward(self, batch: Sequence[Work]) -> list[dict[str, torch.Tensor]]:
-        v = self.model.config.vit
-        out: list[dict[str, torch.Tensor]] = []
-        for w in batch:  # one image at a time: each its own size (and a batch rounds otherwise)
-            img = vae_image(_image(w, self.name), self.side, self.stride)  # the release's order
-            px = vit_pixels(img, v.image_size, v.patch_size)
-            px = px.to(self.device, self.dtype)
-            out.append({"vit_embeddings": self.model.vit_tokens(px).to(torch.bfloat16).cpu()})
-        return out
-
-
-def _image(w: Work, node: str) -> torch.Tensor:
-    img = w.inputs.get("image")
-    if img is None or img.dim() != 3 or img.shape[-1] != 3:
-        raise NodeError(f"node `{node}`: an image is u8[H, W, 3]")
-    return img
-
-
-class VaeEncoder(Batched):
-    @classmethod
-    def weights(cls, config: Mapping[str, Any]) -> Sequence[WeightParts]:
-        return bagel_parts("VaeEncoder", config, "vae")
-
-    def __init__(self, ctx: NodeContext) -> None:
-        super().__init__(ctx)
-        self.vae = load_vae(self.name, self.config, self.device)
-        self.cfg = bagel_config(self.name, self.config)
-        self.side = int(self.config.get("image_side", 64))
-        self.stride = latent_stride(self.cfg)
-        self.dtype = weights_dtype(self.config, self.name)
-
-    @torch.inference_mode()
-    def forward(self, batch: Sequence[Work]) -> list[dict[str, torch.Tensor]]:
-        p = self.cfg.latent_patch_size
-        out: list[dict[str, torch.Tensor]] = []
-        for w in batch:  # one image at a time: a batched convolution rounds differently
-            # the release resizes twice: before the context update, then in its VAE transform
-            img = _image(w, self.name)
-            for _ in range(2):
-                img = vae_image(img, self.side, self.stride)
-            px = scaled(img).to(self.device, self.dtype)
-            h, wd = (n // self.stride for n in img.shape[:2])
-            z = patchify(self.vae.encode(px)[0], p).float().cpu()
-            out.append({"vae_latents": z.reshape(h, wd, z.shape[-1])})
-        return out
-
-
-class VaeDecoder(Batched):
-    @classmethod
-    def weights(cls, config: Mapping[str, Any]) -> Sequence[WeightParts]:
-        return bagel_parts("VaeDecoder", config, "vae")
-
-    def __init__(self, ctx: NodeContext) -> None:
-        super().__init__(ctx)
-        self.vae = load_vae(self.name, self.config, self.device)
-        self.cfg = bagel_config(self.name, self.config)
-        self.dtype = weights_dtype(self.config, self.name)
-
-    @torch.inference_mode()
-    def forward(self, batch: Sequence[Work]) -> list[dict[str, torch.Tensor]]:
-        p, c = self.cfg.latent_patch_size, self.cfg.vae.latent_channels
-        out: list[dict[str, torch.Tensor]] = []
-        for w in batch:  # one image at a time: a batched convolution rounds differently
-            latents = w.inputs["latents"]
-            assert latents is not None
-            img = self.vae.decode(unpatchify(latents, p, c)[None].to(self.device, self.dtype))[0]
-            img = ((img.float() * 0.5 + 0.5).clamp(0, 1) * 255).round().to(torch.uint8)
-            out.append({"image": img.permute(1, 2, 0).contiguous().cpu()})
-        return out
+def _edit_shape(node: str, grid: list[int], dim: int) -> tuple[int, int, int]:
+    """An edit's latent shape: the last VAE image's grid (from the context or the state)."""
+    rows, cols = grid
+    if rows <= 0 or cols <= 0:
+        raise NodeError(f"node `{node}`: an edit needs an input image's latents in its context")
+    return rows, cols, dim
 
 
 class CombineCfg(Node):
     """BAGEL's guidance and the Euler step, for the CFG-parallel walk."""
 
-    def forward_one(
-        self, inputs: dict[str, torch.Tensor | None], ctx: CallContext
-    ) -> dict[str, torch.Tensor]:
-        latents, i = _start(inputs, ctx, self.out_shape("latents"))
+    def forward_one(self, inputs, ctx):
         context = need(inputs, "context", self.name)
-        t, dt = schedule_from(self.config).at(i)
-        g = guidance_from(self.config, int(context[3]))
-        v_main, v_text, v_img = (need(inputs, p, self.name) for p in ("v_main", "v_text", "v_img"))
+        if "edit_latents" in ctx.writes:  # an edit: on the context's grid
+            port, vs = "edit_latents", ("e_main", "e_text", "e_img")
+            dim = int(self.out_shape("latents")[-1])
+            shape = _edit_shape(self.name, [int(n) for n in context[4:6]], dim)
+        else:
+            port, vs, shape = "latents", ("v_main", "v_text", "v_img"), self.out_shape("latents")
+        latents, i = _start(inputs, ctx, shape, port)
+        t, dt = _schedule(self.config).at(i)
+        g = _guidance(self.config, int(context[3]))
+        v_main, v_text, v_img = (need(inputs, p, self.name) for p in vs)
         v = guide(v_main, v_text, v_img, g, t)
-        return {"latents": euler(latents, v, dt), "time_index": torch.tensor(i + 1)}
+        return {port: euler(latents, v, dt), "time_index": torch.tensor(i + 1)}
 
 
 class _Call:
     """One work item's part of the LLM's forward: its blocks (with their context blocks) and
     what turns their hidden states into the item's result."""
 
-    def __init__(
-        self,
-        blocks: list[tuple[Block, ContextBlock]],
-        finish: Callable[[list[torch.Tensor]], dict[str, torch.Tensor]],
-    ) -> None:
-        self.blocks = blocks
-        self.finish = finish
+    def __init__(self, blocks, finish) -> None:
+        self.blocks: list[tuple[Block, ContextBlock]] = blocks
+        self.finish: Callable[[list[torch.Tensor]], dict[str, torch.Tensor]] = finish
 
 
 class LLM(Batched):
@@ -201,7 +125,7 @@ class LLM(Batched):
     serves_copies = True
 
     @classmethod
-    def weights(cls, config: Mapping[str, Any]) -> Sequence[WeightParts]:
+    def weights(cls, config):
         return bagel_parts("LLM", config, "llm")
 
     def __init__(self, ctx: NodeContext) -> None:
@@ -218,16 +142,17 @@ class LLM(Batched):
                 f"{have} is not model `{self.config.get('model')}`'s {want}"
             )
         self.kv_tokens = int(self.config.get("kv_tokens", 1 << 30))
-        self.schedule = schedule_from(self.config)
+        self.schedule = _schedule(self.config)
 
     # ------------------------------------------------------------------ bookkeeping
     @staticmethod
-    def _rope(st: Mapping[str, Any], label: str) -> int:
+    def _rope(st: dict, label: str) -> int:
         return int(st.get(f"rope_{label}", 0))
 
-    def _context(self, st: Mapping[str, Any]) -> torch.Tensor:
+    def _context(self, st: dict) -> torch.Tensor:
         ropes = [self._rope(st, label) for label in LABELS]
-        return torch.tensor([*ropes, int(st.get("images", 0))], dtype=torch.int64)
+        grid = [int(st.get(k, 0)) for k in ("grid_rows", "grid_cols")]
+        return torch.tensor([*ropes, int(st.get("images", 0)), *grid], dtype=torch.int64)
 
     def _room(self, w: Work, label: str, n: int) -> None:
         kv = w.ctx.kv
@@ -247,7 +172,7 @@ class LLM(Batched):
 
     # ------------------------------------------------------------------ the batch
     @torch.inference_mode()
-    def forward(self, batch: Sequence[Work]) -> list[Any]:  # a failed call's item: its error
+    def forward(self, batch: Sequence[Work]) -> list[dict[str, torch.Tensor] | Exception]:
         kv = batch[0].ctx.kv
         if kv is None:
             raise NodeError(f"node `{self.name}` is a kv_cache node but got no KV cache")
@@ -266,7 +191,7 @@ class LLM(Batched):
             pos = torch.cat([cb.positions for _, cb in pairs])
             gen = torch.cat([cb.gen for _, cb in pairs])
             out = self.model.language_model(x, pos, step, gen)
-            hidden = list(torch.split(out, [cb.x.shape[0] for _, cb in pairs]))
+            hidden = list(out.split([cb.x.shape[0] for _, cb in pairs]))
         results: list[dict[str, torch.Tensor] | Exception] = []
         for c in calls:
             if isinstance(c, Exception):
@@ -285,14 +210,14 @@ class LLM(Batched):
         if x.get("vae_latents") is not None:
             latents = need(x, "vae_latents", self.name)
             tokens = self.model.latent_tokens(latents.to(self.device), 0.0)
+            st = w.ctx.state  # the last VAE image's grid: the shape an edit is generated at
+            st["grid_rows"], st["grid_cols"] = int(latents.shape[0]), int(latents.shape[1])
             return self._image(w, tokens, gen=True)
         if x.get("token") is not None:
             return self._decode(w)
         return self._denoise(w)
 
-    def _block(
-        self, w: Work, label: str, cb: ContextBlock, write: bool
-    ) -> tuple[Block, ContextBlock]:
+    def _block(self, w: Work, label: str, cb: ContextBlock, write: bool) -> tuple:
         kv = w.ctx.kv
         assert kv is not None
         if write:
@@ -310,7 +235,7 @@ class LLM(Batched):
         ]
 
         def finish(_: list[torch.Tensor]) -> dict[str, torch.Tensor]:
-            for label, (_b, cb) in zip(("main", "cfg_img"), blocks, strict=True):
+            for label, (_, cb) in zip(("main", "cfg_img"), blocks, strict=True):
                 st[f"rope_{label}"] = cb.next_rope
             return self._prefilled(w)
 
@@ -354,12 +279,19 @@ class LLM(Batched):
     def _denoise(self, w: Work) -> _Call:
         kv, st = w.ctx.kv, w.ctx.state
         assert kv is not None
-        latents, i = _start(w.inputs, w.ctx, self.out_shape("latents"))
+        context = w.inputs.get("context")
+        edit = bool({"edit_latents", "edit_velocity"} & set(w.ctx.writes))
+        out, vel = ("edit_latents", "edit_velocity") if edit else ("latents", "velocity")
+        shape = self.out_shape("latents")
+        if edit:  # an edit: on the input image's grid (the context's, else this request's)
+            keys = ("grid_rows", "grid_cols")
+            grid = [int(st.get(k, 0)) for k in keys] if context is None else context[4:6].tolist()
+            shape = _edit_shape(self.name, grid, int(shape[-1]))
+        latents, i = _start(w.inputs, w.ctx, shape, out)
         t, dt = self.schedule.at(i)
         tokens = self.model.latent_tokens(latents.to(self.device), t)
-        if "velocity" in w.ctx.writes:  # one guidance pass: this node's own label
+        if vel in w.ctx.writes:  # one guidance pass: this node's own label
             label = kv.labels[0]
-            context = w.inputs.get("context")
             if kv.writable:
                 rope = self._rope(st, label)
             elif context is not None:
@@ -369,10 +301,10 @@ class LLM(Batched):
             blocks = [self._block(w, label, self.model.image_block(tokens, rope, True), False)]
 
             def one(hidden: list[torch.Tensor]) -> dict[str, torch.Tensor]:
-                return {"velocity": self.model.velocity(hidden[0]).cpu()}
+                return {vel: self.model.velocity(hidden[0]).cpu().reshape(latents.shape)}
 
             return _Call(blocks, one)
-        g = guidance_from(self.config, int(st.get("images", 0)))
+        g = _guidance(self.config, int(st.get("images", 0)))
         text, img = g.scales(t)
         labels = (
             ["main"] + (["cfg_text"] if text > 1.0 else []) + (["cfg_img"] if img > 1.0 else [])
@@ -383,10 +315,13 @@ class LLM(Batched):
         ]
 
         def three(hidden: list[torch.Tensor]) -> dict[str, torch.Tensor]:
-            vs = dict(zip(labels, (self.model.velocity(h).cpu() for h in hidden), strict=True))
+            vs = {
+                lb: self.model.velocity(h).cpu().reshape(latents.shape)
+                for lb, h in zip(labels, hidden, strict=True)
+            }
             v = guide(
                 vs["main"], vs.get("cfg_text", vs["main"]), vs.get("cfg_img", vs["main"]), g, t
             )
-            return {"latents": euler(latents, v, dt), "time_index": torch.tensor(i + 1)}
+            return {out: euler(latents, v, dt), "time_index": torch.tensor(i + 1)}
 
         return _Call(blocks, three)
