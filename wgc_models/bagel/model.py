@@ -35,7 +35,6 @@ velocity is ``llm2vae`` of the generation tokens' final states, the three veloci
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -360,4 +359,3 @@ def guide(
 
 def euler(x: torch.Tensor, v: torch.Tensor, dt: float) -> torch.Tensor:
     return x - v * dt
-

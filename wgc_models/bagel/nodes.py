@@ -56,7 +56,9 @@ from wgc_models.bagel.model import (
 )
 from wgc_models.bagel.text import bagel_tokenizer, text_ids
 from wgc_models.layers.block_attention import Block, PagedBlocks
+from wgc_models.layers.host_values import int_list
 from wgc_runtime.contract.node import CallContext, Node, NodeContext, NodeError, Work
+from wgc_runtime.contract.weights import WeightParts
 
 LABELS = ("main", "cfg_text", "cfg_img")
 
@@ -72,7 +74,12 @@ def _schedule(config: Mapping[str, Any]) -> Schedule:
     return Schedule(int(config.get("steps", 50)), float(config.get("timestep_shift", 3.0)))
 
 
-def _start(inputs, ctx: CallContext, shape, port: str = "latents") -> tuple[torch.Tensor, int]:
+def _start(
+    inputs: Mapping[str, torch.Tensor | None],
+    ctx: CallContext,
+    shape: tuple[int, ...],
+    port: str = "latents",
+) -> tuple[torch.Tensor, int]:
     """The denoising state; bare signals start from request-seeded noise at step 0 (every node
     of the request draws the same noise)."""
     latents = inputs.get(port)
@@ -93,7 +100,9 @@ def _edit_shape(node: str, grid: list[int], dim: int) -> tuple[int, int, int]:
 class CombineCfg(Node):
     """BAGEL's guidance and the Euler step, for the CFG-parallel walk."""
 
-    def forward_one(self, inputs, ctx):
+    def forward_one(
+        self, inputs: dict[str, torch.Tensor | None], ctx: CallContext
+    ) -> dict[str, torch.Tensor]:
         context = need(inputs, "context", self.name)
         if "edit_latents" in ctx.writes:  # an edit: on the context's grid
             port, vs = "edit_latents", ("e_main", "e_text", "e_img")
@@ -113,9 +122,13 @@ class _Call:
     """One work item's part of the LLM's forward: its blocks (with their context blocks) and
     what turns their hidden states into the item's result."""
 
-    def __init__(self, blocks, finish) -> None:
-        self.blocks: list[tuple[Block, ContextBlock]] = blocks
-        self.finish: Callable[[list[torch.Tensor]], dict[str, torch.Tensor]] = finish
+    def __init__(
+        self,
+        blocks: list[tuple[Block, ContextBlock]],
+        finish: Callable[[list[torch.Tensor]], dict[str, torch.Tensor]],
+    ) -> None:
+        self.blocks = blocks
+        self.finish = finish
 
 
 class LLM(Batched):
@@ -125,7 +138,7 @@ class LLM(Batched):
     serves_copies = True
 
     @classmethod
-    def weights(cls, config):
+    def weights(cls, config: Mapping[str, Any]) -> Sequence[WeightParts]:
         return bagel_parts("LLM", config, "llm")
 
     def __init__(self, ctx: NodeContext) -> None:
@@ -146,10 +159,10 @@ class LLM(Batched):
 
     # ------------------------------------------------------------------ bookkeeping
     @staticmethod
-    def _rope(st: dict, label: str) -> int:
+    def _rope(st: Mapping[str, Any], label: str) -> int:
         return int(st.get(f"rope_{label}", 0))
 
-    def _context(self, st: dict) -> torch.Tensor:
+    def _context(self, st: Mapping[str, Any]) -> torch.Tensor:
         ropes = [self._rope(st, label) for label in LABELS]
         grid = [int(st.get(k, 0)) for k in ("grid_rows", "grid_cols")]
         return torch.tensor([*ropes, int(st.get("images", 0)), *grid], dtype=torch.int64)
@@ -172,7 +185,7 @@ class LLM(Batched):
 
     # ------------------------------------------------------------------ the batch
     @torch.inference_mode()
-    def forward(self, batch: Sequence[Work]) -> list[dict[str, torch.Tensor] | Exception]:
+    def forward(self, batch: Sequence[Work]) -> list[Any]:  # a failed call's item: its error
         kv = batch[0].ctx.kv
         if kv is None:
             raise NodeError(f"node `{self.name}` is a kv_cache node but got no KV cache")
@@ -217,7 +230,9 @@ class LLM(Batched):
             return self._decode(w)
         return self._denoise(w)
 
-    def _block(self, w: Work, label: str, cb: ContextBlock, write: bool) -> tuple:
+    def _block(
+        self, w: Work, label: str, cb: ContextBlock, write: bool
+    ) -> tuple[Block, ContextBlock]:
         kv = w.ctx.kv
         assert kv is not None
         if write:
@@ -235,7 +250,7 @@ class LLM(Batched):
         ]
 
         def finish(_: list[torch.Tensor]) -> dict[str, torch.Tensor]:
-            for label, (_, cb) in zip(("main", "cfg_img"), blocks, strict=True):
+            for label, (_b, cb) in zip(("main", "cfg_img"), blocks, strict=True):
                 st[f"rope_{label}"] = cb.next_rope
             return self._prefilled(w)
 
@@ -285,7 +300,7 @@ class LLM(Batched):
         shape = self.out_shape("latents")
         if edit:  # an edit: on the input image's grid (the context's, else this request's)
             keys = ("grid_rows", "grid_cols")
-            grid = [int(st.get(k, 0)) for k in keys] if context is None else context[4:6].tolist()
+            grid = [int(st.get(k, 0)) for k in keys] if context is None else int_list(context[4:6])
             shape = _edit_shape(self.name, grid, int(shape[-1]))
         latents, i = _start(w.inputs, w.ctx, shape, out)
         t, dt = self.schedule.at(i)

@@ -16,25 +16,27 @@ Weights and dtypes as `wgc_models.bagel.nodes` describes (one shared copy per pr
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 
 from wgc_models._shared.batched import Batched, need, weights_dtype
 from wgc_models.bagel.checkpoint import bagel_config, bagel_parts, load_bagel, load_vae
 from wgc_models.bagel.image import scaled, vae_image, vit_pixels
-from wgc_models.bagel.model import patchify, unpatchify
+from wgc_models.bagel.model import BagelConfig, patchify, unpatchify
 from wgc_runtime.contract.node import NodeContext, NodeError, Work
+from wgc_runtime.contract.weights import WeightParts
 
 
-def latent_stride(cfg) -> int:
+def latent_stride(cfg: BagelConfig) -> int:
     """Pixels per latent token a side: the VAE's downsampling times the latent patch (16)."""
     return 2 ** (len(cfg.vae.block_out_channels) - 1) * cfg.latent_patch_size
 
 
 class VitEncoder(Batched):
     @classmethod
-    def weights(cls, config):
+    def weights(cls, config: Mapping[str, Any]) -> Sequence[WeightParts]:
         return bagel_parts("VitEncoder", config, "vit")
 
     def __init__(self, ctx: NodeContext) -> None:
@@ -47,7 +49,7 @@ class VitEncoder(Batched):
     @torch.inference_mode()
     def forward(self, batch: Sequence[Work]) -> list[dict[str, torch.Tensor]]:
         v = self.model.config.vit
-        out = []
+        out: list[dict[str, torch.Tensor]] = []
         for w in batch:  # one image at a time: each its own size (and a batch rounds otherwise)
             img = vae_image(_image(w, self.name), self.side, self.stride)  # the release's order
             px = vit_pixels(img, v.image_size, v.patch_size)
@@ -65,7 +67,7 @@ def _image(w: Work, node: str) -> torch.Tensor:
 
 class VaeEncoder(Batched):
     @classmethod
-    def weights(cls, config):
+    def weights(cls, config: Mapping[str, Any]) -> Sequence[WeightParts]:
         return bagel_parts("VaeEncoder", config, "vae")
 
     def __init__(self, ctx: NodeContext) -> None:
@@ -78,7 +80,8 @@ class VaeEncoder(Batched):
 
     @torch.inference_mode()
     def forward(self, batch: Sequence[Work]) -> list[dict[str, torch.Tensor]]:
-        p, out = self.cfg.latent_patch_size, []
+        p = self.cfg.latent_patch_size
+        out: list[dict[str, torch.Tensor]] = []
         for w in batch:  # one image at a time: a batched convolution rounds differently
             # the release resizes twice: before the context update, then in its VAE transform
             img = _image(w, self.name)
@@ -93,7 +96,7 @@ class VaeEncoder(Batched):
 
 class VaeDecoder(Batched):
     @classmethod
-    def weights(cls, config):
+    def weights(cls, config: Mapping[str, Any]) -> Sequence[WeightParts]:
         return bagel_parts("VaeDecoder", config, "vae")
 
     def __init__(self, ctx: NodeContext) -> None:
@@ -104,7 +107,8 @@ class VaeDecoder(Batched):
 
     @torch.inference_mode()
     def forward(self, batch: Sequence[Work]) -> list[dict[str, torch.Tensor]]:
-        p, c, out = self.cfg.latent_patch_size, self.cfg.vae.latent_channels, []
+        p, c = self.cfg.latent_patch_size, self.cfg.vae.latent_channels
+        out: list[dict[str, torch.Tensor]] = []
         for w in batch:  # one image at a time: a batched convolution rounds differently
             latents = w.inputs.get("edit_latents")
             latents = need(w.inputs, "latents", self.name) if latents is None else latents
