@@ -88,6 +88,7 @@ class Trial:
     late: float = 0.0
     total: float = 0.0
     stalled: list[str] = field(default_factory=list)  # what each process held at a stall
+    said: list[str] = field(default_factory=list)  # the launcher's lines, when it failed
 
 
 class TimedClient(Client):
@@ -249,7 +250,11 @@ def run_plan(plan: str, trials: int, concurrent: int, seed: int, jsonl: Path | N
     os.chdir(ROOT)  # workers import node impls relative to the project root
     t0 = time.monotonic()
     try:
-        cluster = Cluster(plan, progress=None, ready_timeout=600, restarts=10**6).start()
+        # the supervisor's lines (a death, a restart, a conductor it could not reach): kept
+        # with a trial that failed
+        lines: list[str] = []
+        cluster = Cluster(plan, progress=lines.append, ready_timeout=600, restarts=10**6)
+        cluster.start()
     finally:
         os.chdir(cwd)
     _log(jsonl, {"plan": plan, "start": time.monotonic() - t0})
@@ -261,7 +266,10 @@ def run_plan(plan: str, trials: int, concurrent: int, seed: int, jsonl: Path | N
             for _ in range(trials):  # round by round: a partial run covers every rank
                 for rank in range(cluster.world):
                     point = rng.choice(POINTS)
+                    del lines[:]
                     t = trial(cluster, client, plan, rank, point, count, concurrent, rng)
+                    if t.problems:
+                        t.said = [ln for ln in list(lines) if ln.startswith("wgc:")]
                     out.append(t)
                     _log(jsonl, dataclasses.asdict(t))
                     print(
@@ -348,6 +356,8 @@ def report(results: list[Trial]) -> str:
         lines.append(f"- `{t.plan}` rank {t.rank} at {t.point}{times}: {'; '.join(said)}")
         if t.stalled:
             lines.append(f"  - held at the stall: {'; '.join(t.stalled)}")
+        if t.said:
+            lines.append(f"  - the launcher said: {'; '.join(t.said)}")
     return "\n".join(lines)
 
 
