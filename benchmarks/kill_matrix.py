@@ -16,7 +16,11 @@ request that was in flight either failed within 1 s of the kill with a message n
 killed rank, or finished (it held nothing there: it had not started, or its part on that rank
 was done, and it waited for the restart): none waits for the watchdog (issue 34, point 1); and
 the request admitted during the restart either ran once the rank was back or failed naming it.
-The next trial starts once `health` is `ok` again.
+The next trial starts once `health` is `ok` again. A trial whose requests stall (none out
+`STALL_S` after the submit, or one still running `STALL_S` after the kill) records what every
+process holds then (``stalled``: `Cluster.usage`, a process that does not answer says so), so a
+hang shows whether a rank is stuck or a message was lost; the conductor's timeout error says
+what it knew of the deaths.
 
 Where the time goes: each trial records its phases (``--jsonl``: one line per trial, appended as
 it ends, so a long run can be read, and its report made with ``--report``, at any point): the
@@ -40,6 +44,7 @@ import random
 import re
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,6 +70,7 @@ REQUESTS: dict[str, tuple[list[tuple[Any, ...]], list[str], dict[str, Any]]] = {
 }
 POINTS = ("handoff", "first", "mid", "final")
 LIMIT = 1.0  # seconds after the kill by which every in-flight request must have ended
+STALL_S = 10.0  # a trial with no progress this long records what every process holds
 
 
 @dataclass
@@ -81,6 +87,8 @@ class Trial:
     inflight: float = 0.0
     late: float = 0.0
     total: float = 0.0
+    stalled: list[str] = field(default_factory=list)  # what each process held at a stall
+    said: list[str] = field(default_factory=list)  # the launcher's lines, when it failed
 
 
 class TimedClient(Client):
@@ -127,6 +135,52 @@ def drain(stream, limit: float) -> tuple[str, int]:
     return "ok", n
 
 
+def held(cluster: Cluster) -> list[str]:
+    """What every process holds now, in words (one that does not answer in 5 s says so)."""
+    usage = cluster.usage(timeout=5.0)
+    out = [f"health {cluster.health().status}"]
+    for who in sorted(cluster.procs, key=Cluster._order):
+        u = usage.get(who)
+        if u is None:
+            out.append(f"{who}: no answer")
+            continue
+        streams = ", ".join(f"{f.stream} {f.held}" for f in u.streams if f.held)
+        out.append(
+            f"{who}: {u.requests} requests, pages {dict(u.kv_pages)}"
+            + (f", stream items held: {streams}" if streams else "")
+        )
+    return out
+
+
+class StallWatch:
+    """Records `held` once, when a trial's requests stall (see the module docstring)."""
+
+    def __init__(self, cluster: Cluster, t: Trial, streams: list[Any]) -> None:
+        self.cluster, self.t, self.streams = cluster, t, streams
+        self.began = time.monotonic()
+        self.killed_at: float | None = None
+        self.first = threading.Event()  # the first output arrived
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.stop.wait(0.5):
+            now = time.monotonic()
+            before = self.killed_at is None and not self.first.is_set()
+            if (before and now - self.began > STALL_S) or (
+                self.killed_at is not None
+                and now - self.killed_at > STALL_S
+                and any(not s.done for s in self.streams)
+            ):
+                self.t.stalled = held(self.cluster)
+                return
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join()
+
+
 def outputs_of(client: Client, family: str) -> int:
     segments, want, options = REQUESTS[family]
     return len(client.run(segments, want, options, deadline=600))
@@ -139,6 +193,19 @@ def trial(cluster: Cluster, client: TimedClient, plan: str, rank: int, point: st
     t = Trial(plan, rank, point)
     began = time.monotonic()
     streams = [client.submit(segments, want, options, deadline=600) for _ in range(concurrent)]
+    watch = StallWatch(cluster, t, streams)
+    try:
+        _run_trial(cluster, client, t, streams, watch, rank, point, count, rng)
+    finally:
+        watch.close()
+    t.total = time.monotonic() - began
+    return t
+
+
+def _run_trial(cluster: Cluster, client: TimedClient, t: Trial, streams: list[Any],
+               watch: StallWatch, rank: int, point: str, count: int,
+               rng: random.Random) -> None:  # fmt: skip
+    segments, want, options = REQUESTS[Path(t.plan).parent.name]
     first = iter(streams[0])
     if point == "handoff":
         time.sleep(rng.uniform(0, 0.04))
@@ -149,7 +216,8 @@ def trial(cluster: Cluster, client: TimedClient, plan: str, rank: int, point: st
                 next(first)
             except (StopIteration, RequestFailed):
                 break
-    killed_at = time.monotonic()
+            watch.first.set()
+    killed_at = watch.killed_at = time.monotonic()
     cluster.kill(f"rank {rank}")
     late = client.submit(segments, want, options, deadline=600)
     for s in streams:
@@ -173,8 +241,6 @@ def trial(cluster: Cluster, client: TimedClient, plan: str, rank: int, point: st
     while cluster.health().status != "ok" and time.monotonic() < deadline:
         time.sleep(0.05)
     t.restart = time.monotonic() - killed_at
-    t.total = time.monotonic() - began
-    return t
 
 
 def run_plan(plan: str, trials: int, concurrent: int, seed: int, jsonl: Path | None) -> list[Trial]:
@@ -184,7 +250,11 @@ def run_plan(plan: str, trials: int, concurrent: int, seed: int, jsonl: Path | N
     os.chdir(ROOT)  # workers import node impls relative to the project root
     t0 = time.monotonic()
     try:
-        cluster = Cluster(plan, progress=None, ready_timeout=600, restarts=10**6).start()
+        # the supervisor's lines (a death, a restart, a conductor it could not reach): kept
+        # with a trial that failed
+        lines: list[str] = []
+        cluster = Cluster(plan, progress=lines.append, ready_timeout=600, restarts=10**6)
+        cluster.start()
     finally:
         os.chdir(cwd)
     _log(jsonl, {"plan": plan, "start": time.monotonic() - t0})
@@ -196,7 +266,10 @@ def run_plan(plan: str, trials: int, concurrent: int, seed: int, jsonl: Path | N
             for _ in range(trials):  # round by round: a partial run covers every rank
                 for rank in range(cluster.world):
                     point = rng.choice(POINTS)
+                    del lines[:]
                     t = trial(cluster, client, plan, rank, point, count, concurrent, rng)
+                    if t.problems:
+                        t.said = [ln for ln in list(lines) if ln.startswith("wgc:")]
                     out.append(t)
                     _log(jsonl, dataclasses.asdict(t))
                     print(
@@ -281,6 +354,10 @@ def report(results: list[Trial]) -> str:
         said = sorted(set(t.problems), key=t.problems.index)
         times = f" ({len(t.problems)} requests)" if len(said) < len(t.problems) else ""
         lines.append(f"- `{t.plan}` rank {t.rank} at {t.point}{times}: {'; '.join(said)}")
+        if t.stalled:
+            lines.append(f"  - held at the stall: {'; '.join(t.stalled)}")
+        if t.said:
+            lines.append(f"  - the launcher said: {'; '.join(t.said)}")
     return "\n".join(lines)
 
 

@@ -247,6 +247,24 @@ def test_walk_deadline_ends_the_request_with_a_timeout(monkeypatch) -> None:
     assert {to for to, m in sent if isinstance(m, M.Release)} == {0}
 
 
+def test_a_stalled_request_error_carries_the_hosts_notes(monkeypatch) -> None:
+    # the process deployment's conductor adds what it knows of rank deaths (`RankWatch.notes`)
+    monkeypatch.chdir(__import__("pathlib").Path(__file__).resolve().parents[2])
+    spec, _ = _bagel()
+    sent: list = []
+    now = [0.0]
+    core = ConductorCore(
+        spec, lambda to, m: sent.append((to, m)), clock=lambda: now[0], idle_timeout_s=5.0
+    )
+    core.deadlines.notes = lambda rid: [f"rank 1 died while {rid} ran"]
+    core.submit("a", spec.request([Segment("text", "hi")], ["text"]))
+    now[0] = 6.0
+    core.tick()
+    (fin,) = [m for to, m in sent if to == M.CLIENT and isinstance(m, M.Finished)]
+    assert fin.kind == "timeout" and (fin.message or "").startswith("no progress for 5 s: ")
+    assert (fin.message or "").endswith(" [rank 1 died while a ran]")
+
+
 def test_admission_cap_queues_and_queue_deadline(monkeypatch) -> None:
     monkeypatch.chdir(__import__("pathlib").Path(__file__).resolve().parents[2])
     spec, _ = _bagel()

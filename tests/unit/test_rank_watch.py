@@ -75,3 +75,30 @@ def test_a_walk_feeding_a_ruled_stream_replays_only_if_its_chunk_walk_does(tmp_p
 
     assert on_restart(OnRestart.REPLAY)
     assert not on_restart(OnRestart.FAIL)
+
+
+def test_qwen3_omni_three_ranks_a_prefilling_request_is_held_by_every_rank(tmp_path) -> None:
+    # the kill matrix's hang (issue 34): requests in `prefill_reply` outlived rank 1's death.
+    # The Thinker (rank 0) feeds the Talker's streams (rank 1), which feeds Code2Wav's (rank 2):
+    # a request the conductor sent only its first walk is held by all three
+    spec = _spec(tmp_path, "qwen3_omni", "cpu-3rank")
+    watch = RankWatch(spec)
+    watch.sent(0, StartWalk("r1", 0, "prefill_text", "thinker"))
+    assert all(watch.on_rank_died(r, f"rank {r} died", ["r1"]) == ["r1"] for r in (0, 1, 2))
+
+
+def test_a_stalled_request_says_which_deaths_it_outlived(tmp_path) -> None:
+    spec = _spec(tmp_path, "qwen3_omni", "cpu-3rank")
+    watch = RankWatch(spec)
+    assert watch.notes("r1") == ["no rank died while it ran, as far as the conductor knows"]
+    watch.sent(0, StartWalk("r1", 0, "prefill_text", "thinker"))
+    assert watch.on_rank_died(1, "killed by SIGKILL", ["r1", "r2"]) == ["r1"]
+    assert watch.notes("r2") == [
+        "rank 1 is down (killed by SIGKILL)",
+        "rank 1 died while it ran (killed by SIGKILL) and it went on: the conductor had sent "
+        "it nothing that reaches rank 1",
+    ]
+    assert watch.up(1)
+    assert watch.notes("r2")[0].startswith("rank 1 died while it ran")
+    watch.ended("r2")
+    assert watch.notes("r2") == ["no rank died while it ran, as far as the conductor knows"]

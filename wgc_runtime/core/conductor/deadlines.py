@@ -5,6 +5,10 @@ request queued longer than ``queue_timeout_s`` end with a ``timeout`` error nami
 waited for; `fail_stalled` ends every running request with a ``deadlock`` error when the caller
 knows nothing can move.
 
+Each such error ends with the host's ``notes`` on the request, when it has some (the process
+deployment's: what it knows of rank deaths while the request ran, `RankWatch.notes`), so a hang
+after a restart says whether the conductor heard of the death and why the request went on.
+
 `Deadlines` owns the three timeouts and reads the request table, the queue and the walks'
 deadlines; ending a request is the conductor's (``end``, ``finish_queued``).
 """
@@ -44,6 +48,13 @@ class Deadlines:
         self.queue_timeout_s = queue_timeout_s
         self.end = end
         self.finish_queued = finish_queued
+        # the host's words on a stalled request (`RankWatch.notes`); none in one process
+        self.notes: Callable[[str], list[str]] | None = None
+
+    def _noted(self, request_id: str, message: str) -> str:
+        """``message`` with the host's notes on ``request_id`` (see the module docstring)."""
+        notes = self.notes(request_id) if self.notes is not None else []
+        return f"{message} [{'; '.join(notes)}]" if notes else message
 
     def waits(self, request_id: str) -> list[str]:
         """What each unfinished flow of a running request waits for, in words."""
@@ -101,8 +112,11 @@ class Deadlines:
                     req,
                     Abort(
                         FailKind.TIMEOUT,
-                        f"walk `{w.spec.name}` did not finish within {self.walk_timeout_s:g} s "
-                        f"({why})",
+                        self._noted(
+                            req.id,
+                            f"walk `{w.spec.name}` did not finish within "
+                            f"{self.walk_timeout_s:g} s ({why})",
+                        ),
                         w.flow.spec.name,
                         w.spec.name,
                     ),
@@ -113,7 +127,7 @@ class Deadlines:
                     req,
                     Abort(
                         FailKind.TIMEOUT,
-                        f"no progress for {self.idle_timeout_s:g} s: {waits}",
+                        self._noted(req.id, f"no progress for {self.idle_timeout_s:g} s: {waits}"),
                     ),
                 )
 
@@ -121,4 +135,5 @@ class Deadlines:
         """End every running request with a deadlock error (the caller knows nothing moves)."""
         for req in list(self.active.values()):
             waits = "; ".join(self.waits(req.id)) or "nothing"
-            self.end(req, Abort(FailKind.DEADLOCK, f"deadlock ({why}): {waits}"))
+            message = self._noted(req.id, f"deadlock ({why}): {waits}")
+            self.end(req, Abort(FailKind.DEADLOCK, message))

@@ -99,6 +99,7 @@ class ConductorLoop:
         self.ids = RequestIds()
         self.dead: str | None = None  # the run is stopping (a rank died for good)
         self.watch = RankWatch(self.spec)
+        self.core.deadlines.notes = self.watch.notes  # a stalled request's error says more
         self.trouble = Trouble("the conductor")
         self.running = True
         self._last_keepalive = 0.0

@@ -22,7 +22,11 @@
   `wgc_runtime.core.conductor.replay`), and fails otherwise; the others go on. A
   request that later needs a rank that is down fails too (`needs_down`), at the moment the
   conductor would send to it;
-* **a rank is back** (the supervisor's `Peers` update and `Ready`): `up`.
+* **a rank is back** (the supervisor's `Peers` update and `Ready`): `up`;
+* **a request that stalls** (the conductor's watchdog, `Deadlines.notes`): `notes` says what the
+  conductor knows of the ranks' deaths while it ran: the ranks that are down, and each death it
+  went on through because the conductor had sent it nothing that reaches that rank (if it did
+  hold state there after all, that is why it waits).
 
 While a rank is down the conductor holds admission (`ConductorCore.hold_admission`): new
 requests queue, with the queue's deadline, and start once every rank is back.
@@ -71,6 +75,8 @@ class RankWatch:
         # request -> the ranks that hold some of it -> whether every walk that may have left
         # state there replays
         self.held_by: dict[str, dict[int, bool]] = {}
+        # request -> the deaths it went on through (it held nothing on the rank): `notes`
+        self.outlived: dict[str, list[str]] = {}
 
     # ---------------------------------------------------------------- who holds what
 
@@ -104,13 +110,28 @@ class RankWatch:
 
     def ended(self, request: str) -> None:
         self.held_by.pop(request, None)
+        self.outlived.pop(request, None)
+
+    def notes(self, request: str) -> list[str]:
+        """What the conductor knows of rank deaths during ``request``, in words (for a stalled
+        request's error: `Deadlines.notes`)."""
+        out = [f"rank {r} is down ({why})" for r, why in sorted(self.down.items())]
+        out += self.outlived.get(request, [])
+        return out or ["no rank died while it ran, as far as the conductor knows"]
 
     # ---------------------------------------------------------------- down and up
 
     def on_rank_died(self, rank: int, why: str, running: list[str]) -> list[str]:
         """Rank ``rank`` is down; the running requests it held (they must fail)."""
         self.down[rank] = why
-        return [rid for rid in running if rank in self.held_by.get(rid, ())]
+        held = [rid for rid in running if rank in self.held_by.get(rid, ())]
+        for rid in running:
+            if rank not in self.held_by.get(rid, ()):
+                self.outlived.setdefault(rid, []).append(
+                    f"rank {rank} died while it ran ({why}) and it went on: the conductor had "
+                    f"sent it nothing that reaches rank {rank}"
+                )
+        return held
 
     def needs_down(self, rank: int) -> str | None:
         """Why a message cannot go to ``rank`` now (None: it is up)."""
