@@ -119,6 +119,39 @@ def test_chain3_costs_one_message_per_data_hop(tmp_path) -> None:
     assert stats.walks["chain"].n == 2 and stats.outcomes == {"ok": 2}
 
 
+def test_a_traced_request_shows_its_ruled_chunk_walk_once(tmp_path) -> None:
+    # the playground lights the walks a traced request ran; a stream's standing rule runs its
+    # chunk walks on the owner rank (no StartWalk / WalkDone here): they show as one walk, from
+    # the first of their emits to the stream's `ChunksDone`
+    local = _cluster(tmp_path, "tts.walk", "tts-2rank.yaml")
+    ruled = [(s.chunk_flow, s.chunk_walk) for s in local.spec.streams if s.chunk_walk]
+    assert ruled
+    clock = iter(range(10_000))
+    stats = ConductorStats(local.spec, lambda: float(next(clock)))
+    send, deliver = local.conductor.outbox, local.conductor.deliver
+
+    def tapped_send(to: int, msg) -> None:
+        stats.sent(msg)
+        send(to, msg)
+
+    def tapped_deliver(msg) -> None:
+        stats.received(msg)
+        deliver(msg)
+
+    local.conductor.outbox, local.conductor.deliver = tapped_send, tapped_deliver
+    h = local.submit(local.request([Segment("text", "hello there")], ["audio"]))
+    stats.traced.add(h.id)
+    local.run()
+    assert h.ok
+    events = stats.take_events()
+    for flow, walk in ruled:
+        mine = [e for e in events if e.walk == walk]
+        assert [(e.flow, e.done) for e in mine] == [(flow, False), (flow, True)], events
+        assert mine[1].seconds > 0  # from its first emit to the stream's end
+    ran = {e.walk for e in events if e.done}
+    assert ran == {w.name for w in local.spec.walks}, ran  # every walk of the request, once
+
+
 def test_a_cancel_or_a_late_value_leaves_nothing_on_a_lazy_rank(tmp_path) -> None:
     local = _cluster(tmp_path, "chain3.walk", "chain3-3rank.yaml")
     segs = [Segment("x", torch.zeros(4))]

@@ -10,6 +10,11 @@ sent `WalkDone` (the ranks of `WalkSpec.report`, plus a rank asked to acknowledg
 not part of it. Latencies go into cumulative histograms per walk (`BUCKETS`, seconds), outcomes are
 counted per `FailKind` (``ok`` for a finished request). For requests being *traced* (the
 playground asks), every walk start and finish is also queued as an event (`take_events`).
+
+A stream's standing rule (`StreamSpec.chunk_walk`) runs its chunk walks on the owner rank with
+no `StartWalk` or `WalkDone` here (their walk ids are the owner's: negative). For a traced request
+they show as one walk: started at the first emit of one of them, done at the stream's
+`ChunksDone`, timed between the two (or 0 when none emitted); they are not in the histograms.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from dataclasses import dataclass, field
 
 from wgc_runtime.contract.conductor import ConductorSpec
 from wgc_runtime.contract.messages import (
+    ChunksDone,
     ClientOut,
     Finished,
     ForwardPersisted,
@@ -80,6 +86,12 @@ class ConductorStats:
         self.traced: set[str] = set()
         self._timing: dict[int, _Timing] = {}
         self._events: list[WalkEvent] = []
+        # standing rules: stream -> (flow, chunk walk); a traced request's ruled walk -> start
+        self.ruled = {
+            st.name: (st.chunk_flow, st.chunk_walk) for st in spec.streams if st.chunk_walk
+        }
+        self._ruled_walks = {walk for _, walk in self.ruled.values()}
+        self._ruled_start: dict[tuple[str, str], float] = {}
 
     def sent(self, msg: Message) -> None:
         if isinstance(msg, Value) and msg.options is None:
@@ -100,7 +112,13 @@ class ConductorStats:
             self.ended(msg.request, "ok" if msg.ok else str(msg.kind or "error"))
 
     def received(self, msg: Message) -> None:
+        if isinstance(msg, ChunksDone):
+            self._ruled_done(msg)
+            return
         if not isinstance(msg, WalkDone | ClientOut):
+            return
+        if isinstance(msg, ClientOut) and msg.walk_id < 0:
+            self._ruled_emit(msg)
             return
         timing = self._timing.get(msg.walk_id)
         if timing is None:
@@ -121,10 +139,30 @@ class ConductorStats:
         if timing.request in self.traced:
             self._events.append(WalkEvent(timing.request, timing.flow, timing.walk, True, seconds))
 
+    def _ruled_emit(self, msg: ClientOut) -> None:
+        """An emit of a chunk walk the owner ran by a standing rule (see the module docstring)."""
+        key = (msg.request, msg.walk)
+        traced = msg.request in self.traced and msg.walk in self._ruled_walks
+        if traced and key not in self._ruled_start:
+            self._ruled_start[key] = self.clock()
+            self._events.append(WalkEvent(msg.request, msg.flow, msg.walk, False, 0.0))
+
+    def _ruled_done(self, msg: ChunksDone) -> None:
+        flow, walk = self.ruled.get(msg.stream, ("", ""))
+        start = self._ruled_start.pop((msg.request, walk), None)
+        if msg.request not in self.traced or not walk:
+            return
+        if start is None:  # no chunk walk emitted: it shows as started and done at once
+            self._events.append(WalkEvent(msg.request, flow, walk, False, 0.0))
+        seconds = 0.0 if start is None else self.clock() - start
+        self._events.append(WalkEvent(msg.request, flow, walk, True, seconds))
+
     def ended(self, request: str, outcome: str) -> None:
         """The request ended: count its outcome, forget its walks still running."""
         self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
         self.traced.discard(request)
+        for key in [k for k in self._ruled_start if k[0] == request]:
+            del self._ruled_start[key]
         for wid in [w for w, t in self._timing.items() if t.request == request]:
             del self._timing[wid]
 
