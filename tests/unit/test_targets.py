@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from tests.narrow import present
 from wgc.cli import main
-from wgc.cli.targets import family_pairs, is_name, model_file, placement_file
+from wgc.cli.targets import family_pairs, is_name, model_file, placement_file, resolve_names
 from wgc.config import Env
 from wgc.diagnostics.codes import COMMAND, REGISTRY
 from wgc.diagnostics.explain import explanation
@@ -95,6 +95,17 @@ def test_family_pairs_cover_every_placement() -> None:
     assert set(pairs) == want and len(pairs) == len(want)
     spec = ("wgc_models/llama/speculative.walk", "wgc_models/llama/placements/spec-cpu.yaml")
     assert spec in want
+
+
+def test_a_family_name_runs_the_model_its_named_placement_is_for() -> None:
+    # `wgc run llama -p spec-cpu` runs speculative.walk, as `wgc compile --all` pairs them
+    walk, where = resolve_names("llama", "spec-cpu")
+    assert walk.as_posix().endswith("wgc_models/llama/speculative.walk")
+    assert present(where).endswith("llama/placements/spec-cpu.yaml")
+    walk, _ = resolve_names("llama", "cpu")
+    assert walk.as_posix().endswith("wgc_models/llama/llama.walk")
+    given = model_file("llama")  # a model given as a path keeps that model
+    assert resolve_names(given, "spec-cpu")[0] == Path(given)
 
 
 def test_an_unknown_family_is_wg840_with_the_closest_name() -> None:

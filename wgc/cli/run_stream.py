@@ -97,4 +97,4 @@ def stream_local(plan_dir: str, inputs, want, options, seed, submitted=lambda: N
 
 
 class WorkerDied(RuntimeError):
-    pass
+    """A worker process of the deployment died while the request ran."""

@@ -98,9 +98,16 @@ def model_folder(arg: str) -> str:
 
 def resolve_names(model: str, placement: str | None) -> tuple[Path, str | None]:
     """``model`` (`model_file`) and, when it is a file, ``placement`` (`placement_file`) beside
-    it; a folder's placement is left as given (a generated folder takes none)."""
+    it; a folder's placement is left as given (a generated folder takes none). A family name
+    with one of its placements runs the model that placement is for (`paired_model`: `wgc run
+    llama -p spec-cpu` runs ``speculative.walk``)."""
     path = Path(model_file(model))
-    return path, placement_file(placement, str(path)) if path.is_file() else placement
+    if not path.is_file():
+        return path, placement
+    where = placement_file(placement, str(path))
+    if where is not None and model != str(path) and placement == Path(where).stem:
+        path = Path(shown(paired_model(path, Path(where))))
+    return path, where
 
 
 def placement_file(arg: str | None, walk: str) -> str | None:
@@ -143,9 +150,14 @@ def family_pairs(root: Path | None = None) -> list[tuple[str, str]]:
         walk = fam.walk()
         if walk is None:
             continue
-        others = sorted(w for w in walk.parent.glob("*.walk") if w != walk)
         for p in _placements(walk.parent / "placements"):
-            word = p.stem.split("-")[0]
-            model = next((w for w in others if w.stem.startswith(word)), walk)
-            pairs.append((shown(model, root), shown(p, root)))
+            pairs.append((shown(paired_model(walk, p), root), shown(p, root)))
     return pairs
+
+
+def paired_model(walk: Path, placement: Path) -> Path:
+    """The model file of ``walk``'s folder that ``placement`` is for: another model whose name
+    starts with the placement name's first word (before a ``-``), else ``walk`` itself."""
+    word = placement.stem.split("-")[0]
+    others = sorted(w for w in walk.parent.glob("*.walk") if w.resolve() != walk.resolve())
+    return next((w for w in others if w.stem.startswith(word)), walk)
