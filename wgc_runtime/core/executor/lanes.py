@@ -8,7 +8,10 @@ the lane instead of a ready queue: its `Work` and `CallContext` are made once, a
 a step of the lane is, for all its rows at once, one captured-step call (the carried token
 column is the previous step's output, no per-row stacking), one `StreamItems` per owner
 (`Streams.send_row`'s credit bookkeeping per row, the items' tensor the batch's column, their
-sequence numbers a range) and the loop bookkeeping `Stepper.step_on` makes. A row's input is
+sequence numbers a range) and the row's next iteration (its context's ``iteration``); the
+loop's counters `Stepper.step_on` would set each step (its `LoopRun`'s stops, remaining units,
+completed and started iterations: the loop runs on this rank alone, its stop computed here) are
+written when the row leaves (`Lanes._loop`). A row's input is
 its row of the lane's column; where the node's step reads only its works' contexts
 (`StaticStep.reads_inputs` false) the row's `Work` is given it (a view per row) only when the
 lane's rows change (``stale``: a row joins or leaves, a request ends) or when it leaves.
@@ -60,6 +63,7 @@ class Row:
     lr: LoopRun
     work: Work
     out: Outlet | None = None  # the request's outlet to the stream's owner, once it has one
+    synced: int = 0  # the iteration its loop run's counters were last written for (`_loop`)
 
 
 class Lane:
@@ -109,7 +113,7 @@ class Lane:
             kv=kv,
         )
         out = w.req.outlets.get((self.dest.name or "", self.dest.rank or 0))
-        self.rows.append(Row(w, it, lr, Work(inputs, ctx), out))
+        self.rows.append(Row(w, it, lr, Work(inputs, ctx), out, it[-1]))
         self.joined = True
         self.ids = None
 
@@ -282,11 +286,6 @@ class Lanes:
             out.in_flight.append(w)
             w.unacked += 1
             keep.append(j)
-            lr.stops[k] = False
-            lr.remaining[k] = 0
-            lr.completed = k
-            lr.started = k + 2
-            lr.remaining[k + 1] = 1
             r.it = r.work.ctx.iteration = (*it[:-1], k + 1)
             kept.append(r)
         if not kept:
@@ -321,11 +320,25 @@ class Lanes:
                 r.work.inputs[port] = v
         lane.stale = False
 
+    @staticmethod
+    def _loop(r: Row) -> None:
+        """Write what `Stepper.step_on` would have left in the row's loop run for each
+        iteration it stepped in the lane: iterations ``synced`` to ``it - 1`` complete with a
+        false stop, iteration ``it`` started with its one unit to run."""
+        k, k0, lr = r.it[-1], r.synced, r.lr
+        if k > k0:
+            lr.stops.update(dict.fromkeys(range(k0, k), False))
+            lr.remaining.update(dict.fromkeys(range(k0, k), 0))
+            lr.remaining[k] = 1
+            lr.completed, lr.started = k - 1, k + 1
+            r.synced = k
+
     def _inst(self, lane: Lane, r: Row, value: torch.Tensor | None) -> tuple[Inst, Work]:
         """A leaving row as the instance the general path would have taken (`Batcher.take`);
         ``value``: its input, when its work does not hold it yet."""
         if value is not None:
             r.work.inputs[lane.in_port] = value
+        self._loop(r)
         w = r.w
         inst = Inst(w, lane.call, r.it)
         streams = w.piece.pushes.get(lane.call.id)
@@ -342,6 +355,7 @@ class Lanes:
         for i, r in enumerate(rows):
             if stale is not None:
                 r.work.inputs[lane.in_port] = stale[i]
+            self._loop(r)
             inst = Inst(r.w, lane.call, r.it, queued=True, inputs=dict(r.work.inputs))
             r.w.waiting.setdefault(lane.call.id, {})[r.it] = inst
             ready.setdefault((lane.walk, lane.call.id), deque()).append(inst)
