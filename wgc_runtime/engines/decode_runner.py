@@ -80,6 +80,18 @@ class StepMeta:
         }
 
 
+@dataclass(slots=True, eq=False)
+class _Fast:
+    """A batch the runner steps as arrays (`DecodeRunner._step_fast`): its rows (`rows_of`'s
+    cached entry), their `PageTable`s, their last slots, and how many steps on none of them
+    takes a page or reaches its limit."""
+
+    key: object
+    tabs: list[PageTable]
+    slots: np.ndarray
+    calm: int
+
+
 class DecodeRunner:
     """The running batch of one kv-cache node's decode step (module docstring).
 
@@ -112,7 +124,7 @@ class DecodeRunner:
         self._last: tuple[tuple[Hashable, ...], np.ndarray] | None = None  # cached batch rows
         # after a step of the batch `_last` in which every row ran: `_last` and the rows'
         # `PageTable`s, exact while the pool's ``changes`` stays ``_seen`` (`_step_fast`)
-        self._fast: tuple[object, list[PageTable]] | None = None
+        self._fast: _Fast | None = None
         self._seen = -1
 
     # ------------------------------------------------------------------ rows
@@ -205,8 +217,8 @@ class DecodeRunner:
         """Append one token to each request's sequence; the batch's step metadata."""
         rows = self.rows_of(requests)
         fast = self._fast
-        if fast is not None and fast[0] is self._last and self.pool.changes == self._seen:
-            meta = self._step_fast(requests, rows, fast[1])
+        if fast is not None and fast.key is self._last and self.pool.changes == self._seen:
+            meta = self._step_fast(requests, rows, fast)
             if meta is not None:
                 return meta
         self._fast = None
@@ -214,44 +226,45 @@ class DecodeRunner:
         if not meta.failed:  # the rows' tables are exact: the next step of the batch is fast
             tables = self.pool._tables  # pyright: ignore[reportPrivateUsage]
             label = self.label
-            self._fast = (self._last, [tables[r][label] for r in requests])
+            tabs = [tables[r][label] for r in requests]
+            self._fast = _Fast(self._last, tabs, meta.slots.numpy(), 0)
+            self._fast.calm = self._calm(meta.kv_lens.numpy())
             self._seen = self.pool.changes
         return meta
 
+    def _calm(self, lengths: np.ndarray) -> int:
+        """How many of the batch's next steps take no page and reach no limit, from its rows'
+        ``lengths``: in those each row's slot is its last one's next."""
+        ps = self.pool.page_size
+        return int(min(((-lengths) % ps).min(), (self.limit - lengths).min()))
+
     def _step_fast(
-        self, requests: Sequence[Hashable], rows: np.ndarray, tabs: list[PageTable]
+        self, requests: Sequence[Hashable], rows: np.ndarray, fast: _Fast
     ) -> StepMeta | None:
         """`step` of the batch whose last step ran every row, while nothing but this runner
         changed the pool: the lengths and tables here are the pool's. None (nothing changed)
         when a row is full or would pass ``width`` (`_step_rows` says so)."""
-        pool, ps, tables = self.pool, self.pool.page_size, self._tables
+        pool, ps, tables, tabs = self.pool, self.pool.page_size, self._tables, fast.tabs
         lengths = self._lengths[rows]  # before this token
         with pool._cond:  # pyright: ignore[reportPrivateUsage]
-            if pool.changes != self._seen or bool((lengths >= self.limit).any()):
+            if pool.changes != self._seen:
                 return None
-            new = np.flatnonzero(lengths % ps == 0)  # the last page is full: take one
-            if new.size and int(lengths[new].max()) // ps >= self.width:
-                return None
-            written = self._written
-            for i in new.tolist():
-                request, row, table = requests[i], int(rows[i]), tabs[i]
-                try:
-                    (page,) = pool._take(  # pyright: ignore[reportPrivateUsage]
-                        request, 1, f"`{request}`/`{self.label}` (+1 tokens)"
-                    )
-                except BaseException:  # as `append_tokens`: the rows before it grew
-                    for t in tabs[:i]:
-                        t.length += 1
-                    pool.changes += 1
-                    self._fast = None
-                    raise
-                table.pages.append(page)
-                tables[row, written[row]] = page
-                written[row] += 1
-            slots = tables[rows, lengths // ps].astype(np.int64) * ps + lengths % ps
-            kv_lens = lengths + 1
+            if fast.calm > 0:  # no row takes a page or reaches its limit
+                fast.calm -= 1
+                slots = fast.slots + 1
+            else:
+                if bool((lengths >= self.limit).any()):
+                    return None
+                new = np.flatnonzero(lengths % ps == 0)  # the last page is full: take one
+                if new.size and int(lengths[new].max()) // ps >= self.width:
+                    return None
+                self._take_pages(requests, rows, tabs, new.tolist())
+                slots = tables[rows, lengths // ps].astype(np.int64) * ps + lengths % ps
+                fast.calm = self._calm(lengths + 1)
             for t in tabs:
                 t.length += 1
+        fast.slots = slots
+        kv_lens = lengths + 1
         self._lengths[rows] = kv_lens
         return StepMeta(
             positions=torch.from_numpy(lengths),
@@ -262,6 +275,27 @@ class DecodeRunner:
             failed={},
             row_ids=rows,
         )
+
+    def _take_pages(
+        self, requests: Sequence[Hashable], rows: np.ndarray, tabs: list[PageTable], new: list[int]
+    ) -> None:
+        """A page each for the batch's rows ``new`` (in order), in the pool and the tables."""
+        pool, tables, written = self.pool, self._tables, self._written
+        for i in new:
+            request, row = requests[i], int(rows[i])
+            try:
+                (page,) = pool._take(  # pyright: ignore[reportPrivateUsage]
+                    request, 1, f"`{request}`/`{self.label}` (+1 tokens)"
+                )
+            except BaseException:  # as `append_tokens`: the rows before it grew
+                for t in tabs[:i]:
+                    t.length += 1
+                pool.changes += 1
+                self._fast = None
+                raise
+            tabs[i].pages.append(page)
+            tables[row, written[row]] = page
+            written[row] += 1
 
     def _step_rows(self, requests: Sequence[Hashable], rows: np.ndarray) -> StepMeta:
         """`step` row by row, through the pool's appends (`PagedKVPool.append_tokens`)."""
