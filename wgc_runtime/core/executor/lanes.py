@@ -11,15 +11,14 @@ column is the previous step's output, no per-row stacking), one `StreamItems` pe
 sequence numbers a range) and the row's next iteration (its context's ``iteration``); the
 loop's counters `Stepper.step_on` would set each step (its `LoopRun`'s stops, remaining units,
 completed and started iterations: the loop runs on this rank alone, its stop computed here) are
-written when the row leaves (`Lanes._loop`). A row's input is
-its row of the lane's column; where the node's step reads only its works' contexts
-(`StaticStep.reads_inputs` false) the row's `Work` is given it (a view per row) only when the
-lane's rows change (``stale``: a row joins or leaves, a request ends) or when it leaves.
-Per-row Python beyond that happens when a row leaves: its stop is true, its loop's last
-iteration, no credit at hand, a failed row, or its request ended (then it is dropped); a
-leaving row's outputs are routed as the general path routes them (`Batcher.route_results`), so
-stops, failures, cancellation and back-pressure keep their one code path.
-`tests/e2e/test_decode_lanes.py` runs the lane against the general path.
+written when the row leaves (`Lanes._loop`). A row's input is its row of the lane's column;
+where the node's step reads only its works' contexts (`StaticStep.reads_inputs` false) the
+row's `Work` is given it (a view per row) only when the lane's rows change (``stale``: a row
+joins or leaves, a request ends) or when it leaves. Per-row Python beyond that happens when a
+row leaves: its stop is true, its loop's last iteration, no credit at hand, a failed row, or
+its request ended (then it is dropped); a leaving row's outputs are routed as the general path
+routes them (`Batcher.route_results`), so stops, failures, cancellation and back-pressure keep
+their one code path. `tests/e2e/test_decode_lanes.py` runs the lane against the general path.
 """
 
 from __future__ import annotations
