@@ -110,3 +110,52 @@ def test_a_row_that_fails_in_the_lane_ends_only_its_request() -> None:
         assert got[rid].error is None, got[rid].error
         assert torch.equal(audio(got[rid]), audio(want[rid])), rid
     assert all(not e.requests for e in on.ranks.values())
+
+
+def test_a_step_that_reads_its_works_inputs_sees_each_rows_token() -> None:
+    """A node's step that reads its works' inputs (`StaticStep.reads_inputs`, the default)
+    finds each row's carried token in its work at every lane step; Orpheus's, which does not,
+    lets them lag (the lane's column holds them) and gives the same audio."""
+    _, want = serve(lanes=False)
+    c = cluster("orpheus", "cpu-2rank")
+    ex = lm_rank(c)
+    last: dict[str, int] = {}
+    checked = [0]
+    wrong: list[tuple[str, tuple[int, ...], int, int]] = []  # a hook's failure fails its batch
+    for units in ex.captured.units.values():
+        for u in units:
+            assert not u.step.reads_inputs  # Orpheus's own
+            prepare, finish = u.step.prepare_batch, u.step.finish
+            assert prepare is not None and finish is not None
+
+            def prep(works, prepare=prepare):
+                for w in works:
+                    if w.ctx.request_id in last:
+                        token = int(w.inputs["token"].reshape(-1)[0])
+                        if token != last[w.ctx.request_id]:
+                            wrong.append(
+                                (w.ctx.request_id, w.ctx.iteration, token, last[w.ctx.request_id])
+                            )
+                        checked[0] += 1
+                return prepare(works)
+
+            def fin(works, outputs, finish=finish):
+                finish(works, outputs)
+                for i, w in enumerate(works):
+                    last[w.ctx.request_id] = int(outputs["new_token"][i, 0])
+
+            u.step = dataclasses.replace(u.step, prepare_batch=prep, finish=fin, reads_inputs=True)
+    ex.lanes.lanes.clear()  # rebuilt from the steps that read their inputs
+    ex.lanes.build(ex.stepper.steps, ex.batcher)
+    assert ex.lanes.lanes and not any(lane.lazy for lane in ex.lanes.lanes.values())
+    m = model("orpheus")
+    got = {
+        rid: c.submit(make_request(m, [segment("text", text)], ["audio"], {"max_tokens": n}), rid)
+        for rid, (text, n) in REQUESTS.items()
+    }
+    c.run()
+    assert not wrong, wrong[:5]
+    assert ex.lanes.rows > 0 and checked[0] > ex.lanes.rows // 2
+    for rid in REQUESTS:
+        assert got[rid].error is None, got[rid].error
+        assert torch.equal(audio(got[rid]), audio(want[rid])), rid

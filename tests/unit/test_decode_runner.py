@@ -4,6 +4,9 @@ and a full sequence fails its row only."""
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
 import torch
 
 from wgc_runtime.engines.decode_runner import DecodeRunner
@@ -94,3 +97,90 @@ def test_tensors_cut_the_tables_to_a_form_width() -> None:
     extra = runner.step(["a"]).tensors(2)
     assert set(extra) == {"positions", "slots", "kv_lens", "block_tables"}
     assert extra["block_tables"].shape == (1, 2)
+
+
+def _twin(width: int) -> tuple[PagedKVPool, DecodeRunner]:
+    pool = PagedKVPool(layers=1, kv_heads=1, head_dim=2, pages=64, page_size=PS)
+    pad = int(pool.append(PAD_REQUEST, "main", 1)[0]) // PS
+    return pool, DecodeRunner(pool, label="main", width=width, limit=LIMIT, pad_page=pad)
+
+
+def _same(a: object, b: object) -> None:
+    from wgc_runtime.engines.decode_runner import StepMeta
+
+    assert isinstance(a, StepMeta) and isinstance(b, StepMeta)
+    for name in ("positions", "slots", "kv_lens", "block_tables"):
+        x, y = getattr(a, name), getattr(b, name)
+        assert x.dtype == y.dtype and x.tolist() == y.tolist(), name
+    assert a.rows == b.rows and a.row_ids.tolist() == b.row_ids.tolist()
+    assert {i: str(e) for i, e in a.failed.items()} == {i: str(e) for i, e in b.failed.items()}
+
+
+@pytest.mark.parametrize("width", [WIDTH, 4])  # rows reach their limit / their width first
+def test_the_array_step_equals_the_row_by_row_step(width: int) -> None:
+    """A runner stepping its batch as arrays (the pool unchanged since its last step) and one
+    whose pool changed before every step (row by row) give the same metadata, pages and
+    failures, through page boundaries at staggered lengths, a fork and a cut between steps,
+    rows reaching their limit and their width."""
+    fast, slow = _twin(width), _twin(width)
+    arrays = []
+    fast_step = fast[1]._step_fast
+
+    def counted(*args: Any) -> Any:
+        meta = fast_step(*args)
+        arrays.append(meta is not None)
+        return meta
+
+    fast[1]._step_fast = counted  # type: ignore[method-assign]
+    for pool, _ in (fast, slow):
+        for r, n in (("a", 1), ("b", 6), ("c", 11), ("d", 2)):
+            pool.append(r, "main", n)
+    batch = ["a", "b", "c", "d"]
+    taken = 0
+    for step in range(24):
+        for pool, runner in (fast, slow):
+            if step == 7:  # the pool changes outside the runner: fork into `d`, cut `c`
+                pool.fork("a", "main", "other")
+                pool.truncate("c", "main", pool.seq_len("c") - 3)
+                runner.sync("c")
+            if runner is slow[1]:
+                pool.changes += 1  # as any outside change: the row-by-row path
+        taken_before = fast[0].stats.allocated
+        _same(fast[1].step(batch), slow[1].step(batch))
+        taken += fast[0].stats.allocated - taken_before
+        for r in batch:
+            assert fast[0].page_table(r) == slow[0].page_table(r), (step, r)
+            assert fast[0].seq_len(r) == slow[0].seq_len(r)
+        fast[0].check()
+    assert taken > 0 and fast[0].stats == slow[0].stats
+    # array steps until the fork, after it until a row fails (full): then row by row
+    assert sum(arrays) == (10 if width == WIDTH else 4) and False in arrays
+    assert fast[1]._fast is None  # rows failed (full): the last steps went row by row
+
+
+def test_the_array_step_runs_out_of_pages_as_the_row_by_row_step() -> None:
+    """A pool out of pages mid-batch: the rows before the one that could not grow grew, the
+    error is the pool's, whichever path stepped."""
+    from wgc_runtime.engines.kv_pool import PoolFull
+
+    got = []
+    for force in (False, True):
+        pool = PagedKVPool(layers=1, kv_heads=1, head_dim=2, pages=6, page_size=PS)
+        pad = int(pool.append(PAD_REQUEST, "main", 1)[0]) // PS
+        runner = DecodeRunner(pool, label="main", width=WIDTH, limit=LIMIT, pad_page=pad)
+        for r in ("a", "b", "c"):
+            pool.append(r, "main", 3)
+        lengths = []
+        for _ in range(4):
+            if force:
+                pool.changes += 1
+            try:
+                runner.step(["a", "b", "c"])
+            except PoolFull as exc:
+                lengths.append(str(exc))
+                break
+            lengths.append([pool.seq_len(r) for r in "abc"])
+        lengths.append([pool.seq_len(r) for r in "abc"])
+        got.append(lengths)
+        pool.check()
+    assert got[0] == got[1] and isinstance(got[0][-2], str), got

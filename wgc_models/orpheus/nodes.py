@@ -318,6 +318,7 @@ class LLM(Node):
             return {"new_token": nxt.reshape(-1, 1), "stop": nxt == tokens.end_of_speech}
 
         runner = self._decode_runner(engine, call)
+        asked: list[Any] = [None, []]  # the works `prepare_batch` last saw, and their requests
 
         def admits(works: Sequence[Work]) -> bool:
             """Every row's sequence, with this step's token, fits ``width`` pages."""
@@ -329,6 +330,7 @@ class LLM(Node):
             """Append each row's token slot to its sequence (`DecodeRunner.step`): the batch's
             slots, positions, lengths, page tables, and audio positions."""
             requests = requests_of(works)
+            asked[:] = works, requests
             meta = runner.step(requests)
             for i in runner.fresh(requests):  # rows that joined: their columns, once
                 self._join_row(runner, works[i])
@@ -342,7 +344,9 @@ class LLM(Node):
             runner's columns: the step's own stop at ``end_of_speech`` stands, and a row that
             reached its ``max_tokens`` stops); a request that samples or penalises repetition
             is re-chosen alone from the step's logits."""
-            requests = requests_of(works)
+            # the batch `prepare_batch` saw (every row ran): its requests, not read again
+            requests = asked[1] if works is asked[0] else requests_of(works)
+            asked[:] = None, []
             rows = runner.rows_of(requests)
             cols = runner.columns
             spoken = cols["spoken"][rows]  # before this step's token (a copy)
@@ -385,4 +389,5 @@ class LLM(Node):
             finish=finish,
             admits=None if widest else admits,
             label=f"page tables of {room} tokens",
+            reads_inputs=False,  # its hooks read the works' contexts only
         )

@@ -35,6 +35,10 @@ A `StaticStep` is
   the batch (read before ``prepare``); None: every batch.
 * ``label``: what tells this form from the call's others in start-up reports (e.g. ``page tables of
   80 tokens``).
+* ``reads_inputs``: whether ``prepare``, ``prepare_batch``, ``finish`` or ``admits`` read the
+  works' ``inputs`` (True, the default). A step that reads only their contexts says False: a
+  decode lane (`wgc_runtime.core.executor.lanes`) then hands each row's carried input to its
+  work only when the row leaves or the lane's rows change, not at every step.
 
 `Node.static_step` may return a sequence of steps: forms of one call, each captured at every
 bucket, e.g. a decode step whose page tables are a quarter, half and all of the longest
@@ -92,6 +96,7 @@ class StaticStep:
     finish: Callable[[Sequence[Work], Mapping[str, torch.Tensor]], None] | None = None
     admits: Callable[[Sequence[Work]], bool] | None = None
     label: str = ""
+    reads_inputs: bool = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,10 +10,16 @@ keeps those for every request in the running batch, in one place and as arrays:
 * **lengths** as an array: which capture form (page-table width) admits a batch is one
   comparison of the batch's longest sequence, not a walk over its rows;
 * **the step's metadata** (`DecodeRunner.step`): one call per batch appends every row's token to
-  its sequence (`PagedKVPool.append_token`, the pool's own per-sequence bookkeeping) and returns
-  the batch's ``positions``, ``slots``, ``kv_lens`` and ``block_tables`` as tensors; a row whose
-  sequence is full fails alone (``failed``), the others run. The row indices of a batch are
-  cached: the same requests step after step (a decode loop's steady state) reuse them;
+  its sequence and returns the batch's ``positions``, ``slots``, ``kv_lens`` and
+  ``block_tables`` as tensors; a row whose sequence is full fails alone (``failed``), the
+  others run. The row indices of a batch are cached: the same requests step after step (a
+  decode loop's steady state) reuse them. The first step of a batch, and any step after the
+  pool changed otherwise (``PagedKVPool.changes``: a prefill, a fork, a request freed), goes
+  through the pool's per-sequence appends (`PagedKVPool.append_tokens`) and checks each row's
+  table; the steps after it are array operations over the batch (`_step_fast`: slots from the
+  tables and lengths, a page taken only for the rows whose last page is full, once in
+  ``page_size`` steps) and one length update per row's `PageTable`. Both give the same pages,
+  slots and tables;
 * **per-row columns** the node's own step bookkeeping keeps beside the tables (e.g. a TTS
   model's audio position, token budget and whether it samples): set once when a row joins (`fresh`),
   read and updated as arrays over the batch's rows after that.
@@ -34,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from wgc_runtime.engines.kv_pool import PagedKVPool, SequenceFull
+from wgc_runtime.engines.kv_pool import PagedKVPool, PageTable, SequenceFull
 
 if TYPE_CHECKING:
     from wgc_runtime.contract.node import Work
@@ -74,6 +80,18 @@ class StepMeta:
         }
 
 
+@dataclass(slots=True, eq=False)
+class _Fast:
+    """A batch the runner steps as arrays (`DecodeRunner._step_fast`): its rows (`rows_of`'s
+    cached entry), their `PageTable`s, their last slots, and how many steps on none of them
+    takes a page or reaches its limit."""
+
+    key: object
+    tabs: list[PageTable]
+    slots: np.ndarray
+    calm: int
+
+
 class DecodeRunner:
     """The running batch of one kv-cache node's decode step (module docstring).
 
@@ -104,6 +122,10 @@ class DecodeRunner:
         self._pages: list[list[int] | None] = []
         self._written: list[int] = []
         self._last: tuple[tuple[Hashable, ...], np.ndarray] | None = None  # cached batch rows
+        # after a step of the batch `_last` in which every row ran: `_last` and the rows'
+        # `PageTable`s, exact while the pool's ``changes`` stays ``_seen`` (`_step_fast`)
+        self._fast: _Fast | None = None
+        self._seen = -1
 
     # ------------------------------------------------------------------ rows
     def __len__(self) -> int:
@@ -194,6 +216,89 @@ class DecodeRunner:
     def step(self, requests: Sequence[Hashable]) -> StepMeta:
         """Append one token to each request's sequence; the batch's step metadata."""
         rows = self.rows_of(requests)
+        fast = self._fast
+        if fast is not None and fast.key is self._last and self.pool.changes == self._seen:
+            meta = self._step_fast(requests, rows, fast)
+            if meta is not None:
+                return meta
+        self._fast = None
+        meta = self._step_rows(requests, rows)
+        if not meta.failed:  # the rows' tables are exact: the next step of the batch is fast
+            tables = self.pool._tables  # pyright: ignore[reportPrivateUsage]
+            label = self.label
+            tabs = [tables[r][label] for r in requests]
+            self._fast = _Fast(self._last, tabs, meta.slots.numpy(), 0)
+            self._fast.calm = self._calm(meta.kv_lens.numpy())
+            self._seen = self.pool.changes
+        return meta
+
+    def _calm(self, lengths: np.ndarray) -> int:
+        """How many of the batch's next steps take no page and reach no limit, from its rows'
+        ``lengths``: in those each row's slot is its last one's next."""
+        ps = self.pool.page_size
+        return int(min(((-lengths) % ps).min(), (self.limit - lengths).min()))
+
+    def _step_fast(
+        self, requests: Sequence[Hashable], rows: np.ndarray, fast: _Fast
+    ) -> StepMeta | None:
+        """`step` of the batch whose last step ran every row, while nothing but this runner
+        changed the pool: the lengths and tables here are the pool's. None (nothing changed)
+        when a row is full or would pass ``width`` (`_step_rows` says so)."""
+        pool, ps, tables, tabs = self.pool, self.pool.page_size, self._tables, fast.tabs
+        lengths = self._lengths[rows]  # before this token
+        with pool._cond:  # pyright: ignore[reportPrivateUsage]
+            if pool.changes != self._seen:
+                return None
+            if fast.calm > 0:  # no row takes a page or reaches its limit
+                fast.calm -= 1
+                slots = fast.slots + 1
+            else:
+                if bool((lengths >= self.limit).any()):
+                    return None
+                new = np.flatnonzero(lengths % ps == 0)  # the last page is full: take one
+                if new.size and int(lengths[new].max()) // ps >= self.width:
+                    return None
+                self._take_pages(requests, rows, tabs, new.tolist())
+                slots = tables[rows, lengths // ps].astype(np.int64) * ps + lengths % ps
+                fast.calm = self._calm(lengths + 1)
+            for t in tabs:
+                t.length += 1
+        fast.slots = slots
+        kv_lens = lengths + 1
+        self._lengths[rows] = kv_lens
+        return StepMeta(
+            positions=torch.from_numpy(lengths),
+            slots=torch.from_numpy(slots),
+            kv_lens=torch.from_numpy(kv_lens.astype(np.int32)),
+            block_tables=torch.from_numpy(tables[rows]),
+            rows=list(range(len(tabs))),
+            failed={},
+            row_ids=rows,
+        )
+
+    def _take_pages(
+        self, requests: Sequence[Hashable], rows: np.ndarray, tabs: list[PageTable], new: list[int]
+    ) -> None:
+        """A page each for the batch's rows ``new`` (in order), in the pool and the tables."""
+        pool, tables, written = self.pool, self._tables, self._written
+        for i in new:
+            request, row = requests[i], int(rows[i])
+            try:
+                (page,) = pool._take(  # pyright: ignore[reportPrivateUsage]
+                    request, 1, f"`{request}`/`{self.label}` (+1 tokens)"
+                )
+            except BaseException:  # as `append_tokens`: the rows before it grew
+                for t in tabs[:i]:
+                    t.length += 1
+                pool.changes += 1
+                self._fast = None
+                raise
+            tabs[i].pages.append(page)
+            tables[row, written[row]] = page
+            written[row] += 1
+
+    def _step_rows(self, requests: Sequence[Hashable], rows: np.ndarray) -> StepMeta:
+        """`step` row by row, through the pool's appends (`PagedKVPool.append_tokens`)."""
         pool, label, limit = self.pool, self.label, self.limit
         slots: list[int] = []
         lengths: list[int] = []

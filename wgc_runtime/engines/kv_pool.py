@@ -115,6 +115,7 @@ class PagedKVPool(PoolBase):
         if src_label == dst_label:
             return
         with self._cond:
+            self.changes += 1
             tables = self._tables.get(request, {})
             src = tables.get(src_label)
             if src is None:
@@ -139,6 +140,7 @@ class PagedKVPool(PoolBase):
     def drop(self, request: Hashable, label: str) -> int:
         """Free one label's pages (e.g. the CFG branches after image generation)."""
         with self._cond:
+            self.changes += 1
             table = self._tables.get(request, {}).pop(label, None)
             if table is None:
                 return 0
@@ -155,6 +157,7 @@ class PagedKVPool(PoolBase):
         The table is a new list (see `append_token`). Returns the pages freed."""
         self._check_label(label)
         with self._cond:
+            self.changes += 1
             tables = self._tables.get(request, {})
             table = tables.get(label)
             held = 0 if table is None else table.length
@@ -187,6 +190,7 @@ class PagedKVPool(PoolBase):
         """Return every page of ``request`` (all labels) and its reservation: on end or cancel.
         Returns the number of page references dropped. Freeing an unknown request is a no-op."""
         with self._cond:
+            self.changes += 1
             tables = self._tables.pop(request, {})
             n = 0
             for table in tables.values():
@@ -201,6 +205,7 @@ class PagedKVPool(PoolBase):
         keeps a request's pages past its end, and its next request takes them back. ``old``'s
         unused reservation is dropped. Returns the pages moved."""
         with self._cond:
+            self.changes += 1
             if new in self._tables:
                 raise KeyError(f"kv pool already holds pages for `{new}`")
             tables = self._tables.pop(old, {})

@@ -128,6 +128,8 @@ class PoolBase:
         self._reserved_total = 0
         self._cond = threading.Condition(threading.RLock())
         self.stats = PoolStats()
+        # bumped by every change of a table but a `DecodeRunner`'s own steps (its cache's key)
+        self.changes = 0
 
     @classmethod
     def from_placement(
@@ -331,6 +333,7 @@ class PoolBase:
         out: list[tuple[int, int, list[int]] | SequenceFull] = []
         ps, tables = self.page_size, self._tables
         with self._cond:
+            self.changes += 1
             for request in requests:
                 table = tables.setdefault(request, {}).setdefault(label, PageTable())
                 start = table.length
@@ -352,6 +355,7 @@ class PoolBase:
         if n_tokens < 0:
             raise ValueError(f"cannot append {n_tokens} tokens")
         with self._cond:
+            self.changes += 1
             table = self._tables.setdefault(request, {}).setdefault(label, PageTable())
             start, end = table.length, table.length + n_tokens
             grow = self.pages_for(end) - len(table.pages)

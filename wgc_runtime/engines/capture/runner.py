@@ -245,11 +245,14 @@ class GraphRunner:
         if size is None:
             return self._run_plain(inputs, batch)
         bucket = self._get(size)
+        full = batch == size  # no padding rows: whole buffers, no slices
         for k, v in inputs.items():
             buf = bucket.inputs[k]
+            if full:
+                buf.copy_(v if v.shape == buf.shape else v.reshape(buf.shape), non_blocking=True)
+                continue
             buf[:batch].copy_(v.reshape(batch, *buf.shape[1:]), non_blocking=True)
-            if batch < size:
-                buf[batch:].fill_(self.specs[k].pad)
+            buf[batch:].fill_(self.specs[k].pad)
         if bucket.graph is not None:
             bucket.graph.replay()
             outs = bucket.outputs
@@ -260,7 +263,7 @@ class GraphRunner:
         else:
             outs = self._body(bucket.inputs)
             self.eager_runs += 1
-        return {k: v[:batch] for k, v in outs.items()}
+        return dict(outs) if full else {k: v[:batch] for k, v in outs.items()}
 
     def _run_plain(self, inputs: Mapping[str, torch.Tensor], batch: int):
         missing = [k for k in self.specs if k not in inputs]
