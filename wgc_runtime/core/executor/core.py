@@ -315,7 +315,7 @@ class RankExecutor:
         if w.chunk_of:  # a standing rule's walk: the rule goes on, nothing to report
             self.streams.rules.walk_done(w)
         elif spec.reports_done:
-            self.post.send(CONDUCTOR, WalkDone(req.id, w.walk_id, w.walk, self.rank))
+            self.post.send(CONDUCTOR, WalkDone(req.id, w.walk_id, w.walk, self.rank, w.emitted))
         if not spec.needs_release and self._holds_nothing(req):
             self.table.retire(req)  # no `Release` comes for a piece that leaves nothing
             for name in dict.fromkeys(c.node for c in spec.calls):  # the release rides here

@@ -189,6 +189,8 @@ class WalkRun:
     headed: set[int] = field(default_factory=new_set)
     # the stream whose standing rule started this run (`chunks.ChunkRules`; "": the conductor)
     chunk_of: str = ""
+    # outputs sent to the client directly, told at the end (`WalkDone.emits`, `ChunksDone`)
+    emitted: int = 0
 
 
 @dataclass(eq=False, slots=True)
@@ -198,7 +200,7 @@ class Inlet:
     the conductor was told of (`ChunkReady`, or run by a standing rule), whether its consumer node
     here learned the request (`Node.expect`) and the request's options it learned; under a
     standing rule (`chunks.ChunkRules`), whether the rule's walk runs for the last chunk, whether
-    that chunk is final, and the walks run and chunks skipped so far."""
+    that chunk is final, and the walks run, chunks skipped and direct outputs sent so far."""
 
     buf: StreamBuffer
     pending: deque[Waiting] = field(default_factory=new_deque)
@@ -209,6 +211,7 @@ class Inlet:
     chunk_final: bool = False
     chunk_walks: int = 0
     chunks_skipped: int = 0
+    chunk_emits: int = 0  # outputs the rule's walks sent the client directly
 
     @property
     def held(self) -> int:
