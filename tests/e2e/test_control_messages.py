@@ -36,9 +36,7 @@ ROOT = Path(__file__).resolve().parents[2]
 MODELS = ROOT / "benchmarks" / "models"
 
 
-def _cluster(
-    tmp_path: Path, walk: str, placement: str, direct_out: bool | None = None
-) -> LocalCluster:
+def _cluster(tmp_path: Path, walk: str, placement: str, direct_out: bool = True) -> LocalCluster:
     result = Driver().compile(str(MODELS / walk), str(MODELS / "placements" / placement))
     assert result.ok, [d.message for d in result.errors]
     for name, text in result.files.items():

@@ -39,7 +39,6 @@ from wgc_runtime.core.conductor.door import describe
 from wgc_runtime.core.executor import RankExecutor
 from wgc_runtime.host.admission import RequestIds, admit
 from wgc_runtime.host.loading import DeploymentError, load_nodes, load_plan, resolve_device
-from wgc_runtime.host.transport.tuning import TUNING
 
 NodesFactory = Callable[[RankSpec], Mapping[str, Node]]
 
@@ -116,10 +115,10 @@ class LocalCluster:
     `wgc_runtime.core.conductor.door`). ``conductor_options`` go to `ConductorCore` (timeouts,
     ``max_concurrent_requests``). ``direct`` False: plain pieces run in the generic executor
     too, not as their generated code (`wgc_runtime.core.executor.direct`). ``direct_out``
-    (default ``WGC_DIRECT_OUT``, on): the ranks hand a request's outputs to the client
-    themselves, as worker processes send them to a connected client
-    (`wgc_runtime.contract.messages.route`), not through the conductor (never for a plan that
-    may replay requests, whose outputs the conductor checks).
+    (default off: the cores see the ids the requests were submitted with): the ranks hand a
+    request's outputs to the client themselves, as worker processes send them to a connected
+    client (`wgc_runtime.contract.messages.route`), not through the conductor (never for a plan
+    that may replay requests, whose outputs the conductor checks).
     """
 
     def __init__(
@@ -129,7 +128,7 @@ class LocalCluster:
         max_batch: int | None = None,
         strict: bool = False,
         direct: bool = True,
-        direct_out: bool | None = None,
+        direct_out: bool = False,
         **conductor_options: Any,
     ) -> None:
         if isinstance(source, tuple):
@@ -153,8 +152,6 @@ class LocalCluster:
         for ex in self.ranks.values():
             ex.prepare_captures()
         self.strict = strict
-        if direct_out is None:
-            direct_out = TUNING.direct_out
         self.direct_out = direct_out and not self.conductor.may_replay
         self.handles: dict[str, Handle] = {}  # by the id the cores see
         self.ids = RequestIds()

@@ -12,6 +12,8 @@ rank that drops a request's bookkeeping itself. A rank sends such a request's em
 as `Output` (``counted``) and tells the conductor only how many (`WalkDone.emits`,
 `ChunksDone.emits`, `Emitted`); `Finished.outputs` says how many the client must have.
 
+Nodes never see the route: their request id is the id before it (`base_id`), as unique.
+
 An id without the separator runs as before: each emit goes to the conductor (`ClientOut`), which
 passes it on (a plan that may replay a request after a restart, a traced request, a client that
 did not connect to the ranks, ``WGC_DIRECT_OUT=0``).
@@ -26,6 +28,13 @@ def routed_id(base: str, n: int, client: str) -> str:
     """The internal id of request ``base`` whose outputs go to ``client`` (its socket identity,
     printable, without `ROUTE_SEP`) directly; ``n``: the client's number of the request."""
     return f"{base}{ROUTE_SEP}{n}{ROUTE_SEP}{client}"
+
+
+def base_id(request: str) -> str:
+    """The request's id without its route: what its nodes see (`CallContext.request_id`,
+    `Node.release`) and what messages to people say; unique among live requests as the
+    routed id is (`wgc_runtime.host.admission.RequestIds`)."""
+    return request if ROUTE_SEP not in request else request.split(ROUTE_SEP, 1)[0]
 
 
 def route(request: str) -> tuple[bytes, int] | None:

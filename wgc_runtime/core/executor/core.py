@@ -263,7 +263,7 @@ class RankExecutor:
         self.kv.free(request)
         for node in self.nodes.values():
             with contextlib.suppress(Exception):  # one failing release must not stop the others
-                node.release(request)
+                node.release(req.node_id)
 
     # ---------------------------------------------------------------- the request lifecycle
 
@@ -322,7 +322,7 @@ class RankExecutor:
                 node = self.nodes.get(name)
                 if node is not None:
                     with contextlib.suppress(Exception):
-                        node.release(req.id)
+                        node.release(req.node_id)
 
     def _holds_nothing(self, req: RequestState) -> bool:
         """Whether the request keeps nothing on this rank but finished walk ids: no walk, no

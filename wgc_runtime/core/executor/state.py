@@ -17,6 +17,7 @@ from typing import Any, cast
 import torch
 
 from wgc_runtime.contract.kinds import Cause, Edge, FailKind
+from wgc_runtime.contract.messages import base_id
 from wgc_runtime.contract.spec import Dest, LoopSpec, PieceSpec, PortIn, Unit
 from wgc_runtime.core.streams import StreamBuffer
 
@@ -250,6 +251,10 @@ class RequestState:
     streams: dict[str, Inlet] = field(default_factory=new_dict)
     outlets: dict[tuple[str, int], Outlet] = field(default_factory=new_dict)
     local_walks: int = 0  # walk runs this rank started itself (`chunks.ChunkRules`)
+    node_id: str = ""  # the id its nodes see: without a route (`messages.route.base_id`)
+
+    def __post_init__(self) -> None:
+        self.node_id = base_id(self.id)
 
 
 def lookup(store: dict[tuple[int, ...], Any] | None, key: tuple[int, ...]) -> Any:
