@@ -152,6 +152,7 @@ class Client:
             ckey.apply(self.sock)
         self._links = RankLinks(self.ctx, identity, ckey)  # direct outputs (`rank_links`)
         self._direct: dict[int, Stream] = {}
+        self.from_ranks = 0  # outputs that came straight from the ranks, so far
         # connection events: a dropped connection means the conductor is gone; a failed
         # handshake, that it refuses this client (a CURVE deployment: no key, or another one)
         self._monitor = watch(self.sock, _WATCHED | zmq.EVENT_CONNECTED | zmq.EVENT_CONNECT_RETRIED)
@@ -294,6 +295,7 @@ class Client:
                     if isinstance(msg, c.Pong):
                         self._links.on_pong(sock)
                     else:
+                        self.from_ranks += isinstance(msg, m.Output)
                         msgs.append(msg)
         out = []
         for msg in msgs:
