@@ -153,6 +153,7 @@ class Client:
         self._links = RankLinks(self.ctx, identity, ckey)  # direct outputs (`rank_links`)
         self._direct: dict[int, Stream] = {}
         self.from_ranks = 0  # outputs that came straight from the ranks, so far
+        self._failed: str | None = None  # the connection failed while a submit waited
         # connection events: a dropped connection means the conductor is gone; a failed
         # handshake, that it refuses this client (a CURVE deployment: no key, or another one)
         self._monitor = watch(self.sock, _WATCHED | zmq.EVENT_CONNECTED | zmq.EVENT_CONNECT_RETRIED)
@@ -203,6 +204,7 @@ class Client:
         ``rejected`` and every problem in its message."""
         rid = request_id or f"{self._prefix}-{next(self._ids)}"
         now = time.monotonic()
+        self._failed = None
         if self._links.waiting:  # the first request: connect to the ranks first
             self._await_links(now + CONNECT_TIMEOUT)
         direct = self._links.number()
@@ -215,11 +217,16 @@ class Client:
             session=session,
             direct=direct,
         )
-        stream = Stream(self, rid, None if deadline is None else now + deadline, submitted=now)
+        # the connection's timeout counts from the send (the wait above saw no refusal)
+        sent = time.monotonic()
+        stream = Stream(self, rid, None if deadline is None else now + deadline, submitted=sent)
         stream.direct = direct
         self.streams[rid] = stream
         if direct:
             self._direct[direct] = stream
+        if self._failed is not None:  # the connection failed while it waited for the ranks
+            self._fail_all(self._failed)
+            return stream  # nothing would take the request (a refused handshake is final)
         self._send(msg)
         return stream
 
@@ -321,7 +328,10 @@ class Client:
                 return
             events = dict(self._poller.poll(int(max(1, min(until - now, 0.05) * 1000))))
             if self._monitor in events:
+                self._failed = None
                 self._connection_event()
+                if self._failed is not None:
+                    return  # the request being submitted fails with the rest (`submit`)
                 continue
             for stream, msg in self._incoming(events):
                 self._handle(stream, msg)
@@ -348,6 +358,8 @@ class Client:
             )
         else:
             return
+        self._links.asked = False  # no routes come from a conductor that is gone or refuses
+        self._failed = why  # for a request submitted while its first one waited for routes
         self._fail_all(why)
 
     def _fail_all(self, why: str) -> None:
