@@ -17,6 +17,7 @@ and the values kept for a loop's end, in the walk run's `LoopRun`).
 from __future__ import annotations
 
 from collections.abc import Callable
+from time import monotonic
 from typing import Any
 
 from wgc_runtime.contract.kinds import DestKind, Edge, FailKind
@@ -50,6 +51,9 @@ from wgc_runtime.core.executor.values import Values, consume
 from wgc_runtime.core.post import Post
 
 Done = Callable[[], None]
+# a routed request that streams outputs tells the conductor it moves at most this often (an
+# `Emitted` of none), where its outputs through the conductor did it for every one
+PROGRESS_S = 1.0
 Iters = tuple[tuple[str, int], ...]
 Begin = Callable[[WalkRun, str, tuple[tuple[str, Any], ...]], None]
 
@@ -270,6 +274,10 @@ class Router:
                 self.post.send(CLIENT, out)
                 if w.chunk_of or w.piece.spec.reports_done:
                     w.emitted += 1  # told with the walk's end (`WalkDone`, `ChunksDone`)
+                    now = monotonic()
+                    if now - w.req.told > PROGRESS_S:  # the conductor's idle deadline
+                        w.req.told = now
+                        self.post.send(CONDUCTOR, Emitted(rid, w.walk_id, 0))
                 else:  # the conductor counts this walk's emits (`WalkSpec.done_emits`)
                     self.post.send(CONDUCTOR, Emitted(rid, w.walk_id))
                 return

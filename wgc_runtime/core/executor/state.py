@@ -9,6 +9,7 @@ loop instance, one `Inst` per call instance waiting to run.
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -252,9 +253,11 @@ class RequestState:
     outlets: dict[tuple[str, int], Outlet] = field(default_factory=new_dict)
     local_walks: int = 0  # walk runs this rank started itself (`chunks.ChunkRules`)
     node_id: str = ""  # the id its nodes see: without a route (`messages.route.base_id`)
+    told: float = 0.0  # when the conductor last heard of its direct outputs (`routing`)
 
     def __post_init__(self) -> None:
         self.node_id = base_id(self.id)
+        self.told = time.monotonic()
 
 
 def lookup(store: dict[tuple[int, ...], Any] | None, key: tuple[int, ...]) -> Any:
