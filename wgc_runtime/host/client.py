@@ -40,11 +40,9 @@ Wire protocol: the typed client messages of `wgc_runtime.contract.control` (the 
 conductor's ``ROUTER``: `Submit`, `Cancel`, `Ping` and `GetRoutes` out; `Accepted`, `Output`,
 `Alive`, `Finished`, `Pong` and `Routes` in. A reply that does not decode is dropped.
 
-**Outputs come from the ranks.** The client connects to every rank's client-out socket before
-its first request (`wgc_runtime.host.rank_links`; the first `submit` waits for that, up to
-``CONNECT_TIMEOUT``): a request's outputs then come from the rank that made each, not through
-the conductor, and its `Finished` says how many: the stream ends once it has them all (a
-`Finished` that overtook its outputs waits for them, up to ``idle_timeout``).
+**Outputs come from the ranks** once the client is connected to each (`rank_links`; the first
+`submit` waits for that, up to ``CONNECT_TIMEOUT``); a request's `Finished` says how many, and
+the stream ends once it has them all (waiting for late ones up to ``idle_timeout``).
 """
 
 from __future__ import annotations
@@ -72,7 +70,7 @@ from wgc_runtime.host.client_types import (
     segment_wire,
     unreachable,
 )
-from wgc_runtime.host.rank_links import RankLinks
+from wgc_runtime.host.rank_links import RankLinks, missing
 from wgc_runtime.host.transport.keys import ClientKey
 from wgc_runtime.host.transport.sockets import MAX_FRAME_BYTES, watch
 
@@ -270,11 +268,7 @@ class Client:
                     self.cancel(waiting.rid)
                     why = "the request's deadline passed"
                 elif waiting.expect is not None:
-                    why = (
-                        f"the request finished, but {waiting.expect - waiting.received} of its "
-                        f"{waiting.expect} outputs did not come from the ranks in "
-                        f"{self.idle_timeout:.0f} s"
-                    )
+                    why = missing(waiting.expect, waiting.received, self.idle_timeout)
                 else:
                     why = (
                         f"no word from the conductor at {self.address} for "
@@ -293,8 +287,7 @@ class Client:
                 self._handle(stream, msg)
 
     def _incoming(self, events: dict[Any, int]) -> list[tuple[Stream, m.Message]]:
-        """The messages for live requests on the sockets ``events`` names (the conductor's,
-        the ranks'); `Routes` and the ranks' `Pong`s go to the handshake."""
+        """Live requests' messages on the sockets ``events`` names; the handshake's its own."""
         msgs = self._recv(self.sock) if self.sock in events else []
         for sock in self._links.socks:
             if sock in events:
@@ -321,7 +314,7 @@ class Client:
 
     def _await_links(self, until: float) -> None:
         """Wait (until ``until`` at most) for the ranks' answers (`rank_links`), handling what
-        else arrives; a conductor that refuses the connection is not waited for."""
+        else arrives; not for a conductor that refuses the connection."""
         while self._links.waiting and not (self._refused and not self._connected):
             now = time.monotonic()
             if now >= until:

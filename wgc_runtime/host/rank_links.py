@@ -23,7 +23,6 @@ from typing import Any
 import zmq
 
 from wgc_runtime.contract import control as c
-from wgc_runtime.contract import messages as m
 from wgc_runtime.host.transport.keys import ClientKey
 from wgc_runtime.host.transport.sockets import MAX_FRAME_BYTES
 
@@ -75,9 +74,6 @@ class RankLinks:
             self.unanswered.add(rank)
         return list(self.socks)
 
-    def ping_frames(self, codec: Any) -> list[Any]:
-        return codec.encode([c.Ping()])
-
     def on_pong(self, sock: Any) -> None:
         if sock in self.socks:
             self.unanswered.discard(self.socks.index(sock))
@@ -89,6 +85,9 @@ class RankLinks:
         self.unanswered.clear()
 
 
-def counted(msg: m.Message) -> bool:
-    """Whether ``msg`` is an output ``Finished.outputs`` counts (a rank sent it)."""
-    return isinstance(msg, m.Output) and msg.counted
+def missing(expect: int, received: int, waited_s: float) -> str:
+    """Why a finished request failed: outputs `Finished.outputs` counts never came."""
+    return (
+        f"the request finished, but {expect - received} of its {expect} outputs did not come "
+        f"from the ranks in {waited_s:.0f} s"
+    )

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from wgc_runtime.contract.conductor import ConductorSpec
+from wgc_runtime.contract.control import Stats
 from wgc_runtime.contract.messages import (
     ChunksDone,
     ClientOut,
@@ -169,6 +170,11 @@ class ConductorStats:
             del self._ruled_start[key]
         for wid in [w for w, t in self._timing.items() if t.request == request]:
             del self._timing[wid]
+
+    def reply(self, running: int, queued: int) -> Stats:
+        """The counters as the client protocol's `Stats` (with the requests running, queued)."""
+        walks = tuple((name, tuple(h.counts), h.total, h.n) for name, h in self.walks.items())
+        return Stats(running, queued, BUCKETS, tuple(sorted(self.outcomes.items())), walks)
 
     def take_events(self) -> list[WalkEvent]:
         out, self._events = self._events, []

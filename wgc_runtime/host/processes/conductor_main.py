@@ -60,6 +60,7 @@ from wgc_runtime.host.admission import RequestIds, admit
 from wgc_runtime.host.inputs import InputError, Limits, check_segments
 from wgc_runtime.host.processes import child, replays
 from wgc_runtime.host.processes.recovery import RankWatch
+from wgc_runtime.host.processes.routes import RankRoutes
 from wgc_runtime.host.processes.worker_main import (
     Trouble,
     attach_rings,
@@ -104,10 +105,8 @@ class ConductorLoop:
         self.watch = RankWatch(self.spec)
         self.core.deadlines.notes = self.watch.notes  # a stalled request's error says more
         self.trouble = Trouble("the conductor")
-        # the ranks' client-out addresses (`Peers`); direct outputs need every rank's, a plan
-        # that never replays (a replay's outputs are checked here) and ``WGC_DIRECT_OUT``
-        self.routes: dict[int, str] = {}
-        self.direct_out = TUNING.direct_out and not self.core.may_replay
+        direct_out = TUNING.direct_out and not self.core.may_replay
+        self.routes = RankRoutes(self.spec.world_size, direct_out)  # for direct outputs
         self.running = True
         self._last_keepalive = 0.0
         self.poller = zmq.Poller()
@@ -135,9 +134,11 @@ class ConductorLoop:
             if internal is not None and self.clients.get(internal) == ident:
                 self.core.cancel(internal)
         elif isinstance(msg, c.GetStats):
-            self.port.send(ident, [self._stats()])
+            reply = self.stats.reply(len(self.core.active), len(self.core.queue))
+            self.port.send(ident, [reply])
         elif isinstance(msg, c.GetRoutes):
-            self.port.send(ident, [c.Routes(self.addresses() if m.routable(ident) else ())])
+            routes = self.routes.addresses() if m.routable(ident) else ()
+            self.port.send(ident, [c.Routes(routes)])
         elif isinstance(msg, c.GetSessions):
             dropped = msg.drop is not None and self.core.drop_session(msg.drop)
             table = self.core.sessions
@@ -180,7 +181,8 @@ class ConductorLoop:
         if problems:
             refuse(FailKind.REJECTED, describe(problems))
             return
-        direct = msg.direct > 0 and not msg.trace and m.routable(ident) and self.addresses()
+        direct = msg.direct > 0 and not msg.trace and m.routable(ident)
+        direct = direct and bool(self.routes.addresses())
         internal = self.ids.open(rid, (msg.direct, ident.decode()) if direct else None)
         self.clients[internal] = ident
         if msg.trace:
@@ -194,34 +196,6 @@ class ConductorLoop:
             return
         if internal in self.core.queue:  # a request that starts at once gets no reply round trip
             self.port.send(ident, [c.Accepted(rid, True)])
-
-    def addresses(self) -> tuple[str, ...]:
-        """Every rank's client-out address (`Routes`), or none: outputs come through here."""
-        world = self.spec.world_size
-        if not self.direct_out or len(self.routes) < world:
-            return ()
-        return tuple(self.routes[r] for r in range(world))
-
-    def learn_routes(self, table: tuple[c.PeerEntry, ...]) -> None:
-        """The ranks' client-out addresses in a `Peers` table (a rank without one: none)."""
-        for entry in table:
-            if isinstance(entry.who, int):
-                if entry.client:
-                    self.routes[entry.who] = entry.client
-                else:
-                    self.routes.pop(entry.who, None)
-
-    def _stats(self) -> c.Stats:
-        from wgc_runtime.core.conductor.stats import BUCKETS
-
-        walks = tuple((name, tuple(h.counts), h.total, h.n) for name, h in self.stats.walks.items())
-        return c.Stats(
-            len(self.core.active),
-            len(self.core.queue),
-            BUCKETS,
-            tuple(sorted(self.stats.outcomes.items())),
-            walks,
-        )
 
     # ---------------------------------------------------------------- ranks
 
@@ -245,7 +219,7 @@ class ConductorLoop:
                 if r not in self.watch.down:
                     self.mesh.send(r, [msg])
             self.mesh.set_peers(msg.table)
-            self.learn_routes(msg.table)
+            self.routes.learn(msg.table)
         elif isinstance(msg, c.Ready):
             if isinstance(msg.who, int) and self.watch.up(msg.who):
                 self.core.hold_admission(False)
@@ -401,7 +375,7 @@ def conductor_main(boot: dict[str, Any]) -> None:
             loop = ConductorLoop(boot["plan_dir"], mesh, port, dict(boot.get("config") or {}))
             table = wait_for_peers(mesh, time.monotonic() + 60).table
             mesh.set_peers(table)
-            loop.learn_routes(table)
+            loop.routes.learn(table)
         except child.Stop:
             raise
         except BaseException as exc:
