@@ -134,3 +134,16 @@ def test_a_routed_id_names_its_client_and_its_number_and_nodes_never_see_it() ->
     assert m.base_id(rid) == "req~3" and m.base_id("plain") == "plain"
     assert m.route("plain") is None
     assert m.routable(b"client-1-ab") and not m.routable(b"\xff\x00") and not m.routable(b"")
+
+
+def test_only_the_conductor_makes_a_routed_id() -> None:
+    from wgc_runtime.host.admission import RequestIds
+
+    ids = RequestIds()
+    sneaky = ids.open(m.routed_id("x", 1, "client-9-ff"))  # a client's own id that looks routed
+    assert m.route(sneaky) is None and ids.client(sneaky) == m.routed_id("x", 1, "client-9-ff")
+    routed = ids.open("y", (4, "client-1-ab"))
+    assert m.route(routed) == (b"client-1-ab", 4) and ids.client(routed) == "y"
+    ids.close(routed)
+    again = ids.open("y", (5, "client-1-ab"))  # a reused id runs under a fresh base
+    assert m.base_id(again) != m.base_id(routed) and ids.client(again) == "y"
