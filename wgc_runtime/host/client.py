@@ -203,7 +203,8 @@ class Client:
         rid = request_id or f"{self._prefix}-{next(self._ids)}"
         now = time.monotonic()
         self._failed = None
-        if self._links.waiting:  # the first request: connect to the ranks first
+        if self._links.waiting and not self._links.waited:  # the first request: connect first
+            self._links.waited = True  # once: later ones go through the conductor meanwhile
             self._await_links(now + CONNECT_TIMEOUT)
         direct = self._links.number()
         msg = c.Submit(

@@ -39,6 +39,7 @@ class RankLinks:
         self.socks: list[Any] = []
         self.asked = False  # `GetRoutes` sent, `Routes` not yet answered
         self.unanswered: set[int] = set()  # ranks whose `Pong` has not come yet
+        self.waited = False  # a request waited for the handshake already (`Client.submit`)
         self._numbers = itertools.count(1)
 
     @property
