@@ -22,7 +22,8 @@ processes ``wgc run --serve`` starts), ``--repeat`` rounds, the concurrencies in
   per request;
 * **messages per request**: every message the cores exchange for the ``c`` requests
   (`LocalCluster.log`: conductor <-> ranks, rank <-> rank, to the client) / ``c``, by type
-  (a `StreamItems` counts once, whatever it carries);
+  (a `StreamItems` counts once, whatever it carries), and the conductor's own (to it and from
+  it: with direct outputs, none per token or audio chunk);
 * the round's wall time, and tokens per second.
 
 Medians over the rounds with the spread (min-max); the machine load before and after each
@@ -30,6 +31,10 @@ round. ``--base CHECKOUT``: the same measurement of another checkout's runtime a
 (`speech_paired.start`: its processes import ``CHECKOUT/wgc_runtime`` and ``CHECKOUT/wgc_models``),
 started beside this one and served in alternating order each round; then the per-round ratios
 this / base are printed too (on a shared machine the paired ratio is what counts).
+``--base-env K=V ...``: the base side's environment; without ``--base`` the base side is this
+checkout under it (``--base-env WGC_DIRECT_OUT=0``: outputs through the conductor, paired with
+direct outputs). Run it at ``--tokens 35`` and ``--tokens 900`` for the conductor's CPU per
+request as the speech grows (flat when nothing of the conductor's is per token).
 Published anchors for the per-row cost (M*: a Python router ≈ 21.7 µs per request per
 step at batch 128, its Rust port 0.28 µs) are printed beside them.
 """
@@ -98,16 +103,28 @@ def compile_plan(out: Path, max_c: int, tokens: int) -> Path:
     return plan
 
 
-def messages(plan: Path, c: int, tokens: int) -> dict:
-    """Every message of ``c`` requests run at once in one process, by type, per request."""
+def messages(plan: Path, c: int, tokens: int, direct_out: bool = True) -> dict:
+    """Every message of ``c`` requests run at once in one process, by type, per request; and
+    the conductor's own (to it and from it), by type, per request. ``direct_out``: the ranks
+    send the outputs to the client themselves, as worker processes do for a connected `Client`
+    (`wgc_runtime.contract.messages.route`; off: ``WGC_DIRECT_OUT=0``, through the conductor)."""
     from wgc_runtime.contract.flow import Segment
+    from wgc_runtime.contract.messages import CONDUCTOR
     from wgc_runtime.host.local import LocalCluster
 
-    local = LocalCluster(plan)
+    local = LocalCluster(plan, direct_out=direct_out)
     options = {"max_tokens": tokens}
     req = local.request([Segment("text", TEXT)], ["audio"], options)
     local.submit(req)
     local.run()
+    sent: list = []
+    send = local.conductor.outbox
+
+    def tapped(to: int, msg) -> None:
+        sent.append(msg)
+        send(to, msg)
+
+    local.conductor.outbox = tapped
     local.log = []
     handles = [
         local.submit(local.request([Segment("text", TEXT)], ["audio"], options)) for _ in range(c)
@@ -115,9 +132,13 @@ def messages(plan: Path, c: int, tokens: int) -> dict:
     local.run()
     assert all(h.ok for h in handles), [h.error for h in handles if not h.ok]
     counts = collections.Counter(type(m).__name__ for _, m in local.log)
+    mine = collections.Counter(type(m).__name__ for to, m in local.log if to == CONDUCTOR)
+    mine.update(type(m).__name__ for m in sent)
     return {
         "per_request": sum(counts.values()) / c,
         "by_type": {k: v / c for k, v in counts.items()},
+        "conductor": sum(mine.values()) / c,
+        "conductor_by_type": {k: v / c for k, v in mine.items()},
     }
 
 
@@ -143,24 +164,26 @@ def table(result: dict, side: str) -> str:
     first = result["sides"][side][str(result["concurrency"][0])][0]
     whos = sorted(first["us_per_row"], key=_order)
     head = f"| {side}: concurrency | " + " | ".join(f"{w} µs / row-step" for w in whos)
-    head += " | conductor µs / request | messages / request | tokens/s | wall s |"
-    lines = [head, "|" + " --- |" * (len(whos) + 5)]
+    head += " | conductor µs / request | messages / request | conductor messages / request"
+    head += " | tokens/s | wall s |"
+    lines = [head, "|" + " --- |" * (len(whos) + 6)]
     for c in result["concurrency"]:
         rounds = result["sides"][side][str(c)]
         cells = [spread([r["us_per_row"][w] for r in rounds]) for w in whos]
         per_req = [r["us_per_row"]["conductor"] * result["tokens"] for r in rounds]
         msgs = result["messages"].get(side, {}).get(str(c))
         shown = f"{msgs['per_request']:.1f}" if msgs else "-"
+        theirs = f"{msgs['conductor']:.1f}" if msgs else "-"
         lines.append(
             f"| {c} | "
             + " | ".join(cells)
-            + f" | {spread(per_req)} | {shown} "
+            + f" | {spread(per_req)} | {shown} | {theirs} "
             + f"| {spread([r['tok_s'] for r in rounds])} "
             + f"| {spread([r['wall_s'] for r in rounds])} |"
         )
     anchors = ", ".join(f"{k} {v} µs" for k, v in ANCHORS.items())
     lines.append(
-        f"| anchors (per request per step at batch 128) | {anchors} |" + " |" * (len(whos) + 3)
+        f"| anchors (per request per step at batch 128) | {anchors} |" + " |" * (len(whos) + 4)
     )
     return "\n".join(lines)
 
@@ -191,6 +214,14 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=280)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--base", type=Path, help="another checkout, run side by side (paired)")
+    ap.add_argument(
+        "--base-env",
+        nargs="*",
+        default=[],
+        metavar="K=V",
+        help="the base side's environment (without --base: this checkout under it, e.g. "
+        "WGC_DIRECT_OUT=0 for outputs through the conductor)",
+    )
     ap.add_argument("--json", type=Path)
     ap.add_argument("--markdown", type=Path, help="write the tables here (benchmarks/all.py)")
     args = ap.parse_args()
@@ -204,21 +235,26 @@ def main() -> None:
     from wgc_runtime.host.client import Client
 
     max_c = max(args.concurrency)
-    names = ["base", "this"] if args.base else ["this"]
+    base_env = dict(kv.split("=", 1) for kv in args.base_env)
+    names = ["base", "this"] if args.base or base_env else ["this"]
     result: dict = {
         "concurrency": args.concurrency,
         "tokens": args.tokens,
         "sides": {n: {str(c): [] for c in args.concurrency} for n in names},
-        "messages": {"this": {}},
+        "messages": {n: {} for n in names if n == "this" or not args.base},
         "load": [],
     }
     with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
         plan = compile_plan(Path(tmp), max_c, args.tokens)
-        for c in args.concurrency:
-            result["messages"]["this"][str(c)] = messages(plan, c, args.tokens)
+        for n, sides in result["messages"].items():
+            env = {**os.environ, **(base_env if n == "base" else {})}
+            direct_out = env.get("WGC_DIRECT_OUT", "1") != "0"
+            for c in args.concurrency:
+                sides[str(c)] = messages(plan, c, args.tokens, direct_out)
         clients = {}
         for n in names:
-            cluster = start(stack, plan, {}, args.base.resolve() if n == "base" else None)
+            base = args.base.resolve() if n == "base" and args.base else None
+            cluster = start(stack, plan, base_env if n == "base" else {}, base)
             client = stack.enter_context(Client(cluster.client_address))
             clients[n] = (client, dict(cluster.pids))
             served_round(client, clients[n][1], min(4, max_c), args.tokens)  # warm-up
@@ -232,7 +268,7 @@ def main() -> None:
             result["load"].append(f"{before} -> {loadavg()}")
             print(f"round {r + 1}/{args.repeat}: load {result['load'][-1]}", flush=True)
     print("messages by type, per request: " + json.dumps(result["messages"]))
-    tables = [table(result, n) for n in names] + ([ratios(result)] if args.base else [])
+    tables = [table(result, n) for n in names] + ([ratios(result)] if "base" in names else [])
     loads = "Load (1 min, 5, 15) per round, before -> after: " + "; ".join(result["load"]) + "."
     text = "\n\n".join([*tables, loads]) + "\n"
     print(text)

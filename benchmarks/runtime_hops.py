@@ -29,6 +29,10 @@ median over the rounds with the min–max, ratios taken within a round. The load
   plain pieces (`wgc_runtime.core.executor.direct`) with the generic executor
   (``WGC_DIRECT=0``) in interleaved rounds: per node in `LocalCluster` and in a worker, the
   marginal node ((dispatch100 - hop10 on 1 rank) / 90, latency and CPU), and chain3.
+* **direct outputs**: ``--outputs-only`` pairs outputs sent by the producing rank straight to
+  the client (``WGC_DIRECT_OUT=1``, `wgc_runtime.contract.messages.route`) with outputs through
+  the conductor (``0``) in interleaved rounds: chain3 and hop10 on 2 ranks, the latency to the
+  output and to the request's end (its `Finished` still comes from the conductor), and CPU.
 * **tensor hand-over**: 16 MiB from one process to another through the shared-memory arena
   (descriptor only), as zero-copy ZeroMQ frames, and as a copied ZeroMQ message; median of the
   round trip (receiver answers with a small ack once it holds the tensor; arena blocks are
@@ -312,6 +316,87 @@ def request_latency(plan: str, n: int, env: dict[str, str] | None = None) -> tup
             else:
                 os.environ[k] = v
     return median_us(samples), cpu
+
+
+def output_times(plan: str, n: int, env: dict[str, str]) -> tuple[float, float, float]:
+    """(median latency to the request's first output, median latency to its end, CPU time of
+    the runtime's processes per request), all in µs, under ``env`` (`request_latency`)."""
+    import torch
+
+    from wgc_runtime.host.client import Client
+    from wgc_runtime.host.processes.launcher import Cluster
+
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        x = torch.zeros(4)
+        with Cluster(plan, progress=None) as cluster, Client(cluster.client_address) as client:
+            pids = list(cluster.pids.values())
+            firsts, ends = [], []
+            for i in range(n + 20):
+                if i == 20:
+                    cpu0 = cpu_seconds(pids)
+                t0 = time.perf_counter()
+                it = iter(client.submit([("x", x)], ["tensor"], deadline=30))
+                next(it)
+                t1 = time.perf_counter()
+                assert not list(it)
+                t2 = time.perf_counter()
+                if i >= 20:
+                    firsts.append(t1 - t0)
+                    ends.append(t2 - t0)
+            cpu = (cpu_seconds(pids) - cpu0) / n * 1e6
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    return median_us(firsts), median_us(ends), cpu
+
+
+OUTPUTS = {"relay": {"WGC_DIRECT_OUT": "0"}, "direct": {"WGC_DIRECT_OUT": "1"}}
+
+
+def outputs_pairs(plans: dict[str, str], n: int, rounds: int) -> list[str]:
+    """Outputs straight from the producing rank to the client (`WGC_DIRECT_OUT=1`) against
+    through the conductor (``0``), paired in ``rounds`` interleaved rounds: chain3 and hop10 on 2
+    ranks, latency to the output, to the request's end, CPU. The table's rows, as markdown."""
+    res: dict[str, list[float]] = {}
+    load0 = loadavg()
+    for r in range(rounds):
+        print(f"round {r + 1}/{rounds}, load {loadavg()}", flush=True)
+        order = list(OUTPUTS.items()) if r % 2 == 0 else list(OUTPUTS.items())[::-1]
+        for name, env in order:
+            for plan in ("chain3-3rank", "hop10-2rank"):
+                first, end, cpu = output_times(plans[plan], n, env)
+                for what, v in (("first", first), ("end", end), ("cpu", cpu)):
+                    res.setdefault(f"{plan} {what} {name}", []).append(v)
+                print(
+                    f"  {name:7s} {plan:14s} output {first:7.1f} us, end {end:7.1f} us, "
+                    f"{cpu:.0f} us CPU",
+                    flush=True,
+                )
+    load1 = loadavg()
+
+    def row(label: str, key: str) -> str:
+        cells = " | ".join(spread(res[f"{key} {name}"]) + " µs" for name in OUTPUTS)
+        pairs = zip(res[f"{key} relay"], res[f"{key} direct"], strict=True)
+        return f"| {label} | {cells} | {spread([a / b for a, b in pairs], '{:.2f}')}× |"
+
+    rows = [
+        f"| measurement (median of {rounds} rounds of {n} requests, min–max) | through the "
+        "conductor (`WGC_DIRECT_OUT=0`) | direct (`WGC_DIRECT_OUT=1`) | relay ÷ direct |",
+        "|---|---|---|---|",
+        f"| load (1, 5, 15 min) before → after | {load0} → {load1} | | |",
+    ]
+    for plan, label in (("chain3-3rank", "chain3 (3 ranks)"), ("hop10-2rank", "hop10 (2 ranks)")):
+        rows += [
+            row(f"{label}: latency to the output", f"{plan} first"),
+            row(f"{label}: latency to the request's end", f"{plan} end"),
+            row(f"{label}: CPU of every runtime thread per request", f"{plan} cpu"),
+        ]
+    return rows
 
 
 def local_latency(plan: str, n: int, direct: bool = True) -> float:
@@ -693,6 +778,11 @@ def main() -> None:
         action="store_true",
         help="only generated dispatch against the generic executor, paired rounds",
     )
+    ap.add_argument(
+        "--outputs-only",
+        action="store_true",
+        help="only direct outputs against outputs through the conductor, paired rounds",
+    )
     ap.add_argument("--repeat", type=int, default=3, help="rounds for --hops-only")
     ap.add_argument(
         "--busy", type=float, nargs="*", default=[0.0], help="busy-poll windows (us) to compare"
@@ -714,6 +804,9 @@ def main() -> None:
     print(f"machine: {os.cpu_count()} CPUs, python {sys.version.split()[0]}, load {loadavg()}")
     if args.hops_only:
         hops(plans, n, args.repeat, args.busy)
+        return
+    if args.outputs_only:
+        print("\n".join(outputs_pairs(plans, n, args.rounds)))
         return
     if args.dispatch_only:
         table = dispatch_pairs(plans, n, args.rounds)

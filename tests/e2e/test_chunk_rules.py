@@ -21,6 +21,7 @@ from wgc_runtime.contract.messages import (
     CONDUCTOR,
     ChunksDone,
     ClientOut,
+    Emitted,
     Output,
 )
 from wgc_runtime.host.local import LocalCluster
@@ -59,12 +60,12 @@ def _run(folder: Path | LocalCluster, eos_after: int = 34):
 
 def _conductor_traffic(log) -> collections.Counter:
     """The messages to and from the conductor but the client's outputs (`ClientOut` in,
-    `Output` out: one per emitted frame either way)."""
+    `Output` out, or a routed request's `Emitted` count: one per emitted frame either way)."""
     return collections.Counter(
         type(m).__name__
         for to, m in log
         if (to in (CONDUCTOR, CLIENT) or type(m).__name__ in {"StartWalk", "SkipChunk"})
-        and not isinstance(m, ClientOut | Output)
+        and not isinstance(m, ClientOut | Output | Emitted)
     )
 
 

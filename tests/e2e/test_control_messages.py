@@ -20,7 +20,15 @@ import torch
 from wgc.driver import Driver
 from wgc_runtime.contract.conductor import ConductorSpec
 from wgc_runtime.contract.flow import Segment
-from wgc_runtime.contract.messages import Release, StartWalk, Value, WalkDone
+from wgc_runtime.contract.messages import (
+    CLIENT,
+    Finished,
+    Output,
+    Release,
+    StartWalk,
+    Value,
+    WalkDone,
+)
 from wgc_runtime.core.conductor.stats import ConductorStats
 from wgc_runtime.host.local import LocalCluster
 
@@ -28,12 +36,12 @@ ROOT = Path(__file__).resolve().parents[2]
 MODELS = ROOT / "benchmarks" / "models"
 
 
-def _cluster(tmp_path: Path, walk: str, placement: str) -> LocalCluster:
+def _cluster(tmp_path: Path, walk: str, placement: str, direct_out: bool = True) -> LocalCluster:
     result = Driver().compile(str(MODELS / walk), str(MODELS / "placements" / placement))
     assert result.ok, [d.message for d in result.errors]
     for name, text in result.files.items():
         (tmp_path / name).write_text(text)
-    return LocalCluster(tmp_path)
+    return LocalCluster(tmp_path, direct_out=direct_out)
 
 
 def _logged(local: LocalCluster, inputs, want) -> list:
@@ -76,7 +84,8 @@ X = [("x", torch.zeros(4))]
     [
         ("chain3.walk", "chain3-3rank.yaml", X, ["tensor"], 6),
         ("hop10.walk", "hop10-2rank.yaml", X, ["tensor"], 13),
-        ("tts.walk", "tts-2rank.yaml", [("text", "hello there")], ["audio"], 86),
+        # the audio's two chunk outputs go from the vocoder rank to the client: no `ClientOut`
+        ("tts.walk", "tts-2rank.yaml", [("text", "hello there")], ["audio"], 84),
     ],
 )
 def test_messages_per_request_are_the_plans(tmp_path, walk, placement, inputs, want, total):
@@ -92,8 +101,9 @@ def test_messages_per_request_are_the_plans(tmp_path, walk, placement, inputs, w
         assert ex.requests == {}, f"rank {ex.rank} kept a request"
 
 
-def test_chain3_costs_one_message_per_data_hop(tmp_path) -> None:
-    local = _cluster(tmp_path, "chain3.walk", "chain3-3rank.yaml")
+@pytest.mark.parametrize("direct_out", [True, False])
+def test_chain3_costs_one_message_per_data_hop(tmp_path, direct_out) -> None:
+    local = _cluster(tmp_path, "chain3.walk", "chain3-3rank.yaml", direct_out)
     ws = local.spec.walk("chain")
     assert ws is not None
     assert ws.lazy == (0, 1, 2) and ws.report == () and ws.no_release == (0, 1, 2)
@@ -113,7 +123,14 @@ def test_chain3_costs_one_message_per_data_hop(tmp_path) -> None:
     local.conductor.outbox, local.conductor.deliver = tapped_send, tapped_deliver
     log = _logged(local, X, ["tensor"])
     counts = collections.Counter(type(m).__name__ for _, m in log)
-    assert counts == {"Value": 3, "ClientOut": 1, "Output": 1, "Finished": 1}
+    if direct_out:  # rank 2 sends the output to the client, and the conductor only its count
+        assert counts == {"Value": 3, "Emitted": 1, "Output": 1, "Finished": 1}
+        (out,) = [(to, m) for to, m in log if isinstance(m, Output)]
+        assert out[1].counted and out[0] == CLIENT
+        (done,) = [m for _, m in log if isinstance(m, Finished)]
+        assert done.outputs == 1
+    else:  # through the conductor
+        assert counts == {"Value": 3, "ClientOut": 1, "Output": 1, "Finished": 1}
     # the first value to each rank carries the walk's header (flow and options)
     assert all(m.options is not None and m.flow == "main" for _, m in log if isinstance(m, Value))
     assert stats.walks["chain"].n == 2 and stats.outcomes == {"ok": 2}
@@ -122,8 +139,9 @@ def test_chain3_costs_one_message_per_data_hop(tmp_path) -> None:
 def test_a_traced_request_shows_its_ruled_chunk_walk_once(tmp_path) -> None:
     # the playground lights the walks a traced request ran; a stream's standing rule runs its
     # chunk walks on the owner rank (no StartWalk / WalkDone here): they show as one walk, from
-    # the first of their emits to the stream's `ChunksDone`
-    local = _cluster(tmp_path, "tts.walk", "tts-2rank.yaml")
+    # the first of their emits to the stream's `ChunksDone` (a traced request's outputs come
+    # through the conductor: the process never routes one, `ConductorLoop._submit`)
+    local = _cluster(tmp_path, "tts.walk", "tts-2rank.yaml", direct_out=False)
     ruled = [(s.chunk_flow, s.chunk_walk) for s in local.spec.streams if s.chunk_walk]
     assert ruled
     clock = iter(range(10_000))

@@ -46,12 +46,17 @@ def _samples() -> list[M.Message]:
         M.StreamAck("r", "s", 7, 1),
         M.StreamAcks("s", 1, ("r", "q"), (7, 2)),
         M.WalkDone("r", 1, "w", 0),
+        M.WalkDone("r\x1f3\x1fclient-1-ab", 1, "w", 0, 2),
         M.ChunkReady("r", "s", 2, False, True),
         M.ChunksDone("r", "s", 3, 1),
+        M.ChunksDone("r", "s", 3, 1, 4),
         M.ClientOut("r", 1, "w", "main", "text", "token", (3,), None),
+        M.Emitted("r\x1f3\x1fclient-1-ab", 2, 1),
         M.Failed("r", FailKind.NODE, "boom", "main", "w", "LLM", 0),
         M.Output("r", "main", "w", "text", "token", (1,), 5),
+        M.Output("r\x1f3\x1fclient-1-ab", "main", "w", "text", "token", (1,), 5, True),
         M.Finished("r", False, FailKind.TIMEOUT, "late", None, None, None),
+        M.Finished("r", True, outputs=3),
     ]
 
 

@@ -38,6 +38,7 @@ BEFORE: dict[str, tuple[str, ...]] = {
         "Message", "Output", "Release", "SkipChunk", "StartWalk", "StateEnd", "StateImported",
         "StatePart", "StreamAbandon", "StreamAck", "StreamAcks", "StreamDone", "StreamItem",
         "StreamItems", "Until", "Value", "WalkDone", "pack_items", "unpack_acks", "unpack_items",
+        "Emitted", "ROUTE_SEP", "base_id", "routable", "route", "routed_id",
         "Cause", "Dest", "Edge", "FailKind",
     ),
     "wgc_runtime.host.transport.sockets": (

@@ -43,6 +43,8 @@ SAMPLES: list[m.Message] = [
     m.ChunkReady("r1", "tokens", 2, False, True),
     m.ChunksDone("r1", "tokens", 9, 1),
     m.ClientOut("r1", 3, "chain", "main", "tensor", "x10", (1, 2), [1, [2, 3]]),
+    m.Emitted("r1\x1f2\x1fclient-1-ab", 3, 1),
+    m.Output("r1\x1f2\x1fclient-1-ab", "main", "chain", "tensor", "x10", (1,), 7, True),
     m.Failed("r1", FailKind.NODE, "boom", "main", "chain", "n3", 1),
     c.Hello(0, "tcp://127.0.0.1:5", "127.0.0.1", None),
     c.Peers((c.PeerEntry("conductor", "tcp://127.0.0.1:6"), c.PeerEntry(1, "tcp://h:7", "h"))),

@@ -24,8 +24,11 @@ message                from -> to                 meaning
 =====================  =========================  ==============================================
 
 Client protocol (a ``DEALER`` client and the conductor's ``ROUTER``): `Submit`, `Cancel`,
-`Ping` and `GetStats` in; `Accepted`, `Output`, `Alive`, `Finished`, `Pong`, `Stats` and
-`WalkTrace` out (`Output` and `Finished` are the core messages of the same names).
+`Ping`, `GetStats`, `GetSessions` and `GetRoutes` in; `Accepted`, `Output`, `Alive`,
+`Finished`, `Pong`, `Stats`, `WalkTrace`, `SessionList` and `Routes` out (`Output` and
+`Finished` are the core messages of the same names). A client asking for direct outputs also
+connects a ``DEALER`` (the same identity) to each rank's client-out ``ROUTER`` (`Routes`): `Ping`
+in, `Pong` and `Output` out.
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ class Hello(Message, frozen=True, tag=40):
     address: str
     host: str = "127.0.0.1"
     ipc: str | None = None
-    client: str | None = None  # the conductor's client address
+    client: str | None = None  # the conductor's client address; a rank's client-out address
 
 
 class PeerEntry(Message, frozen=True, tag=41):
@@ -55,6 +58,7 @@ class PeerEntry(Message, frozen=True, tag=41):
     address: str
     host: str = "127.0.0.1"
     ipc: str | None = None
+    client: str | None = None  # a rank's client-out address (its `Hello.client`)
 
 
 class Peers(Message, frozen=True, tag=42):
@@ -163,6 +167,9 @@ class Submit(Message, frozen=True, tag=61):
     seed: int | None = None
     trace: bool = False
     session: str | None = None  # the session it continues (the placement's `sessions:`)
+    # > 0: the client's number of the request, asking for its outputs straight from the ranks
+    # (the client is connected to every rank of `Routes`; `messages.route`); 0: through here
+    direct: int = 0
 
 
 class Cancel(Message, frozen=True, tag=62):
@@ -232,6 +239,19 @@ class SessionList(Message, frozen=True, tag=71):
     dropped: bool = False
 
 
+class GetRoutes(Message, frozen=True, tag=72):
+    """Ask for the ranks' client-out addresses (`Routes`)."""
+
+
+class Routes(Message, frozen=True, tag=73):
+    """Every rank's client-out address, in rank order; empty: outputs come through the
+    conductor (some rank has none, the plan may replay requests, or ``WGC_DIRECT_OUT=0``). A
+    client that connected to each (a `Ping` answered by its `Pong`) may ask for direct outputs
+    (`Submit.direct`)."""
+
+    addresses: tuple[str, ...] = ()
+
+
 LAUNCHER = (
     Hello,
     Peers,
@@ -252,7 +272,8 @@ CLIENT_IN = (
     Ping,
     GetStats,
     GetSessions,
-)  # what the conductor's client port accepts
+    GetRoutes,
+)  # what the conductor's client port accepts (a rank's: `Ping` alone)
 CLIENT_OUT = (
     Accepted,
     Output,
@@ -262,4 +283,5 @@ CLIENT_OUT = (
     Stats,
     WalkTrace,
     SessionList,
+    Routes,
 )  # what a client accepts

@@ -27,6 +27,7 @@ from typing import Any
 
 from wgc_runtime.contract.conductor import ConductorSpec
 from wgc_runtime.contract.flow import SEED_OPTION, SESSION_OPTION, Request, SimpleRequest
+from wgc_runtime.contract.messages import ROUTE_SEP, routed_id
 from wgc_runtime.core.conductor.door import Problem, check
 from wgc_runtime.host.inputs import InputError, Limits, check_segments, check_value
 
@@ -137,9 +138,15 @@ class RequestIds:
     def live(self, rid: str) -> bool:
         return rid in self._live
 
-    def open(self, rid: str) -> str:
-        """The internal id of a new request ``rid`` (not live)."""
+    def open(self, rid: str, route: tuple[int, str] | None = None) -> str:
+        """The internal id of a new request ``rid`` (not live); ``route``: (the client's number
+        of the request, the client's identity) when its outputs go to the client directly
+        (`messages.route`). An unrouted id never looks routed."""
         internal = rid if rid not in self._used else f"{rid}~{next(self._n)}"
+        if route is not None:
+            internal = routed_id(internal, *route)
+        elif ROUTE_SEP in internal:
+            internal = f"{internal.replace(ROUTE_SEP, '?')}~{next(self._n)}"
         self._used[rid] = None
         self._used.move_to_end(rid)
         while len(self._used) > self.keep:

@@ -37,8 +37,12 @@ The client imports torch only when a tensor arrives or is sent (outputs are torc
 
 Wire protocol: the typed client messages of `wgc_runtime.contract.control` (the one wire format,
 `wgc_runtime.host.transport.codec`; tensors as frames) over a ``DEALER`` socket to the
-conductor's ``ROUTER``: `Submit`, `Cancel` and `Ping` out; `Accepted`, `Output`, `Alive`,
-`Finished` and `Pong` in. A reply that does not decode is dropped.
+conductor's ``ROUTER``: `Submit`, `Cancel`, `Ping` and `GetRoutes` out; `Accepted`, `Output`,
+`Alive`, `Finished`, `Pong` and `Routes` in. A reply that does not decode is dropped.
+
+**Outputs come from the ranks** once the client is connected to each (`rank_links`; the first
+`submit` waits for that, up to ``CONNECT_TIMEOUT``); a request's `Finished` says how many, and
+the stream ends once it has them all (waiting for late ones up to ``idle_timeout``).
 """
 
 from __future__ import annotations
@@ -57,11 +61,21 @@ from zmq.utils.monitor import recv_monitor_message
 
 from wgc_runtime.contract import control as c
 from wgc_runtime.contract import messages as m
+from wgc_runtime.host.client_types import (
+    ErrorInfo,
+    Output,
+    RequestFailed,
+    RequestTimeout,
+    plain_value,
+    segment_wire,
+    unreachable,
+)
+from wgc_runtime.host.rank_links import RankLinks, missing
 from wgc_runtime.host.transport.keys import ClientKey
 from wgc_runtime.host.transport.sockets import MAX_FRAME_BYTES, watch
 
 if TYPE_CHECKING:
-    import torch
+    pass
 
 IDLE_TIMEOUT = 15.0
 # how long a request waits for a connection that was never made (or was lost) while the address
@@ -75,74 +89,6 @@ _WATCHED = (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class Output:
-    """One emitted value: ``iteration`` has one entry per loop around the `emit`."""
-
-    request: str
-    flow: str
-    walk: str
-    modality: str
-    channel: str
-    value: torch.Tensor | None
-    iteration: tuple[int, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class ErrorInfo:
-    """Why a request failed: a `FailKind`, the message, where; ``cause``: for a node's failure,
-    ``input`` (the node refused a value of the request) or ``internal``."""
-
-    kind: str
-    message: str
-    flow: str | None = None
-    walk: str | None = None
-    node: str | None = None
-    cause: str | None = None
-
-    def __str__(self) -> str:
-        where = ", ".join(
-            f"{k} `{v}`"
-            for k, v in (("node", self.node), ("walk", self.walk), ("flow", self.flow))
-            if v
-        )
-        return f"{self.message} ({where})" if where and "`" not in self.message else self.message
-
-
-class RequestFailed(RuntimeError):
-    def __init__(self, error: ErrorInfo) -> None:
-        super().__init__(str(error))
-        self.error = error
-
-
-class RequestTimeout(RequestFailed):
-    pass
-
-
-def segment_wire(seg: Any) -> c.InputSegment:
-    """An input segment as sent: ``(modality, data)``, ``(modality, data, fields)``, a
-    ``Segment`` or a dict. numpy arrays travel as tensors."""
-    if isinstance(seg, Mapping):
-        modality, data, fields = seg["modality"], seg.get("data"), dict(seg.get("fields", {}))
-    elif hasattr(seg, "modality"):
-        modality, data, fields = seg.modality, seg.data, dict(seg.fields)
-    else:
-        modality, data, *rest = seg
-        fields = dict(rest[0]) if rest else {}
-    return c.InputSegment(
-        str(modality), _plain(data), {str(k): _plain(v) for k, v in fields.items()}
-    )
-
-
-def _plain(v: Any) -> Any:
-    if type(v).__module__ == "numpy" and hasattr(v, "dtype"):  # an array: sent as a tensor
-        import numpy as np
-        import torch
-
-        return torch.from_numpy(np.ascontiguousarray(v))
-    return v
-
-
 @dataclass
 class Stream:
     """The outputs of one request, as they arrive (see the module docstring)."""
@@ -154,6 +100,9 @@ class Stream:
     submitted: float = 0.0  # monotonic
     done: bool = False
     error: ErrorInfo | None = None
+    direct: int = 0  # its number for direct outputs (`rank_links`); 0: through the conductor
+    received: int = 0  # the outputs the ranks sent it directly, so far
+    expect: int | None = None  # how many there are: it finished, and waits for the rest
     _buffer: list[Output] = field(default_factory=list)
 
     def __iter__(self) -> Iterator[Output]:
@@ -193,10 +142,16 @@ class Client:
         self.sock.setsockopt(zmq.LINGER, 0)
         self.sock.setsockopt(zmq.MAXMSGSIZE, MAX_FRAME_BYTES)  # the conductor's frames
         self.sock.setsockopt(zmq.SNDTIMEO, 5000)
-        self.sock.setsockopt(zmq.IDENTITY, f"client-{os.getpid()}-{uuid.uuid4().hex[:8]}".encode())
+        identity = f"client-{os.getpid()}-{uuid.uuid4().hex[:8]}".encode()
+        self.sock.setsockopt(zmq.IDENTITY, identity)
         self._keyed = key is not None
-        if key is not None:
-            (key if isinstance(key, ClientKey) else ClientKey.load(key)).apply(self.sock)
+        ckey = None if key is None else key if isinstance(key, ClientKey) else ClientKey.load(key)
+        if ckey is not None:
+            ckey.apply(self.sock)
+        self._links = RankLinks(self.ctx, identity, ckey)  # direct outputs (`rank_links`)
+        self._direct: dict[int, Stream] = {}
+        self.from_ranks = 0  # outputs that came straight from the ranks, so far
+        self._failed: str | None = None  # the connection failed while a submit waited
         # connection events: a dropped connection means the conductor is gone; a failed
         # handshake, that it refuses this client (a CURVE deployment: no key, or another one)
         self._monitor = watch(self.sock, _WATCHED | zmq.EVENT_CONNECTED | zmq.EVENT_CONNECT_RETRIED)
@@ -210,6 +165,8 @@ class Client:
         self._codec = Codec(c.CLIENT_OUT)
         self._ids = itertools.count()
         self._prefix = uuid.uuid4().hex[:8]
+        self._links.asked = True
+        self._send(c.GetRoutes())  # queued until connected
 
     def __enter__(self) -> Client:
         return self
@@ -224,6 +181,7 @@ class Client:
         with contextlib.suppress(zmq.ZMQError):
             self.sock.disable_monitor()
         self._monitor.close(0)
+        self._links.close()
         self.sock.close(0)
 
     def submit(
@@ -243,17 +201,31 @@ class Client:
         request the conductor refuses at the door raises `RequestFailed` with kind
         ``rejected`` and every problem in its message."""
         rid = request_id or f"{self._prefix}-{next(self._ids)}"
+        now = time.monotonic()
+        self._failed = None
+        if self._links.waiting and not self._links.waited:  # the first request: connect first
+            self._links.waited = True  # once: later ones go through the conductor meanwhile
+            self._await_links(now + CONNECT_TIMEOUT)
+        direct = self._links.number()
         msg = c.Submit(
             rid,
             tuple(segment_wire(s) for s in inputs),
             tuple(sorted(set(want))),
-            {str(k): _plain(v) for k, v in (options or {}).items()},
+            {str(k): plain_value(v) for k, v in (options or {}).items()},
             seed,
             session=session,
+            direct=direct,
         )
-        now = time.monotonic()
-        stream = Stream(self, rid, None if deadline is None else now + deadline, submitted=now)
+        # the connection's timeout counts from the send (the wait above saw no refusal)
+        sent = time.monotonic()
+        stream = Stream(self, rid, None if deadline is None else now + deadline, submitted=sent)
+        stream.direct = direct
         self.streams[rid] = stream
+        if direct:
+            self._direct[direct] = stream
+        if self._failed is not None:  # the connection failed while it waited for the ranks
+            self._fail_all(self._failed)
+            return stream  # nothing would take the request (a refused handshake is final)
         self._send(msg)
         return stream
 
@@ -274,9 +246,9 @@ class Client:
                 ErrorInfo("timeout", f"cannot reach the conductor at {self.address}")
             ) from None
 
-    def _recv(self) -> list[m.Message]:
+    def _recv(self, sock: Any) -> list[m.Message]:
         try:
-            return self._codec.decode(self.sock.recv_multipart(copy=False))
+            return self._codec.decode(sock.recv_multipart(copy=False))
         except Exception:
             return []  # not a reply the protocol knows: dropped
 
@@ -296,6 +268,8 @@ class Client:
                 if waiting.deadline is not None and now >= waiting.deadline:
                     self.cancel(waiting.rid)
                     why = "the request's deadline passed"
+                elif waiting.expect is not None:
+                    why = missing(waiting.expect, waiting.received, self.idle_timeout)
                 else:
                     why = (
                         f"no word from the conductor at {self.address} for "
@@ -308,14 +282,52 @@ class Client:
             if self._monitor in events:
                 self._connection_event()
                 continue
-            if self.sock not in events:
-                continue
-            for msg in self._recv():
-                stream = self.streams.get(getattr(msg, "request", ""))
-                if stream is None:
-                    continue
+            for stream, msg in self._incoming(events):
                 if stream is waiting:
                     idle_until = time.monotonic() + self.idle_timeout
+                self._handle(stream, msg)
+
+    def _incoming(self, events: dict[Any, int]) -> list[tuple[Stream, m.Message]]:
+        """Live requests' messages on the sockets ``events`` names; the handshake's its own."""
+        msgs = self._recv(self.sock) if self.sock in events else []
+        for sock in self._links.socks:
+            if sock in events:
+                for msg in self._recv(sock):
+                    if isinstance(msg, c.Pong):
+                        self._links.on_pong(sock)
+                    else:
+                        self.from_ranks += isinstance(msg, m.Output)
+                        msgs.append(msg)
+        out = []
+        for msg in msgs:
+            if isinstance(msg, c.Routes):
+                for sock in self._links.on_routes(msg):
+                    self._poller.register(sock, zmq.POLLIN)
+                    sock.send_multipart(self._codec.encode([c.Ping()]), copy=False)
+                continue
+            request = getattr(msg, "request", "")
+            stream = self.streams.get(request)
+            if stream is None and (where := m.route(request)) is not None:
+                stream = self._direct.get(where[1])  # a rank's output of a routed request
+            if stream is not None:
+                out.append((stream, msg))
+        return out
+
+    def _await_links(self, until: float) -> None:
+        """Wait (until ``until`` at most) for the ranks' answers (`rank_links`), handling what
+        else arrives; not for a conductor that refuses the connection."""
+        while self._links.waiting and not (self._refused and not self._connected):
+            now = time.monotonic()
+            if now >= until:
+                return
+            events = dict(self._poller.poll(int(max(1, min(until - now, 0.05) * 1000))))
+            if self._monitor in events:
+                self._failed = None
+                self._connection_event()
+                if self._failed is not None:
+                    return  # the request being submitted fails with the rest (`submit`)
+                continue
+            for stream, msg in self._incoming(events):
                 self._handle(stream, msg)
 
     def _connection_event(self) -> None:
@@ -340,6 +352,8 @@ class Client:
             )
         else:
             return
+        self._links.asked = False  # no routes come from a conductor that is gone or refuses
+        self._failed = why  # for a request submitted while its first one waited for routes
         self._fail_all(why)
 
     def _fail_all(self, why: str) -> None:
@@ -362,6 +376,9 @@ class Client:
                     tuple(msg.iters),
                 )
             )
+            if msg.counted:
+                stream.received += 1
+                stream.done = stream.expect is not None and stream.received >= stream.expect
         elif isinstance(msg, c.Accepted):
             stream.queued = msg.queued
         elif isinstance(msg, m.Finished):
@@ -374,23 +391,10 @@ class Client:
                     msg.node,
                     None if msg.cause is None else str(msg.cause),
                 )
-            stream.done = True
+                stream.done = True
+            else:  # done once every output the ranks sent it is here (other sockets)
+                stream.expect = msg.outputs
+                stream.done = stream.received >= msg.outputs
         if stream.done:
             self.streams.pop(stream.rid, None)
-
-
-def unreachable(address: str) -> str:
-    """Why nothing accepts a connection to ``address``: an ``ipc://`` port another user's
-    private folder hides (WG893), or no conductor there."""
-    folder = os.path.dirname(address.removeprefix("ipc://"))
-    if address.startswith("ipc://") and os.path.isdir(folder) and not os.access(folder, os.X_OK):
-        return (
-            f"WG893: cannot reach the conductor at {address}: its client port is in the "
-            "deployment's private folder, which only the user who started it may open (run "
-            "the client as that user, or start the deployment with `WGC_CLIENT_PORT=curve` and "
-            "give the client its key)"
-        )
-    return (
-        f"cannot reach the conductor at {address}: nothing accepts the connection there (it "
-        "stopped or crashed, or the address is wrong)"
-    )
+            self._direct.pop(stream.direct, None)

@@ -114,7 +114,11 @@ class LocalCluster:
     ``strict``: the door's strict checks (undeclared options, unknown wants; see
     `wgc_runtime.core.conductor.door`). ``conductor_options`` go to `ConductorCore` (timeouts,
     ``max_concurrent_requests``). ``direct`` False: plain pieces run in the generic executor
-    too, not as their generated code (`wgc_runtime.core.executor.direct`).
+    too, not as their generated code (`wgc_runtime.core.executor.direct`). ``direct_out``
+    (default off: the cores see the ids the requests were submitted with): the ranks hand a
+    request's outputs to the client themselves, as worker processes send them to a connected
+    client (`wgc_runtime.contract.messages.route`), not through the conductor (never for a plan
+    that may replay requests, whose outputs the conductor checks).
     """
 
     def __init__(
@@ -124,6 +128,7 @@ class LocalCluster:
         max_batch: int | None = None,
         strict: bool = False,
         direct: bool = True,
+        direct_out: bool = False,
         **conductor_options: Any,
     ) -> None:
         if isinstance(source, tuple):
@@ -147,6 +152,7 @@ class LocalCluster:
         for ex in self.ranks.values():
             ex.prepare_captures()
         self.strict = strict
+        self.direct_out = direct_out and not self.conductor.may_replay
         self.handles: dict[str, Handle] = {}  # by the id the cores see
         self.ids = RequestIds()
         self._ids = itertools.count()
@@ -182,7 +188,8 @@ class LocalCluster:
         if problems:
             h.finished = Finished(rid, False, FailKind.REJECTED, describe(problems))
             return h
-        internal = self.ids.open(rid)
+        n = next(self._ids)
+        internal = self.ids.open(rid, (n, "local") if self.direct_out else None)
         self.handles[internal] = h
         self.conductor.submit(internal, self.ids.seeded(request, internal))
         return h

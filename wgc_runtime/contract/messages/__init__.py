@@ -45,7 +45,9 @@ message                 from -> to          meaning
 `SkipChunk`             conductor -> owner  an `on` flow is done with chunk ``index``: take
                                             and drop it unless a call already took it
 `WalkDone`              rank -> conductor   this rank finished its piece of a walk instance
-`ClientOut`             rank -> conductor   an emitted value
+                                            (and sent ``emits`` outputs to the client)
+`ClientOut`             rank -> conductor   an emitted value (a request without a route)
+`Emitted`               rank -> conductor   ``count`` outputs went to the client directly
 `Failed`                rank -> conductor   the request failed on this rank
 `Release`               conductor -> rank   the request ended: drop all its state
 `ExportState`           conductor -> rank   export the request's state of a node and send it
@@ -55,7 +57,9 @@ message                 from -> to          meaning
 `StatePart`             rank -> rank        one named tensor of an exported node state
 `StateEnd`              rank -> rank        the exported state is complete (``parts`` parts)
 `StateImported`         rank -> conductor   the state arrived and was imported here
-`Output`                conductor -> client an emitted value, with its flow and walk
+`Output`                conductor -> client an emitted value, with its flow and walk; a
+                        rank -> client      routed request's from the rank that made it
+                                            (`route`: the route is in the request id)
 `Finished`              conductor -> client the request ended (ok, or its error)
 ======================  ==================  ==============================================
 """
@@ -92,12 +96,14 @@ from wgc_runtime.contract.messages.reports import (
     ChunkReady,
     ChunksDone,
     ClientOut,
+    Emitted,
     Failed,
     Finished,
     Output,
     StateImported,
     WalkDone,
 )
+from wgc_runtime.contract.messages.route import ROUTE_SEP, base_id, routable, route, routed_id
 from wgc_runtime.contract.spec import Dest
 
 # what moves between the cores (conductor <-> ranks, rank <-> rank)
@@ -123,13 +129,16 @@ CORE = (
     ChunkReady,
     ChunksDone,
     ClientOut,
+    Emitted,
     Failed,
+    Output,  # a routed request's output a rank could not send its client: passed on
 )
 
 __all__ = [
     "CLIENT",
     "CONDUCTOR",
     "CORE",
+    "ROUTE_SEP",
     "Cause",
     "ChunkReady",
     "ChunksDone",
@@ -137,6 +146,7 @@ __all__ = [
     "CopyKv",
     "Dest",
     "Edge",
+    "Emitted",
     "ExportState",
     "FailKind",
     "Failed",
@@ -161,7 +171,11 @@ __all__ = [
     "Until",
     "Value",
     "WalkDone",
+    "base_id",
     "pack_items",
+    "routable",
+    "route",
+    "routed_id",
     "unpack_acks",
     "unpack_items",
 ]

@@ -13,10 +13,14 @@ from wgc_runtime.contract.messages.base import Message
 
 
 class WalkDone(Message, frozen=True, tag=14):
+    """``rank`` finished its piece of walk instance ``walk_id``; ``emits``: the outputs that
+    piece sent its client directly (`Output`, a request with a `route`), all sent before this."""
+
     request: str
     walk_id: int
     walk: str
     rank: int
+    emits: int = 0
 
 
 class StateImported(Message, frozen=True, tag=15):
@@ -49,6 +53,7 @@ class ChunksDone(Message, frozen=True, tag=25):
     stream: str
     walks: int
     skipped: int
+    emits: int = 0  # outputs those walks sent the client directly (`route`)
 
 
 class ClientOut(Message, frozen=True, tag=17):
@@ -63,6 +68,16 @@ class ClientOut(Message, frozen=True, tag=17):
     channel: str
     iters: tuple[int, ...] = ()
     data: Any = None
+
+
+class Emitted(Message, frozen=True, tag=26):
+    """``count`` outputs of walk instance ``walk_id`` went to the client directly (a request
+    with a `route`), from a piece that sends no `WalkDone` (the conductor counts the walk's
+    emits instead, `WalkSpec.done_emits`) or a persisted value passed on to the client."""
+
+    request: str
+    walk_id: int
+    count: int = 1
 
 
 class Failed(Message, frozen=True, tag=18):
@@ -83,7 +98,9 @@ class Failed(Message, frozen=True, tag=18):
 
 
 class Output(Message, frozen=True, tag=19):
-    """An emitted value, as the client sees it (``iters``: the emit's loop iterations)."""
+    """An emitted value, as the client sees it (``iters``: the emit's loop iterations);
+    ``counted``: a rank sent it for a request with a `route` (straight to the client, or
+    through the conductor when it could not): `Finished.outputs` counts it."""
 
     DATA: ClassVar[bool] = True
     request: str
@@ -93,10 +110,13 @@ class Output(Message, frozen=True, tag=19):
     channel: str
     iters: tuple[int, ...] = ()
     data: Any = None
+    counted: bool = False
 
 
 class Finished(Message, frozen=True, tag=20):
-    """The request ended: ``ok``, or failed with the error fields (as in `Failed`)."""
+    """The request ended: ``ok``, or failed with the error fields (as in `Failed`);
+    ``outputs``: how many ``counted`` `Output`s the ranks sent its client (they travel on
+    other sockets: the client ends the request once it has them all)."""
 
     request: str
     ok: bool
@@ -106,3 +126,4 @@ class Finished(Message, frozen=True, tag=20):
     walk: str | None = None
     node: str | None = None
     cause: Cause | None = None
+    outputs: int = 0

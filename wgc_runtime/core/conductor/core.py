@@ -17,6 +17,13 @@ value may still be on its way to a rank that never saw the walk).
 bookkeeping), `Walks` (walk instances on the ranks), `Deadlines` (timeouts, deadlock),
 `SessionTable` (`sessions`); per request a `RequestRun` (`state`). They send through one
 `Post`; the core keeps the request table and a request's start and end.
+
+**Outputs.** A rank sends an emit to the conductor (`ClientOut`), which passes it on as
+`Output` (checked against what a replay's client has, `replay`), unless the request is *routed*
+(`wgc_runtime.contract.messages.route`: its id says which client): then the rank sends it to the
+client itself and the conductor only learns how many (`Emitted`, `WalkDone.emits`,
+`ChunksDone.emits`), which `Finished.outputs` tells the client; an `Output` a rank could not
+deliver itself comes here and is passed on as it is.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ from wgc_runtime.contract.messages import (
     ChunkReady,
     ChunksDone,
     ClientOut,
+    Emitted,
     Failed,
     Finished,
     ForgetSession,
@@ -206,9 +214,16 @@ class ConductorCore:
                         ),
                     )
                 self.walks.on_emit(req, msg.walk_id)
+            elif isinstance(msg, Emitted):  # a routed request's outputs went to its client
+                req.outputs += msg.count
+                for _ in range(msg.count):
+                    self.walks.on_emit(req, msg.walk_id)
+            elif isinstance(msg, Output):  # a rank could not reach the client: passed on
+                self.post.send(CLIENT, msg)
             elif isinstance(msg, ChunkReady):
                 self.flows.on_chunk(req, msg)
             elif isinstance(msg, ChunksDone):
+                req.outputs += msg.emits
                 self.flows.on_chunks_done(req, msg)
             elif isinstance(msg, Failed):
                 # a rank that started on a value (no `StartWalk`) may not know the flow
@@ -263,7 +278,7 @@ class ConductorCore:
         self.active.pop(req.id, None)
         self.admission.promise(-1)
         if error is None:
-            self.post.send(CLIENT, Finished(req.id, True))
+            self.post.send(CLIENT, Finished(req.id, True, outputs=req.outputs))
         else:
             self.post.send(
                 CLIENT,

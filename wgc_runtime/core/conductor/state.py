@@ -63,7 +63,9 @@ class WalkWait:
     # what starts the walk once they are
     moving: set[tuple[str, int]] = field(default_factory=new_set)
     start: Any = None  # Callable[[], None] | None
-    emits: int = 0  # `ClientOut`s still to come before the walk is done (`WalkSpec.done_emits`)
+    # emits still to come before the walk is done (`WalkSpec.done_emits`: `ClientOut`s, or the
+    # counts of a routed request's direct outputs)
+    emits: int = 0
 
     def done(self) -> bool:
         return not self.pending and self.emits <= 0
@@ -98,6 +100,7 @@ class RequestRun:
     last_progress: float = 0.0
     ended: bool = False
     sent: int = 0  # outputs of it that went to the client (or were checked: `replay`)
+    outputs: int = 0  # outputs the ranks sent its client directly (`Finished.outputs`)
     # where some piece replays (`replay.may_replay`): the digests of what its client has, and
     # of what a replay must reproduce before it sends anything new (`replay.guard_output`)
     delivered: dict[Any, Any] | None = None

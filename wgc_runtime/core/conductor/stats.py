@@ -6,7 +6,8 @@ host loop shows it every message the core sends (`sent`) and every message from 
 (`received`) and the end of each request (`ended`). A walk instance is timed from its first
 `StartWalk` or header-carrying `Value` (a lazy rank's start) until every rank it waits for has
 sent `WalkDone` (the ranks of `WalkSpec.report`, plus a rank asked to acknowledge a
-`ForwardPersisted`) and its `WalkSpec.done_emits` emits arrived; node-state moves before it are
+`ForwardPersisted`) and its `WalkSpec.done_emits` emits arrived (or were counted: a routed
+request's, `Emitted`, `WalkDone.emits`); node-state moves before it are
 not part of it. Latencies go into cumulative histograms per walk (`BUCKETS`, seconds), outcomes are
 counted per `FailKind` (``ok`` for a finished request). For requests being *traced* (the
 playground asks), every walk start and finish is also queued as an event (`take_events`).
@@ -24,9 +25,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from wgc_runtime.contract.conductor import ConductorSpec
+from wgc_runtime.contract.control import Stats
 from wgc_runtime.contract.messages import (
     ChunksDone,
     ClientOut,
+    Emitted,
     Finished,
     ForwardPersisted,
     Message,
@@ -115,7 +118,7 @@ class ConductorStats:
         if isinstance(msg, ChunksDone):
             self._ruled_done(msg)
             return
-        if not isinstance(msg, WalkDone | ClientOut):
+        if not isinstance(msg, WalkDone | ClientOut | Emitted):
             return
         if isinstance(msg, ClientOut) and msg.walk_id < 0:
             self._ruled_emit(msg)
@@ -123,14 +126,16 @@ class ConductorStats:
         timing = self._timing.get(msg.walk_id)
         if timing is None:
             return
-        if isinstance(msg, ClientOut):
+        if isinstance(msg, ClientOut | Emitted):
             if timing.emits <= 0:
                 return
-            timing.emits -= 1
-        elif msg.rank in timing.pending:
-            timing.pending.discard(msg.rank)
+            timing.emits -= msg.count if isinstance(msg, Emitted) else 1
         else:
-            timing.pending.discard(-1)
+            timing.emits -= msg.emits  # a routed request's outputs of the piece
+            if msg.rank in timing.pending:
+                timing.pending.discard(msg.rank)
+            else:
+                timing.pending.discard(-1)
         if timing.pending or timing.emits > 0:
             return
         del self._timing[msg.walk_id]
@@ -165,6 +170,11 @@ class ConductorStats:
             del self._ruled_start[key]
         for wid in [w for w, t in self._timing.items() if t.request == request]:
             del self._timing[wid]
+
+    def reply(self, running: int, queued: int) -> Stats:
+        """The counters as the client protocol's `Stats` (with the requests running, queued)."""
+        walks = tuple((name, tuple(h.counts), h.total, h.n) for name, h in self.walks.items())
+        return Stats(running, queued, BUCKETS, tuple(sorted(self.outcomes.items())), walks)
 
     def take_events(self) -> list[WalkEvent]:
         out, self._events = self._events, []

@@ -113,9 +113,11 @@ class Walks:
             start()
 
     def on_walk_done(self, req: RequestRun, msg: WalkDone) -> None:
+        req.outputs += msg.emits  # sent to a routed request's client directly
         wait = req.walks.get(msg.walk_id)
         if wait is not None:
             wait.pending.discard(msg.rank)
+            wait.emits -= msg.emits
             if wait.done():
                 self.complete(req, msg.walk_id)
 
@@ -128,7 +130,8 @@ class Walks:
                 start()
 
     def on_emit(self, req: RequestRun, walk_id: int) -> None:
-        """An emit of walk ``walk_id`` reached the client: one fewer to wait for."""
+        """An emit of walk ``walk_id`` reached the client (or went to it directly: `Emitted`):
+        one fewer to wait for."""
         wait = req.walks.get(walk_id)
         if wait is not None and wait.emits > 0:
             wait.emits -= 1

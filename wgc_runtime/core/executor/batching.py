@@ -174,7 +174,7 @@ class Batcher:
         if kv is None and self.kv.has(call.node):
             kv = w.req.kv_handles[call.node] = self.kv.handle(call.node, w.req.id)
         ctx = CallContext(
-            request_id=w.req.id,
+            request_id=w.req.node_id,
             walk=w.walk,
             call=call.id,
             node=call.node,

@@ -80,6 +80,7 @@ class ChunkRules:
         if inlet is None or self.requests.by_id.get(req.id) is not req:
             return
         inlet.chunk_walks += 1
+        inlet.chunk_emits += w.emitted
         inlet.chunk_running = False
         buf = inlet.buf
         if buf.taken == inlet.notified and not buf.final_taken and buf.ready():
@@ -88,7 +89,9 @@ class ChunkRules:
 
     def next(self, req: RequestState, name: str, inlet: Inlet, final: bool) -> None:
         if final:
-            done = ChunksDone(req.id, name, inlet.chunk_walks, inlet.chunks_skipped)
+            done = ChunksDone(
+                req.id, name, inlet.chunk_walks, inlet.chunks_skipped, inlet.chunk_emits
+            )
             self.post.send(CONDUCTOR, done)
         else:
             self.changed(req, name)

@@ -263,7 +263,7 @@ class RankExecutor:
         self.kv.free(request)
         for node in self.nodes.values():
             with contextlib.suppress(Exception):  # one failing release must not stop the others
-                node.release(request)
+                node.release(req.node_id)
 
     # ---------------------------------------------------------------- the request lifecycle
 
@@ -315,14 +315,14 @@ class RankExecutor:
         if w.chunk_of:  # a standing rule's walk: the rule goes on, nothing to report
             self.streams.rules.walk_done(w)
         elif spec.reports_done:
-            self.post.send(CONDUCTOR, WalkDone(req.id, w.walk_id, w.walk, self.rank))
+            self.post.send(CONDUCTOR, WalkDone(req.id, w.walk_id, w.walk, self.rank, w.emitted))
         if not spec.needs_release and self._holds_nothing(req):
             self.table.retire(req)  # no `Release` comes for a piece that leaves nothing
             for name in dict.fromkeys(c.node for c in spec.calls):  # the release rides here
                 node = self.nodes.get(name)
                 if node is not None:
                     with contextlib.suppress(Exception):
-                        node.release(req.id)
+                        node.release(req.node_id)
 
     def _holds_nothing(self, req: RequestState) -> bool:
         """Whether the request keeps nothing on this rank but finished walk ids: no walk, no

@@ -97,7 +97,7 @@ class Binder:
             if state is None:
                 state = req.node_state[name] = {}
             ctx = CallContext(
-                request_id=req.id,
+                request_id=req.node_id,
                 walk=walk,
                 call=cid,
                 node=name,

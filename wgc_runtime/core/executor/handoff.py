@@ -95,7 +95,7 @@ class Handoff:
             )
         kept = req.node_state.pop(m.node, {})
         try:
-            state = dict(node.export_state(m.request, kept))
+            state = dict(node.export_state(req.node_id, kept))
         except Exception as exc:
             raise RequestAbort(
                 FailKind.NODE,
@@ -183,7 +183,7 @@ class Handoff:
                     f"rank {self.rank} cannot import the state of `{name}`: not loaded",
                 )
             try:
-                node.import_state(req.id, rest, req.node_state.setdefault(name, {}))
+                node.import_state(req.node_id, rest, req.node_state.setdefault(name, {}))
             except Exception as exc:
                 raise RequestAbort(
                     FailKind.NODE,

@@ -98,7 +98,7 @@ class Lane:
         call = self.call
         kv = w.req.kv_handles.get(call.node)
         ctx = CallContext(
-            request_id=w.req.id,
+            request_id=w.req.node_id,
             walk=w.walk,
             call=call.id,
             node=call.node,

@@ -2,10 +2,12 @@
 (`Router`).
 
 A destination (`Dest`) is a call on this rank (handed over in place) or another (the outbox), the
-client, the request's persisted store, a stream (`streams`), or a loop's stop condition (`Until`
-to every rank of the loop). Terminal and accumulated values are kept until their loop ends. A
-loop-carried destination that is not a call (an `emit` or `persist` of a loop-carried channel)
-fires when the next iteration starts, so the last iteration's value is never delivered.
+client (through the conductor, `ClientOut`; a routed request's straight to the client, counted
+for the conductor: `wgc_runtime.contract.messages.route`), the request's persisted store, a
+stream (`streams`), or a loop's stop condition (`Until` to every rank of the loop). Terminal and
+accumulated values are kept until their loop ends. A loop-carried destination that is not a call
+(an `emit` or `persist` of a loop-carried channel) fires when the next iteration starts, so the
+last iteration's value is never delivered.
 
 `Router` keeps no state of its own beyond the plan's self-stepping calls: what it routes goes
 to `Values` (a call here), the post (another rank, the conductor), `Streams` or `Loops` (stops,
@@ -15,13 +17,18 @@ and the values kept for a loop's end, in the walk run's `LoopRun`).
 from __future__ import annotations
 
 from collections.abc import Callable
+from time import monotonic
 from typing import Any
 
 from wgc_runtime.contract.kinds import DestKind, Edge, FailKind
 from wgc_runtime.contract.messages import (
+    CLIENT,
     CONDUCTOR,
+    ROUTE_SEP,
     ClientOut,
+    Emitted,
     ForwardPersisted,
+    Output,
     Until,
     Value,
     WalkDone,
@@ -44,6 +51,9 @@ from wgc_runtime.core.executor.values import Values, consume
 from wgc_runtime.core.post import Post
 
 Done = Callable[[], None]
+# a routed request that streams outputs tells the conductor it moves at most this often (an
+# `Emitted` of none), where its outputs through the conductor did it for every one
+PROGRESS_S = 1.0
 Iters = tuple[tuple[str, int], ...]
 Begin = Callable[[WalkRun, str, tuple[tuple[str, Any], ...]], None]
 
@@ -258,7 +268,20 @@ class Router:
         """A value to the client or the request's persisted store."""
         if d.kind is DestKind.CLIENT:
             channel = d.channel or channel
-            msg = ClientOut(w.req.id, w.walk_id, w.walk, w.flow, d.name or "", channel, it, v)
+            rid = w.req.id
+            if ROUTE_SEP in rid:  # a routed request: straight to its client (`route`)
+                out = Output(rid, w.flow, w.walk, d.name or "", channel, it, v, True)
+                self.post.send(CLIENT, out)
+                if w.chunk_of or w.piece.spec.reports_done:
+                    w.emitted += 1  # told with the walk's end (`WalkDone`, `ChunksDone`)
+                    now = monotonic()
+                    if now - w.req.told > PROGRESS_S:  # the conductor's idle deadline
+                        w.req.told = now
+                        self.post.send(CONDUCTOR, Emitted(rid, w.walk_id, 0))
+                else:  # the conductor counts this walk's emits (`WalkSpec.done_emits`)
+                    self.post.send(CONDUCTOR, Emitted(rid, w.walk_id))
+                return
+            msg = ClientOut(rid, w.walk_id, w.walk, w.flow, d.name or "", channel, it, v)
             self.post.send(CONDUCTOR, msg)
         elif d.kind is DestKind.PERSIST:
             w.req.persisted[(w.flow, d.name or channel)] = v
@@ -344,6 +367,11 @@ class Router:
                 self.send_value(req.id, m.walk_id, m.walk, d, (), value)
             elif d.kind is DestKind.CLIENT:
                 channel = d.channel or m.input
+                if ROUTE_SEP in req.id:  # a routed request: straight to its client (`route`)
+                    direct = Output(req.id, m.flow, m.walk, d.name or "", channel, (), value, True)
+                    self.post.send(CLIENT, direct)
+                    self.post.send(CONDUCTOR, Emitted(req.id, m.walk_id))
+                    continue
                 out = ClientOut(req.id, m.walk_id, m.walk, m.flow, d.name or "", channel, (), value)
                 self.post.send(CONDUCTOR, out)
             elif d.kind is DestKind.PERSIST:

@@ -9,6 +9,7 @@ loop instance, one `Inst` per call instance waiting to run.
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ from typing import Any, cast
 import torch
 
 from wgc_runtime.contract.kinds import Cause, Edge, FailKind
+from wgc_runtime.contract.messages import base_id
 from wgc_runtime.contract.spec import Dest, LoopSpec, PieceSpec, PortIn, Unit
 from wgc_runtime.core.streams import StreamBuffer
 
@@ -189,6 +191,8 @@ class WalkRun:
     headed: set[int] = field(default_factory=new_set)
     # the stream whose standing rule started this run (`chunks.ChunkRules`; "": the conductor)
     chunk_of: str = ""
+    # outputs sent to the client directly, told at the end (`WalkDone.emits`, `ChunksDone`)
+    emitted: int = 0
 
 
 @dataclass(eq=False, slots=True)
@@ -198,7 +202,7 @@ class Inlet:
     the conductor was told of (`ChunkReady`, or run by a standing rule), whether its consumer node
     here learned the request (`Node.expect`) and the request's options it learned; under a
     standing rule (`chunks.ChunkRules`), whether the rule's walk runs for the last chunk, whether
-    that chunk is final, and the walks run and chunks skipped so far."""
+    that chunk is final, and the walks run, chunks skipped and direct outputs sent so far."""
 
     buf: StreamBuffer
     pending: deque[Waiting] = field(default_factory=new_deque)
@@ -209,6 +213,7 @@ class Inlet:
     chunk_final: bool = False
     chunk_walks: int = 0
     chunks_skipped: int = 0
+    chunk_emits: int = 0  # outputs the rule's walks sent the client directly
 
     @property
     def held(self) -> int:
@@ -247,6 +252,12 @@ class RequestState:
     streams: dict[str, Inlet] = field(default_factory=new_dict)
     outlets: dict[tuple[str, int], Outlet] = field(default_factory=new_dict)
     local_walks: int = 0  # walk runs this rank started itself (`chunks.ChunkRules`)
+    node_id: str = ""  # the id its nodes see: without a route (`messages.route.base_id`)
+    told: float = 0.0  # when the conductor last heard of its direct outputs (`routing`)
+
+    def __post_init__(self) -> None:
+        self.node_id = base_id(self.id)
+        self.told = time.monotonic()
 
 
 def lookup(store: dict[tuple[int, ...], Any] | None, key: tuple[int, ...]) -> Any:

@@ -139,7 +139,7 @@ class Streams:
         if node is None:
             return
         ctx = CallContext(
-            request_id=req.id,
+            request_id=req.node_id,
             walk="",
             call=-1,
             node=node_name,

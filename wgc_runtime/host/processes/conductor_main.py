@@ -7,8 +7,10 @@ peers, report ready, then loop: poll the inbox and the client port (20 ms, busy-
 `Tuning.busy_poll_us` after activity), hand client requests to the core (`Submit` / `Cancel`: the
 core queues beyond ``max_concurrent_requests``), deliver rank messages, send what the core emits
 (walk starts and values to ranks, one batch per rank per turn; `Output` and `Finished` to the
-client that asked), ``tick`` the core's deadlines and send every client an `Alive` for each of
-its live requests once a second (`wgc_runtime.host.client` fails a request that hears nothing).
+client that asked: a client connected to every rank's client-out socket gets its outputs from
+the ranks directly, `GetRoutes` and `Submit.direct`, `wgc_runtime.contract.messages.route`),
+``tick`` the core's deadlines and send every client an `Alive` for each of its live requests
+once a second (`wgc_runtime.host.client` fails a request that hears nothing).
 
 **At the door** (`wgc_runtime.host.admission`): a `Submit` is checked against the deployment's
 input limits (``limits`` in the boot config, `wgc_runtime.host.inputs.Limits`; its segment count
@@ -58,6 +60,7 @@ from wgc_runtime.host.admission import RequestIds, admit
 from wgc_runtime.host.inputs import InputError, Limits, check_segments
 from wgc_runtime.host.processes import child, replays
 from wgc_runtime.host.processes.recovery import RankWatch
+from wgc_runtime.host.processes.routes import RankRoutes
 from wgc_runtime.host.processes.worker_main import (
     Trouble,
     attach_rings,
@@ -70,6 +73,7 @@ from wgc_runtime.host.processes.worker_main import (
 from wgc_runtime.host.transport.arena import Arena
 from wgc_runtime.host.transport.keys import Keys
 from wgc_runtime.host.transport.sockets import ClientPort, Mesh
+from wgc_runtime.host.transport.tuning import TUNING
 
 POLL_MS = 20
 KEEPALIVE_S = 1.0
@@ -101,6 +105,8 @@ class ConductorLoop:
         self.watch = RankWatch(self.spec)
         self.core.deadlines.notes = self.watch.notes  # a stalled request's error says more
         self.trouble = Trouble("the conductor")
+        direct_out = TUNING.direct_out and not self.core.may_replay
+        self.routes = RankRoutes(self.spec.world_size, direct_out)  # for direct outputs
         self.running = True
         self._last_keepalive = 0.0
         self.poller = zmq.Poller()
@@ -128,7 +134,11 @@ class ConductorLoop:
             if internal is not None and self.clients.get(internal) == ident:
                 self.core.cancel(internal)
         elif isinstance(msg, c.GetStats):
-            self.port.send(ident, [self._stats()])
+            reply = self.stats.reply(len(self.core.active), len(self.core.queue))
+            self.port.send(ident, [reply])
+        elif isinstance(msg, c.GetRoutes):
+            routes = self.routes.addresses() if m.routable(ident) else ()
+            self.port.send(ident, [c.Routes(routes)])
         elif isinstance(msg, c.GetSessions):
             dropped = msg.drop is not None and self.core.drop_session(msg.drop)
             table = self.core.sessions
@@ -171,7 +181,9 @@ class ConductorLoop:
         if problems:
             refuse(FailKind.REJECTED, describe(problems))
             return
-        internal = self.ids.open(rid)
+        direct = msg.direct > 0 and not msg.trace and m.routable(ident)
+        direct = direct and bool(self.routes.addresses())
+        internal = self.ids.open(rid, (msg.direct, ident.decode()) if direct else None)
         self.clients[internal] = ident
         if msg.trace:
             self.stats.traced.add(internal)
@@ -184,18 +196,6 @@ class ConductorLoop:
             return
         if internal in self.core.queue:  # a request that starts at once gets no reply round trip
             self.port.send(ident, [c.Accepted(rid, True)])
-
-    def _stats(self) -> c.Stats:
-        from wgc_runtime.core.conductor.stats import BUCKETS
-
-        walks = tuple((name, tuple(h.counts), h.total, h.n) for name, h in self.stats.walks.items())
-        return c.Stats(
-            len(self.core.active),
-            len(self.core.queue),
-            BUCKETS,
-            tuple(sorted(self.stats.outcomes.items())),
-            walks,
-        )
 
     # ---------------------------------------------------------------- ranks
 
@@ -219,6 +219,7 @@ class ConductorLoop:
                 if r not in self.watch.down:
                     self.mesh.send(r, [msg])
             self.mesh.set_peers(msg.table)
+            self.routes.learn(msg.table)
         elif isinstance(msg, c.Ready):
             if isinstance(msg.who, int) and self.watch.up(msg.who):
                 self.core.hold_admission(False)
@@ -372,7 +373,9 @@ def conductor_main(boot: dict[str, Any]) -> None:
         loop: ConductorLoop | None = None
         try:
             loop = ConductorLoop(boot["plan_dir"], mesh, port, dict(boot.get("config") or {}))
-            mesh.set_peers(wait_for_peers(mesh, time.monotonic() + 60).table)
+            table = wait_for_peers(mesh, time.monotonic() + 60).table
+            mesh.set_peers(table)
+            loop.routes.learn(table)
         except child.Stop:
             raise
         except BaseException as exc:

@@ -51,9 +51,11 @@ def handshake(cluster: Cluster, t0: float) -> tuple[dict[str, float], dict[str, 
             if isinstance(msg, c.Hello):
                 who = cluster._who(msg.who)
                 up[who] = time.monotonic() - t0
-                cluster.table[who] = c.PeerEntry(msg.who, msg.address, msg.host, msg.ipc)
+                cluster.table[who] = c.PeerEntry(
+                    msg.who, msg.address, msg.host, msg.ipc, msg.client
+                )
                 cluster.mesh.connect(msg.who, msg.address, msg.host, msg.ipc)
-                if msg.client:
+                if msg.client and msg.who == "conductor":
                     cluster.client_address = msg.client
             elif isinstance(msg, c.Progress):
                 cluster.progress(f"  {cluster._who(msg.who)}: {msg.text}")

@@ -62,8 +62,20 @@ def spawn_worker(cluster: Cluster, rank: int) -> None:
         cluster.procs[f"rank {rank}"] = ExternalChild(cluster, rank)
         return
     if cluster.ray is None:
+        boot["client_port"] = client_out(cluster, rank)
         cluster.procs[f"rank {rank}"] = LocalChild(entry.worker, boot, f"wgc-rank{rank}")
         return
     if host != cluster.conductor_host:  # another machine: no shared memory, no ipc folder
         boot.update(arena=None, ipc_dir=None)
     cluster.procs[f"rank {rank}"] = ray_launcher.RayChild(boot, host, f"wgc-rank{rank}")
+
+
+def client_out(cluster: Cluster, rank: int) -> dict[str, Any]:
+    """Rank ``rank``'s client-out socket, guarded as the conductor's client port is: ``ipc`` in
+    the same private folder (one path per rank: a restarted rank binds it again, and its
+    clients reconnect), else CURVE with the client port's keys (`messages.route`)."""
+    keys = cluster.port_keys
+    ipc = None
+    if cluster.client_ipc is not None:
+        ipc = os.path.join(os.path.dirname(cluster.client_ipc), f"out{rank}.sock")
+    return {"ipc": ipc, "keys": keys.boot() if keys is not None and ipc is None else None}

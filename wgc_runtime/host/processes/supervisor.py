@@ -162,7 +162,7 @@ class Supervisor:
         cluster = self.cluster
         if isinstance(msg, c.Hello):
             who = cluster._who(msg.who)
-            entry = c.PeerEntry(msg.who, msg.address, msg.host, msg.ipc)
+            entry = c.PeerEntry(msg.who, msg.address, msg.host, msg.ipc, msg.client)
             cluster.table[who] = entry
             if who in self.restarting:
                 self.restarting[who].hello = True

@@ -22,6 +22,12 @@ nodes on the rank's device (reporting `Progress`), learn the `Peers`, report `Re
    for `Tuning.busy_poll_us` after activity) and deliver what arrived (frames that do not decode
    are dropped by the transport); tell arena owners which blocks this rank is done with.
 
+**Outputs of a routed request** (`wgc_runtime.contract.messages.route`) go from the rank's
+client-out socket (`client_out`, guarded like the conductor's client port) to the client the
+request id names, in the same flush as the counts that follow them to the conductor; one the
+socket cannot deliver goes to the conductor, which passes it on. A connecting client's `Ping`
+there is answered (`Pong`) between turns.
+
 It leaves on `Shutdown` from the launcher or SIGTERM, and dies with the launcher. A failure while
 starting is reported to the launcher (`StartFailed`) with its message. **An exception while
 delivering one message** (a message that validates but makes no sense here, or a bug) is logged
@@ -52,6 +58,8 @@ from wgc_runtime.host import loading
 from wgc_runtime.host.processes import child
 from wgc_runtime.host.processes.external import untrack_segment
 from wgc_runtime.host.transport.arena import Arena
+from wgc_runtime.host.transport.client_port import FRAME_HEADROOM, ClientPort
+from wgc_runtime.host.transport.endpoints import EVENTS, POLLIN
 from wgc_runtime.host.transport.keys import Keys
 from wgc_runtime.host.transport.ring import Rings
 from wgc_runtime.host.transport.ring import attach as _attach_rings
@@ -114,11 +122,19 @@ class SendHold:
 class WorkerLoop:
     """The loop of one rank (see the module docstring)."""
 
-    def __init__(self, rank_spec: Any, nodes: dict[str, Any], mesh: Mesh, device: str) -> None:
+    def __init__(
+        self,
+        rank_spec: Any,
+        nodes: dict[str, Any],
+        mesh: Mesh,
+        device: str,
+        port: ClientPort | None = None,
+    ) -> None:
         from wgc_runtime.core.executor import RankExecutor
 
         self.rank = rank_spec.rank
         self.mesh = mesh
+        self.port = port  # the client-out socket (`client_out`)
         self.local: deque[m.Message] = deque()
         self.out: list[tuple[int, m.Message]] = []
         self.credits = False  # `self.out` holds a `StreamAck`: send it this turn (`SendHold`)
@@ -145,9 +161,38 @@ class WorkerLoop:
     def flush(self) -> None:
         out, self.out = self.out, []
         self.credits = False
-        for to, msgs in batches(out).items():
+        grouped = batches(out)
+        direct = grouped.pop(m.CLIENT, None)
+        if direct:  # before the counts that follow them to the conductor
+            undelivered = self.to_clients(direct)
+            if undelivered:
+                grouped[m.CONDUCTOR] = [*undelivered, *grouped.get(m.CONDUCTOR, ())]
+        for to, msgs in grouped.items():
             # a decode step's items for one owner travel as one message (`StreamItems`)
             self.mesh.send(peer_of(to), m.pack_items(msgs) if to >= 0 else msgs)
+
+    def to_clients(self, outs: list[m.Message]) -> list[m.Message]:
+        """Send routed requests' outputs to their clients (`messages.route`); what cannot go
+        (no port, a client not connected here, or not reading) goes through the conductor."""
+        by_client: dict[bytes, list[m.Message]] = {}
+        for msg in outs:
+            where = m.route(getattr(msg, "request", ""))
+            by_client.setdefault(where[0] if where is not None else b"", []).append(msg)
+        undelivered: list[m.Message] = []
+        for ident, msgs in by_client.items():
+            if self.port is None or not ident or not self.port.send(ident, msgs):
+                undelivered.extend(msgs)
+        return undelivered
+
+    def answer_clients(self) -> None:
+        """A client connecting for direct outputs pings; the answer tells it this rank knows it
+        (the port can route to it from now on)."""
+        port = self.port
+        if port is None or not port.sock.get(EVENTS) & POLLIN:
+            return
+        for ident, msg in port.recv_all():
+            if isinstance(msg, c.Ping):
+                port.send(ident, [c.Pong()])
 
     def handle(self, msg: m.Message) -> None:
         cls = msg.__class__
@@ -209,6 +254,7 @@ class WorkerLoop:
             for msg in mesh.poll(0 if busy else IDLE_POLL_MS):
                 self.handle(msg)
             mesh.flush_releases()
+            self.answer_clients()
 
 
 def batches(out: list[tuple[int, m.Message]]) -> dict[int, list[m.Message]]:
@@ -248,6 +294,20 @@ def launcher_address(boot: dict[str, Any]) -> tuple[str, str, str | None]:
     return boot["launcher"], boot.get("launcher_host", "127.0.0.1"), boot.get("launcher_ipc")
 
 
+def client_out(boot: dict[str, Any]) -> ClientPort | None:
+    """The rank's client-out socket (a ``ROUTER``: routed requests' outputs go to their clients
+    from here, `messages.route`), guarded as the conductor's client port is (the boot's
+    ``client_port``: an ipc path in the private folder, or CURVE keys); None without one (a
+    rank the launcher did not start, or on another host: its outputs go through the
+    conductor)."""
+    where = boot.get("client_port")
+    if not where or not (where.get("ipc") or where.get("keys")):
+        return None
+    keys = Keys.of_boot(where.get("keys"))
+    ipc = where.get("ipc")
+    return ClientPort(boot["bind"], keys=keys, ipc_path=ipc, frame_bytes=FRAME_HEADROOM)
+
+
 def wait_for_peers(mesh: Mesh, deadline: float) -> c.Peers:
     """The launcher's `Peers` table (runtime messages cannot arrive before it: nobody knows
     this process's address yet); `Shutdown` meanwhile stops the process."""
@@ -264,7 +324,7 @@ def worker_main(boot: dict[str, Any]) -> None:
     child.child_setup(boot)
     rank = int(boot["rank"])
     t0 = time.monotonic()
-    arena = mesh = None
+    arena = mesh = port = None
     code = 0
     linger_ms = 0  # how long closing waits for queued messages (a StartFailed must arrive)
     try:
@@ -284,8 +344,10 @@ def worker_main(boot: dict[str, Any]) -> None:
         )
         if arena is not None and a is not None:  # the same-host rings after the regions, if any
             mesh.use_rings(attach_rings(arena, a, rank, mesh.address, boot.get("ipc_dir")))
+        port = client_out(boot)
         mesh.connect("launcher", *launcher_address(boot))
-        hello = c.Hello(rank, mesh.address, boot["host"], mesh.ipc_address)
+        out_address = port.address if port is not None else None
+        hello = c.Hello(rank, mesh.address, boot["host"], mesh.ipc_address, out_address)
         mesh.send("launcher", [hello])
         loop: WorkerLoop | None = None
         try:
@@ -297,7 +359,7 @@ def worker_main(boot: dict[str, Any]) -> None:
             nodes = loading.load_nodes(spec, boot.get("device"), progress)
             mesh.set_peers(wait_for_peers(mesh, time.monotonic() + 60).table)
             device = loading.resolve_device(boot.get("device") or spec.device)
-            loop = WorkerLoop(spec, nodes, mesh, device)
+            loop = WorkerLoop(spec, nodes, mesh, device, port)
             report = loop.executor.prepare_captures(progress)
             progress(report.summary())
         except child.Stop:
@@ -322,6 +384,8 @@ def worker_main(boot: dict[str, Any]) -> None:
         traceback.print_exc()
         code = 1
     finally:
+        if port is not None:
+            port.close()
         if mesh is not None:
             mesh.close(linger_ms)
             if linger_ms:  # os._exit ends ZeroMQ's I/O thread: let it send what is queued first

@@ -8,6 +8,13 @@ request (an `asyncio.Queue` the request's handler reads) or to whoever waits for
 (the conductor died) every pending request finishes with an ``internal`` error at once.
 `cancel` never awaits, so a handler can call it while it is being cancelled itself (a client
 that disconnected).
+
+**Outputs from the ranks.** Like the Python client, the gateway connects to every rank's
+client-out socket (`wgc_runtime.host.rank_links`: asked at `start`, a reader task per rank) and,
+once every rank answered, asks for its requests' outputs directly (`Submit.direct`); a request's
+`Finished` reaches its `Pending` only after every output it counts (`Finished.outputs`), so a
+handler sees all outputs, then the end. Requests submitted before the handshake completed get
+their outputs through the conductor.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from wgc_runtime.contract import control as c
 from wgc_runtime.contract import messages as m
 from wgc_runtime.contract.kinds import FailKind
 from wgc_runtime.host.client import segment_wire
+from wgc_runtime.host.rank_links import RankLinks
 from wgc_runtime.host.transport.codec import Codec
 from wgc_runtime.host.transport.keys import ClientKey
 from wgc_runtime.host.transport.sockets import MAX_FRAME_BYTES, watch
@@ -44,6 +52,9 @@ class Pending:
     queued: bool = False
     finished: m.Finished | None = None
     last_heard: float = field(default_factory=time.monotonic)
+    direct: int = 0  # its number for direct outputs (`rank_links`); 0: through the conductor
+    received: int = 0  # outputs the ranks sent it directly, so far
+    held: m.Finished | None = None  # its `Finished`, until every output it counts is here
 
 
 class Gateway:
@@ -55,7 +66,10 @@ class Gateway:
         self.sock = self.ctx.socket(zmq.DEALER)
         self.sock.setsockopt(zmq.LINGER, 0)
         self.sock.setsockopt(zmq.MAXMSGSIZE, MAX_FRAME_BYTES)  # the conductor's frames
-        self.sock.setsockopt(zmq.IDENTITY, f"http-{os.getpid()}-{uuid.uuid4().hex[:8]}".encode())
+        identity = f"http-{os.getpid()}-{uuid.uuid4().hex[:8]}".encode()
+        self.sock.setsockopt(zmq.IDENTITY, identity)
+        self.links = RankLinks(self.ctx, identity, key)
+        self.by_number: dict[int, Pending] = {}  # requests with direct outputs
         if key is not None:  # a CURVE deployment: the server connects with its client key
             key.apply(self.sock)
         self._monitor = watch(self.sock, zmq.EVENT_DISCONNECTED)
@@ -71,6 +85,8 @@ class Gateway:
     def start(self) -> None:
         """Start reading (call from the event loop that will use the gateway)."""
         self._tasks = [asyncio.ensure_future(self._read()), asyncio.ensure_future(self._watch())]
+        self.links.asked = True
+        self._send(c.GetRoutes())
 
     async def close(self) -> None:
         for t in self._tasks:
@@ -78,6 +94,7 @@ class Gateway:
         for t in self._tasks:
             with contextlib.suppress(BaseException):
                 await t
+        self.links.close()
         with contextlib.suppress(zmq.ZMQError):
             self.sock.disable_monitor()
         self._monitor.close(0)
@@ -100,6 +117,9 @@ class Gateway:
         if self.lost is not None:
             self._finish(pending, FailKind.INTERNAL, self.lost)
             return pending
+        pending.direct = 0 if trace else self.links.number()  # traced: through the conductor
+        if pending.direct:
+            self.by_number[pending.direct] = pending
         msg = c.Submit(
             rid,
             tuple(segment_wire(s) for s in inputs),
@@ -108,6 +128,7 @@ class Gateway:
             seed,
             trace,
             session,
+            pending.direct,
         )
         self._send(msg)
         return pending
@@ -183,18 +204,51 @@ class Gateway:
                 if not fut.done():
                     fut.set_result(msg)
             return
-        pending = self.pending.get(getattr(msg, "request", ""))
+        if isinstance(msg, c.Routes):
+            for sock in self.links.on_routes(msg):
+                self._tasks.append(asyncio.ensure_future(self._read_rank(sock)))
+            return
+        request = getattr(msg, "request", "")
+        pending = self.pending.get(request)
+        if pending is None and (where := m.route(request)) is not None:
+            pending = self.by_number.get(where[1])  # a rank's output of a routed request
         if pending is None:
             return
         pending.last_heard = time.monotonic()
         if isinstance(msg, c.Accepted):
             pending.queued = msg.queued
         elif isinstance(msg, m.Finished):
-            pending.finished = msg
-            del self.pending[pending.rid]
-            pending.events.put_nowait(msg)
+            if msg.ok and pending.received < msg.outputs:
+                pending.held = msg  # outputs still on their way from the ranks
+            else:
+                self._end(pending, msg)
         elif isinstance(msg, m.Output | c.WalkTrace):
             pending.events.put_nowait(msg)
+            if isinstance(msg, m.Output) and msg.counted:
+                pending.received += 1
+                if pending.held is not None and pending.received >= pending.held.outputs:
+                    self._end(pending, pending.held)
+
+    def _end(self, pending: Pending, msg: m.Finished) -> None:
+        pending.finished = msg
+        self.pending.pop(pending.rid, None)
+        self.by_number.pop(pending.direct, None)
+        pending.events.put_nowait(msg)
+
+    async def _read_rank(self, sock: Any) -> None:
+        """One rank's client-out socket: its `Pong`, then routed requests' outputs."""
+        await sock.send_multipart(self.codec.encode([c.Ping()]), copy=False)
+        while True:
+            frames = await sock.recv_multipart(copy=False)
+            try:
+                msgs = self.codec.decode(frames)
+            except Exception:  # not a message the protocol knows: dropped
+                continue
+            for msg in msgs:
+                if isinstance(msg, c.Pong):
+                    self.links.on_pong(sock)
+                elif isinstance(msg, m.Output):
+                    self._dispatch(msg)
 
     async def _watch(self) -> None:
         """The conductor's process is gone when the connection drops: fail everything."""
@@ -210,7 +264,4 @@ class Gateway:
                 self._finish(pending, FailKind.INTERNAL, self.lost)
 
     def _finish(self, pending: Pending, kind: FailKind, message: str) -> None:
-        msg = m.Finished(pending.rid, False, kind, message)
-        pending.finished = msg
-        self.pending.pop(pending.rid, None)
-        pending.events.put_nowait(msg)
+        self._end(pending, m.Finished(pending.rid, False, kind, message))
