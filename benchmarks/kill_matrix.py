@@ -60,6 +60,11 @@ from wgc_runtime.host.processes.launcher import Cluster  # noqa: E402
 
 IMAGES = torch.arange(3 * 16 * 16 * 3).reshape(3, 16, 16, 3).remainder(251).to(torch.uint8)
 CLIP = torch.sin(torch.linspace(0, 200, 16000)) * 0.5
+VIDEO = torch.arange(2 * 16 * 16 * 3).reshape(2, 16, 16, 3).remainder(255).to(torch.uint8)
+GOAL = torch.arange(16 * 16 * 3).reshape(1, 16, 16, 3).mul(7).remainder(251).to(torch.uint8)
+STATES = torch.linspace(0, 1, 16 * 7).reshape(16, 7)
+PLANS = torch.stack([torch.linspace(-1, 1, 16 * 7).reshape(16, 7) * (k + 1) / 4 for k in range(4)])
+PROMPT_IDS = torch.tensor([5, 17, 42, 8, 99, 23])
 # family -> (segments, want, options): small requests with several outputs each
 REQUESTS: dict[str, tuple[list[tuple[Any, ...]], list[str], dict[str, Any]]] = {
     "orpheus": ([("text", "hello there, how are you")], ["audio"], {"max_tokens": 84}),
@@ -67,7 +72,16 @@ REQUESTS: dict[str, tuple[list[tuple[Any, ...]], list[str], dict[str, Any]]] = {
     "bagel": ([("text", "a cat")], ["image"], {}),
     "pi05": ([("image", IMAGES, {"prompt": "pick up the cup"})], ["action"], {}),
     "whisper": ([("audio", CLIP)], ["text"], {}),
+    "vjepa2_ac": (
+        [("video", VIDEO, {"goal": GOAL, "plans": PLANS, "states": STATES})],
+        ["action"],
+        {},
+    ),
+    "gpt2": ([("text", PROMPT_IDS)], ["text"], {}),
+    "speculative": ([("text", PROMPT_IDS)], ["text"], {}),
 }
+# multi-rank plans whose placement name does not say `rank` (prefill/decode split, draft/target)
+NAMED = ("generated/gpt2/cpu-pd", "generated/speculative/spec-cpu-split")
 POINTS = ("handoff", "first", "mid", "final")
 LIMIT = 1.0  # seconds after the kill by which every in-flight request must have ended
 STALL_S = 10.0  # a trial with no progress this long records what every process holds
@@ -112,11 +126,8 @@ class TimedClient(Client):
 
 
 def plans(only: list[str] | None) -> list[str]:
-    out = sorted(
-        str(p.relative_to(ROOT))
-        for p in ROOT.glob("generated/*/cpu-*rank*")
-        if p.parent.name in REQUESTS
-    )
+    found = [*ROOT.glob("generated/*/cpu-*rank*"), *(ROOT / n for n in NAMED)]
+    out = sorted(str(p.relative_to(ROOT)) for p in found if p.parent.name in REQUESTS)
     return [p for p in out if only is None or p.removeprefix("generated/") in only]
 
 
