@@ -5,7 +5,8 @@ every in-flight request ends.
         [--only orpheus/cpu-2rank ...] [--jobs N] [--jsonl PATH] [--markdown PATH]
     .venv/bin/python benchmarks/kill_matrix.py --report PATH.jsonl [--markdown PATH]
 
-For each checked-in multi-rank plan (`generated/<family>/cpu-*rank*`) one deployment (processes,
+For each checked-in multi-rank plan (`generated/<family>/cpu-*rank*`, and the splits
+whose placement names do not say so: `NAMED`) one deployment (processes,
 the toy nodes, restarts allowed) is started; then for each rank, `--trials` times: a reference
 request's output count is known, `--concurrent` requests are submitted, the rank is SIGKILLed at
 a point drawn from the seed: **handoff** (0-40 ms after the submit, while prompts prefill and

@@ -40,9 +40,9 @@ at import:
     On, a request's outputs go from the rank that made them straight to its client (a `Client`
     connected to every rank's client-out socket: `wgc_runtime.contract.messages.route`); off,
     every output goes through the conductor. Off by default: the kill matrix found that a rank
-    SIGKILLed right after a direct send can lose that output while its count reached the
-    conductor (the count travels on the shared-memory ring, the output was still in the dead
-    process's ZeroMQ queue), so the client waits for an output that never comes.
+    SIGKILLed right after a direct send can lose that output while its count reaches the
+    conductor (most likely: the count travels on the shared-memory ring, the output is still in
+    the dead process's ZeroMQ queue), so the client waits for an output that never comes.
 ``WGC_PROFILE`` (default unset)
     A path prefix: every worker and the conductor run under ``cProfile`` and write
     ``<prefix>.<who>.prof`` when they exit (``python -m pstats`` reads them).
