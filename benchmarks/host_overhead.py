@@ -107,7 +107,7 @@ def messages(plan: Path, c: int, tokens: int, direct_out: bool = True) -> dict:
     """Every message of ``c`` requests run at once in one process, by type, per request; and
     the conductor's own (to it and from it), by type, per request. ``direct_out``: the ranks
     send the outputs to the client themselves, as worker processes do for a connected `Client`
-    (`wgc_runtime.contract.messages.route`; off: ``WGC_DIRECT_OUT=0``, through the conductor)."""
+    (`wgc_runtime.contract.route`; off: ``WGC_DIRECT_OUT=0``, through the conductor)."""
     from wgc_runtime.contract.flow import Segment
     from wgc_runtime.contract.messages import CONDUCTOR
     from wgc_runtime.host.local import LocalCluster

@@ -30,7 +30,7 @@ median over the rounds with the min–max, ratios taken within a round. The load
   (``WGC_DIRECT=0``) in interleaved rounds: per node in `LocalCluster` and in a worker, the
   marginal node ((dispatch100 - hop10 on 1 rank) / 90, latency and CPU), and chain3.
 * **direct outputs**: ``--outputs-only`` pairs outputs sent by the producing rank straight to
-  the client (``WGC_DIRECT_OUT=1``, `wgc_runtime.contract.messages.route`) with outputs through
+  the client (``WGC_DIRECT_OUT=1``, `wgc_runtime.contract.route`) with outputs through
   the conductor (``0``) in interleaved rounds: chain3 and hop10 on 2 ranks, the latency to the
   output and to the request's end (its `Finished` still comes from the conductor), and CPU.
 * **tensor hand-over**: 16 MiB from one process to another through the shared-memory arena

@@ -1,4 +1,4 @@
-"""Direct outputs across processes (`wgc_runtime.contract.messages.route`): a request's outputs go
+"""Direct outputs across processes (`wgc_runtime.contract.route`): a request's outputs go
 from the rank that made them to the client, never through the conductor, and the client still
 gets every one of them, in order, before the request ends; ``WGC_DIRECT_OUT=0`` relays them
 through the conductor as before."""

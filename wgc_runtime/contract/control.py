@@ -168,7 +168,7 @@ class Submit(Message, frozen=True, tag=61):
     trace: bool = False
     session: str | None = None  # the session it continues (the placement's `sessions:`)
     # > 0: the client's number of the request, asking for its outputs straight from the ranks
-    # (the client is connected to every rank of `Routes`; `messages.route`); 0: through here
+    # (the client is connected to every rank of `Routes`; `contract.route`); 0: through here
     direct: int = 0
 
 

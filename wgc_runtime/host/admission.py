@@ -27,7 +27,7 @@ from typing import Any
 
 from wgc_runtime.contract.conductor import ConductorSpec
 from wgc_runtime.contract.flow import SEED_OPTION, SESSION_OPTION, Request, SimpleRequest
-from wgc_runtime.contract.messages import ROUTE_SEP, routed_id
+from wgc_runtime.contract.route import ROUTE_SEP, routed_id
 from wgc_runtime.core.conductor.door import Problem, check
 from wgc_runtime.host.inputs import InputError, Limits, check_segments, check_value
 
@@ -141,7 +141,7 @@ class RequestIds:
     def open(self, rid: str, route: tuple[int, str] | None = None) -> str:
         """The internal id of a new request ``rid`` (not live); ``route``: (the client's number
         of the request, the client's identity) when its outputs go to the client directly
-        (`messages.route`). An unrouted id never looks routed."""
+        (`contract.route`). An unrouted id never looks routed."""
         internal = rid if rid not in self._used else f"{rid}~{next(self._n)}"
         if route is not None:
             internal = routed_id(internal, *route)

@@ -117,7 +117,7 @@ class LocalCluster:
     too, not as their generated code (`wgc_runtime.core.executor.direct`). ``direct_out``
     (default off: the cores see the ids the requests were submitted with): the ranks hand a
     request's outputs to the client themselves, as worker processes send them to a connected
-    client (`wgc_runtime.contract.messages.route`), not through the conductor (never for a plan
+    client (`wgc_runtime.contract.route`), not through the conductor (never for a plan
     that may replay requests, whose outputs the conductor checks).
     """
 

@@ -5,7 +5,7 @@ client-out addresses (`GetRoutes`, answered by `Routes`), connects a ``DEALER`` 
 identity (the one its conductor socket has) to each, and pings each: a `Pong` says that rank's
 ``ROUTER`` knows the identity, so it can route an output there. Once every rank answered, the
 client's requests ask for direct outputs (`Submit.direct`, a number per request unique to the
-client): their outputs then come from the ranks that made them (`messages.route`), and
+client): their outputs then come from the ranks that made them (`contract.route`), and
 `Finished.outputs` says how many to wait for. Until then, and for good when the conductor offers
 no routes, outputs come through the conductor. A rank that restarts binds the same ``ipc``
 address again and the socket reconnects by itself; an output a rank cannot deliver reaches the

@@ -103,7 +103,7 @@ from wgc_runtime.contract.messages.reports import (
     StateImported,
     WalkDone,
 )
-from wgc_runtime.contract.messages.route import ROUTE_SEP, base_id, routable, route, routed_id
+from wgc_runtime.contract.route import ROUTE_SEP, base_id, routable, route, routed_id
 from wgc_runtime.contract.spec import Dest
 
 # what moves between the cores (conductor <-> ranks, rank <-> rank)

@@ -20,7 +20,7 @@ bookkeeping), `Walks` (walk instances on the ranks), `Deadlines` (timeouts, dead
 
 **Outputs.** A rank sends an emit to the conductor (`ClientOut`), which passes it on as
 `Output` (checked against what a replay's client has, `replay`), unless the request is *routed*
-(`wgc_runtime.contract.messages.route`: its id says which client): then the rank sends it to the
+(`wgc_runtime.contract.route`: its id says which client): then the rank sends it to the
 client itself and the conductor only learns how many (`Emitted`, `WalkDone.emits`,
 `ChunksDone.emits`), which `Finished.outputs` tells the client; an `Output` a rank could not
 deliver itself comes here and is passed on as it is.

@@ -3,7 +3,7 @@
 
 A destination (`Dest`) is a call on this rank (handed over in place) or another (the outbox), the
 client (through the conductor, `ClientOut`; a routed request's straight to the client, counted
-for the conductor: `wgc_runtime.contract.messages.route`), the request's persisted store, a
+for the conductor: `wgc_runtime.contract.route`), the request's persisted store, a
 stream (`streams`), or a loop's stop condition (`Until` to every rank of the loop). Terminal and
 accumulated values are kept until their loop ends. A loop-carried destination that is not a call
 (an `emit` or `persist` of a loop-carried channel) fires when the next iteration starts, so the

@@ -252,7 +252,7 @@ class RequestState:
     streams: dict[str, Inlet] = field(default_factory=new_dict)
     outlets: dict[tuple[str, int], Outlet] = field(default_factory=new_dict)
     local_walks: int = 0  # walk runs this rank started itself (`chunks.ChunkRules`)
-    node_id: str = ""  # the id its nodes see: without a route (`messages.route.base_id`)
+    node_id: str = ""  # the id its nodes see: without a route (`contract.route.base_id`)
     told: float = 0.0  # when the conductor last heard of its direct outputs (`routing`)
 
     def __post_init__(self) -> None:

@@ -8,7 +8,7 @@ peers, report ready, then loop: poll the inbox and the client port (20 ms, busy-
 core queues beyond ``max_concurrent_requests``), deliver rank messages, send what the core emits
 (walk starts and values to ranks, one batch per rank per turn; `Output` and `Finished` to the
 client that asked: a client connected to every rank's client-out socket gets its outputs from
-the ranks directly, `GetRoutes` and `Submit.direct`, `wgc_runtime.contract.messages.route`),
+the ranks directly, `GetRoutes` and `Submit.direct`, `wgc_runtime.contract.route`),
 ``tick`` the core's deadlines and send every client an `Alive` for each of its live requests
 once a second (`wgc_runtime.host.client` fails a request that hears nothing).
 

@@ -2,7 +2,7 @@
 every rank's address from the launcher's `Peers` table (`Hello.client`), offered to a client
 that asks (`GetRoutes`) only when every rank has one, the plan never replays a request (a
 replay's outputs are checked at the conductor, `wgc_runtime.core.conductor.replay`) and
-``WGC_DIRECT_OUT`` is on; see `wgc_runtime.contract.messages.route`.
+``WGC_DIRECT_OUT`` is on; see `wgc_runtime.contract.route`.
 """
 
 from __future__ import annotations

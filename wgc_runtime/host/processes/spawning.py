@@ -73,7 +73,7 @@ def spawn_worker(cluster: Cluster, rank: int) -> None:
 def client_out(cluster: Cluster, rank: int) -> dict[str, Any]:
     """Rank ``rank``'s client-out socket, guarded as the conductor's client port is: ``ipc`` in
     the same private folder (one path per rank: a restarted rank binds it again, and its
-    clients reconnect), else CURVE with the client port's keys (`messages.route`)."""
+    clients reconnect), else CURVE with the client port's keys (`contract.route`)."""
     keys = cluster.port_keys
     ipc = None
     if cluster.client_ipc is not None:

@@ -22,7 +22,7 @@ nodes on the rank's device (reporting `Progress`), learn the `Peers`, report `Re
    for `Tuning.busy_poll_us` after activity) and deliver what arrived (frames that do not decode
    are dropped by the transport); tell arena owners which blocks this rank is done with.
 
-**Outputs of a routed request** (`wgc_runtime.contract.messages.route`) go from the rank's
+**Outputs of a routed request** (`wgc_runtime.contract.route`) go from the rank's
 client-out socket (`client_out`, guarded like the conductor's client port) to the client the
 request id names, in the same flush as the counts that follow them to the conductor; one the
 socket cannot deliver goes to the conductor, which passes it on. A connecting client's `Ping`
@@ -172,7 +172,7 @@ class WorkerLoop:
             self.mesh.send(peer_of(to), m.pack_items(msgs) if to >= 0 else msgs)
 
     def to_clients(self, outs: list[m.Message]) -> list[m.Message]:
-        """Send routed requests' outputs to their clients (`messages.route`); what cannot go
+        """Send routed requests' outputs to their clients (`contract.route`); what cannot go
         (no port, a client not connected here, or not reading) goes through the conductor."""
         by_client: dict[bytes, list[m.Message]] = {}
         for msg in outs:
@@ -296,7 +296,7 @@ def launcher_address(boot: dict[str, Any]) -> tuple[str, str, str | None]:
 
 def client_out(boot: dict[str, Any]) -> ClientPort | None:
     """The rank's client-out socket (a ``ROUTER``: routed requests' outputs go to their clients
-    from here, `messages.route`), guarded as the conductor's client port is (the boot's
+    from here, `contract.route`), guarded as the conductor's client port is (the boot's
     ``client_port``: an ipc path in the private folder, or CURVE keys); None without one (a
     rank the launcher did not start, or on another host: its outputs go through the
     conductor)."""

@@ -38,7 +38,7 @@ at import:
     measuring the generic path beside it (`benchmarks/runtime_hops.py`).
 ``WGC_DIRECT_OUT`` (default 0; 1: on)
     On, a request's outputs go from the rank that made them straight to its client (a `Client`
-    connected to every rank's client-out socket: `wgc_runtime.contract.messages.route`); off,
+    connected to every rank's client-out socket: `wgc_runtime.contract.route`); off,
     every output goes through the conductor. Off by default: the kill matrix found that a rank
     SIGKILLed right after a direct send can lose that output while its count reaches the
     conductor (most likely: the count travels on the shared-memory ring, the output is still in
