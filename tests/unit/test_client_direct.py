@@ -2,10 +2,12 @@
 rank (two `ClientPort`s in a thread) play the protocol, so the order of what arrives is the
 test's: the client connects to the rank before its first request, asks for direct outputs, and
 ends a request only once every output `Finished.outputs` counts is there, whichever socket was
-faster."""
+faster; and when the rank's connection drops short of them (it died with outputs still in its
+ZeroMQ queue), the request fails naming the rank within `LOST_GRACE_S`, not its idle timeout."""
 
 from __future__ import annotations
 
+import asyncio
 import tempfile
 import threading
 import time
@@ -15,18 +17,23 @@ import pytest
 
 from wgc_runtime.contract import control as c
 from wgc_runtime.contract import messages as m
-from wgc_runtime.host.client import Client, RequestTimeout
+from wgc_runtime.host.client import Client, RequestFailed, RequestTimeout
+from wgc_runtime.host.rank_links import LOST_GRACE_S
 from wgc_runtime.host.transport.client_port import ClientPort
 
 
 class FakeDeployment:
     """A conductor port and one rank's client-out port; ``lag_s``: how long after the request's
-    `Finished` the rank sends its ``outputs`` outputs (``sent``: how many it really sends)."""
+    `Finished` the rank sends its ``outputs`` outputs (``sent``: how many it really sends);
+    ``die``: then the rank's socket closes, as a SIGKILLed rank's does (its connection drops)."""
 
-    def __init__(self, folder: str, outputs: int, sent: int, lag_s: float) -> None:
+    def __init__(
+        self, folder: str, outputs: int, sent: int, lag_s: float, die: bool = False
+    ) -> None:
         self.conductor = ClientPort(ipc_path=str(Path(folder) / "c.sock"))
         self.rank = ClientPort(ipc_path=str(Path(folder) / "r0.sock"))
-        self.outputs, self.sent, self.lag_s = outputs, sent, lag_s
+        self.outputs, self.sent, self.lag_s, self.die = outputs, sent, lag_s, die
+        self.died_at: float | None = None
         self.submits: list[c.Submit] = []
         self.pinged = False
         self.stop = False
@@ -59,13 +66,26 @@ class FakeDeployment:
                     for i in range(self.sent)
                 ]
                 self.rank.send(ident, outs)
+                if self.die:
+                    time.sleep(0.05)  # what it sent is delivered; what it did not is lost
+                    self.rank.close()
+                    self.died_at = time.monotonic()
+                    self.die = False
+                    return self._idle()
+            time.sleep(0.002)
+
+    def _idle(self) -> None:
+        """The conductor goes on without the dead rank (it answers nothing more here)."""
+        while not self.stop:
+            self.conductor.recv_all()
             time.sleep(0.002)
 
     def close(self) -> None:
         self.stop = True
         self.thread.join(2)
         self.conductor.close()
-        self.rank.close()
+        if self.died_at is None:
+            self.rank.close()
 
 
 @pytest.fixture
@@ -99,6 +119,62 @@ def test_outputs_that_never_come_fail_the_request_saying_so(folder) -> None:
             assert time.monotonic() - t0 < 3
     finally:
         fake.close()
+
+
+def test_outputs_lost_with_their_rank_fail_the_request_naming_it_at_once(folder) -> None:
+    fake = FakeDeployment(folder, outputs=3, sent=1, lag_s=0.1, die=True)
+    try:
+        with Client(fake.conductor.address, idle_timeout=30) as client:
+            stream = client.submit([("x", 1)], ["tensor"])
+            got = []
+            with pytest.raises(RequestFailed, match=r"2 of its 3 outputs never reached .*rank 0"):
+                for out in stream:
+                    got.append(out.value)
+            assert got == [0]  # what the rank sent before it died still arrived
+            assert fake.died_at is not None
+            assert time.monotonic() - fake.died_at < LOST_GRACE_S + 1  # not the idle timeout
+    finally:
+        fake.close()
+
+
+def test_a_rank_that_dies_after_sending_everything_costs_its_requests_nothing(folder) -> None:
+    fake = FakeDeployment(folder, outputs=2, sent=2, lag_s=0.1, die=True)
+    try:
+        with Client(fake.conductor.address, idle_timeout=30) as client:
+            assert [o.value for o in client.submit([("x", 1)], ["tensor"])] == [0, 1]
+    finally:
+        fake.close()
+
+
+def test_the_gateway_fails_a_request_whose_outputs_died_with_their_rank(folder) -> None:
+    from wgc_runtime.host.server.gateway import Gateway
+
+    fake = FakeDeployment(folder, outputs=3, sent=1, lag_s=0.1, die=True)
+
+    async def serve() -> list[m.Message]:
+        gateway = Gateway(fake.conductor.address)
+        gateway.start()
+        try:
+            for _ in range(500):
+                if gateway.links.ready:
+                    break
+                await asyncio.sleep(0.01)
+            assert gateway.links.ready
+            pending = gateway.submit("g1", [("x", 1)], ["tensor"], {})
+            events = []
+            while not events or not isinstance(events[-1], m.Finished):
+                events.append(await asyncio.wait_for(pending.events.get(), 10))
+            return events
+        finally:
+            await gateway.close()
+
+    try:
+        *outs, end = asyncio.run(serve())
+    finally:
+        fake.close()
+    assert [o.data for o in outs] == [0]  # pyright: ignore[reportAttributeAccessIssue]
+    assert isinstance(end, m.Finished) and not end.ok
+    assert end.message is not None and "rank 0 stopped" in end.message
 
 
 def test_a_conductor_without_routes_keeps_outputs_on_its_own_socket(folder) -> None:

@@ -16,8 +16,8 @@ Nodes never see the route: their request id is the id before it (`base_id`), as 
 
 An id without the separator runs as before: each emit goes to the conductor (`ClientOut`), which
 passes it on (a plan that may replay a request after a restart, a traced request, a client that
-did not connect to the ranks, and, by default, every request: ``WGC_DIRECT_OUT=1`` turns
-direct outputs on; see `wgc_runtime.host.transport.tuning` for why they are off).
+did not connect to the ranks, and every request when ``WGC_DIRECT_OUT=0``: see
+`wgc_runtime.host.transport.tuning`).
 """
 
 from __future__ import annotations

@@ -70,7 +70,7 @@ from wgc_runtime.host.client_types import (
     segment_wire,
     unreachable,
 )
-from wgc_runtime.host.rank_links import RankLinks, missing
+from wgc_runtime.host.rank_links import RankLinks, lost, lost_at, missing
 from wgc_runtime.host.transport.keys import ClientKey
 from wgc_runtime.host.transport.sockets import MAX_FRAME_BYTES, watch
 
@@ -103,6 +103,8 @@ class Stream:
     direct: int = 0  # its number for direct outputs (`rank_links`); 0: through the conductor
     received: int = 0  # the outputs the ranks sent it directly, so far
     expect: int | None = None  # how many there are: it finished, and waits for the rest
+    finished_at: float = 0.0  # monotonic: when its `Finished` came
+    drops: int = 0  # `RankLinks.drops` when it was sent (`RankLinks.dropped_since`)
     _buffer: list[Output] = field(default_factory=list)
 
     def __iter__(self) -> Iterator[Output]:
@@ -220,6 +222,7 @@ class Client:
         sent = time.monotonic()
         stream = Stream(self, rid, None if deadline is None else now + deadline, submitted=sent)
         stream.direct = direct
+        stream.drops = self._links.drops
         self.streams[rid] = stream
         if direct:
             self._direct[direct] = stream
@@ -258,6 +261,15 @@ class Client:
         while not waiting._buffer and not waiting.done:
             now = time.monotonic()
             limit = idle_until if waiting.deadline is None else min(idle_until, waiting.deadline)
+            if waiting.expect is not None and (gone := self._links.dropped_since(waiting.drops)):
+                if now >= lost_at(waiting.finished_at, gone):  # outputs lost with their rank
+                    why = lost(waiting.expect, waiting.received, gone)
+                    waiting.error = ErrorInfo("internal", why)
+                    waiting.done = True
+                    self.streams.pop(waiting.rid, None)
+                    self._direct.pop(waiting.direct, None)
+                    return
+                limit = min(limit, lost_at(waiting.finished_at, gone))
             if not self._connected:
                 connect_by = waiting.submitted + CONNECT_TIMEOUT
                 if now >= connect_by and self._refused:
@@ -282,10 +294,21 @@ class Client:
             if self._monitor in events:
                 self._connection_event()
                 continue
+            self._rank_events(events)
             for stream, msg in self._incoming(events):
                 if stream is waiting:
                     idle_until = time.monotonic() + self.idle_timeout
                 self._handle(stream, msg)
+
+    def _rank_events(self, events: dict[Any, int]) -> None:
+        """Connections to ranks that dropped (`RankLinks.on_dropped`)."""
+        for monitor in self._links.monitors:
+            if monitor in events:
+                with contextlib.suppress(zmq.ZMQError):
+                    while True:
+                        event = recv_monitor_message(monitor, zmq.NOBLOCK)["event"]
+                        if event == zmq.EVENT_DISCONNECTED:
+                            self._links.on_dropped(monitor, time.monotonic())
 
     def _incoming(self, events: dict[Any, int]) -> list[tuple[Stream, m.Message]]:
         """Live requests' messages on the sockets ``events`` names; the handshake's its own."""
@@ -304,6 +327,8 @@ class Client:
                 for sock in self._links.on_routes(msg):
                     self._poller.register(sock, zmq.POLLIN)
                     sock.send_multipart(self._codec.encode([c.Ping()]), copy=False)
+                for monitor in self._links.monitors:
+                    self._poller.register(monitor, zmq.POLLIN)
                 continue
             request = getattr(msg, "request", "")
             stream = self.streams.get(request)
@@ -327,6 +352,7 @@ class Client:
                 if self._failed is not None:
                     return  # the request being submitted fails with the rest (`submit`)
                 continue
+            self._rank_events(events)
             for stream, msg in self._incoming(events):
                 self._handle(stream, msg)
 
@@ -394,6 +420,7 @@ class Client:
                 stream.done = True
             else:  # done once every output the ranks sent it is here (other sockets)
                 stream.expect = msg.outputs
+                stream.finished_at = time.monotonic()
                 stream.done = stream.received >= msg.outputs
         if stream.done:
             self.streams.pop(stream.rid, None)

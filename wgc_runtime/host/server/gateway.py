@@ -36,7 +36,7 @@ from wgc_runtime.contract import control as c
 from wgc_runtime.contract import messages as m
 from wgc_runtime.contract.kinds import FailKind
 from wgc_runtime.host.client import segment_wire
-from wgc_runtime.host.rank_links import RankLinks
+from wgc_runtime.host.rank_links import RankLinks, lost, lost_at
 from wgc_runtime.host.transport.codec import Codec
 from wgc_runtime.host.transport.keys import ClientKey
 from wgc_runtime.host.transport.sockets import MAX_FRAME_BYTES, watch
@@ -55,6 +55,8 @@ class Pending:
     direct: int = 0  # its number for direct outputs (`rank_links`); 0: through the conductor
     received: int = 0  # outputs the ranks sent it directly, so far
     held: m.Finished | None = None  # its `Finished`, until every output it counts is here
+    held_at: float = 0.0  # monotonic: when ``held`` came
+    drops: int = 0  # `RankLinks.drops` when it was sent (`RankLinks.dropped_since`)
 
 
 class Gateway:
@@ -120,6 +122,7 @@ class Gateway:
         pending.direct = 0 if trace else self.links.number()  # traced: through the conductor
         if pending.direct:
             self.by_number[pending.direct] = pending
+            pending.drops = self.links.drops
         msg = c.Submit(
             rid,
             tuple(segment_wire(s) for s in inputs),
@@ -207,6 +210,8 @@ class Gateway:
         if isinstance(msg, c.Routes):
             for sock in self.links.on_routes(msg):
                 self._tasks.append(asyncio.ensure_future(self._read_rank(sock)))
+            for monitor in self.links.monitors:
+                self._tasks.append(asyncio.ensure_future(self._watch_rank(monitor)))
             return
         request = getattr(msg, "request", "")
         pending = self.pending.get(request)
@@ -220,6 +225,8 @@ class Gateway:
         elif isinstance(msg, m.Finished):
             if msg.ok and pending.received < msg.outputs:
                 pending.held = msg  # outputs still on their way from the ranks
+                pending.held_at = time.monotonic()
+                self._judge(pending)
             else:
                 self._end(pending, msg)
         elif isinstance(msg, m.Output | c.WalkTrace):
@@ -249,6 +256,31 @@ class Gateway:
                     self.links.on_pong(sock)
                 elif isinstance(msg, m.Output):
                     self._dispatch(msg)
+
+    async def _watch_rank(self, monitor: Any) -> None:
+        """A rank's connection dropped: requests held short of its outputs may have lost them
+        (`rank_links`, "An output lost with its rank")."""
+        while True:
+            frames = await monitor.recv_multipart()
+            if parse_monitor_message(frames)["event"] != zmq.EVENT_DISCONNECTED:
+                continue
+            self.links.on_dropped(monitor, time.monotonic())
+            for pending in list(self.by_number.values()):
+                if pending.held is not None:
+                    self._judge(pending)
+
+    def _judge(self, pending: Pending) -> None:
+        """Fail ``pending`` (held short of outputs) as `lost` once a rank's connection dropped
+        after it was sent and `rank_links.LOST_GRACE_S` passed; else look again then."""
+        held = pending.held
+        gone = self.links.dropped_since(pending.drops)
+        if held is None or pending.finished is not None or not gone:
+            return
+        wait = lost_at(pending.held_at, gone) - time.monotonic()
+        if wait > 0:
+            asyncio.get_running_loop().call_later(wait, self._judge, pending)
+            return
+        self._finish(pending, FailKind.INTERNAL, lost(held.outputs, pending.received, gone))
 
     async def _watch(self) -> None:
         """The conductor's process is gone when the connection drops: fail everything."""

@@ -36,13 +36,13 @@ at import:
     A worker runs a plain piece of a walk as the code its rank module holds
     (`wgc_runtime.core.executor.direct`) instead of through the generic executor; off is for
     measuring the generic path beside it (`benchmarks/runtime_hops.py`).
-``WGC_DIRECT_OUT`` (default 0; 1: on)
+``WGC_DIRECT_OUT`` (default 1; 0: off)
     On, a request's outputs go from the rank that made them straight to its client (a `Client`
-    connected to every rank's client-out socket: `wgc_runtime.contract.route`); off,
-    every output goes through the conductor. Off by default: the kill matrix found that a rank
-    SIGKILLed right after a direct send can lose that output while its count reaches the
-    conductor (most likely: the count travels on the shared-memory ring, the output is still in
-    the dead process's ZeroMQ queue), so the client waits for an output that never comes.
+    connected to every rank's client-out socket: `wgc_runtime.contract.route`); off, every
+    output goes through the conductor (for measuring the relay beside it). An output a rank
+    SIGKILLed right after a direct send takes with it (its count reached the conductor, the
+    output was still in the dead process's ZeroMQ queue) fails its request naming the rank,
+    within `wgc_runtime.host.rank_links.LOST_GRACE_S` of the drop (`rank_links`).
 ``WGC_PROFILE`` (default unset)
     A path prefix: every worker and the conductor run under ``cProfile`` and write
     ``<prefix>.<who>.prof`` when they exit (``python -m pstats`` reads them).
@@ -93,7 +93,7 @@ class Tuning:
             ring_kib=max(1, int(_float("WGC_RING_KIB", 1024))),
             ring_spin_us=max(0.0, _float("WGC_RING_SPIN_US", 50.0)),
             direct=_flag("WGC_DIRECT", True),
-            direct_out=_flag("WGC_DIRECT_OUT", False),
+            direct_out=_flag("WGC_DIRECT_OUT", True),
         )
 
 
