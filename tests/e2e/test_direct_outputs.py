@@ -109,3 +109,29 @@ def test_the_gateway_gets_its_outputs_from_the_ranks_then_the_end(faults_dir, mo
     *outs, end = events
     assert end.ok and end.outputs == 30  # pyright: ignore[reportAttributeAccessIssue]
     assert [o.iters for o in outs] == [(i,) for i in range(30)]  # pyright: ignore
+
+
+def _slices(pid: int) -> int:
+    """How many times the process's main thread was put on a CPU (``schedstat``'s third field)."""
+    with open(f"/proc/{pid}/task/{pid}/schedstat") as f:
+        return int(f.read().split()[2])
+
+
+@pytest.mark.skipif(not Path("/proc/self/schedstat").exists(), reason="needs Linux schedstat")
+def test_an_idle_conductor_sleeps_until_something_is_due(faults_dir, monkeypatch) -> None:
+    # it used to wake every 20 ms (and spin 50 µs after each look that found nothing), so a long
+    # request cost it CPU in proportion to its length (issue 29: flat conductor CPU); now only
+    # its deadlines' tick (`tick_every`: 0.5 s by default) and the clients' keep-alive wake it
+    cluster = _start(faults_dir, monkeypatch, "1")
+    try:
+        with Client(present(cluster.client_address)) as client:
+            client.submit(X, ["tensor"], {"steps": 1}, deadline=60).collect()
+            pid = cluster.pids["conductor"]
+            before = _slices(pid)
+            stream = client.submit(X, ["tensor"], {"steps": 1, "delay_ms": 2000}, deadline=60)
+            assert len(stream.collect()) == 1
+            woke = _slices(pid) - before
+    finally:
+        cluster.stop()
+    # a request's own messages, a keep-alive or two and up to five ticks; 100+ at 20 ms
+    assert woke < 30, woke

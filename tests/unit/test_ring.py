@@ -211,3 +211,31 @@ def test_a_mesh_batch_larger_than_its_ring_arrives_whole() -> None:
         b.close()
         shm.close()
         shm.unlink()
+
+
+def test_only_a_message_taken_opens_the_spin_window() -> None:
+    # an idle loop's timer turn looks (`poll(0)`) and finds nothing: that must not count as
+    # activity, or every turn spins `spin_s` before its next sleep (issue 29's flat conductor)
+    slots, cap = 3, 1 << 14
+    shm = shared_memory.SharedMemory(create=True, size=ring.ring_bytes(slots, cap))
+    folder = tempfile.mkdtemp(prefix="wgc-test-ring-")
+    a, b = (Mesh(r, tuning=Tuning(ring=True), secret=SECRET) for r in (0, 1))
+    try:
+        for mesh in (a, b):
+            assert shm.buf is not None
+            token = ring.token_of(mesh.address)
+            mesh.use_rings(ring.Rings(shm.buf, 0, slots, cap, int(mesh.me), token, folder))
+        a.connect(1, b.address)
+        b.connect(0, a.address)
+        b._last_active = 0.0
+        for _ in range(3):
+            assert b.poll(0) == []
+        assert b._last_active == 0.0, "an empty look counted as activity"
+        a.send(1, [m.WalkDone("r", 1, "w", 0)])
+        assert [type(x) for x in b.poll(0)] == [m.WalkDone]
+        assert b._last_active > 0.0
+    finally:
+        a.close()
+        b.close()
+        shm.close()
+        shm.unlink()

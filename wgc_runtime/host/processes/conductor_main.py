@@ -3,9 +3,11 @@
 ``conductor_main(boot)`` (the spawn target): die with the launcher, attach the arena (its own
 region, slot ``world_size``), bind the inbox and the client port (`ClientPort`, ``ROUTER``),
 import ``conductor.py`` (its spec version checked; it holds every stream's spec), learn the
-peers, report ready, then loop: poll the inbox and the client port (20 ms, busy-polling first for
-`Tuning.busy_poll_us` after activity), hand client requests to the core (`Submit` / `Cancel`: the
-core queues beyond ``max_concurrent_requests``), deliver rank messages, send what the core emits
+peers, report ready, then loop: poll the inbox and the client port (busy-polling first for
+`Tuning.busy_poll_us` after activity, then asleep until a message comes or the next timer is
+due: nothing wakes an idle conductor but its deadlines, `tick_every`, and the keep-alive), hand
+client requests to the core (`Submit` / `Cancel`: the core queues beyond
+``max_concurrent_requests``), deliver rank messages, send what the core emits
 (walk starts and values to ranks, one batch per rank per turn; `Output` and `Finished` to the
 client that asked: a client connected to every rank's client-out socket gets its outputs from
 the ranks directly, `GetRoutes` and `Submit.direct`, `wgc_runtime.contract.route`),
@@ -42,6 +44,7 @@ from the launcher answers `Usage` (live requests, KV pages promised per pool, fr
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 import traceback
@@ -75,8 +78,17 @@ from wgc_runtime.host.transport.keys import Keys
 from wgc_runtime.host.transport.sockets import ClientPort, Mesh
 from wgc_runtime.host.transport.tuning import TUNING
 
-POLL_MS = 20
 KEEPALIVE_S = 1.0
+# the core's deadlines are checked this often: a twentieth of the shortest timeout, within
+# these bounds (the defaults, 120 s and more, give the upper one: a request's conductor CPU no
+# longer grows with its length from waking to find nothing due, issue 29's flat-CPU goal)
+TICK_MIN_S, TICK_MAX_S = 0.02, 0.5
+
+
+def tick_every(walk_timeout_s: float, idle_timeout_s: float, queue_timeout_s: float) -> float:
+    """How often the conductor checks its deadlines (`ConductorCore.tick`)."""
+    shortest = min(walk_timeout_s, idle_timeout_s, queue_timeout_s)
+    return min(TICK_MAX_S, max(TICK_MIN_S, shortest / 20))
 
 
 def segment_of(seg: c.InputSegment) -> Segment:
@@ -332,8 +344,12 @@ class ConductorLoop:
                 self.client_gone(ident)
 
     def run(self) -> None:
+        d = self.core.deadlines
+        tick_s = tick_every(d.walk_timeout_s, d.idle_timeout_s, d.queue_timeout_s)
+        next_tick = 0.0
         while self.running:
-            events = dict(self.mesh.wait(self.poller, POLL_MS))
+            due = min(next_tick, self._last_keepalive + KEEPALIVE_S) - time.monotonic()
+            events = dict(self.mesh.wait(self.poller, max(0, math.ceil(due * 1000))))
             if self.port.sock in events:
                 for ident, msg in self.port.recv_all():
                     self.on_client(ident, msg)
@@ -341,10 +357,13 @@ class ConductorLoop:
             if inbox or self.mesh.rings is not None:
                 for msg in self.mesh.poll(0, inbox):
                     self.on_inbox(msg)
-            self.core.tick()
+            now = time.monotonic()
+            if now >= next_tick:
+                self.core.tick(now)
+                next_tick = now + tick_s
             self.flush()
             self.mesh.flush_releases()
-            self.keepalive(time.monotonic())
+            self.keepalive(now)
 
 
 def conductor_main(boot: dict[str, Any]) -> None:

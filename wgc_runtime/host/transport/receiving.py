@@ -143,13 +143,17 @@ class Receiving:
         """Append every message queued now to ``out`` (without waiting). With every data peer
         on a ring, the ZeroMQ inbox carries only the launcher's control messages: it is read
         when a poller saw it ready (``inbox_ready``) and otherwise at most every `INBOX_EVERY_S`
-        (each look costs ZeroMQ two syscalls)."""
+        (each look costs ZeroMQ two syscalls). Only a message taken is activity (the busy-poll
+        and ring-spin window, `wait`): a look that finds nothing leaves the window as it was,
+        so an idle loop's timer turns sleep at once instead of spinning after each."""
+        had = len(out)
         if self.rings is not None:
             self._take_rings(self.rings, out)
             if not inbox_ready and self._ring_only:
                 now = time.perf_counter()
                 if now - self._inbox_at < INBOX_EVERY_S:
-                    self._last_active = now
+                    if len(out) > had:
+                        self._last_active = now
                     return
                 self._inbox_at = now
         inbox = self.inbox
@@ -188,7 +192,8 @@ class Receiving:
                             self.arena.release(off, gen)
                 else:
                     out.append(msg)
-        self._last_active = time.perf_counter()
+        if len(out) > had:
+            self._last_active = time.perf_counter()
 
     def _take_rings(self, rings: Rings, out: list[Message]) -> None:
         """Every message in this process's rings now (no secret: the segment is private)."""
