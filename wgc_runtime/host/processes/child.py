@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import select
 import signal
 import sys
 import threading
@@ -24,21 +25,42 @@ def die_with_parent(parent_pid: int, pdeathsig: bool = True, period: float = 0.2
     """End this process when the launcher goes away, however it goes: the kernel sends SIGKILL
     on parent death (Linux ``prctl``; only when ``pdeathsig``: the kernel means the death of
     the spawning *thread*, so a child spawned from any thread but the launcher's main one would
-    die with that thread), and a watchdog thread notices reparenting within ``period``."""
+    die with that thread), and a watchdog thread notices the parent's exit: asleep on a pidfd of
+    it (Linux ≥ 5.3: no wake-up until then), else by polling for reparenting every ``period``."""
     if pdeathsig:
         with contextlib.suppress(Exception):
             libc = ctypes.CDLL(None, use_errno=True)
             libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != parent_pid:  # the parent died before prctl took effect
         os._exit(1)
+    pidfd = _pidfd(parent_pid)
 
     def watch() -> None:
+        if pidfd is not None:  # readable once the parent has exited
+            with contextlib.suppress(OSError):
+                select.select([pidfd], [], [])
+                os._exit(1)
         while True:
             time.sleep(period)
             if os.getppid() != parent_pid:
                 os._exit(1)
 
     threading.Thread(target=watch, name="wgc-parent-watchdog", daemon=True).start()
+
+
+def _pidfd(pid: int) -> int | None:
+    """A pidfd of ``pid`` while it is still this process's parent, else None."""
+    opener = getattr(os, "pidfd_open", None)
+    if opener is None:
+        return None
+    try:
+        fd = opener(pid)
+    except OSError:  # an old kernel, or no such process
+        return None
+    if os.getppid() != pid:  # it died, and ``pid`` may be another process now
+        os.close(fd)
+        os._exit(1)
+    return fd
 
 
 class Stop(BaseException):
