@@ -1,6 +1,6 @@
 """Host overhead of serving a decode loop: Orpheus's graph over a fake engine, on 2 ranks.
 
-    .venv/bin/python benchmarks/host_overhead.py [--concurrency 1 16 128] [--tokens 280]
+    .venv/bin/python benchmarks/host_overhead.py [--concurrency 1 16 128] [--tokens 280 ...]
         [--repeat 3] [--json out.json]
 
 The graph is `wgc_models/orpheus/orpheus.walk` with its nodes swapped for `benchmarks/host_nodes`'s:
@@ -33,8 +33,9 @@ started beside this one and served in alternating order each round; then the per
 this / base are printed too (on a shared machine the paired ratio is what counts).
 ``--base-env K=V ...``: the base side's environment; without ``--base`` the base side is this
 checkout under it (``--base-env WGC_DIRECT_OUT=0``: outputs through the conductor, paired with
-direct outputs). Run it at ``--tokens 35`` and ``--tokens 900`` for the conductor's CPU per
-request as the speech grows (flat when nothing of the conductor's is per token).
+direct outputs). ``--tokens 35 900``: both lengths in the same rounds, and a table of the
+conductor's CPU per request at each with each round's ratio (flat when nothing of the
+conductor's is per token or per second of a request: issue 29's goal, within 20%).
 Published anchors for the per-row cost (M*: a Python router ≈ 21.7 µs per request per
 step at batch 128, its Rust port 0.28 µs) are printed beside them.
 """
@@ -143,6 +144,7 @@ def messages(plan: Path, c: int, tokens: int, direct_out: bool = True) -> dict:
 
 
 def served_round(client, pids: dict[str, int], c: int, tokens: int) -> dict:
+    """``c`` requests of ``tokens`` tokens each, at once: every process's CPU per row-step."""
     c0 = {who: cpu_seconds([pid]) for who, pid in pids.items()}
     t0 = time.perf_counter()
     streams = [
@@ -208,10 +210,36 @@ def _order(who: str) -> tuple[int, str]:
     return (0, who) if who.startswith("rank") else (1, who)
 
 
+def flat(results: dict[int, dict], side: str = "this") -> str:
+    """Conductor CPU per request at each ``--tokens`` count, measured in the same rounds, and
+    each round's longest over shortest (issue 29: flat within 20%)."""
+    counts = sorted(results)
+    lo, hi = counts[0], counts[-1]
+    head = "| concurrency | " + " | ".join(f"conductor µs / request, {t} tokens" for t in counts)
+    lines = [head + f" | {hi} ÷ {lo} tokens, per round |", "|" + " --- |" * (len(counts) + 2)]
+    for c in results[lo]["concurrency"]:
+        per = {
+            t: [r["us_per_row"]["conductor"] * t for r in results[t]["sides"][side][str(c)]]
+            for t in counts
+        }
+        ratios = [b / a for a, b in zip(per[lo], per[hi], strict=True)]
+        lines.append(
+            f"| {c} | " + " | ".join(spread(per[t]) for t in counts) + f" | {spread(ratios)} |"
+        )
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 128])
-    ap.add_argument("--tokens", type=int, default=280)
+    ap.add_argument(
+        "--tokens",
+        type=int,
+        nargs="+",
+        default=[280],
+        help="tokens per request; several: each in the same rounds, and the conductor's CPU "
+        "per request compared across them",
+    )
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--base", type=Path, help="another checkout, run side by side (paired)")
     ap.add_argument(
@@ -237,45 +265,63 @@ def main() -> None:
     max_c = max(args.concurrency)
     base_env = dict(kv.split("=", 1) for kv in args.base_env)
     names = ["base", "this"] if args.base or base_env else ["this"]
-    result: dict = {
-        "concurrency": args.concurrency,
-        "tokens": args.tokens,
-        "sides": {n: {str(c): [] for c in args.concurrency} for n in names},
-        "messages": {n: {} for n in names if n == "this" or not args.base},
-        "load": [],
+    results: dict[int, dict] = {
+        t: {
+            "concurrency": args.concurrency,
+            "tokens": t,
+            "sides": {n: {str(c): [] for c in args.concurrency} for n in names},
+            "messages": {n: {} for n in names if n == "this" or not args.base},
+        }
+        for t in args.tokens
     }
+    loads: list[str] = []
     with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
-        plan = compile_plan(Path(tmp), max_c, args.tokens)
-        for n, sides in result["messages"].items():
-            env = {**os.environ, **(base_env if n == "base" else {})}
-            direct_out = env.get("WGC_DIRECT_OUT", "1") != "0"
-            for c in args.concurrency:
-                sides[str(c)] = messages(plan, c, args.tokens, direct_out)
+        plan = compile_plan(Path(tmp), max_c, max(args.tokens))
+        for t, result in results.items():
+            for n, sides in result["messages"].items():
+                env = {**os.environ, **(base_env if n == "base" else {})}
+                direct_out = env.get("WGC_DIRECT_OUT", "1") != "0"
+                for c in args.concurrency:
+                    sides[str(c)] = messages(plan, c, t, direct_out)
         clients = {}
         for n in names:
             base = args.base.resolve() if n == "base" and args.base else None
             cluster = start(stack, plan, base_env if n == "base" else {}, base)
             client = stack.enter_context(Client(cluster.client_address))
             clients[n] = (client, dict(cluster.pids))
-            served_round(client, clients[n][1], min(4, max_c), args.tokens)  # warm-up
+            served_round(client, clients[n][1], min(4, max_c), min(args.tokens))  # warm-up
         for r in range(args.repeat):
             before = loadavg()
             order = names if r % 2 == 0 else names[::-1]
             for c in args.concurrency:
-                for n in order:
-                    client, pids = clients[n]
-                    result["sides"][n][str(c)].append(served_round(client, pids, c, args.tokens))
-            result["load"].append(f"{before} -> {loadavg()}")
-            print(f"round {r + 1}/{args.repeat}: load {result['load'][-1]}", flush=True)
-    print("messages by type, per request: " + json.dumps(result["messages"]))
-    tables = [table(result, n) for n in names] + ([ratios(result)] if "base" in names else [])
-    loads = "Load (1 min, 5, 15) per round, before -> after: " + "; ".join(result["load"]) + "."
-    text = "\n\n".join([*tables, loads]) + "\n"
+                for t in args.tokens if r % 2 == 0 else args.tokens[::-1]:
+                    for n in order:
+                        client, pids = clients[n]
+                        got = served_round(client, pids, c, t)
+                        results[t]["sides"][n][str(c)].append(got)
+            loads.append(f"{before} -> {loadavg()}")
+            print(f"round {r + 1}/{args.repeat}: load {loads[-1]}", flush=True)
+    tables = []
+    for t, result in results.items():
+        print(f"{t} tokens: messages by type, per request: " + json.dumps(result["messages"]))
+        if len(results) > 1:
+            tables.append(f"**{t} tokens per request**")
+        tables += [table(result, n) for n in names]
+        tables += [ratios(result)] if "base" in names else []
+    if len(results) > 1:
+        tables.append(flat(results))
+    text = (
+        "\n\n".join(
+            [*tables, "Load (1 min, 5, 15) per round, before -> after: " + "; ".join(loads) + "."]
+        )
+        + "\n"
+    )
     print(text)
     if args.markdown:
         args.markdown.write_text(text)
     if args.json:
-        args.json.write_text(json.dumps(result, indent=2))
+        one = results[args.tokens[0]] if len(results) == 1 else {"runs": results}
+        args.json.write_text(json.dumps({**one, "load": loads}, indent=2))
 
 
 if __name__ == "__main__":
