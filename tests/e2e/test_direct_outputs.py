@@ -121,7 +121,7 @@ def _slices(pid: int) -> int:
 def test_an_idle_conductor_sleeps_until_something_is_due(faults_dir, monkeypatch) -> None:
     # it used to wake every 20 ms (and spin 50 µs after each look that found nothing), so a long
     # request cost it CPU in proportion to its length (issue 29: flat conductor CPU); now only
-    # its deadlines' tick (`tick_every`: 0.5 s by default) and the clients' keep-alive wake it
+    # its deadlines' tick (`timers.tick_every`: 0.5 s by default) and the keep-alive wake it
     cluster = _start(faults_dir, monkeypatch, "1")
     try:
         with Client(present(cluster.client_address)) as client:

@@ -52,30 +52,39 @@ import itertools
 import os
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from wgc_runtime.contract import control as c
 from wgc_runtime.contract import messages as m
+from wgc_runtime.contract.kinds import FailKind
 from wgc_runtime.host.client_types import (
     ErrorInfo,
     Output,
     RequestFailed,
     RequestTimeout,
+    Stream,
     plain_value,
     segment_wire,
     unreachable,
 )
-from wgc_runtime.host.rank_links import RankLinks, lost, lost_at, missing
+from wgc_runtime.host.rank_links import RankLinks, missing
 from wgc_runtime.host.transport.keys import ClientKey
 from wgc_runtime.host.transport.sockets import MAX_FRAME_BYTES, watch
 
-if TYPE_CHECKING:
-    pass
+__all__ = [
+    "Client",
+    "ErrorInfo",
+    "Output",
+    "RequestFailed",
+    "RequestTimeout",
+    "Stream",
+    "segment_wire",
+    "unreachable",
+]
 
 IDLE_TIMEOUT = 15.0
 # how long a request waits for a connection that was never made (or was lost) while the address
@@ -87,43 +96,6 @@ _WATCHED = (
     | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
     | zmq.EVENT_HANDSHAKE_FAILED_AUTH
 )
-
-
-@dataclass
-class Stream:
-    """The outputs of one request, as they arrive (see the module docstring)."""
-
-    client: Client
-    rid: str
-    deadline: float | None  # monotonic
-    queued: bool = False
-    submitted: float = 0.0  # monotonic
-    done: bool = False
-    error: ErrorInfo | None = None
-    direct: int = 0  # its number for direct outputs (`rank_links`); 0: through the conductor
-    received: int = 0  # the outputs the ranks sent it directly, so far
-    expect: int | None = None  # how many there are: it finished, and waits for the rest
-    finished_at: float = 0.0  # monotonic: when its `Finished` came
-    drops: int = 0  # `RankLinks.drops` when it was sent (`RankLinks.dropped_since`)
-    _buffer: list[Output] = field(default_factory=list)
-
-    def __iter__(self) -> Iterator[Output]:
-        while True:
-            while self._buffer:
-                yield self._buffer.pop(0)
-            if self.done:
-                if self.error is not None:
-                    raise (RequestTimeout if self.error.kind == "timeout" else RequestFailed)(
-                        self.error
-                    )
-                return
-            self.client._pump(self)
-
-    def collect(self) -> list[Output]:
-        return list(self)
-
-    def cancel(self) -> None:
-        self.client.cancel(self.rid)
 
 
 class Client:
@@ -261,15 +233,12 @@ class Client:
         while not waiting._buffer and not waiting.done:
             now = time.monotonic()
             limit = idle_until if waiting.deadline is None else min(idle_until, waiting.deadline)
-            if waiting.expect is not None and (gone := self._links.dropped_since(waiting.drops)):
-                if now >= lost_at(waiting.finished_at, gone):  # outputs lost with their rank
-                    why = lost(waiting.expect, waiting.received, gone)
-                    waiting.error = ErrorInfo("internal", why)
-                    waiting.done = True
-                    self.streams.pop(waiting.rid, None)
-                    self._direct.pop(waiting.direct, None)
+            if waiting.expect is not None and (loss := self._links.loss(waiting)) is not None:
+                if now >= loss[0]:  # outputs lost with their rank (`rank_links`)
+                    lost = m.Finished(waiting.rid, False, FailKind.INTERNAL, loss[1])
+                    self._handle(waiting, lost)
                     return
-                limit = min(limit, lost_at(waiting.finished_at, gone))
+                limit = min(limit, loss[0])
             if not self._connected:
                 connect_by = waiting.submitted + CONNECT_TIMEOUT
                 if now >= connect_by and self._refused:
@@ -294,21 +263,11 @@ class Client:
             if self._monitor in events:
                 self._connection_event()
                 continue
-            self._rank_events(events)
+            self._links.on_events(events, recv_monitor_message)
             for stream, msg in self._incoming(events):
                 if stream is waiting:
                     idle_until = time.monotonic() + self.idle_timeout
                 self._handle(stream, msg)
-
-    def _rank_events(self, events: dict[Any, int]) -> None:
-        """Connections to ranks that dropped (`RankLinks.on_dropped`)."""
-        for monitor in self._links.monitors:
-            if monitor in events:
-                with contextlib.suppress(zmq.ZMQError):
-                    while True:
-                        event = recv_monitor_message(monitor, zmq.NOBLOCK)["event"]
-                        if event == zmq.EVENT_DISCONNECTED:
-                            self._links.on_dropped(monitor, time.monotonic())
 
     def _incoming(self, events: dict[Any, int]) -> list[tuple[Stream, m.Message]]:
         """Live requests' messages on the sockets ``events`` names; the handshake's its own."""
@@ -352,7 +311,7 @@ class Client:
                 if self._failed is not None:
                     return  # the request being submitted fails with the rest (`submit`)
                 continue
-            self._rank_events(events)
+            self._links.on_events(events, recv_monitor_message)
             for stream, msg in self._incoming(events):
                 self._handle(stream, msg)
 

@@ -1,19 +1,21 @@
-"""What a client of the conductor deals in: an `Output`, a failure (`ErrorInfo`,
-`RequestFailed`, `RequestTimeout`), an input segment as sent (`segment_wire`), and why an address
-cannot be reached (`unreachable`). `wgc_runtime.host.client` re-exports them.
+"""What a client of the conductor deals in: a request's `Stream` of `Output`s, a failure
+(`ErrorInfo`, `RequestFailed`, `RequestTimeout`), an input segment as sent (`segment_wire`), and
+why an address cannot be reached (`unreachable`). `wgc_runtime.host.client` re-exports them.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from wgc_runtime.contract import control as c
 
 if TYPE_CHECKING:
     import torch
+
+    from wgc_runtime.host.client import Client
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +60,43 @@ class RequestFailed(RuntimeError):
 
 class RequestTimeout(RequestFailed):
     pass
+
+
+@dataclass
+class Stream:
+    """The outputs of one request, as they arrive (`wgc_runtime.host.client`'s docstring)."""
+
+    client: Client
+    rid: str
+    deadline: float | None  # monotonic
+    queued: bool = False
+    submitted: float = 0.0  # monotonic
+    done: bool = False
+    error: ErrorInfo | None = None
+    direct: int = 0  # its number for direct outputs (`rank_links`); 0: through the conductor
+    received: int = 0  # the outputs the ranks sent it directly, so far
+    expect: int | None = None  # how many there are: it finished, and waits for the rest
+    finished_at: float = 0.0  # monotonic: when its `Finished` came
+    drops: int = 0  # `RankLinks.drops` when it was sent (`RankLinks.loss`)
+    _buffer: list[Output] = field(default_factory=list[Output])
+
+    def __iter__(self) -> Iterator[Output]:
+        while True:
+            while self._buffer:
+                yield self._buffer.pop(0)
+            if self.done:
+                if self.error is not None:
+                    raise (RequestTimeout if self.error.kind == "timeout" else RequestFailed)(
+                        self.error
+                    )
+                return
+            self.client._pump(self)  # pyright: ignore[reportPrivateUsage]
+
+    def collect(self) -> list[Output]:
+        return list(self)
+
+    def cancel(self) -> None:
+        self.client.cancel(self.rid)
 
 
 def segment_wire(seg: Any) -> c.InputSegment:

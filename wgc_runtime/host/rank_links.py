@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import time
 from typing import Any
 
 import zmq
@@ -99,6 +100,25 @@ class RankLinks:
         stopped; what it had not sent yet is lost (see the module docstring)."""
         self.drops += 1
         self._dropped[self.monitors.index(monitor)] = (self.drops, at)
+
+    def on_events(self, events: dict[Any, int], recv: Any) -> None:
+        """Read the rank monitors ``events`` (a poll's) names (``recv``: pyzmq's
+        ``recv_monitor_message``) and note each drop (`on_dropped`)."""
+        for monitor in self.monitors:
+            if monitor in events:
+                with contextlib.suppress(zmq.ZMQError):
+                    while True:
+                        if recv(monitor, zmq.NOBLOCK)["event"] == zmq.EVENT_DISCONNECTED:
+                            self.on_dropped(monitor, time.monotonic())
+
+    def loss(self, stream: Any) -> tuple[float, str] | None:
+        """For a finished request short of its outputs (``stream``: its ``expect``,
+        ``received``, ``drops`` and ``finished_at``): None while no rank's connection dropped
+        since it was sent, else when it fails (`lost_at`) and why (`lost`)."""
+        gone = self.dropped_since(stream.drops)
+        if not gone:
+            return None
+        return lost_at(stream.finished_at, gone), lost(stream.expect, stream.received, gone)
 
     def dropped_since(self, drops: int) -> dict[int, float]:
         """The ranks whose connection dropped after `drops` was ``drops``: rank -> when (the

@@ -1,2 +1,3 @@
 """The runtime's processes: the `launcher` (starts and watches everything), the `conductor`
-process and one `worker` process per rank, and what they share (`common`)."""
+process (woken only by messages and its `timers`) and one `worker` process per rank, and what
+they share (`common`)."""

@@ -4,15 +4,13 @@
 region, slot ``world_size``), bind the inbox and the client port (`ClientPort`, ``ROUTER``),
 import ``conductor.py`` (its spec version checked; it holds every stream's spec), learn the
 peers, report ready, then loop: poll the inbox and the client port (busy-polling first for
-`Tuning.busy_poll_us` after activity, then asleep until a message comes or the next timer is
-due: nothing wakes an idle conductor but its deadlines, `tick_every`, and the keep-alive), hand
-client requests to the core (`Submit` / `Cancel`: the core queues beyond
-``max_concurrent_requests``), deliver rank messages, send what the core emits
-(walk starts and values to ranks, one batch per rank per turn; `Output` and `Finished` to the
-client that asked: a client connected to every rank's client-out socket gets its outputs from
-the ranks directly, `GetRoutes` and `Submit.direct`, `wgc_runtime.contract.route`),
-``tick`` the core's deadlines and send every client an `Alive` for each of its live requests
-once a second (`wgc_runtime.host.client` fails a request that hears nothing).
+`Tuning.busy_poll_us` after activity, then asleep until a message comes or `timers` says the
+deadlines' tick or the clients' keep-alive `Alive`s are due), hand client requests to the core
+(`Submit` / `Cancel`: the core queues beyond ``max_concurrent_requests``), deliver rank
+messages, send what the core emits (walk starts and values to ranks, one batch per rank per
+turn; `Output` and `Finished` to the client that asked: a client connected to every rank's
+client-out socket gets its outputs from the ranks directly, `GetRoutes` and `Submit.direct`,
+`wgc_runtime.contract.route`).
 
 **At the door** (`wgc_runtime.host.admission`): a `Submit` is checked against the deployment's
 input limits (``limits`` in the boot config, `wgc_runtime.host.inputs.Limits`; its segment count
@@ -44,7 +42,6 @@ from the launcher answers `Usage` (live requests, KV pages promised per pool, fr
 
 from __future__ import annotations
 
-import math
 import sys
 import time
 import traceback
@@ -64,6 +61,7 @@ from wgc_runtime.host.inputs import InputError, Limits, check_segments
 from wgc_runtime.host.processes import child, replays
 from wgc_runtime.host.processes.recovery import RankWatch
 from wgc_runtime.host.processes.routes import RankRoutes
+from wgc_runtime.host.processes.timers import Timers, tick_every
 from wgc_runtime.host.processes.worker_main import (
     Trouble,
     attach_rings,
@@ -77,18 +75,6 @@ from wgc_runtime.host.transport.arena import Arena
 from wgc_runtime.host.transport.keys import Keys
 from wgc_runtime.host.transport.sockets import ClientPort, Mesh
 from wgc_runtime.host.transport.tuning import TUNING
-
-KEEPALIVE_S = 1.0
-# the core's deadlines are checked this often: a twentieth of the shortest timeout, within
-# these bounds (the defaults, 120 s and more, give the upper one: a request's conductor CPU no
-# longer grows with its length from waking to find nothing due, issue 29's flat-CPU goal)
-TICK_MIN_S, TICK_MAX_S = 0.02, 0.5
-
-
-def tick_every(walk_timeout_s: float, idle_timeout_s: float, queue_timeout_s: float) -> float:
-    """How often the conductor checks its deadlines (`ConductorCore.tick`)."""
-    shortest = min(walk_timeout_s, idle_timeout_s, queue_timeout_s)
-    return min(TICK_MAX_S, max(TICK_MIN_S, shortest / 20))
 
 
 def segment_of(seg: c.InputSegment) -> Segment:
@@ -120,7 +106,8 @@ class ConductorLoop:
         direct_out = TUNING.direct_out and not self.core.may_replay
         self.routes = RankRoutes(self.spec.world_size, direct_out)  # for direct outputs
         self.running = True
-        self._last_keepalive = 0.0
+        d = self.core.deadlines
+        self.timers = Timers(tick_every(d.walk_timeout_s, d.idle_timeout_s, d.queue_timeout_s))
         self.poller = zmq.Poller()
         mesh.register(self.poller)  # its inbox, and its ring doorbell if it has rings
         self.poller.register(port.sock, zmq.POLLIN)
@@ -333,9 +320,8 @@ class ConductorLoop:
             self._fail(getattr(msg, "request", None), f"rank {rank} is restarting ({why})")
 
     def keepalive(self, now: float) -> None:
-        if now - self._last_keepalive < KEEPALIVE_S:
+        if not self.timers.keepalive(now):
             return
-        self._last_keepalive = now
         by_client: dict[bytes, list[m.Message]] = {}
         for internal, ident in self.clients.items():
             by_client.setdefault(ident, []).append(c.Alive(self.ids.client(internal)))
@@ -344,12 +330,8 @@ class ConductorLoop:
                 self.client_gone(ident)
 
     def run(self) -> None:
-        d = self.core.deadlines
-        tick_s = tick_every(d.walk_timeout_s, d.idle_timeout_s, d.queue_timeout_s)
-        next_tick = 0.0
         while self.running:
-            due = min(next_tick, self._last_keepalive + KEEPALIVE_S) - time.monotonic()
-            events = dict(self.mesh.wait(self.poller, max(0, math.ceil(due * 1000))))
+            events = dict(self.mesh.wait(self.poller, self.timers.sleep_ms(time.monotonic())))
             if self.port.sock in events:
                 for ident, msg in self.port.recv_all():
                     self.on_client(ident, msg)
@@ -358,9 +340,8 @@ class ConductorLoop:
                 for msg in self.mesh.poll(0, inbox):
                     self.on_inbox(msg)
             now = time.monotonic()
-            if now >= next_tick:
+            if self.timers.tick(now):
                 self.core.tick(now)
-                next_tick = now + tick_s
             self.flush()
             self.mesh.flush_releases()
             self.keepalive(now)

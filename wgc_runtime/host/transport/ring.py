@@ -28,16 +28,11 @@ inbox address, new for every incarnation of a process); a receiver drops records
 another incarnation, as ZeroMQ drops what was queued for an old socket. A fragment sequence cut
 short by a writer's death is dropped at the next FIRST.
 
-**Doorbell**: a receiver that found nothing sets its sleeping word, looks at its rings once more,
-and blocks in ``poll`` on its ZeroMQ inbox and its doorbell, a FIFO in the deployment's private
-``ipc`` folder (opened read-write: no EOF, no blocking open). A sender rings it (one byte, non-
-blocking) only when the sleeping word is set, so a busy receiver costs its senders no syscall.
-The store-then-load pairs on both sides have no fence in Python; the receiver's ``poll`` syscall
-between setting the word and looking again orders its side, and the blocking wait is bounded
-(the loops' 20 ms idle poll), so a lost ring could only delay, never hang. Before sleeping a
-receiver may spin briefly (`Rings.spin_s`: ``WGC_RING_SPIN_US`` after its last activity, only
-while the host's load average is below its core count: spinning on a loaded host takes turns a
-peer needs).
+**Doorbell** (`doorbell`): a receiver that found nothing sets its sleeping word, looks at its
+rings once more and sleeps; a sender rings it only when that word is set, so a busy receiver
+costs its senders no syscall. Before sleeping a receiver may spin briefly (`Rings.spin_s`:
+``WGC_RING_SPIN_US`` after its last activity, only while the host's load average is below its
+core count: spinning on a loaded host takes turns a peer needs).
 
 **Back pressure**: a full ring never blocks the sender (two ranks sending to each other would
 deadlock): what does not fit waits in the edge's queue, in order, and goes out when the receiver
@@ -51,13 +46,14 @@ import contextlib
 import errno
 import os
 import platform
-import stat
 import struct
 import time
 import zlib
 from collections import deque
 from collections.abc import Iterator, Sequence
 from typing import Any
+
+from wgc_runtime.host.transport.doorbell import Fence, open_bell
 
 CTL = 64  # control block per receiving slot
 HEAD = 128  # per ring: write index at 0, read index at 64
@@ -158,11 +154,12 @@ class Rings:
 
         self._ctl = [buf[offset + s * CTL : offset + s * CTL + 4].cast("I") for s in range(slots)]
         self._sleeping = self._ctl[me]
+        self._fence = Fence()
         self.outs = {
             s: _Out(buf, at(me, s), capacity, self._ctl[s]) for s in range(slots) if s != me
         }
         self.ins = [_In(buf, at(s, me), capacity) for s in range(slots) if s != me]
-        self.bell = _open_bell(self._bell_path(me), os.O_RDWR)
+        self.bell = open_bell(self._bell_path(me), os.O_RDWR)
         self.spin_s = spin_us * 1e-6
         self._ncpu = os.cpu_count() or 1
         self._load_at = -1e18
@@ -237,10 +234,11 @@ class Rings:
         return True
 
     def _ring(self, slot: int, out: _Out) -> None:
+        self._fence()  # the record's publication before the sleeping word's read (`doorbell`)
         if out.sleeping[0]:
             if out.bell < 0:
                 try:
-                    out.bell = _open_bell(self._bell_path(slot), os.O_WRONLY)
+                    out.bell = open_bell(self._bell_path(slot), os.O_WRONLY)
                 except OSError as exc:
                     if exc.errno != errno.ENXIO:
                         raise
@@ -324,6 +322,8 @@ class Rings:
 
     def sleeping(self, on: bool) -> None:
         self._sleeping[0] = 1 if on else 0
+        if on:
+            self._fence()  # the sleeping word's store before the next look at the rings
 
     def drain_bell(self) -> None:
         with contextlib.suppress(BlockingIOError, OSError):
@@ -386,14 +386,3 @@ def _frames(payload: Any) -> list[Any]:
         frames.append(piece if i == 0 else bytearray(piece))
         at += n
     return frames
-
-
-def _open_bell(path: str, mode: int) -> int:
-    """The FIFO at ``path`` (made on first use), opened non-blocking."""
-    with contextlib.suppress(FileExistsError):
-        os.mkfifo(path, 0o600)
-    fd = os.open(path, mode | os.O_NONBLOCK)
-    if not stat.S_ISFIFO(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise OSError(f"{path} is not a FIFO")
-    return fd
