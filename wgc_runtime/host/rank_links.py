@@ -132,11 +132,12 @@ class RankLinks:
             self.unanswered.discard(self.socks.index(sock))
 
     def close(self) -> None:
-        for sock, monitor in zip(self.socks, self.monitors, strict=True):
+        for sock in self.socks:
             with contextlib.suppress(zmq.ZMQError):
                 sock.disable_monitor()
-            monitor.close(0)
             sock.close(0)
+        for monitor in self.monitors:
+            monitor.close(0)
         self.socks = []
         self.monitors = []
         self.unanswered.clear()

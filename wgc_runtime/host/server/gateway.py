@@ -208,9 +208,10 @@ class Gateway:
                     fut.set_result(msg)
             return
         if isinstance(msg, c.Routes):
-            for sock in self.links.on_routes(msg):
+            new = self.links.on_routes(msg)  # none when connected already
+            for sock in new:
                 self._tasks.append(asyncio.ensure_future(self._read_rank(sock)))
-            for monitor in self.links.monitors:
+            for monitor in self.links.monitors[len(self.links.monitors) - len(new) :]:
                 self._tasks.append(asyncio.ensure_future(self._watch_rank(monitor)))
             return
         request = getattr(msg, "request", "")
