@@ -4,11 +4,13 @@ only for a sleeping receiver, and a `Mesh` with rings carries typed batches and 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from multiprocessing import shared_memory
 
 import pytest
@@ -185,8 +187,11 @@ def test_attach_finds_the_rings_after_the_arena_regions_or_none() -> None:
     assert ring.attach(buf, spec, 2, "a", None) is None  # no private folder for the doorbells
 
 
-def test_a_mesh_batch_larger_than_its_ring_arrives_whole() -> None:
-    slots, cap = 3, 1 << 14
+@contextlib.contextmanager
+def ring_meshes(cap: int = 1 << 14) -> Iterator[tuple[Mesh, Mesh]]:
+    """Two meshes (ranks 0 and 1 of three slots) connected through rings of ``cap`` bytes and
+    no arena."""
+    slots = 3
     shm = shared_memory.SharedMemory(create=True, size=ring.ring_bytes(slots, cap))
     folder = tempfile.mkdtemp(prefix="wgc-test-ring-")
     a, b = (Mesh(r, tuning=Tuning(ring=True), secret=SECRET) for r in (0, 1))
@@ -197,6 +202,16 @@ def test_a_mesh_batch_larger_than_its_ring_arrives_whole() -> None:
             mesh.use_rings(ring.Rings(shm.buf, 0, slots, cap, int(mesh.me), token, folder))
         a.connect(1, b.address)
         b.connect(0, a.address)
+        yield a, b
+    finally:
+        a.close()
+        b.close()
+        shm.close()
+        shm.unlink()
+
+
+def test_a_mesh_batch_larger_than_its_ring_arrives_whole() -> None:
+    with ring_meshes() as (a, b):
         big = torch.randn(512, 512)  # 1 MiB, no arena: a tensor frame, 64 ring fragments
         a.send(1, [m.Value("r", 1, "w", 0, "x", Edge.INPUT, None, (), False, big)])
         got: list = []
@@ -206,27 +221,12 @@ def test_a_mesh_batch_larger_than_its_ring_arrives_whole() -> None:
             a.poll(0)  # the sender's queue moves as the receiver makes room
             got.extend(b.poll(1))
         assert len(got) == 1 and torch.equal(got[0].data, big)
-    finally:
-        a.close()
-        b.close()
-        shm.close()
-        shm.unlink()
 
 
 def test_only_a_message_taken_opens_the_spin_window() -> None:
     # an idle loop's timer turn looks (`poll(0)`) and finds nothing: that must not count as
     # activity, or every turn spins `spin_s` before its next sleep (issue 29's flat conductor)
-    slots, cap = 3, 1 << 14
-    shm = shared_memory.SharedMemory(create=True, size=ring.ring_bytes(slots, cap))
-    folder = tempfile.mkdtemp(prefix="wgc-test-ring-")
-    a, b = (Mesh(r, tuning=Tuning(ring=True), secret=SECRET) for r in (0, 1))
-    try:
-        for mesh in (a, b):
-            assert shm.buf is not None
-            token = ring.token_of(mesh.address)
-            mesh.use_rings(ring.Rings(shm.buf, 0, slots, cap, int(mesh.me), token, folder))
-        a.connect(1, b.address)
-        b.connect(0, a.address)
+    with ring_meshes() as (a, b):
         b._last_active = 0.0
         for _ in range(3):
             assert b.poll(0) == []
@@ -234,8 +234,3 @@ def test_only_a_message_taken_opens_the_spin_window() -> None:
         a.send(1, [m.WalkDone("r", 1, "w", 0)])
         assert [type(x) for x in b.poll(0)] == [m.WalkDone]
         assert b._last_active > 0.0
-    finally:
-        a.close()
-        b.close()
-        shm.close()
-        shm.unlink()

@@ -233,8 +233,11 @@ class Client:
         while not waiting._buffer and not waiting.done:
             now = time.monotonic()
             limit = idle_until if waiting.deadline is None else min(idle_until, waiting.deadline)
-            if waiting.expect is not None and (loss := self._links.loss(waiting)) is not None:
-                if now >= loss[0]:  # outputs lost with their rank (`rank_links`)
+            loss, w = None, waiting
+            if (expect := w.expect) is not None:  # finished: any lost with a rank? (`rank_links`)
+                loss = self._links.loss(expect, w.received, w.drops, w.finished_at)
+            if loss is not None:
+                if now >= loss[0]:
                     lost = m.Finished(waiting.rid, False, FailKind.INTERNAL, loss[1])
                     self._handle(waiting, lost)
                     return

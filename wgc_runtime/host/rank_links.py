@@ -111,14 +111,16 @@ class RankLinks:
                         if recv(monitor, zmq.NOBLOCK)["event"] == zmq.EVENT_DISCONNECTED:
                             self.on_dropped(monitor, time.monotonic())
 
-    def loss(self, stream: Any) -> tuple[float, str] | None:
-        """For a finished request short of its outputs (``stream``: its ``expect``,
-        ``received``, ``drops`` and ``finished_at``): None while no rank's connection dropped
-        since it was sent, else when it fails (`lost_at`) and why (`lost`)."""
-        gone = self.dropped_since(stream.drops)
+    def loss(
+        self, expect: int, received: int, drops: int, finished_at: float
+    ) -> tuple[float, str] | None:
+        """For a request that finished (at monotonic ``finished_at``) short of its ``expect``
+        outputs, sent when `drops` was ``drops``: None while no rank's connection dropped since,
+        else when it fails (`lost_at`) and why (`lost`)."""
+        gone = self.dropped_since(drops)
         if not gone:
             return None
-        return lost_at(stream.finished_at, gone), lost(stream.expect, stream.received, gone)
+        return lost_at(finished_at, gone), lost(expect, received, gone)
 
     def dropped_since(self, drops: int) -> dict[int, float]:
         """The ranks whose connection dropped after `drops` was ``drops``: rank -> when (the

@@ -36,7 +36,7 @@ from wgc_runtime.contract import control as c
 from wgc_runtime.contract import messages as m
 from wgc_runtime.contract.kinds import FailKind
 from wgc_runtime.host.client import segment_wire
-from wgc_runtime.host.rank_links import RankLinks, lost, lost_at
+from wgc_runtime.host.rank_links import RankLinks
 from wgc_runtime.host.transport.codec import Codec
 from wgc_runtime.host.transport.keys import ClientKey
 from wgc_runtime.host.transport.sockets import MAX_FRAME_BYTES, watch
@@ -56,7 +56,7 @@ class Pending:
     received: int = 0  # outputs the ranks sent it directly, so far
     held: m.Finished | None = None  # its `Finished`, until every output it counts is here
     held_at: float = 0.0  # monotonic: when ``held`` came
-    drops: int = 0  # `RankLinks.drops` when it was sent (`RankLinks.dropped_since`)
+    drops: int = 0  # `RankLinks.drops` when it was sent (`RankLinks.loss`)
 
 
 class Gateway:
@@ -274,14 +274,16 @@ class Gateway:
         """Fail ``pending`` (held short of outputs) as `lost` once a rank's connection dropped
         after it was sent and `rank_links.LOST_GRACE_S` passed; else look again then."""
         held = pending.held
-        gone = self.links.dropped_since(pending.drops)
-        if held is None or pending.finished is not None or not gone:
+        if held is None or pending.finished is not None:
             return
-        wait = lost_at(pending.held_at, gone) - time.monotonic()
+        loss = self.links.loss(held.outputs, pending.received, pending.drops, pending.held_at)
+        if loss is None:
+            return
+        wait = loss[0] - time.monotonic()
         if wait > 0:
             asyncio.get_running_loop().call_later(wait, self._judge, pending)
             return
-        self._finish(pending, FailKind.INTERNAL, lost(held.outputs, pending.received, gone))
+        self._finish(pending, FailKind.INTERNAL, loss[1])
 
     async def _watch(self) -> None:
         """The conductor's process is gone when the connection drops: fail everything."""
